@@ -1,0 +1,214 @@
+"""Our checkpoint format and the safe readers every format uses.
+
+Our format is a directory holding ``model.safetensors`` (timm's key layout) and ``config.json``
+(``{"format": "vitkit", "version": 1, "model": {...ModelConfig...}, ...extra}``), so a checkpoint
+rebuilds its model without the preset registry. Files are written to a temporary name and renamed,
+so a reader never sees half a file.
+
+Nothing here runs code from a file: safetensors, ``np.load(allow_pickle=False)`` and
+``torch.load(weights_only=True)`` only; a pickle that holds objects is refused.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import tempfile
+import zipfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from ..config import ConfigError, ModelConfig
+
+FORMAT_NAME = "vitkit"
+FORMAT_VERSION = 1
+WEIGHTS_FILE = "model.safetensors"
+CONFIG_FILE = "config.json"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint cannot be read, or does not fit the model it is loaded into."""
+
+
+def _exists(path: Path) -> Path:
+    if not path.exists():
+        raise FileNotFoundError(f"checkpoint not found: {path}")
+    return path
+
+
+def read_safetensors(path: str | os.PathLike) -> dict[str, Tensor]:
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    path = _exists(Path(path))
+    try:
+        return load_file(str(path))
+    except (SafetensorError, OSError, ValueError) as e:
+        raise CheckpointError(
+            f"cannot read {path} as safetensors (corrupt or truncated?): {e}"
+        ) from None
+
+
+def read_torch(path: str | os.PathLike) -> dict[str, Tensor]:
+    """A tensor-only ``.pth``/``.bin``/``.pt`` state dict, through ``torch.load(weights_only=True)``."""
+    path = _exists(Path(path))
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        raise CheckpointError(
+            f"refusing to load {path}: it is a pickle holding Python objects, not only tensors, "
+            "and unpickling could run code. Re-save it as a plain state dict "
+            f"(torch.save(model.state_dict(), ...)) or as safetensors. ({str(e).splitlines()[0]})"
+        ) from None
+    except (RuntimeError, EOFError, zipfile.BadZipFile, OSError, ValueError) as e:
+        raise CheckpointError(f"cannot read {path} (corrupt or truncated?): {e}") from None
+    for key in ("state_dict", "model", "model_state_dict"):  # common wrappers around a state dict
+        if isinstance(obj, Mapping) and key in obj and isinstance(obj[key], Mapping):
+            obj = obj[key]
+    if not isinstance(obj, Mapping) or not all(isinstance(v, Tensor) for v in obj.values()):
+        raise CheckpointError(
+            f"{path} does not hold a state dict of tensors (found {type(obj).__name__})"
+        )
+    return dict(obj)
+
+
+def read_npz(path: str | os.PathLike) -> dict[str, np.ndarray]:
+    """An ``.npz`` of arrays, read without pickle."""
+    path = _exists(Path(path))
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return {k: data[k] for k in data.files}
+    except ValueError as e:
+        if "pickle" in str(e).lower():
+            raise CheckpointError(
+                f"refusing to load {path}: it holds pickled objects, not plain arrays"
+            ) from None
+        raise CheckpointError(f"cannot read {path} as .npz (corrupt or truncated?): {e}") from None
+    except (OSError, zipfile.BadZipFile, EOFError) as e:
+        raise CheckpointError(f"cannot read {path} as .npz (corrupt or truncated?): {e}") from None
+
+
+def read_json(path: str | os.PathLike) -> dict[str, Any]:
+    path = _exists(Path(path))
+    try:
+        data = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"cannot read {path} as JSON: {e}") from None
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{path}: expected a JSON object, found {type(data).__name__}")
+    return data
+
+
+def _shape(t: Any) -> tuple[int, ...]:
+    return tuple(t.shape)
+
+
+def check_state_dict(
+    expected: Mapping[str, Any], found: Mapping[str, Any], *, source: str = "checkpoint"
+) -> None:
+    """Raise one ``CheckpointError`` listing every missing, unexpected and mis-shaped tensor."""
+    missing = [k for k in expected if k not in found]
+    unexpected = [k for k in found if k not in expected]
+    mismatched = [
+        f"{k}: model {_shape(expected[k])} vs {source} {_shape(found[k])}"
+        for k in expected
+        if k in found and _shape(expected[k]) != _shape(found[k])
+    ]
+    if not (missing or unexpected or mismatched):
+        return
+    parts = []
+    if missing:
+        parts.append(f"missing from the {source} ({len(missing)}): {', '.join(missing)}")
+    if unexpected:
+        parts.append(f"not in the model ({len(unexpected)}): {', '.join(unexpected)}")
+    if mismatched:
+        parts.append(f"shape mismatch ({len(mismatched)}): {'; '.join(mismatched)}")
+    raise CheckpointError(f"{source} does not fit the model. " + " | ".join(parts))
+
+
+def load_state_dict_strict(
+    model: nn.Module, state: Mapping[str, Tensor], *, source: str = "checkpoint"
+) -> None:
+    """Load ``state`` into ``model``: every key and shape must match, both ways."""
+    check_state_dict(model.state_dict(), state, source=source)
+    model.load_state_dict(state, strict=True)
+
+
+def atomic_write(path: Path, write: Any) -> None:
+    """Write ``path`` through ``write(tmp_path)`` and an atomic rename: never a half-written file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        write(Path(tmp))
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_ours(
+    cfg: ModelConfig,
+    state: Mapping[str, Tensor],
+    directory: str | os.PathLike,
+    extra: Mapping[str, Any] | None = None,
+) -> Path:
+    """Write ``model.safetensors`` + ``config.json`` into ``directory``; returns the directory."""
+    from safetensors.torch import save_file
+
+    directory = Path(directory)
+    if directory.exists() and not directory.is_dir():
+        raise ValueError(f"{directory} exists and is not a directory: our format is a directory")
+    tensors = {k: v.detach().to("cpu").contiguous() for k, v in state.items()}
+    meta = {
+        "format": FORMAT_NAME,
+        "version": FORMAT_VERSION,
+        "model": cfg.to_dict(),
+        **(extra or {}),
+    }
+    atomic_write(
+        directory / WEIGHTS_FILE, lambda p: save_file(tensors, str(p), metadata={"format": "pt"})
+    )
+    atomic_write(directory / CONFIG_FILE, lambda p: p.write_text(json.dumps(meta, indent=2) + "\n"))
+    return directory
+
+
+def is_ours(directory: Path) -> bool:
+    config = directory / CONFIG_FILE
+    if not config.is_file():
+        return False
+    try:
+        return json.loads(config.read_text()).get("format") == FORMAT_NAME
+    except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
+        return False
+
+
+def read_ours(
+    directory: str | os.PathLike,
+) -> tuple[ModelConfig, dict[str, Tensor], dict[str, Any]]:
+    """Config, weights and the extra metadata of a checkpoint in our format."""
+    directory = _exists(Path(directory))
+    meta = read_json(directory / CONFIG_FILE)
+    if meta.get("format") != FORMAT_NAME:
+        raise CheckpointError(
+            f'{directory / CONFIG_FILE} is not a vitkit config (no "format": "vitkit")'
+        )
+    if meta.get("version") != FORMAT_VERSION:
+        raise CheckpointError(
+            f"{directory}: checkpoint format version {meta.get('version')!r}, this vitkit reads {FORMAT_VERSION}"
+        )
+    try:
+        cfg = ModelConfig.from_dict(meta.get("model", {}))
+    except ConfigError as e:
+        raise CheckpointError(f"{directory / CONFIG_FILE}: {e}") from None
+    state = read_safetensors(directory / WEIGHTS_FILE)
+    extra = {k: v for k, v in meta.items() if k not in ("format", "version", "model")}
+    return cfg, state, extra

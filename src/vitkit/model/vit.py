@@ -65,7 +65,8 @@ class VisionTransformer(nn.Module):
         self.pre_logits: PreLogits | None = None
         self.head: nn.Module = nn.Identity()
         self._build_head(cfg.num_classes, cfg.representation_size)
-        self.reset_parameters()
+        if not self.norm.weight.is_meta:  # a meta model (shapes only, e.g. counting) has no values
+            self.reset_parameters()
 
     # ---------------------------------------------------------------- construction and surgery
 

@@ -1,0 +1,93 @@
+"""vitkit: the Vision Transformer of Dosovitskiy et al., "An Image is Worth 16x16 Words" (ICLR 2021).
+
+Public API::
+
+    import vitkit
+    model = vitkit.create_model("ViT-B/16", num_classes=10)
+    vitkit.list_models("ViT-L/*")
+    model = vitkit.load("ViT-B_16.npz", image_size=384)   # official, big_vision, timm, HF, ours
+    vitkit.save(model, "runs/b16")                        # model.safetensors + config.json
+
+Submodules are imported lazily, so ``import vitkit`` does not import torch until a model is built.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .config import ModelConfig, ResNetConfig
+from .presets import list_models
+
+if TYPE_CHECKING:
+    from .io.api import load, save
+    from .model import VisionTransformer
+
+__version__ = "0.1.0"
+
+_KEEP: Any = object()  # "leave the preset's value", where None is a meaningful value
+
+
+def create_model(
+    name: str | ModelConfig,
+    *,
+    num_classes: int | None = None,
+    image_size: int | None = None,
+    in_chans: int | None = None,
+    classifier: str | None = None,
+    representation_size: int | None = _KEEP,
+    dropout_rate: float | None = None,
+    attention_dropout_rate: float | None = None,
+    drop_path_rate: float | None = None,
+    posemb: str | None = None,
+    act: str | None = None,
+    layer_norm_eps: float | None = None,
+) -> VisionTransformer:
+    """Build a freshly initialised model (official initialisation) from a preset name or config.
+
+    ``name`` is a preset (``ViT-B/16``), an alias (``vit_b16``, timm's ``vit_base_patch16_224``),
+    any ``ViT-<size>/<patch>``, or a ``ModelConfig``. Keyword arguments override the preset;
+    ``num_classes=0`` builds a headless feature extractor.
+    """
+    from .config import replace
+    from .model import VisionTransformer
+    from .presets import get_config
+
+    cfg = name if isinstance(name, ModelConfig) else get_config(name)
+    given = {
+        "num_classes": num_classes,
+        "image_size": image_size,
+        "in_chans": in_chans,
+        "classifier": classifier,
+        "dropout_rate": dropout_rate,
+        "attention_dropout_rate": attention_dropout_rate,
+        "drop_path_rate": drop_path_rate,
+        "posemb": posemb,
+        "act": act,
+        "layer_norm_eps": layer_norm_eps,
+    }
+    overrides: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
+    if representation_size is not _KEEP:
+        overrides["representation_size"] = representation_size
+    if overrides:
+        cfg = replace(cfg, overrides)
+    return VisionTransformer(cfg)
+
+
+def __getattr__(name: str) -> Any:
+    """``vitkit.load`` and ``vitkit.save`` come from ``vitkit.io.api``, imported on first use."""
+    if name in ("load", "save"):
+        from .io import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'vitkit' has no attribute {name!r}")
+
+
+__all__ = [
+    "ModelConfig",
+    "ResNetConfig",
+    "__version__",
+    "create_model",
+    "list_models",
+    "load",
+    "save",
+]

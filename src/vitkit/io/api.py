@@ -1,0 +1,180 @@
+"""``vitkit.load`` and ``vitkit.save``: one entry point for every format we read and write.
+
+Formats are recognised from what the source is, never from a guess about its contents' values:
+a vitkit ``VisionTransformer``, a timm or transformers module, a state dict (timm layout, or
+official arrays), or a path — our directory (``config.json`` with ``"format": "vitkit"``), a
+Hugging Face ``save_pretrained`` directory (``"model_type": "vit"``), an official / big_vision
+``.npz``, a ``.safetensors`` file or a tensor-only ``.pth``/``.pt``/``.bin``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+from torch import Tensor, nn
+
+from ..config import ModelConfig
+from ..model import VisionTransformer
+from .checkpoint import (
+    CheckpointError,
+    is_ours,
+    load_state_dict_strict,
+    read_json,
+    read_npz,
+    read_ours,
+    read_safetensors,
+    read_torch,
+    write_ours,
+)
+
+Source = str | os.PathLike | nn.Module | Mapping[str, Any]
+_TORCH_SUFFIXES = (".pth", ".pt", ".bin")
+
+
+def _read_state(
+    state: Mapping[str, Any], *, num_heads: int | None, posemb: str | None, source: str
+) -> tuple[ModelConfig, dict[str, Tensor]]:
+    """A state dict of any layout we know, recognised by its keys."""
+    from .formats.hf import looks_like_hf_state
+    from .formats.timm import looks_like_timm_state, read_timm
+
+    if state and all(isinstance(v, np.ndarray) for v in state.values()):
+        from .formats.official import read_official
+
+        return read_official(state, posemb=posemb)
+    if looks_like_timm_state(state):
+        return read_timm(state, num_heads=num_heads)
+    if looks_like_hf_state(state):
+        raise CheckpointError(
+            f"{source} is a Hugging Face ViT state dict without its config: load the directory "
+            "written by save_pretrained (it holds config.json) instead"
+        )
+    sample = ", ".join(list(state)[:4])
+    raise CheckpointError(
+        f"{source}: unrecognised state dict (first keys: {sample}); expected timm's ViT layout "
+        "(patch_embed.proj.weight, ...), official .npz arrays, or a Hugging Face directory"
+    )
+
+
+def _read_path(
+    path: Path, *, num_heads: int | None, posemb: str | None
+) -> tuple[ModelConfig, dict[str, Tensor], dict[str, Any]]:
+    if not path.exists():
+        raise FileNotFoundError(f"checkpoint not found: {path}")
+    if path.is_dir():
+        if is_ours(path):
+            return read_ours(path)
+        config = path / "config.json"
+        if config.is_file() and read_json(config).get("model_type") is not None:
+            from .formats.hf import read_hf_dir
+
+            return read_hf_dir(path)
+        raise CheckpointError(
+            f"{path} is a directory but not a checkpoint: expected config.json with "
+            '"format": "vitkit" (ours) or "model_type": "vit" (Hugging Face)'
+        )
+    suffix = path.suffix.lower()
+    if suffix == ".npz":
+        cfg, state = _read_state(
+            read_npz(path), num_heads=num_heads, posemb=posemb, source=str(path)
+        )
+    elif suffix == ".safetensors":
+        cfg, state = _read_state(
+            read_safetensors(path), num_heads=num_heads, posemb=posemb, source=str(path)
+        )
+    elif suffix in _TORCH_SUFFIXES:
+        cfg, state = _read_state(
+            read_torch(path), num_heads=num_heads, posemb=posemb, source=str(path)
+        )
+    else:
+        raise CheckpointError(
+            f"{path}: unknown checkpoint type {suffix or '(no suffix)'!r}; expected a directory, "
+            ".npz, .safetensors, .pth, .pt or .bin"
+        )
+    return cfg, state, {}
+
+
+def read(
+    source: Source, *, num_heads: int | None = None, posemb: str | None = None
+) -> tuple[ModelConfig, dict[str, Tensor], dict[str, Any]]:
+    """The config, state dict (vitkit layout) and extra metadata a checkpoint holds."""
+    if isinstance(source, VisionTransformer):
+        return source.cfg, dict(source.state_dict()), {}
+    if isinstance(source, nn.Module):
+        origin = type(source).__module__.split(".")[0]
+        if origin == "timm":
+            from .formats.timm import read_timm_module
+
+            return (*read_timm_module(source), {})
+        if origin == "transformers":
+            from .formats.hf import read_hf_module
+
+            return (*read_hf_module(source), {})
+        raise CheckpointError(
+            f"cannot load from a {type(source).__module__}.{type(source).__name__}: expected a "
+            "vitkit, timm or transformers ViT"
+        )
+    if isinstance(source, Mapping):
+        return (*_read_state(source, num_heads=num_heads, posemb=posemb, source="state dict"), {})
+    if isinstance(source, (str, os.PathLike)):
+        return _read_path(Path(source), num_heads=num_heads, posemb=posemb)
+    raise TypeError(
+        f"cannot load from {type(source).__name__}: expected a path, module or state dict"
+    )
+
+
+def load(
+    source: Source,
+    *,
+    image_size: int | None = None,
+    num_heads: int | None = None,
+    posemb: Literal["learn", "sincos2d", "none"] | None = None,
+) -> VisionTransformer:
+    """Build the model a checkpoint implies and load its weights strictly; returns it in eval mode.
+
+    Args:
+        source: a path (our directory, a Hugging Face directory, ``.npz``, ``.safetensors``,
+            ``.pth``/``.pt``/``.bin``), a state dict, or a vitkit / timm / transformers model.
+        image_size: resize the position embeddings to this resolution (2D bilinear interpolation
+            of the grid with corners aligned, as the official ``scipy.ndimage.zoom(order=1)``).
+        num_heads: the number of heads, for state dicts that do not record it (timm's fused qkv)
+            and match no preset.
+        posemb: for big_vision checkpoints that store no position embedding ('sincos2d' default).
+    """
+    cfg, state, _ = read(source, num_heads=num_heads, posemb=posemb)
+    model = VisionTransformer(cfg)
+    name = str(source) if isinstance(source, (str, os.PathLike)) else "checkpoint"
+    load_state_dict_strict(model, state, source=name)
+    if image_size is not None and image_size != cfg.image_size:
+        stride = cfg.total_stride
+        if image_size % stride:
+            raise ValueError(
+                f"image_size={image_size} is not a multiple of the model's patch stride {stride}"
+            )
+        model.resize_pos_embed(image_size // stride)
+    return model.eval()
+
+
+def save(
+    model: VisionTransformer,
+    path: str | os.PathLike,
+    *,
+    format: Literal["vitkit", "hf"] = "vitkit",
+    class_names: list[str] | None = None,
+) -> Path:
+    """Write ``model`` to the directory ``path``: our format (``model.safetensors`` +
+    ``config.json``), or a Hugging Face ``save_pretrained`` directory with ``format='hf'``."""
+    if not isinstance(model, VisionTransformer):
+        raise TypeError(f"save expects a vitkit VisionTransformer, got {type(model).__name__}")
+    if format == "vitkit":
+        extra = {"class_names": list(class_names)} if class_names else None
+        return write_ours(model.cfg, model.state_dict(), path, extra)
+    if format == "hf":
+        from .formats.hf import write_hf
+
+        return write_hf(model, path, class_names=class_names)
+    raise ValueError(f"format={format!r} is not known: expected 'vitkit' or 'hf'")

@@ -1,0 +1,185 @@
+"""Our format, timm files, and every kind of bad checkpoint: one clear error, nothing run."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+import pytest
+import timm
+import torch
+from safetensors.torch import save_file
+
+import vitkit
+from vitkit.config import ModelConfig
+from vitkit.io.checkpoint import CheckpointError
+from vitkit.model import VisionTransformer
+
+
+def tiny(**kw) -> ModelConfig:
+    base = dict(
+        image_size=32,
+        patch_size=8,
+        hidden_size=64,
+        num_layers=2,
+        num_heads=4,
+        mlp_dim=128,
+        num_classes=10,
+    )
+    return ModelConfig(**{**base, **kw})
+
+
+def randomized(cfg: ModelConfig, std: float = 0.2) -> VisionTransformer:
+    model = VisionTransformer(cfg)
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * std)
+    return model.eval()
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        tiny(),
+        tiny(classifier="gap", representation_size=32, act="gelu_tanh"),
+        tiny(posemb="sincos2d", classifier="gap", num_classes=0),
+        tiny(
+            image_size=64, patch_size=1, resnet=vitkit.ResNetConfig(num_layers=(1,)), num_layers=1
+        ),
+    ],
+    ids=["token", "gap-rep-tanh", "sincos-headless", "hybrid"],
+)
+def test_our_format_round_trip(tmp_path, cfg: ModelConfig) -> None:
+    model = randomized(cfg, std=0.05)
+    out = vitkit.save(model, tmp_path / "ckpt", class_names=["a", "b"])
+    assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors"]
+    meta = json.loads((out / "config.json").read_text())
+    assert meta["format"] == "vitkit" and meta["model"]["hidden_size"] == 64
+    assert meta["class_names"] == ["a", "b"]
+    loaded = vitkit.load(out)
+    assert loaded.cfg == cfg
+    x = torch.randn(2, 3, cfg.image_size, cfg.image_size)
+    with torch.no_grad():
+        assert torch.equal(loaded(x), model(x))
+
+
+def test_save_leaves_no_temporary_files(tmp_path) -> None:
+    vitkit.save(randomized(tiny()), tmp_path)
+    vitkit.save(randomized(tiny()), tmp_path)  # overwrite in place
+    assert sorted(os.listdir(tmp_path)) == ["config.json", "model.safetensors"]
+
+
+def test_our_keys_load_into_timm(tmp_path) -> None:
+    model = randomized(tiny())
+    peer = timm.models.vision_transformer.VisionTransformer(
+        img_size=32, patch_size=8, embed_dim=64, depth=2, num_heads=4, mlp_ratio=2.0, num_classes=10
+    ).eval()
+    peer.load_state_dict(model.state_dict(), strict=True)
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        assert (peer(x) - model(x)).abs().max() <= 1e-5
+
+
+@pytest.mark.parametrize("suffix", [".pth", ".safetensors", ".bin"])
+def test_timm_state_dict_files(tmp_path, suffix: str) -> None:
+    peer = timm.models.vision_transformer.VisionTransformer(
+        img_size=32,
+        patch_size=8,
+        embed_dim=192,
+        depth=12,
+        num_heads=3,
+        mlp_ratio=4.0,
+        num_classes=3,
+    )
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for p in peer.parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * 0.05)
+    peer.eval()
+    path = tmp_path / f"timm{suffix}"
+    if suffix == ".safetensors":
+        save_file({k: v.contiguous() for k, v in peer.state_dict().items()}, str(path))
+    else:
+        torch.save(peer.state_dict(), path)
+    model = vitkit.load(path)  # heads from the Ti preset
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        assert (model(x) - peer(x)).abs().max() <= 1e-5
+
+
+def test_load_at_another_image_size(tmp_path) -> None:
+    model = randomized(tiny())
+    vitkit.save(model, tmp_path)
+    bigger = vitkit.load(tmp_path, image_size=48)
+    assert bigger.cfg.image_size == 48 and bigger.pos_embed.shape == (1, 1 + 36, 64)
+    model.resize_pos_embed(6)
+    torch.testing.assert_close(bigger.pos_embed, model.pos_embed)
+    with pytest.raises(ValueError, match="not a multiple"):
+        vitkit.load(tmp_path, image_size=50)
+
+
+def test_mismatched_checkpoint_lists_everything(tmp_path) -> None:
+    state = randomized(tiny()).state_dict()
+    state.pop("norm.bias")
+    state["extra.weight"] = torch.zeros(3)
+    state["blocks.0.mlp.fc1.bias"] = torch.zeros(7)
+    model = VisionTransformer(tiny())
+    from vitkit.io.checkpoint import load_state_dict_strict
+
+    with pytest.raises(CheckpointError) as err:
+        load_state_dict_strict(model, state)
+    msg = str(err.value)
+    assert "norm.bias" in msg and "extra.weight" in msg
+    assert "blocks.0.mlp.fc1.bias: model (128,) vs checkpoint (7,)" in msg
+
+
+def test_missing_file_and_unknown_type(tmp_path) -> None:
+    with pytest.raises(FileNotFoundError, match="checkpoint not found"):
+        vitkit.load(tmp_path / "nope.npz")
+    (tmp_path / "weights.h5").write_bytes(b"x")
+    with pytest.raises(CheckpointError, match=r"unknown checkpoint type '\.h5'"):
+        vitkit.load(tmp_path / "weights.h5")
+    (tmp_path / "d").mkdir()
+    with pytest.raises(CheckpointError, match="not a checkpoint"):
+        vitkit.load(tmp_path / "d")
+
+
+@pytest.mark.parametrize("suffix", [".safetensors", ".pth", ".npz"])
+def test_truncated_files(tmp_path, suffix: str) -> None:
+    model = randomized(tiny())
+    path = tmp_path / f"w{suffix}"
+    if suffix == ".safetensors":
+        save_file(model.state_dict(), str(path))
+    elif suffix == ".pth":
+        torch.save(model.state_dict(), path)
+    else:
+        import numpy as np
+
+        np.savez(path, **{"embedding/kernel": np.zeros((8, 8, 3, 64), np.float32)})
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(CheckpointError, match="corrupt or truncated"):
+        vitkit.load(path)
+
+
+def test_pickle_with_objects_is_refused(tmp_path) -> None:
+    path = tmp_path / "evil.pth"
+    torch.save({"args": argparse.Namespace(lr=1), "w": torch.zeros(1)}, path)
+    with pytest.raises(CheckpointError, match="refusing to load"):
+        vitkit.load(path)
+
+
+def test_state_dict_of_unknown_layout(tmp_path) -> None:
+    with pytest.raises(CheckpointError, match="unrecognised state dict"):
+        vitkit.load({"fc.weight": torch.zeros(2, 2)})
+
+
+def test_our_config_with_unknown_key(tmp_path) -> None:
+    vitkit.save(randomized(tiny()), tmp_path)
+    meta = json.loads((tmp_path / "config.json").read_text())
+    meta["model"]["hiden_size"] = meta["model"].pop("hidden_size")
+    (tmp_path / "config.json").write_text(json.dumps(meta))
+    with pytest.raises(CheckpointError, match="did you mean 'hidden_size'"):
+        vitkit.load(tmp_path)

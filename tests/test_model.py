@@ -1,0 +1,300 @@
+"""The model against timm with the same weights, and the model contract of DESIGN.md."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import timm
+import torch
+from torch import nn
+
+import vitkit
+from vitkit.config import ModelConfig, ResNetConfig
+from vitkit.model import VisionTransformer
+from vitkit.model.posemb import resize_grid, sincos2d
+
+
+def tiny(**kw) -> ModelConfig:
+    base = dict(
+        image_size=32,
+        patch_size=8,
+        hidden_size=64,
+        num_layers=2,
+        num_heads=4,
+        mlp_dim=128,
+        num_classes=10,
+    )
+    return ModelConfig(**{**base, **kw})
+
+
+def randomize(model: nn.Module, std: float = 0.2, seed: int = 0) -> nn.Module:
+    """Re-draw every parameter so logits are O(1) and the (zero-initialised) head is not zero."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * std)
+    return model
+
+
+def timm_vit(*, gap: bool, **kw) -> nn.Module:
+    extra = dict(class_token=False, global_pool="avg", fc_norm=False) if gap else {}
+    return timm.models.vision_transformer.VisionTransformer(**kw, **extra)
+
+
+TIMM_SHAPES = [
+    # img, patch, dim, depth, heads, mlp_ratio, classes, chans
+    (32, 8, 64, 2, 4, 2.0, 10, 3),
+    (32, 4, 48, 1, 2, 4.0, 7, 1),
+    (64, 16, 96, 3, 6, 3.0, 5, 3),
+    (28, 14, 32, 2, 2, 4.0, 3, 3),
+]
+
+
+@pytest.mark.parametrize("gap", [False, True], ids=["token", "gap"])
+@pytest.mark.parametrize("shape", TIMM_SHAPES, ids=lambda s: f"img{s[0]}p{s[1]}d{s[2]}L{s[3]}")
+def test_logits_equal_timm(shape, gap: bool) -> None:
+    img, patch, dim, depth, heads, ratio, classes, chans = shape
+    peer = timm_vit(
+        gap=gap,
+        img_size=img,
+        patch_size=patch,
+        embed_dim=dim,
+        depth=depth,
+        num_heads=heads,
+        mlp_ratio=ratio,
+        num_classes=classes,
+        in_chans=chans,
+    )
+    randomize(peer).eval()
+    ours = vitkit.load(peer)
+    assert ours.cfg.classifier == ("gap" if gap else "token")
+    assert ours.cfg.num_heads == heads
+    x = torch.randn(4, chans, img, img)
+    with torch.no_grad():
+        expected, got = peer(x), ours(x)
+        assert expected.abs().mean() > 0.1  # the comparison is between non-trivial logits
+        assert (got - expected).abs().max() <= 1e-5
+        assert (ours.forward_features(x) - peer.forward_features(x)).abs().max() <= 1e-5
+
+
+def test_timm_state_dict_heads_from_preset_or_argument(tmp_path) -> None:
+    peer = randomize(timm.create_model("vit_tiny_patch16_224", num_classes=4), std=0.05).eval()
+    ours = vitkit.load(peer.state_dict())  # Ti: hidden 192, 12 layers, mlp 768 -> 3 heads
+    assert ours.cfg.num_heads == 3
+    odd = randomize(
+        timm_vit(
+            gap=False, img_size=32, patch_size=8, embed_dim=64, depth=2, num_heads=8, num_classes=3
+        )
+    ).eval()
+    with pytest.raises(ValueError, match="num_heads"):
+        vitkit.load(odd.state_dict())
+    model = vitkit.load(odd.state_dict(), num_heads=8)
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        assert (model(x) - odd(x)).abs().max() <= 1e-5
+
+
+def test_intermediates_and_explicit_attention_match_fused() -> None:
+    model = randomize(VisionTransformer(tiny(representation_size=48))).eval()
+    x = torch.randn(3, 3, 32, 32)
+    with torch.no_grad():
+        out = model.intermediates(x, attention=True)
+        fused = model(x)
+    assert set(out) == {
+        "patch_embed",
+        "block0",
+        "block1",
+        "attn0",
+        "attn1",
+        "encoded",
+        "pooled",
+        "pre_logits",
+        "logits",
+    }
+    assert out["patch_embed"].shape == (3, 16, 64)
+    assert out["block1"].shape == out["encoded"].shape == (3, 17, 64)
+    assert out["attn0"].shape == (3, 4, 17, 17)
+    torch.testing.assert_close(out["attn1"].sum(-1), torch.ones(3, 4, 17), rtol=0, atol=1e-5)
+    assert out["pre_logits"].shape == (3, 48)
+    assert (out["logits"] - fused).abs().max() <= 1e-5  # explicit path == fused SDPA path
+    # timm's forward_head(pre_logits=True) meaning: the features the head sees.
+    with torch.no_grad():
+        feats = model.forward_head(model.forward_features(x), pre_logits=True)
+    torch.testing.assert_close(feats, out["pre_logits"])
+
+
+def test_stages_compose_to_forward() -> None:
+    model = randomize(VisionTransformer(tiny())).eval()
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        tokens = model.encode(model.embed_patches(x))
+        torch.testing.assert_close(model.forward_head(tokens), model(x))
+        torch.testing.assert_close(model.pool(tokens), tokens[:, 0])
+
+
+def test_any_multiple_of_patch_size_and_clear_error() -> None:
+    model = randomize(VisionTransformer(tiny())).eval()
+    with torch.no_grad():
+        assert model(torch.randn(2, 3, 48, 64)).shape == (2, 10)
+        # Inference at another size interpolates the posemb on the fly, as resize_pos_embed does.
+        x = torch.randn(2, 3, 64, 64)
+        on_the_fly = model(x)
+        model.resize_pos_embed(8)
+        torch.testing.assert_close(model(x), on_the_fly)
+    assert model.cfg.image_size == 64
+    with pytest.raises(ValueError, match="not a multiple of the model's patch stride 8"):
+        model(torch.randn(1, 3, 30, 32))
+
+
+def test_resize_matches_scipy_zoom_order1() -> None:
+    scipy_ndimage = pytest.importorskip("scipy.ndimage")
+    posemb = torch.randn(1, 7 * 7, 16)
+    ours = resize_grid(posemb, (7, 7), (12, 12))
+    grid = posemb.reshape(7, 7, 16).numpy()
+    expected = scipy_ndimage.zoom(grid, (12 / 7, 12 / 7, 1), order=1)  # the official resize
+    np.testing.assert_allclose(ours.reshape(12, 12, 16).numpy(), expected, atol=1e-5)
+
+
+def test_resize_pos_embed_keeps_class_token() -> None:
+    model = randomize(VisionTransformer(tiny()))
+    cls_pe = model.pos_embed[:, :1].detach().clone()
+    model.resize_pos_embed(6)
+    assert model.pos_embed.shape == (1, 1 + 36, 64)
+    torch.testing.assert_close(model.pos_embed[:, :1], cls_pe)
+
+
+def test_sincos2d_is_big_vision_formula() -> None:
+    h, w, dim = 3, 4, 16
+    pe = sincos2d((h, w), dim)[0].numpy()
+    y, x = np.mgrid[:h, :w]
+    omega = 1.0 / 10000 ** (np.arange(dim // 4) / (dim // 4 - 1))
+    ey, ex = np.einsum("m,d->md", y.flatten(), omega), np.einsum("m,d->md", x.flatten(), omega)
+    expected = np.concatenate([np.sin(ex), np.cos(ex), np.sin(ey), np.cos(ey)], axis=1)
+    np.testing.assert_allclose(pe, expected, atol=1e-6)
+    model = VisionTransformer(tiny(posemb="sincos2d", classifier="gap"))
+    assert "pos_embed" not in model.state_dict()  # fixed, not a parameter
+
+
+def test_official_initialisation() -> None:
+    torch.manual_seed(0)
+    model = VisionTransformer(
+        tiny(
+            hidden_size=256, num_heads=4, mlp_dim=512, representation_size=128, head_bias_init=-6.9
+        )
+    )
+    D = 256
+    assert torch.count_nonzero(model.head.weight) == 0  # zero head [P App. B.1.1]
+    assert torch.all(model.head.bias == -6.9)
+    assert torch.count_nonzero(model.cls_token) == 0
+    assert abs(model.pos_embed.std().item() - 0.02) < 0.002
+    block = model.blocks[0]
+    bound = math.sqrt(6 / (D + D))  # xavier per q/k/v slice, as if separate (D x D) kernels
+    for part in block.attn.qkv.weight.chunk(3):
+        assert part.abs().max() <= bound and part.abs().max() > 0.95 * bound
+    assert torch.count_nonzero(block.attn.qkv.bias) == 0
+    assert block.mlp.fc1.bias.abs().max() < 1e-5 and torch.count_nonzero(block.mlp.fc1.bias) > 0
+    fan_in = 3 * 8 * 8
+    std = model.patch_embed.proj.weight.std().item()
+    assert abs(std - math.sqrt(1 / fan_in)) < 0.1 * math.sqrt(1 / fan_in)  # lecun normal
+    assert model.blocks[0].norm1.eps == 1e-6
+
+
+def test_reset_head_is_zero_and_drops_pre_logits() -> None:
+    model = randomize(VisionTransformer(tiny(representation_size=32)))
+    model.reset_head(3)
+    assert model.pre_logits is None and model.cfg.representation_size is None
+    assert model.head.weight.shape == (3, 64) and torch.count_nonzero(model.head.weight) == 0
+    assert torch.all(model(torch.randn(2, 3, 32, 32)) == 0)  # a zero head predicts 0 at step 0
+    model.reset_head(0)
+    assert model(torch.randn(2, 3, 32, 32)).shape == (2, 64)  # features only, as timm
+
+
+def test_headless_feature_extractor() -> None:
+    model = vitkit.create_model("ViT-mu/16", num_classes=0, image_size=32).eval()
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), model.forward_features(x)[:, 0])
+    assert "logits" not in model.intermediates(x)
+
+
+def test_dropout_where_the_paper_puts_it() -> None:
+    model = VisionTransformer(tiny(dropout_rate=0.1, attention_dropout_rate=0.1))
+    drops = [name for name, m in model.named_modules() if isinstance(m, nn.Dropout)]
+    # after adding posemb, after the attention output projection, after each MLP dense; not qkv
+    assert drops == ["pos_drop"] + [
+        f"blocks.{i}.{n}" for i in range(2) for n in ("attn.proj_drop", "mlp.drop1", "mlp.drop2")
+    ]
+    assert model.blocks[0].attn.attn_drop_rate == 0.1
+    x = torch.randn(2, 3, 32, 32)
+    randomize(model)
+    model.train()
+    assert not torch.equal(model(x), model(x))
+    model.eval()
+    assert torch.equal(model(x), model(x))
+
+
+def test_drop_path_schedule_and_behaviour() -> None:
+    model = randomize(VisionTransformer(tiny(num_layers=3, drop_path_rate=0.2)))
+    assert [b.drop_path.rate for b in model.blocks] == pytest.approx([0.0, 0.1, 0.2])
+    x = torch.randn(8, 3, 32, 32)
+    model.train()
+    torch.manual_seed(0)
+    a = model(x)
+    torch.manual_seed(1)
+    assert not torch.equal(a, model(x))
+
+
+def test_no_weight_decay() -> None:
+    model = VisionTransformer(tiny())
+    names = model.no_weight_decay()
+    assert {"pos_embed", "cls_token", "norm.weight", "blocks.0.attn.qkv.bias", "head.bias"} <= names
+    assert not names & {"blocks.0.attn.qkv.weight", "head.weight", "patch_embed.proj.weight"}
+
+
+def test_hybrid_forward_and_shapes() -> None:
+    cfg = tiny(image_size=64, patch_size=1, resnet=ResNetConfig(num_layers=(1, 1)))
+    model = randomize(VisionTransformer(cfg), std=0.05).eval()
+    assert cfg.grid_size == 8  # stride 4 (root) x 2 (second stage)
+    with torch.no_grad():
+        assert model(torch.randn(2, 3, 64, 64)).shape == (2, 10)
+        assert model(torch.randn(1, 3, 40, 48)).shape == (1, 10)  # SAME padding, any multiple of 8
+    bn = model.patch_embed.backbone.stages[0].blocks[0]
+    fresh = VisionTransformer(cfg)
+    assert torch.count_nonzero(fresh.patch_embed.backbone.stages[0].blocks[0].norm3.weight) == 0
+    assert bn.downsample is not None  # 64 -> 256 channels needs a projection
+
+
+def test_bf16_autocast_close_to_fp32() -> None:
+    model = randomize(VisionTransformer(tiny()), std=0.1).eval()
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        ref = model(x)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            low = model(x)
+    assert low.dtype == torch.bfloat16
+    assert (low.float() - ref).abs().max() < 0.05 * ref.abs().max() + 0.05
+
+
+@pytest.mark.slow
+def test_torch_compile_matches_eager() -> None:
+    model = randomize(VisionTransformer(tiny(num_layers=1)), std=0.1).eval()
+    compiled = torch.compile(model)
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-5)
+
+
+def test_create_model_overrides_are_strict() -> None:
+    model = vitkit.create_model(
+        "ViT-mu/16", num_classes=5, image_size=32, in_chans=1, classifier="gap"
+    )
+    assert (model.cfg.num_classes, model.cfg.in_chans, model.cfg.classifier) == (5, 1, "gap")
+    assert vitkit.create_model("ViT-mu/16", representation_size=16).pre_logits is not None
+    with pytest.raises(TypeError):
+        vitkit.create_model("ViT-mu/16", num_clases=5)
+    with pytest.raises(ValueError, match="image_size=30"):
+        vitkit.create_model("ViT-mu/16", image_size=30)
+    with pytest.raises(ValueError, match="classifier='cls'"):
+        vitkit.create_model("ViT-mu/16", classifier="cls")

@@ -1,0 +1,334 @@
+"""The official Flax checkpoints: vit_jax and big_vision ``.npz`` files [PAPER.md A1, A2, A10].
+
+Shapes: P patch, C channels, W ResNet root width, D hidden, H heads, Dh = D / H, M mlp_dim,
+N patches, T = 1 + N tokens, L layers, R representation size, K classes.
+
+Two codebases wrote these files, one model under two sets of names:
+
+- vit_jax (google-research/vision_transformer, ``models_vit.py``, ``checkpoint.py``): blocks
+  ``Transformer/encoderblock_{i}/`` hold ``LayerNorm_0, MultiHeadDotProductAttention_1,
+  LayerNorm_2, MlpBlock_3`` in the released files (older flax numbered submodules across types)
+  or ``LayerNorm_0, MultiHeadDotProductAttention_0, LayerNorm_1, MlpBlock_0`` (current flax). The
+  learned posemb ``Transformer/posembed_input/pos_embedding`` (1, T, D) has a class-token slot.
+  Hybrids add the BiT root ``conv_root, gn_root`` and units ``block{s}/unit{u}/{conv,gn}{1,2,3}``
+  with ``conv_proj, gn_proj`` on the first unit of a stage [PAPER.md A2]. Keys may start with
+  ``opt/target/``.
+- big_vision (``models/vit.py``): keys start with ``params/``; current flax names, optionally
+  scan-stacked into ``Transformer/encoderblock/`` with a leading layer axis L. The posemb
+  ``pos_embedding`` (1, N, D) is added to the patches *before* the class token is prepended, so
+  the class token gets none: a zero slot in our (1, T, D) table is exact. No stored posemb means
+  a fixed one (big_vision's default ``sincos2d``, or what ``posemb=`` says).
+
+Flax stores conv kernels HWIO (kh, kw, in, out), Dense kernels (in, out), attention q/k/v kernels
+(D, H, Dh) and the out kernel (H, Dh, D); norms have ``scale``/``bias``. Our layout is timm's.
+Flax ``nn.gelu`` is the tanh approximation and its LayerNorm eps is 1e-6, so the inferred config
+says ``act='gelu_tanh'``. The classifier is ``token`` when there is a ``cls`` array and ``gap``
+otherwise (big_vision's ``pool_type='0'``, the first patch token, cannot be told from the arrays).
+
+Loading is strict: every array in the file must be used and every array the inferred model needs
+must be there, or one ``CheckpointError`` lists all of them.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Mapping
+from typing import NamedTuple
+
+import numpy as np
+import torch
+
+from ...config import ConfigError, ModelConfig, ResNetConfig
+from ..checkpoint import CheckpointError
+
+PREFIXES = ("", "opt/target/", "params/")  # plain / vit_jax training state / big_vision
+RELEASED = ("LayerNorm_0", "MultiHeadDotProductAttention_1", "LayerNorm_2", "MlpBlock_3")
+CURRENT = ("LayerNorm_0", "MultiHeadDotProductAttention_0", "LayerNorm_1", "MlpBlock_0")
+VIT_JAX_POSEMB = "Transformer/posembed_input/pos_embedding"  # (1, T, D): class slot included
+BIG_VISION_POSEMB = "pos_embedding"  # (1, N, D): patches only
+DEFAULT_IMAGE_SIZE = 224  # the paper's resolution, used only when no stored posemb fixes the grid
+
+
+class _Rule(NamedTuple):
+    """How one tensor of ours is made: from these arrays (at ``layer`` when scan-stacked)."""
+
+    keys: tuple[str, ...]
+    layer: int | None
+    convert: Callable[..., np.ndarray]
+
+
+def _same(a: np.ndarray) -> np.ndarray:
+    return a
+
+
+def _conv(w: np.ndarray) -> np.ndarray:
+    return w.transpose(3, 2, 0, 1)  # HWIO (kh, kw, in, out) -> OIHW (out, in, kh, kw)
+
+
+def _dense(w: np.ndarray) -> np.ndarray:
+    return w.T  # (in, out) -> (out, in)
+
+
+def _qkv_weight(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
+    # 3 x (D, H, Dh) -> 3 x (H*Dh, D) -> (3D, D), rows ordered q, k, v as timm's fused qkv
+    return np.concatenate([w.reshape(w.shape[0], -1).T for w in (q, k, v)])
+
+
+def _qkv_bias(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
+    return np.concatenate([b.reshape(-1) for b in (q, k, v)])  # 3 x (H, Dh) -> (3D,)
+
+
+def _out_weight(w: np.ndarray) -> np.ndarray:
+    return w.reshape(-1, w.shape[-1]).T  # (H, Dh, D) -> (D, H*Dh)
+
+
+def _cls_slot(pe: np.ndarray) -> np.ndarray:
+    return np.concatenate([np.zeros_like(pe[:, :1]), pe], axis=1)  # (1, N, D) -> (1, 1+N, D)
+
+
+class _Arrays:
+    """A checkpoint's arrays, addressed without the file's key prefix."""
+
+    def __init__(self, arrays: Mapping[str, np.ndarray]) -> None:
+        prefix = next((p for p in PREFIXES if f"{p}embedding/kernel" in arrays), None)
+        if prefix is None:
+            raise CheckpointError(
+                "not an official ViT checkpoint: no patch embedding 'embedding/kernel' "
+                f"(nor under {', '.join(repr(p) for p in PREFIXES[1:])}); "
+                f"first keys: {', '.join(list(arrays)[:5])}"
+            )
+        self.all = arrays
+        self.prefix = prefix
+        self.keys = [k[len(prefix) :] for k in arrays if k.startswith(prefix)]
+
+    def __contains__(self, key: str) -> bool:
+        return self.prefix + key in self.all
+
+    def shape(self, key: str, ndim: int) -> tuple[int, ...]:
+        shape = tuple(np.shape(self.all[self.prefix + key]))
+        if len(shape) != ndim:
+            raise CheckpointError(f"{self.prefix}{key}: expected {ndim} dimensions, found {shape}")
+        return shape
+
+    def find(self, pattern: str) -> str | None:
+        """The first key matching a regular expression (the shape it fixes is the same in all)."""
+        return next((k for k in self.keys if re.fullmatch(pattern, k)), None)
+
+    def get(self, key: str, layer: int | None) -> np.ndarray:
+        a = np.asarray(self.all[self.prefix + key])
+        if not np.issubdtype(a.dtype, np.floating):
+            raise CheckpointError(f"{self.prefix}{key}: dtype {a.dtype} is not a float type")
+        return (a if layer is None else a[layer]).astype(np.float32)
+
+
+def _width(w: _Arrays, dense: str) -> int | None:
+    """Output width of an optional Dense layer, from its kernel (in, out) or its bias (out,)."""
+    if f"{dense}/kernel" in w:
+        return w.shape(f"{dense}/kernel", 2)[1]
+    return w.shape(f"{dense}/bias", 1)[0] if f"{dense}/bias" in w else None
+
+
+def _infer_resnet(w: _Arrays) -> ResNetConfig | None:
+    """ResNet stages from the unit keys ``block{s}/unit{u}/``; root only when there are none."""
+    if "conv_root/kernel" not in w:
+        return None
+    width = w.shape("conv_root/kernel", 4)[3]  # (7, 7, C, W)
+    if width % 64:
+        raise CheckpointError(f"conv_root has {width} channels: expected 64 x width_factor")
+    units: dict[int, int] = {}
+    for key in w.keys:
+        if m := re.match(r"block(\d+)/unit(\d+)/", key):
+            units[int(m[1])] = max(units.get(int(m[1]), 0), int(m[2]))
+    try:
+        num_layers = tuple(units.get(s, 0) for s in range(1, max(units, default=0) + 1))
+        return ResNetConfig(num_layers=num_layers, width_factor=width // 64)
+    except ConfigError as e:
+        raise CheckpointError(f"hybrid ResNet stages {sorted(units.items())}: {e}") from None
+
+
+def _infer(w: _Arrays, posemb: str | None) -> tuple[ModelConfig, tuple[str, ...], bool, str | None]:
+    """The model the arrays describe, the block naming, scan-stacking and the posemb key."""
+    if any(k.startswith("MAPHead_0/") for k in w.keys):
+        raise CheckpointError(
+            "big_vision pool_type='map' (attention-pooling head 'MAPHead_0') is not supported: "
+            "vitkit pools with the class token or the mean ('token' or 'gap')"
+        )
+    ph, pw, C, D = w.shape("embedding/kernel", 4)  # (P, P, C, D)
+    if ph != pw:
+        raise CheckpointError(f"embedding/kernel has a {ph}x{pw} patch: expected a square patch")
+    P = ph
+    resnet = _infer_resnet(w)
+    in_chans = w.shape("conv_root/kernel", 4)[2] if resnet else C
+    scan = w.find(r"Transformer/encoderblock/.*") is not None
+    query = w.find(r"Transformer/encoderblock(_\d+)?/MultiHeadDotProductAttention_\d/query/kernel")
+    dense0 = w.find(r"Transformer/encoderblock(_\d+)?/MlpBlock_\d/Dense_0/kernel")
+    if query is None or dense0 is None:
+        raise CheckpointError("no encoder block with attention and MLP kernels under Transformer/")
+    names = RELEASED if "MultiHeadDotProductAttention_1" in query else CURRENT
+    stacked = int(scan)  # scan-stacked arrays carry a leading layer axis L
+    if scan:
+        num_layers = w.shape(query, 4)[0]  # (L, D, H, Dh)
+    else:
+        num_layers = 1 + max(
+            int(m[1]) for k in w.keys if (m := re.match(r"Transformer/encoderblock_(\d+)/", k))
+        )
+    H = w.shape(query, 3 + stacked)[-2]  # (D, H, Dh)
+    mlp_dim = w.shape(dense0, 2 + stacked)[-1]  # (D, M)
+    classifier = "token" if "cls" in w else "gap"
+    stride = P * (resnet.stride if resnet else 1)
+    posemb_key = next((k for k in (VIT_JAX_POSEMB, BIG_VISION_POSEMB) if k in w), None)
+    if posemb_key is None:
+        if posemb == "learn":
+            raise CheckpointError("posemb='learn' but the checkpoint stores no position embedding")
+        kind = posemb or "sincos2d"
+        image_size = stride * max(round(DEFAULT_IMAGE_SIZE / stride), 1)
+    else:
+        if posemb not in (None, "learn"):
+            raise CheckpointError(f"posemb={posemb!r} but the checkpoint stores a learned one")
+        kind = "learn"
+        tokens = w.shape(posemb_key, 3)[1]  # (1, T, D) vit_jax or (1, N, D) big_vision
+        n = tokens - (classifier == "token" and posemb_key == VIT_JAX_POSEMB)
+        grid = math.isqrt(max(n, 0))
+        if grid * grid != n:
+            raise CheckpointError(
+                f"{w.prefix}{posemb_key} has {tokens} tokens: {n} patch tokens are not a square "
+                "grid, so the image size cannot be inferred"
+            )
+        image_size = grid * stride
+    try:
+        cfg = ModelConfig(
+            image_size=image_size,
+            patch_size=P,
+            hidden_size=D,
+            num_layers=num_layers,
+            num_heads=H,
+            mlp_dim=mlp_dim,
+            num_classes=_width(w, "head") or 0,
+            in_chans=in_chans,
+            classifier=classifier,
+            representation_size=_width(w, "pre_logits"),
+            posemb=kind,  # type: ignore[arg-type]
+            act="gelu_tanh",
+            layer_norm_eps=1e-6,
+            resnet=resnet,
+        )
+    except ConfigError as e:
+        raise CheckpointError(f"official checkpoint describes an invalid model: {e}") from None
+    return cfg, names, scan, posemb_key
+
+
+def _rules(
+    cfg: ModelConfig, names: tuple[str, ...], scan: bool, posemb_key: str | None
+) -> dict[str, _Rule]:
+    """The crosswalk: each of our tensors, the official arrays it comes from and the conversion."""
+    rules: dict[str, _Rule] = {}
+
+    def add(target: str, convert: Callable[..., np.ndarray], *keys: str, layer: int | None = None):
+        rules[target] = _Rule(keys, layer, convert)
+
+    def norm(target: str, key: str, layer: int | None = None) -> None:  # LayerNorm or GroupNorm
+        add(f"{target}.weight", _same, f"{key}/scale", layer=layer)
+        add(f"{target}.bias", _same, f"{key}/bias", layer=layer)
+
+    def dense(target: str, key: str, layer: int | None = None) -> None:
+        add(f"{target}.weight", _dense, f"{key}/kernel", layer=layer)
+        add(f"{target}.bias", _same, f"{key}/bias", layer=layer)
+
+    if cfg.resnet is not None:
+        stem = "patch_embed.backbone.stem"
+        add(f"{stem}.conv.weight", _conv, "conv_root/kernel")  # (7, 7, C, W) -> (W, C, 7, 7)
+        norm(f"{stem}.norm", "gn_root")
+        for s, depth in enumerate(cfg.resnet.num_layers):
+            for u in range(depth):  # official names count from 1, ours from 0
+                src = f"block{s + 1}/unit{u + 1}"
+                dst = f"patch_embed.backbone.stages.{s}.blocks.{u}"
+                for k in (1, 2, 3):
+                    add(f"{dst}.conv{k}.weight", _conv, f"{src}/conv{k}/kernel")
+                    norm(f"{dst}.norm{k}", f"{src}/gn{k}")
+                if u == 0:  # the first unit of a stage changes width (and stride): projection
+                    add(f"{dst}.downsample.conv.weight", _conv, f"{src}/conv_proj/kernel")
+                    norm(f"{dst}.downsample.norm", f"{src}/gn_proj")
+    add("patch_embed.proj.weight", _conv, "embedding/kernel")  # (P, P, C, D) -> (D, C, P, P)
+    add("patch_embed.proj.bias", _same, "embedding/bias")
+    if cfg.classifier == "token":
+        add("cls_token", _same, "cls")  # (1, 1, D)
+    if posemb_key is not None:
+        no_slot = posemb_key == BIG_VISION_POSEMB and cfg.classifier == "token"
+        add("pos_embed", _cls_slot if no_slot else _same, posemb_key)  # (1, T, D)
+    ln1, mha, ln2, mlp = names
+    for i in range(cfg.num_layers):
+        src, dst = "Transformer/encoderblock" + ("" if scan else f"_{i}"), f"blocks.{i}"
+        layer = i if scan else None
+        norm(f"{dst}.norm1", f"{src}/{ln1}", layer)
+        qkv = [f"{src}/{mha}/{n}" for n in ("query", "key", "value")]
+        add(f"{dst}.attn.qkv.weight", _qkv_weight, *(f"{k}/kernel" for k in qkv), layer=layer)
+        add(f"{dst}.attn.qkv.bias", _qkv_bias, *(f"{k}/bias" for k in qkv), layer=layer)
+        add(f"{dst}.attn.proj.weight", _out_weight, f"{src}/{mha}/out/kernel", layer=layer)
+        add(f"{dst}.attn.proj.bias", _same, f"{src}/{mha}/out/bias", layer=layer)
+        norm(f"{dst}.norm2", f"{src}/{ln2}", layer)
+        dense(f"{dst}.mlp.fc1", f"{src}/{mlp}/Dense_0", layer)
+        dense(f"{dst}.mlp.fc2", f"{src}/{mlp}/Dense_1", layer)
+    norm("norm", "Transformer/encoder_norm")
+    if cfg.representation_size:
+        dense("pre_logits.fc", "pre_logits")
+    if cfg.num_classes:
+        dense("head", "head")
+    return rules
+
+
+def _check_keys(w: _Arrays, rules: Mapping[str, _Rule], cfg: ModelConfig) -> None:
+    """One error naming every array the model needs and lacks, and every array left unused."""
+    needed = {k for rule in rules.values() for k in rule.keys}
+    missing = sorted(w.prefix + k for k in needed if k not in w)
+    unused = sorted(set(w.all) - {w.prefix + k for k in needed})
+    unstacked = sorted(  # scan-stacked arrays must all hold L layers
+        w.prefix + k
+        for rule in rules.values()
+        if rule.layer is not None
+        for k in rule.keys
+        if k in w and np.shape(w.all[w.prefix + k])[:1] != (cfg.num_layers,)
+    )
+    parts = [
+        f"{what} ({len(keys)}): {', '.join(dict.fromkeys(keys))}"
+        for what, keys in (
+            ("missing", missing),
+            ("not used", unused),
+            (f"leading axis is not the {cfg.num_layers} layers", unstacked),
+        )
+        if keys
+    ]
+    if parts:
+        raise CheckpointError(
+            f"official checkpoint does not fit the model it describes (hidden {cfg.hidden_size}, "
+            f"{cfg.num_layers} layers, classifier {cfg.classifier!r}, "
+            f"resnet {cfg.resnet.num_layers if cfg.resnet else None}). " + " | ".join(parts)
+        )
+
+
+def read_official(
+    arrays: Mapping[str, np.ndarray], *, posemb: str | None = None
+) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
+    """Infer the model of a vit_jax or big_vision ``.npz`` and convert its arrays to our layout.
+
+    ``arrays`` is the flat dict of the file (``vitkit.io.checkpoint.read_npz``). ``posemb`` names
+    the fixed position embedding of a checkpoint that stores none (default ``'sincos2d'``, as
+    big_vision); it must be ``None`` or ``'learn'`` when one is stored. Returns the config and a
+    state dict for ``load_state_dict_strict(VisionTransformer(cfg), state)``, which also checks
+    every shape (an inconsistent file, e.g. blocks of different widths, fails there).
+    """
+    if posemb not in (None, "learn", "sincos2d", "none"):
+        raise CheckpointError(f"posemb={posemb!r}: expected None, 'learn', 'sincos2d' or 'none'")
+    w = _Arrays(arrays)
+    cfg, names, scan, posemb_key = _infer(w, posemb)
+    rules = _rules(cfg, names, scan, posemb_key)
+    _check_keys(w, rules, cfg)
+    state = {}
+    for target, rule in rules.items():
+        try:
+            value = rule.convert(*(w.get(k, rule.layer) for k in rule.keys))
+        except ValueError as e:  # q/k/v or kernels whose shapes do not fit together
+            shapes = [np.shape(w.all[w.prefix + k]) for k in rule.keys]
+            raise CheckpointError(f"cannot make {target} from {rule.keys} {shapes}: {e}") from None
+        state[target] = torch.from_numpy(np.ascontiguousarray(value))
+    return cfg, state

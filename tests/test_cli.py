@@ -1,0 +1,77 @@
+"""The command line: each verb end to end, and user errors as one line with exit status 2."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import torch
+
+import vitkit
+from vitkit.cli import main
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "vitkit", *args], capture_output=True, text=True, timeout=120
+    )
+
+
+def test_presets_lists_official_counts(capsys) -> None:
+    assert main(["presets"]) == 0
+    out = capsys.readouterr().out
+    assert "ViT-B/16" in out and "86,567,656" in out and "35.13" in out
+    assert "R50+ViT-B/16" in out and "98,659,112" in out
+    assert "vit_base_patch16_224" in out
+
+
+def test_help_does_not_import_torch() -> None:
+    code = "import sys; from vitkit.cli import main\ntry:\n main(['--help'])\nexcept SystemExit: pass\nprint('torch' in sys.modules)"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60
+    ).stdout
+    assert out.strip().endswith("False")
+
+
+def test_convert_timm_file_to_ours_and_hf(tmp_path) -> None:
+    import timm
+
+    peer = timm.models.vision_transformer.VisionTransformer(
+        img_size=32, patch_size=8, embed_dim=64, depth=1, num_heads=4, num_classes=3
+    ).eval()
+    torch.save(peer.state_dict(), tmp_path / "timm.pth")
+    assert (
+        main(
+            [
+                "convert",
+                str(tmp_path / "timm.pth"),
+                str(tmp_path / "ours"),
+                "--num-heads",
+                "4",
+                "--image-size",
+                "48",
+            ]
+        )
+        == 0
+    )
+    model = vitkit.load(tmp_path / "ours")
+    assert model.cfg.image_size == 48 and model.cfg.num_heads == 4
+    assert main(["convert", str(tmp_path / "ours"), str(tmp_path / "hf"), "--format", "hf"]) == 0
+    assert (tmp_path / "hf" / "config.json").is_file()
+
+
+def test_summary_of_preset(capsys) -> None:
+    assert main(["summary", "ViT-mu/16"]) == 0
+    assert "parameters   76,712" in capsys.readouterr().out
+
+
+def test_user_errors_are_one_line() -> None:
+    for args, needle in [
+        (["summary", "ViT-Q/16"], "unknown model 'ViT-Q/16'"),
+        (["convert", "/no/such.npz", "out"], "checkpoint not found"),
+        (["presets", "Nothing*"], "no preset matches"),
+    ]:
+        proc = run(*args)
+        assert proc.returncode == 2, proc.stderr
+        assert needle in proc.stderr
+        assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1

@@ -3,10 +3,11 @@
     .venv/bin/python benchmarks/forward_throughput.py                   # ViT-S/16 and ViT-B/16, 224, batch 32
     .venv/bin/python benchmarks/forward_throughput.py --models ViT-Ti/16 --rounds 3
 
-Each round times every contender on the same input (``iters`` forward passes after one warm-up
-pass in round 0), in alternation, so drift of a shared machine hits both sides alike. Reports the
-median images/s per contender, the spread, and the median of the per-round ratios vitkit / timm,
-plus the max abs logit difference between the two (they hold the same weights).
+Each round times both contenders on the same input (``iters`` forward passes each, after one
+warm-up pass), alternating which goes first, so drift of a shared machine hits both sides alike;
+half the rounds build timm first and half vitkit first (see ``build_pair``). Reports the median
+images/s per contender, the median and range of the per-round ratios vitkit / timm, and the max
+abs logit difference between the two (they hold the same weights).
 """
 
 from __future__ import annotations
@@ -37,25 +38,45 @@ def images_per_second(model: torch.nn.Module, x: torch.Tensor, iters: int) -> fl
         return iters * x.shape[0] / (time.perf_counter() - start)
 
 
-def bench(preset: str, batch: int, rounds: int, iters: int) -> dict[str, float]:
+def build_pair(preset: str, vitkit_first: bool) -> tuple[torch.nn.Module, torch.nn.Module]:
+    """vitkit and timm models holding the same random weights, the one or the other built first.
+
+    Where a tensor lands in memory changes matmul speed by several percent on this machine
+    (measured: the model built second ran ~5% slower whichever it was), so the harness alternates
+    the build order and pools the rounds of both orders.
+    """
     torch.manual_seed(0)
-    peer = timm.create_model(timm_name(preset), pretrained=False).eval()
-    with torch.no_grad():  # non-zero weights everywhere, so the logit check means something
-        for p in peer.parameters():
-            p.normal_(0, 0.02)
-    ours = vitkit.load(peer).eval()
-    x = torch.randn(batch, 3, ours.cfg.image_size, ours.cfg.image_size)
-    with torch.inference_mode():
-        diff = (ours(x) - peer(x)).abs().max().item()  # also the warm-up pass for both
+    if vitkit_first:
+        ours = vitkit.create_model(preset)
+        with torch.no_grad():  # non-zero weights everywhere, so the logit check means something
+            for p in ours.parameters():
+                p.normal_(0, 0.02)
+        peer = timm.create_model(timm_name(preset), pretrained=False)
+        peer.load_state_dict(ours.state_dict())
+    else:
+        peer = timm.create_model(timm_name(preset), pretrained=False)
+        with torch.no_grad():
+            for p in peer.parameters():
+                p.normal_(0, 0.02)
+        ours = vitkit.load(peer)
+    return ours.eval(), peer.eval()
+
+
+def bench(preset: str, batch: int, rounds: int, iters: int) -> dict[str, float]:
     speeds: dict[str, list[float]] = {"vitkit": [], "timm": []}
     ratios = []
-    for r in range(rounds):
-        order = (
-            [("vitkit", ours), ("timm", peer)] if r % 2 == 0 else [("timm", peer), ("vitkit", ours)]
-        )
-        for name, model in order:
-            speeds[name].append(images_per_second(model, x, iters))
-        ratios.append(speeds["vitkit"][-1] / speeds["timm"][-1])
+    diff = 0.0
+    for vitkit_first in (False, True):
+        ours, peer = build_pair(preset, vitkit_first)
+        x = torch.randn(batch, 3, ours.cfg.image_size, ours.cfg.image_size)
+        with torch.inference_mode():
+            diff = max(diff, (ours(x) - peer(x)).abs().max().item())  # also the warm-up pass
+        for r in range((rounds + 1) // 2):
+            order = [("vitkit", ours), ("timm", peer)]
+            for name, model in order if r % 2 == 0 else order[::-1]:
+                speeds[name].append(images_per_second(model, x, iters))
+            ratios.append(speeds["vitkit"][-1] / speeds["timm"][-1])
+        del ours, peer
     return {
         "vitkit": statistics.median(speeds["vitkit"]),
         "timm": statistics.median(speeds["timm"]),
@@ -70,8 +91,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=["ViT-S/16", "ViT-B/16"])
     parser.add_argument("--batch", type=int, default=32)
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--iters", type=int, default=2, help="forward passes per timing")
+    parser.add_argument("--rounds", type=int, default=12, help="timed rounds, half per build order")
+    parser.add_argument("--iters", type=int, default=1, help="forward passes per timing")
     args = parser.parse_args()
     print(
         f"# torch {torch.__version__}, timm {timm.__version__}, {torch.get_num_threads()} threads, "

@@ -12,31 +12,14 @@ import torch
 from safetensors.torch import save_file
 
 import vitkit
+from helpers import randomize, tiny
 from vitkit.config import ModelConfig
 from vitkit.io.checkpoint import CheckpointError
 from vitkit.model import VisionTransformer
 
 
-def tiny(**kw) -> ModelConfig:
-    base = dict(
-        image_size=32,
-        patch_size=8,
-        hidden_size=64,
-        num_layers=2,
-        num_heads=4,
-        mlp_dim=128,
-        num_classes=10,
-    )
-    return ModelConfig(**{**base, **kw})
-
-
 def randomized(cfg: ModelConfig, std: float = 0.2) -> VisionTransformer:
-    model = VisionTransformer(cfg)
-    g = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.copy_(torch.randn(p.shape, generator=g) * std)
-    return model.eval()
+    return randomize(VisionTransformer(cfg), std)
 
 
 @pytest.mark.parametrize(
@@ -93,11 +76,7 @@ def test_timm_state_dict_files(tmp_path, suffix: str) -> None:
         mlp_ratio=4.0,
         num_classes=3,
     )
-    g = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for p in peer.parameters():
-            p.copy_(torch.randn(p.shape, generator=g) * 0.05)
-    peer.eval()
+    randomize(peer, std=0.05, seed=1)
     path = tmp_path / f"timm{suffix}"
     if suffix == ".safetensors":
         save_file({k: v.contiguous() for k, v in peer.state_dict().items()}, str(path))

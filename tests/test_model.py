@@ -11,31 +11,10 @@ import torch
 from torch import nn
 
 import vitkit
-from vitkit.config import ModelConfig, ResNetConfig
+from helpers import randomize, tiny
+from vitkit.config import ResNetConfig
 from vitkit.model import VisionTransformer
 from vitkit.model.posemb import resize_grid, sincos2d
-
-
-def tiny(**kw) -> ModelConfig:
-    base = dict(
-        image_size=32,
-        patch_size=8,
-        hidden_size=64,
-        num_layers=2,
-        num_heads=4,
-        mlp_dim=128,
-        num_classes=10,
-    )
-    return ModelConfig(**{**base, **kw})
-
-
-def randomize(model: nn.Module, std: float = 0.2, seed: int = 0) -> nn.Module:
-    """Re-draw every parameter so logits are O(1) and the (zero-initialised) head is not zero."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.copy_(torch.randn(p.shape, generator=g) * std)
-    return model
 
 
 def timm_vit(*, gap: bool, **kw) -> nn.Module:

@@ -1,0 +1,34 @@
+"""Shared test helpers: tiny configs and random weights that make logit comparisons meaningful."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from vitkit.config import ModelConfig
+
+
+def tiny(**overrides: Any) -> ModelConfig:
+    """A 2-layer, 64-wide ViT on 32x32 images (4x4 patches of 8 pixels), 10 classes."""
+    base: dict[str, Any] = dict(
+        image_size=32,
+        patch_size=8,
+        hidden_size=64,
+        num_layers=2,
+        num_heads=4,
+        mlp_dim=128,
+        num_classes=10,
+    )
+    return ModelConfig(**{**base, **overrides})
+
+
+def randomize(model: nn.Module, std: float = 0.2, seed: int = 0) -> nn.Module:
+    """Re-draw every parameter so logits are O(1) and the (zero-initialised) head is not zero;
+    returns the model in eval mode."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * std)
+    return model.eval()

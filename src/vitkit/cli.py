@@ -11,6 +11,10 @@ import sys
 from collections.abc import Callable, Sequence
 
 EXAMPLES = {
+    "train": "vitkit train --recipe fmnist --run-dir runs/fmnist --set train.duration=2ep",
+    "finetune": "vitkit finetune --init-from runs/fmnist/best --set model.image_size=56 --run-dir runs/ft56",
+    "eval": "vitkit eval runs/fmnist/best --data fashion_mnist",
+    "predict": "vitkit predict runs/fmnist/best shoe.png shirt.jpg --top 3",
     "presets": "vitkit presets 'ViT-B/*'",
     "summary": "vitkit summary ViT-B/16   |   vitkit summary runs/b16",
     "convert": "vitkit convert ViT-B_16.npz runs/b16   |   vitkit convert timm_b16.pth hf_b16 --format hf",
@@ -85,6 +89,98 @@ def _convert(args: argparse.Namespace) -> None:
     )
 
 
+def _run_config(args: argparse.Namespace):  # -> RunConfig
+    from .config import parse_set, replace
+    from .recipes import get_recipe
+
+    run = get_recipe(args.recipe)
+    overrides = parse_set(args.set or [])
+    return replace(run, overrides) if overrides else run
+
+
+def _finetune_config(args: argparse.Namespace):  # -> RunConfig
+    """The recipe's run on the pre-trained architecture: new head for the recipe's classes, the
+    recipe's resolution (posemb interpolated), dropout and friends from the recipe."""
+    import dataclasses
+
+    from .io.api import read
+
+    run = _run_config(args)
+    pretrained, _, _ = read(args.init_from, num_heads=args.num_heads)
+    keep = ("num_classes", "image_size", "dropout_rate", "attention_dropout_rate", "drop_path_rate")
+    model = dataclasses.replace(
+        pretrained, representation_size=None, **{k: getattr(run.model, k) for k in keep}
+    )
+    return dataclasses.replace(run, model=model, init_from=str(args.init_from))
+
+
+def _train(args: argparse.Namespace) -> None:
+    import time
+
+    from .train.loop import StoppedError, train
+
+    run = _finetune_config(args) if getattr(args, "init_from", None) else _run_config(args)
+    start = time.perf_counter()
+    try:
+        result = train(run, args.run_dir, progress=not args.no_progress)
+    except StoppedError as e:
+        print(f"vitkit train: {e}; run the same command to resume", file=sys.stderr)
+        raise SystemExit(143) from None
+    minutes = (time.perf_counter() - start) / 60
+    print(
+        f"test accuracy {result['accuracy']:.4f} (top-5 {result['top5']:.4f}) on {result['count']} "
+        f"images after {minutes:.1f} min; best weights in {args.run_dir}/best"
+    )
+
+
+def _eval(args: argparse.Namespace) -> None:
+    from .eval.metrics import evaluate
+    from .io.api import load as load_model
+    from .io.api import read
+    from .train.data import eval_batches
+
+    model = load_model(args.checkpoint)
+    _, _, extra = read(args.checkpoint)
+    batches, classes = eval_batches(args.data, args.data_dir, model.cfg, batch_size=args.batch_size)
+    names = extra.get("class_names") or classes
+    result = evaluate(model, batches.epoch(0), model.cfg.num_classes)
+    print(f"top-1 {result['accuracy']:.4f}  top-5 {result['top5']:.4f}  ({result['count']} images)")
+    for name, acc in zip(names, result["per_class"], strict=False):
+        print(f"  {name:<24} {acc:.4f}")
+
+
+def _predict(args: argparse.Namespace) -> None:
+    import torch
+    from PIL import Image, UnidentifiedImageError
+
+    from .data import Preprocess, preprocess_for_inference
+    from .io.api import load, read
+
+    model = load(args.checkpoint)
+    _, _, extra = read(args.checkpoint)
+    names = extra.get("class_names") or [str(i) for i in range(model.cfg.num_classes)]
+    pre = extra.get("preprocess")
+    preprocess = (
+        Preprocess.from_dict(pre)
+        if pre
+        else Preprocess(image_size=model.cfg.image_size, in_chans=model.cfg.in_chans)
+    )
+    for path in args.images:
+        try:
+            with Image.open(path) as image:
+                x = preprocess_for_inference(image, preprocess)[None]  # (1, C, S, S)
+        except (UnidentifiedImageError, OSError) as e:
+            raise ValueError(f"cannot read image {path}: {e}") from None
+        with torch.inference_mode():
+            probs = model(x).softmax(dim=-1)[0]
+        top = probs.topk(min(args.top, probs.numel()))
+        ranked = ", ".join(
+            f"{names[i]} {p:.3f}"
+            for p, i in zip(top.values.tolist(), top.indices.tolist(), strict=True)
+        )
+        print(f"{path}: {ranked}")
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="vitkit",
@@ -106,6 +202,49 @@ def _parser() -> argparse.ArgumentParser:
         "summary", "print a model's config, size and cost (preset name or checkpoint)", _summary
     )
     p.add_argument("model", help="preset name, alias, or checkpoint path")
+
+    p = verb(
+        "train",
+        "train a model from a recipe (resumes if the run directory has a checkpoint)",
+        _train,
+    )
+    p.add_argument("--recipe", default="fmnist", help="recipe name (default: fmnist, the main job)")
+    p.add_argument(
+        "--set", action="append", metavar="KEY=VALUE", help="override, e.g. optim.lr=3e-4"
+    )
+    p.add_argument("--run-dir", default="runs/fmnist", help="where checkpoints and metrics go")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    p = verb(
+        "finetune", "fine-tune pre-trained weights: new zero head, posemb resized [P B.1.1]", _train
+    )
+    p.add_argument(
+        "--init-from", required=True, help="pre-trained checkpoint (any format vitkit reads)"
+    )
+    p.add_argument("--recipe", default="fmnist", help="recipe giving data, optimizer and duration")
+    p.add_argument(
+        "--set", action="append", metavar="KEY=VALUE", help="override, e.g. model.image_size=56"
+    )
+    p.add_argument("--run-dir", default="runs/finetune", help="where checkpoints and metrics go")
+    p.add_argument(
+        "--num-heads", type=int, default=None, help="heads, if the checkpoint lacks them"
+    )
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    p = verb("predict", "top-k classes of images, with the checkpoint's preprocessing", _predict)
+    p.add_argument("checkpoint", help="checkpoint written by vitkit train (or any format)")
+    p.add_argument("images", nargs="+", help="image files")
+    p.add_argument("--top", type=int, default=5, help="how many classes to show")
+
+    p = verb(
+        "eval", "evaluate a checkpoint on a dataset's test split: top-1, top-5, per class", _eval
+    )
+    p.add_argument("checkpoint", help="checkpoint directory or file (any format vitkit reads)")
+    p.add_argument(
+        "--data", default="fashion_mnist", help="fashion_mnist, cifar10, cifar100 or folder"
+    )
+    p.add_argument("--data-dir", default=None, help="dataset location (folder: its root)")
+    p.add_argument("--batch-size", type=int, default=256)
 
     p = verb("convert", "convert a checkpoint of any supported format to ours (or to HF)", _convert)
     p.add_argument("src", help="official/big_vision .npz, timm .pth/.safetensors, HF or vitkit dir")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import difflib
+import math
 import types
 import typing
 from collections.abc import Mapping
@@ -321,14 +322,190 @@ def parse_set(items: list[str]) -> dict[str, Any]:
     return out
 
 
+# ------------------------------------------------------------------------------------ training
+
+Dataset = Literal["fashion_mnist", "cifar10", "cifar100", "folder", "synthetic"]
+Optimizer = Literal["adam", "sgd"]
+Schedule = Literal["cosine", "linear", "constant"]
+
+
+def _duration(name: str, value: Any) -> None:
+    """Durations are written '<number><unit>': 'st' steps, 'ep' epochs, 'ex' examples."""
+    _check(
+        isinstance(value, str) and _parse_duration(value) is not None,
+        name,
+        value,
+        "a duration such as '5000st' (steps), '10ep' (epochs) or '1e6ex' (examples)",
+    )
+
+
+def _parse_duration(text: str) -> tuple[float, str] | None:
+    for unit in ("st", "ep", "ex"):
+        if text.endswith(unit):
+            try:
+                number = float(text[: -len(unit)])
+            except ValueError:
+                return None
+            return (number, unit) if number >= 0 else None
+    return None
+
+
+@dataclass(frozen=True, kw_only=True)
+class DataConfig:
+    """Where the images come from and how they are augmented [P App. B.1.1 for the official
+    fine-tuning pipeline: inception crop, resize, values scaled to [-1, 1]]."""
+
+    dataset: Dataset = "fashion_mnist"
+    data_dir: str | None = None
+    image_size: int | None = None  # training resolution; None keeps the dataset's
+    crop_padding: int = 0  # random crop after zero padding (small images)
+    flip: bool = False
+    inception_crop: bool = False
+    per_class: int | None = None  # class-balanced subset of the training set
+    num_workers: int = 0
+
+    def __post_init__(self) -> None:
+        _check(
+            self.dataset in ("fashion_mnist", "cifar10", "cifar100", "folder", "synthetic"),
+            "data.dataset",
+            self.dataset,
+            "'fashion_mnist', 'cifar10', 'cifar100', 'folder' or 'synthetic'",
+        )
+        if self.dataset == "folder":
+            _check(bool(self.data_dir), "data.data_dir", self.data_dir, "the image folder's root")
+        if self.image_size is not None:
+            _positive_int("data.image_size", self.image_size)
+        if self.per_class is not None:
+            _positive_int("data.per_class", self.per_class)
+        for name in ("crop_padding", "num_workers"):
+            value = getattr(self, name)
+            _check(isinstance(value, int) and value >= 0, f"data.{name}", value, "an integer >= 0")
+
+
+@dataclass(frozen=True, kw_only=True)
+class OptimConfig:
+    """Adam with decoupled weight decay for pre-training, SGD momentum for fine-tuning [P §4.1,
+    Table 3, B.1.1]; linear warmup then cosine or linear decay to ``end_lr``."""
+
+    name: Optimizer = "adam"
+    lr: float
+    beta1: float = 0.9
+    beta2: float = 0.999
+    momentum: float = 0.9
+    weight_decay: float = 0.0  # decoupled (AdamW), never on biases, norms, posemb, class token
+    grad_clip: float | None = None  # global norm
+    schedule: Schedule = "cosine"
+    warmup: str = "0st"
+    end_lr: float = 0.0  # vit_jax's linear decay ends at 1e-5
+
+    def __post_init__(self) -> None:
+        _check(self.name in ("adam", "sgd"), "optim.name", self.name, "'adam' or 'sgd'")
+        _check(
+            isinstance(self.lr, (int, float)) and self.lr > 0,
+            "optim.lr",
+            self.lr,
+            "a positive number",
+        )
+        for name in ("beta1", "beta2", "momentum"):
+            _rate(f"optim.{name}", getattr(self, name))
+        _check(self.weight_decay >= 0, "optim.weight_decay", self.weight_decay, "a number >= 0")
+        _check(
+            self.grad_clip is None or self.grad_clip > 0,
+            "optim.grad_clip",
+            self.grad_clip,
+            "None or a positive number",
+        )
+        _check(
+            self.schedule in ("cosine", "linear", "constant"),
+            "optim.schedule",
+            self.schedule,
+            "'cosine', 'linear' or 'constant'",
+        )
+        _duration("optim.warmup", self.warmup)
+        _check(
+            0 <= self.end_lr <= self.lr,
+            "optim.end_lr",
+            self.end_lr,
+            f"a number in [0, lr={self.lr}]",
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainConfig:
+    """The loop: duration, batch, regularisation, precision, and the cadence of log/eval/save."""
+
+    duration: str
+    batch_size: int
+    accum_steps: int = 1  # gradient accumulation: the optimizer sees batch_size x accum_steps
+    label_smoothing: float = 0.0
+    ema: float | None = None  # Polyak averaging of the weights (the paper's 0.9999)
+    bf16: bool = False
+    compile: bool = False
+    seed: int = 0
+    log_every: str = "50st"
+    eval_every: str = "1ep"
+    save_every: str = "1ep"
+    keep_last: int = 2
+
+    def __post_init__(self) -> None:
+        _duration("train.duration", self.duration)
+        _positive_int("train.batch_size", self.batch_size)
+        _positive_int("train.accum_steps", self.accum_steps)
+        _rate("train.label_smoothing", self.label_smoothing)
+        _check(
+            self.ema is None or 0.0 < self.ema < 1.0,
+            "train.ema",
+            self.ema,
+            "None or a number in (0, 1)",
+        )
+        for name in ("log_every", "eval_every", "save_every"):
+            _duration(f"train.{name}", getattr(self, name))
+        _positive_int("train.keep_last", self.keep_last)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunConfig:
+    """Everything a training run needs; saved as ``config.json`` in the run directory."""
+
+    model: ModelConfig
+    data: DataConfig
+    optim: OptimConfig
+    train: TrainConfig
+    init_from: str | None = None  # pre-trained checkpoint: head replaced, posemb resized
+
+    def to_dict(self) -> dict[str, Any]:
+        return to_dict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RunConfig:
+        return from_dict(cls, data)
+
+
+def parse_duration(text: str, *, steps_per_epoch: int, batch_size: int) -> int:
+    """A duration in optimizer steps (rounded up; at least 1 unless the duration is 0)."""
+    parsed = _parse_duration(text)
+    if parsed is None:
+        raise ConfigError(
+            f"duration {text!r} is not valid: expected e.g. '5000st', '10ep', '1e6ex'"
+        )
+    number, unit = parsed
+    per = {"st": 1.0, "ep": float(steps_per_epoch), "ex": 1.0 / batch_size}[unit]
+    return math.ceil(number * per - 1e-9) if number else 0
+
+
 __all__ = [
     "Activation",
     "Classifier",
     "ConfigError",
+    "DataConfig",
     "ModelConfig",
+    "OptimConfig",
     "Posemb",
     "ResNetConfig",
+    "RunConfig",
+    "TrainConfig",
     "from_dict",
+    "parse_duration",
     "parse_set",
     "replace",
     "to_dict",

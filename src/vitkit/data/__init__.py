@@ -1,0 +1,54 @@
+"""Datasets, transforms and deterministic batching.
+
+Datasets hand out uint8 images (C, H, W) and int labels; ``Batches`` turns them into float batches
+scaled as the official code does, (x - 127.5) / 127.5, reproducibly from (seed, epoch, step)::
+
+    from vitkit.data import Batches, fashion_mnist
+
+    train = Batches(fashion_mnist("train"), batch_size=256, train=True, seed=0, crop_padding=2, flip=True)
+    for images, labels in train.epoch(0):  # images (256, 1, 28, 28) float32, labels (256,) int64
+        ...
+"""
+
+from __future__ import annotations
+
+from .arrays import ArrayDataset
+from .cifar import cifar
+from .fashion_mnist import fashion_mnist, read_idx
+from .folder import ImageFolderDataset, UnreadableImageWarning
+from .loader import Batches
+from .splits import balanced_subset, split_holdout
+from .synthetic import synthetic
+from .transforms import (
+    Preprocess,
+    center_resize,
+    inception_crop,
+    pil_to_tensor,
+    preprocess_for_inference,
+    rand_augment,
+    random_crop_flip,
+    resize,
+    to_float,
+)
+
+__all__ = [
+    "ArrayDataset",
+    "Batches",
+    "ImageFolderDataset",
+    "Preprocess",
+    "UnreadableImageWarning",
+    "balanced_subset",
+    "center_resize",
+    "cifar",
+    "fashion_mnist",
+    "inception_crop",
+    "pil_to_tensor",
+    "preprocess_for_inference",
+    "rand_augment",
+    "random_crop_flip",
+    "read_idx",
+    "resize",
+    "split_holdout",
+    "synthetic",
+    "to_float",
+]

@@ -1,0 +1,222 @@
+"""Deterministic, resumable batches: what batch b of epoch e holds depends only on (seed, e, b).
+
+Training order is a permutation drawn per epoch from (seed, epoch); augmentation of batch b draws
+from a generator seeded by (seed, epoch, b) on the in-memory path, or of example i by
+(seed, epoch, i) on the per-sample path. So ``epoch(e, start=b)`` yields exactly the batches an
+uninterrupted ``epoch(e)`` yields from b on, whatever ran before and however many workers decode:
+a resumed run sees the same data as one that never stopped (DESIGN.md "Training").
+
+Two paths, one set of options:
+
+- ``ArrayDataset`` (Fashion-MNIST, CIFAR, synthetic): gather the batch's uint8 images, augment the
+  whole batch at once (``random_crop_flip`` is a single gather), scale to float, all in the main
+  process: a batch costs one gather, less than shipping its images from a worker would.
+- anything else (``ImageFolderDataset``): a ``torch.utils.data.DataLoader`` over a wrapper that
+  decodes one image, crops/resizes it to ``image_size`` and augments it; workers allowed.
+
+Augmentation order on both paths: inception crop (or a plain resize to ``image_size``), then the
+padded random crop and the flip, at the output resolution; so ``crop_padding`` is in output pixels.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+from torch.utils.data import DataLoader, Dataset
+
+from .arrays import ArrayDataset
+from .transforms import inception_crop, random_crop_flip, resize, to_float
+
+# Stream names, so the permutation and the augmentation of one epoch never share random numbers.
+_ORDER, _BATCH, _SAMPLE = 0, 1, 2
+
+
+def derive_seed(*keys: int) -> int:
+    """A well-mixed 63-bit seed from non-negative integers (numpy's ``SeedSequence`` hashing)."""
+    state = np.random.SeedSequence(list(keys)).generate_state(2, dtype=np.uint32)
+    return (int(state[0]) << 31) ^ int(state[1])
+
+
+def generator(*keys: int) -> torch.Generator:
+    return torch.Generator().manual_seed(derive_seed(*keys))
+
+
+@dataclass(frozen=True)
+class Augment:
+    """Training augmentation of uint8 images (B, C, H, W), one generator for the whole call."""
+
+    image_size: int | None
+    crop_padding: int
+    flip: bool
+    inception_crop: bool
+
+    def __call__(self, images: Tensor, g: torch.Generator) -> Tensor:
+        if self.inception_crop:
+            size = self.image_size or tuple(images.shape[-2:])
+            crops = [inception_crop(im, size, generator=g) for im in images]  # B x (C, S, S)
+            images = torch.stack(crops)  # (B, C, S, S)
+        elif self.image_size is not None:
+            images = resize(images, self.image_size)  # (B, C, S, S)
+        if self.crop_padding or self.flip:
+            images = random_crop_flip(
+                images, padding=self.crop_padding, flip=self.flip, generator=g
+            )
+        return images
+
+
+class _Transformed(Dataset):
+    """Per-sample path: item (epoch, index) -> (uint8 (C, S, S), label), augmented from its own
+    generator when training."""
+
+    def __init__(self, dataset: Any, seed: int, image_size: int, augment: Augment | None) -> None:
+        self.dataset = dataset
+        self.seed = seed
+        self.image_size = image_size
+        self.augment = augment
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, key: tuple[int, int]) -> tuple[Tensor, int]:
+        epoch, index = key
+        image, label = self.dataset[index]  # (C, H, W) uint8, any H, W
+        if self.augment is None:
+            return resize(image, self.image_size), label
+        g = generator(self.seed, _SAMPLE, epoch, index)
+        return self.augment(image[None], g)[0], label
+
+
+def _collate(items: list[tuple[Tensor, int]]) -> tuple[Tensor, Tensor]:
+    images = torch.stack([image for image, _ in items])  # (B, C, S, S) uint8
+    return images, torch.tensor([label for _, label in items], dtype=torch.int64)
+
+
+class Batches:
+    """Batches of (float images (B, C, H, W) in [-1, 1], int64 labels (B,)), one epoch at a time.
+
+    ``train=True``: a fresh order each epoch, augmentation as asked, ``drop_last`` by default (every
+    step sees a full batch). ``train=False``: dataset order, no augmentation, the last partial batch
+    kept. ``image_size`` resizes (required for datasets whose images vary in size); ``None`` keeps an
+    ``ArrayDataset``'s own size. ``num_workers`` applies to the per-sample path only.
+    """
+
+    def __init__(
+        self,
+        dataset: Any,
+        *,
+        batch_size: int,
+        train: bool,
+        seed: int = 0,
+        image_size: int | None = None,
+        crop_padding: int = 0,
+        flip: bool = False,
+        inception_crop: bool = False,
+        num_workers: int = 0,
+        drop_last: bool | None = None,
+    ) -> None:
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size={batch_size!r} is not valid: expected a positive integer")
+        if not isinstance(seed, int) or seed < 0:
+            raise ValueError(f"seed={seed!r} is not valid: expected an integer >= 0")
+        if image_size is not None and (not isinstance(image_size, int) or image_size < 1):
+            raise ValueError(f"image_size={image_size!r} is not valid: expected a positive integer")
+        if not isinstance(crop_padding, int) or crop_padding < 0:
+            raise ValueError(
+                f"crop_padding={crop_padding!r} is not valid: expected an integer >= 0"
+            )
+        if inception_crop and crop_padding:
+            raise ValueError(
+                f"inception_crop=True and crop_padding={crop_padding}: choose one way of cropping"
+            )
+        if not train and (crop_padding or flip or inception_crop):
+            raise ValueError(
+                "augmentation (crop_padding, flip, inception_crop) is for training; "
+                f"found it with train=False (crop_padding={crop_padding}, flip={flip}, "
+                f"inception_crop={inception_crop})"
+            )
+        self.dataset = dataset
+        self.batch_size = batch_size
+        self.train = train
+        self.seed = seed
+        self.image_size = image_size
+        self.num_workers = num_workers
+        self.drop_last = train if drop_last is None else drop_last
+        self.in_memory = isinstance(dataset, ArrayDataset)
+        if not self.in_memory and image_size is None:
+            raise ValueError(
+                f"image_size is required for a {type(dataset).__name__} (its images vary in size); "
+                "found None"
+            )
+        n = len(dataset)
+        if n == 0:
+            raise ValueError("the dataset is empty")
+        if self.drop_last and batch_size > n:
+            raise ValueError(
+                f"batch_size={batch_size} is larger than the dataset ({n} examples) and "
+                "drop_last=True: an epoch would hold no batch"
+            )
+        self.steps_per_epoch = n // batch_size if self.drop_last else math.ceil(n / batch_size)
+        self.augment = (
+            Augment(image_size, crop_padding, flip, inception_crop)
+            if train and (crop_padding or flip or inception_crop or image_size)
+            else None
+        )
+
+    def __len__(self) -> int:
+        return self.steps_per_epoch
+
+    def order(self, epoch: int) -> Tensor:
+        """The dataset indices of ``epoch`` in the order they are served (N,)."""
+        n = len(self.dataset)
+        if not self.train:
+            return torch.arange(n)
+        return torch.randperm(n, generator=generator(self.seed, _ORDER, epoch))
+
+    def epoch(self, epoch: int, start: int = 0) -> Iterator[tuple[Tensor, Tensor]]:
+        """Batches ``start``, ..., ``steps_per_epoch - 1`` of ``epoch``."""
+        if not isinstance(epoch, int) or epoch < 0:
+            raise ValueError(f"epoch={epoch!r} is not valid: expected an integer >= 0")
+        if not 0 <= start <= self.steps_per_epoch:
+            raise ValueError(
+                f"start={start!r} is not valid: expected 0 <= start <= {self.steps_per_epoch} "
+                "(steps per epoch)"
+            )
+        order = self.order(epoch)
+        B = self.batch_size
+        spans = [order[b * B : (b + 1) * B] for b in range(start, self.steps_per_epoch)]
+        if self.in_memory:
+            return (self._gather(span, epoch, b) for b, span in enumerate(spans, start))
+        return self._load(spans, epoch)
+
+    def stream(self, start_step: int = 0) -> Iterator[tuple[Tensor, Tensor]]:
+        """Batches from global step ``start_step`` on, epoch after epoch, without end."""
+        epoch, start = divmod(start_step, self.steps_per_epoch)
+        while True:
+            yield from self.epoch(epoch, start)
+            epoch, start = epoch + 1, 0
+
+    def _gather(self, indices: Tensor, epoch: int, b: int) -> tuple[Tensor, Tensor]:
+        images = self.dataset.images.index_select(0, indices)  # (B, C, H, W) uint8
+        labels = self.dataset.labels.index_select(0, indices)  # (B,)
+        if self.augment is not None:
+            images = self.augment(images, generator(self.seed, _BATCH, epoch, b))
+        elif self.image_size is not None:
+            images = resize(images, self.image_size)  # (B, C, S, S)
+        return to_float(images), labels
+
+    def _load(self, spans: list[Tensor], epoch: int) -> Iterator[tuple[Tensor, Tensor]]:
+        assert self.image_size is not None  # checked in __init__
+        loader = DataLoader(
+            _Transformed(self.dataset, self.seed, self.image_size, self.augment),
+            batch_sampler=[[(epoch, i) for i in span.tolist()] for span in spans],
+            num_workers=self.num_workers,
+            collate_fn=_collate,
+        )
+        for images, labels in loader:
+            yield to_float(images), labels

@@ -1,0 +1,251 @@
+"""Image transforms, reproducible: every random choice comes from an explicit ``torch.Generator``.
+
+Nothing here touches the global RNG (``rand_augment`` forks it), so the loader can seed each batch
+or sample from (seed, epoch, position) and a resumed run repeats exactly.
+
+The official pipeline [VJ input_pipeline.py; PAPER.md A4]: training takes an inception crop
+(``tf.image.sample_distorted_bounding_box`` with area (0.05, 1), aspect ratio (3/4, 4/3)) resized to
+the training resolution; evaluation resizes the whole image to that resolution (no centre crop);
+both scale pixels as (x - 127.5) / 127.5 into [-1, 1]. (The official code flips horizontally in
+some versions and not in others, so flipping is a separate switch.) ``tf.image.resize`` does not
+antialias; we do by default, which only matters when shrinking, and ``Preprocess`` records the
+choice so inference matches training.
+
+Two paths: in-memory uint8 batches (B, C, H, W) of one size (``random_crop_flip``, ``resize``,
+``to_float``), vectorised over the batch; and single images (C, H, W) of any size
+(``inception_crop``, ``center_resize``, ``rand_augment``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from PIL import Image
+from torch import Tensor
+from torchvision.transforms import v2
+from torchvision.transforms.v2 import functional as TF
+
+from ..config import from_dict, to_dict
+
+_INTERPOLATION = {
+    "bilinear": TF.InterpolationMode.BILINEAR,
+    "bicubic": TF.InterpolationMode.BICUBIC,
+}
+_NORMALIZATIONS = ("minus_one_to_one",)
+_SIXTEEN_BIT_MODES = ("I;16", "I;16B", "I;16L", "I")
+
+
+def _pair(size: int | tuple[int, int]) -> list[int]:
+    h, w = (size, size) if isinstance(size, int) else size
+    if h < 1 or w < 1:
+        raise ValueError(f"size={size!r} is not valid: expected positive integer(s)")
+    return [int(h), int(w)]
+
+
+def pil_to_tensor(image: Image.Image, mode: str = "RGB") -> Tensor:
+    """A PIL image as uint8 (C, H, W), converted to ``mode`` ('RGB': C=3, 'L': C=1).
+
+    Grayscale, palette, RGBA and CMYK are all converted with PIL's ``convert``; alpha is dropped,
+    as the official TF decoder does. 16-bit images are scaled to 8 bits (PIL's own conversion would
+    clip every value above 255 to white).
+    """
+    if mode not in ("RGB", "L"):
+        raise ValueError(f"mode={mode!r} is not valid: expected 'RGB' or 'L'")
+    if image.mode in _SIXTEEN_BIT_MODES:
+        wide = np.asarray(image, dtype=np.int64)  # (H, W), 0..65535
+        image = Image.fromarray((wide.clip(0, 65535) // 257).astype(np.uint8))
+    elif image.mode == "P" and "transparency" in image.info:
+        image = image.convert("RGBA")  # PIL warns when a palette with transparency goes to RGB
+    if image.mode != mode:
+        image = image.convert(mode)
+    pixels = torch.from_numpy(np.array(image, dtype=np.uint8))  # (H, W) or (H, W, C)
+    return pixels.unsqueeze(0) if pixels.ndim == 2 else pixels.permute(2, 0, 1).contiguous()
+
+
+def to_float(images: Tensor) -> Tensor:
+    """uint8 images -> float32 in [-1, 1], as the official code: (x - 127.5) / 127.5."""
+    return images.float().sub_(127.5).div_(127.5)
+
+
+def random_crop_flip(
+    images: Tensor, *, padding: int, flip: bool, generator: torch.Generator
+) -> Tensor:
+    """Pad each image with ``padding`` zeros, crop a random H x W window, flip it with p 0.5.
+
+    ``images`` is (B, C, H, W) of any dtype; one gather over the batch, no loop over samples.
+    The random draws (B crop rows, B crop columns, B flip coins) happen in that order whatever the
+    options, so a batch's crops do not depend on ``flip``.
+    """
+    if images.ndim != 4:
+        raise ValueError(f"expected a batch (B, C, H, W), found shape {tuple(images.shape)}")
+    if not isinstance(padding, int) or padding < 0:
+        raise ValueError(f"padding={padding!r} is not valid: expected an integer >= 0")
+    B, C, H, W = images.shape
+    top = torch.randint(0, 2 * padding + 1, (B,), generator=generator)  # (B,)
+    left = torch.randint(0, 2 * padding + 1, (B,), generator=generator)  # (B,)
+    flipped = torch.rand(B, generator=generator) < 0.5  # (B,)
+    if padding == 0 and not flip:
+        return images.clone()
+    Hp, Wp = H + 2 * padding, W + 2 * padding
+    padded = F.pad(images, (padding, padding, padding, padding))  # (B, C, Hp, Wp)
+    rows = top[:, None] + torch.arange(H)  # (B, H)
+    cols = left[:, None] + torch.arange(W)  # (B, W)
+    if flip:  # a flipped crop reads the same window's columns right to left
+        cols = torch.where(flipped[:, None], cols.flip(1), cols)  # (B, W)
+    index = (rows[:, :, None] * Wp + cols[:, None, :]).view(B, 1, H * W)  # (B, 1, H*W)
+    out = padded.view(B, C, Hp * Wp).gather(2, index.expand(B, C, H * W))  # (B, C, H*W)
+    return out.view(B, C, H, W)
+
+
+def resize(
+    images: Tensor,
+    size: int | tuple[int, int],
+    *,
+    interpolation: str = "bilinear",
+    antialias: bool = True,
+) -> Tensor:
+    """Resize (C, H, W) or (B, C, H, W) images to exactly ``size`` (aspect ratio not kept)."""
+    if interpolation not in _INTERPOLATION:
+        raise ValueError(
+            f"interpolation={interpolation!r} is not valid: expected one of {sorted(_INTERPOLATION)}"
+        )
+    hw = _pair(size)
+    if list(images.shape[-2:]) == hw:
+        return images
+    return TF.resize(images, hw, interpolation=_INTERPOLATION[interpolation], antialias=antialias)
+
+
+def center_resize(image: Tensor, size: int | tuple[int, int], *, antialias: bool = True) -> Tensor:
+    """The official evaluation transform: the whole image resized to ``size`` (no centre crop)."""
+    return resize(image, size, antialias=antialias)
+
+
+def crop_box(
+    height: int,
+    width: int,
+    *,
+    area: tuple[float, float],
+    ratio: tuple[float, float],
+    generator: torch.Generator,
+    attempts: int = 10,
+) -> tuple[int, int, int, int]:
+    """A random (top, left, h, w) covering ``area`` of the image with aspect ratio w/h in ``ratio``.
+
+    As torchvision's ``RandomResizedCrop`` (area uniform, ratio log-uniform, ``attempts`` tries); when
+    every try falls outside the image, the whole image, as the official code
+    (``use_image_if_no_bounding_boxes``) does.
+    """
+    log_ratio = (math.log(ratio[0]), math.log(ratio[1]))
+    for _ in range(attempts):
+        u = torch.rand(4, generator=generator).tolist()
+        target = height * width * (area[0] + (area[1] - area[0]) * u[0])
+        aspect = math.exp(log_ratio[0] + (log_ratio[1] - log_ratio[0]) * u[1])
+        w = round(math.sqrt(target * aspect))
+        h = round(math.sqrt(target / aspect))
+        if 0 < w <= width and 0 < h <= height:
+            top = min(int(u[2] * (height - h + 1)), height - h)
+            left = min(int(u[3] * (width - w + 1)), width - w)
+            return top, left, h, w
+    return 0, 0, height, width
+
+
+def inception_crop(
+    image: Tensor,
+    size: int | tuple[int, int],
+    *,
+    area: tuple[float, float] = (0.05, 1.0),
+    ratio: tuple[float, float] = (3 / 4, 4 / 3),
+    generator: torch.Generator,
+    antialias: bool = True,
+) -> Tensor:
+    """The official fine-tuning crop: a random box (``crop_box``) resized to ``size``; (C, H, W)."""
+    if not 0.0 < area[0] <= area[1] <= 1.0:
+        raise ValueError(f"area={area!r} is not valid: expected 0 < min <= max <= 1")
+    top, left, h, w = crop_box(
+        image.shape[-2], image.shape[-1], area=area, ratio=ratio, generator=generator
+    )
+    return TF.resized_crop(image, top, left, h, w, _pair(size), antialias=antialias)
+
+
+def rand_augment(
+    image: Tensor, *, num_ops: int = 2, magnitude: int = 10, generator: torch.Generator
+) -> Tensor:
+    """torchvision's RandAugment on a uint8 image, its choices drawn from ``generator``.
+
+    torchvision draws from the global RNG, so we fork it and seed the fork from ``generator``:
+    the result depends only on ``generator``, and the caller's global RNG state is left untouched.
+    """
+    seed = int(torch.randint(0, 2**62, (1,), generator=generator))
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return v2.RandAugment(num_ops=num_ops, magnitude=magnitude)(image)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Preprocess:
+    """What inference must do to an image so a model sees what it was trained on.
+
+    Stored in checkpoints (``to_dict``/``from_dict``). ``normalization`` names the pixel scaling:
+    ``'minus_one_to_one'`` is (x - 127.5) / 127.5, the official code's (and timm's 0.5/0.5).
+    """
+
+    image_size: int
+    in_chans: int = 3
+    normalization: str = "minus_one_to_one"
+    resize: str = "bilinear"
+    antialias: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("image_size", "in_chans"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name}={value!r} is not valid: expected a positive integer")
+        if self.in_chans not in (1, 3):
+            raise ValueError(f"in_chans={self.in_chans!r} is not valid: expected 1 or 3")
+        if self.normalization not in _NORMALIZATIONS:
+            raise ValueError(
+                f"normalization={self.normalization!r} is not valid: expected one of {_NORMALIZATIONS}"
+            )
+        if self.resize not in _INTERPOLATION:
+            raise ValueError(
+                f"resize={self.resize!r} is not valid: expected one of {sorted(_INTERPOLATION)}"
+            )
+        if not isinstance(self.antialias, bool):
+            raise ValueError(f"antialias={self.antialias!r} is not valid: expected True or False")
+
+    def to_dict(self) -> dict[str, Any]:
+        return to_dict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Preprocess:
+        """Strict: unknown keys are errors (with the closest valid name)."""
+        return from_dict(cls, data)
+
+
+def preprocess_for_inference(image: Image.Image | Tensor, preprocess: Preprocess) -> Tensor:
+    """A PIL image or uint8 tensor (C, H, W) -> the float (in_chans, S, S) a model takes."""
+    if isinstance(image, Image.Image):
+        pixels = pil_to_tensor(image, "L" if preprocess.in_chans == 1 else "RGB")
+    else:
+        if image.dtype != torch.uint8 or image.ndim != 3 or image.shape[0] not in (1, 3):
+            raise ValueError(
+                "expected a PIL image or a uint8 tensor (C, H, W) with C = 1 or 3, "
+                f"found {image.dtype} of shape {tuple(image.shape)}"
+            )
+        pixels = image
+        if pixels.shape[0] == 3 and preprocess.in_chans == 1:
+            pixels = TF.rgb_to_grayscale(pixels)  # (1, H, W), PIL's "L" weights
+        elif pixels.shape[0] == 1 and preprocess.in_chans == 3:
+            pixels = pixels.expand(3, -1, -1)  # (3, H, W)
+    pixels = resize(
+        pixels,
+        preprocess.image_size,
+        interpolation=preprocess.resize,
+        antialias=preprocess.antialias,
+    )  # (C, S, S)
+    return to_float(pixels)

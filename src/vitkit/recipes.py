@@ -1,0 +1,147 @@
+"""Run recipes: the paper's training setups and our Fashion-MNIST ones, each a function whose
+docstring gives its command and its measured result here (or the paper's number it targets).
+
+Override any field with ``--set section.key=value`` (sections: model, data, optim, train).
+No torch import here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from collections.abc import Callable
+
+from .config import ConfigError, DataConfig, ModelConfig, OptimConfig, RunConfig, TrainConfig
+from .presets import get_config
+
+RECIPES: dict[str, Callable[[], RunConfig]] = {}
+
+
+def recipe(fn: Callable[[], RunConfig]) -> Callable[[], RunConfig]:
+    RECIPES[fn.__name__.replace("_", "-")] = fn
+    return fn
+
+
+def fmnist_vit() -> ModelConfig:
+    """The Fashion-MNIST ViT: 7x7 patches of 4 pixels -> a 4x4 grid... see the recipe below."""
+    return ModelConfig(
+        image_size=28,
+        patch_size=7,
+        hidden_size=128,
+        num_layers=6,
+        num_heads=4,
+        mlp_dim=256,
+        num_classes=10,
+        in_chans=1,
+    )
+
+
+@recipe
+def fmnist() -> RunConfig:
+    """The main job (``make run``): a plain ViT trained from scratch on Fashion-MNIST.
+
+    Command: ``vitkit train --recipe fmnist --run-dir runs/fmnist``.
+    Measured: see README (test accuracy and wall time on this 2-core machine).
+    """
+    return RunConfig(
+        model=fmnist_vit(),
+        data=DataConfig(dataset="fashion_mnist", flip=True),
+        optim=OptimConfig(
+            name="adam",
+            lr=1e-3,
+            weight_decay=0.05,
+            grad_clip=1.0,
+            schedule="cosine",
+            warmup="0.5ep",
+        ),
+        train=TrainConfig(
+            duration="8ep", batch_size=128, label_smoothing=0.1, eval_every="2ep", save_every="1ep"
+        ),
+    )
+
+
+@recipe
+def smoke() -> RunConfig:
+    """Seconds-long run on synthetic images, for tests and trying the CLI.
+
+    Command: ``vitkit train --recipe smoke --run-dir runs/smoke``.
+    """
+    return RunConfig(
+        model=dataclasses.replace(
+            get_config("ViT-mu/16"), image_size=16, patch_size=4, num_classes=4
+        ),
+        data=DataConfig(dataset="synthetic"),
+        optim=OptimConfig(lr=3e-3, warmup="2st"),
+        train=TrainConfig(
+            duration="8st", batch_size=16, log_every="2st", eval_every="4st", save_every="4st"
+        ),
+    )
+
+
+@recipe
+def finetune_paper() -> RunConfig:
+    """The paper's fine-tuning [P Table 4, App. B.1.1; vit_jax defaults]: SGD momentum 0.9, no
+    weight decay, batch 512 (64 x 8 accumulation), cosine, 500 warmup steps, clip at global norm 1,
+    384 px, inception crop; 10k steps (the CIFAR schedule), lr 0.03 from the {0.001..0.03} sweep.
+
+    Command: ``vitkit finetune --recipe finetune-paper --init-from ViT-B_16.npz --set
+    data.dataset=cifar10 --set data.data_dir=DIR``. Target: ViT-B/16 (I21k) -> CIFAR-10 99.0%
+    (vit_jax README); not runnable here (no pre-trained weights, no GPU).
+    """
+    return RunConfig(
+        model=dataclasses.replace(get_config("ViT-B/16"), image_size=384, num_classes=10),
+        data=DataConfig(dataset="cifar10", image_size=384, inception_crop=True),
+        optim=OptimConfig(
+            name="sgd", lr=0.03, momentum=0.9, grad_clip=1.0, schedule="cosine", warmup="500st"
+        ),
+        train=TrainConfig(
+            duration="10000st",
+            batch_size=64,
+            accum_steps=8,
+            eval_every="1000st",
+            save_every="500st",
+        ),
+    )
+
+
+def _pretrain(
+    preset: str, *, lr: float, wd: float, dropout: float, schedule: str, epochs: int
+) -> RunConfig:
+    return RunConfig(
+        model=dataclasses.replace(
+            get_config(preset), dropout_rate=dropout, representation_size=768
+        ),
+        data=DataConfig(dataset="folder", data_dir="imagenet", inception_crop=True),
+        optim=OptimConfig(
+            lr=lr,
+            weight_decay=wd,
+            grad_clip=1.0,
+            schedule=schedule,
+            warmup="10000st",  # type: ignore[arg-type]
+            end_lr=1e-5 if schedule == "linear" else 0.0,
+        ),
+        train=TrainConfig(duration=f"{epochs}ep", batch_size=64, accum_steps=64),  # 4096 per update
+    )
+
+
+@recipe
+def pretrain_i1k_b16() -> RunConfig:
+    """ViT-B/16 from scratch on ImageNet-1k [P Table 3]: Adam lr 3e-3, wd 0.3, dropout 0.1,
+    cosine, 300 epochs, batch 4096 (64 x 64 accumulation), 10k warmup, clip 1. Paper: 77.9% top-1
+    after fine-tuning at 384 (Table 5). Set data.data_dir to an ImageFolder of ImageNet."""
+    return _pretrain("ViT-B/16", lr=3e-3, wd=0.3, dropout=0.1, schedule="cosine", epochs=300)
+
+
+@recipe
+def pretrain_i21k_b16() -> RunConfig:
+    """ViT-B/16 on ImageNet-21k [P Table 3]: Adam lr 1e-3, wd 0.03, dropout 0.1, linear decay to
+    1e-5, 90 epochs, batch 4096, 10k warmup. Paper: 84.0% ImageNet after fine-tuning."""
+    return _pretrain("ViT-B/16", lr=1e-3, wd=0.03, dropout=0.1, schedule="linear", epochs=90)
+
+
+def get_recipe(name: str) -> RunConfig:
+    if name not in RECIPES:
+        match = difflib.get_close_matches(name, list(RECIPES), n=1)
+        hint = f" (did you mean {match[0]!r}?)" if match else ""
+        raise ConfigError(f"unknown recipe {name!r}{hint}; recipes: {', '.join(RECIPES)}")
+    return RECIPES[name]()

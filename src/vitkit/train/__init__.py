@@ -1,0 +1,1 @@
+"""Training: the one loop, objectives, optimizers and schedules, cadence, checkpoints."""

@@ -1,0 +1,63 @@
+"""From a ``DataConfig`` to the datasets and batches a run trains and evaluates on."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.utils.data import Subset
+
+from ..config import DataConfig, ModelConfig
+from ..data import Batches, ImageFolderDataset, balanced_subset, cifar, fashion_mnist, synthetic
+
+
+def _split(name: str, data_dir: str | None, split: str, model: ModelConfig, seed: int) -> Any:
+    if name == "fashion_mnist":
+        return fashion_mnist(split, data_dir)
+    if name in ("cifar10", "cifar100"):
+        return cifar(split, data_dir, num_classes=int(name[5:]))
+    if name == "folder":
+        assert data_dir is not None  # DataConfig requires it
+        if split == "test":
+            from pathlib import Path
+
+            split = "val" if (Path(data_dir) / "val").is_dir() else "test"
+        return ImageFolderDataset(data_dir, split, mode="L" if model.in_chans == 1 else "RGB")
+    if name == "synthetic":  # one draw, so both splits share the class patterns: 32 + 8 per class
+        data = synthetic(
+            num_classes=model.num_classes,
+            per_class=40,
+            image_size=model.image_size,
+            channels=model.in_chans,
+            seed=seed,
+        )
+        cut = 32 * model.num_classes  # labels cycle through the classes: every prefix is balanced
+        return data.subset(torch.arange(cut) if split == "train" else torch.arange(cut, len(data)))
+    raise ValueError(f"unknown dataset {name!r}")
+
+
+def build_datasets(cfg: DataConfig, model: ModelConfig, *, seed: int) -> tuple[Any, Any, list[str]]:
+    """Train and test datasets and the class names; the training set is subset if asked."""
+    train = _split(cfg.dataset, cfg.data_dir, "train", model, seed)
+    test = _split(cfg.dataset, cfg.data_dir, "test", model, seed)
+    classes = list(train.classes)
+    channels = train[0][0].shape[0]
+    if channels != model.in_chans:
+        raise ValueError(
+            f"model.in_chans={model.in_chans} but {cfg.dataset} images have {channels} channels"
+        )
+    if cfg.per_class is not None:
+        indices = balanced_subset(train, per_class=cfg.per_class, seed=seed)
+        train = (
+            train.subset(indices) if hasattr(train, "subset") else Subset(train, indices.tolist())
+        )
+    return train, test, classes
+
+
+def eval_batches(
+    dataset: str, data_dir: str | None, model: ModelConfig, *, batch_size: int
+) -> tuple[Batches, list[str]]:
+    """The test split of a dataset, at the model's resolution, in order."""
+    test = _split(dataset, data_dir, "test", model, seed=0)
+    batches = Batches(test, batch_size=batch_size, train=False, image_size=model.image_size)
+    return batches, list(test.classes)

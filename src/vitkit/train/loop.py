@@ -1,0 +1,278 @@
+"""The one training loop: supervised pre-training and fine-tuning [P §4.1, App. B.1].
+
+Read top to bottom: build data, model and optimizer; resume from the run directory's last
+checkpoint if there is one (else ``init_from``: pre-trained weights with a new zero head and
+resized position embeddings); then for each optimizer step: learning rate from the schedule,
+``accum_steps`` micro-batches of forward/backward, global-norm clipping, the update, EMA, and
+whatever the cadence says is due (log, evaluate, save). The objective is the only thing that
+differs between pre-training, fine-tuning and (later) masked patch prediction.
+
+Exact resume: batch order and augmentation are functions of (seed, epoch, batch), the global RNG
+(dropout) is saved with the checkpoint, so a run stopped at any moment and restarted continues
+step for step as if it had never stopped.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import math
+import signal
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ..config import RunConfig, parse_duration
+from ..data import Batches, Preprocess
+from ..model import VisionTransformer
+from .cadence import Cadence
+from .data import build_datasets
+from .objectives import classification
+from .optim import build_optimizer, learning_rate, set_learning_rate
+from .state import (
+    TrainState,
+    check_run_dir,
+    checkpoints,
+    load_checkpoint,
+    save_best,
+    save_checkpoint,
+    truncate_metrics,
+)
+
+log = logging.getLogger(__name__)
+
+
+class StoppedError(Exception):
+    """SIGTERM/SIGINT arrived: a checkpoint was saved, the run can be resumed."""
+
+
+@contextmanager
+def _stop_requests() -> Iterator[dict[str, int]]:
+    """Turn SIGTERM/SIGINT into a flag the loop checks after each step (then it saves)."""
+    flag = {"signal": 0}
+
+    def handler(signum: int, _frame: Any) -> None:
+        flag["signal"] = signum
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield flag
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+def _micro_batches(batches: Batches, start: int) -> Iterator[tuple[Tensor, Tensor]]:
+    """Micro-batches from global index ``start`` on, across epochs."""
+    per_epoch = batches.steps_per_epoch
+    epoch, offset = divmod(start, per_epoch)
+    while True:
+        yield from batches.epoch(epoch, start=offset)
+        epoch, offset = epoch + 1, 0
+
+
+def _ema_update(ema: VisionTransformer, model: VisionTransformer, decay: float) -> None:
+    with torch.no_grad():
+        for e, p in zip(ema.state_dict().values(), model.state_dict().values(), strict=True):
+            if e.dtype.is_floating_point:
+                e.mul_(decay).add_(p.detach(), alpha=1 - decay)
+
+
+def init_from_pretrained(run: RunConfig) -> VisionTransformer:
+    """Pre-trained weights for fine-tuning [P App. B.1.1]: drop the whole head (pre-logits too),
+    attach a zero-initialised one, and 2D-interpolate the position embeddings to the new grid."""
+    from ..io.api import load
+    from ..io.checkpoint import load_state_dict_strict
+
+    assert run.init_from is not None
+    model = load(run.init_from, image_size=run.model.image_size)
+    model.reset_head(run.model.num_classes, run.model.representation_size)
+    fresh = VisionTransformer(run.model)  # this run's dropout etc., the pre-trained weights
+    load_state_dict_strict(fresh, model.state_dict(), source=run.init_from)
+    return fresh
+
+
+def train(run: RunConfig, run_dir: str | Path, *, progress: bool = True) -> dict[str, Any]:
+    """Train (or resume) the run in ``run_dir``; returns the final evaluation."""
+    run_dir = Path(run_dir)
+    tc = run.train
+    torch.manual_seed(tc.seed)
+
+    # ---- data
+    train_set, test_set, classes = build_datasets(run.data, run.model, seed=tc.seed)
+    if len(classes) != run.model.num_classes:
+        raise ValueError(
+            f"model.num_classes={run.model.num_classes} but the dataset has {len(classes)} classes"
+        )
+    common = dict(image_size=run.model.image_size, num_workers=run.data.num_workers)
+    train_batches = Batches(
+        train_set,
+        batch_size=tc.batch_size,
+        train=True,
+        seed=tc.seed,
+        crop_padding=run.data.crop_padding,
+        flip=run.data.flip,
+        inception_crop=run.data.inception_crop,
+        **common,
+    )
+    test_batches = Batches(
+        test_set, batch_size=max(tc.batch_size, 256), train=False, seed=tc.seed, **common
+    )
+    steps_per_epoch = train_batches.steps_per_epoch // tc.accum_steps
+    if steps_per_epoch < 1:
+        raise ValueError(
+            f"an epoch has {train_batches.steps_per_epoch} batches of {tc.batch_size}, fewer than "
+            f"train.accum_steps={tc.accum_steps}"
+        )
+    cadence = Cadence.from_config(tc, steps_per_epoch)
+    run_dir.mkdir(parents=True, exist_ok=True)  # only once the run is known to be valid
+    check_run_dir(run_dir, run.to_dict())
+
+    # ---- model, optimizer; resume or initialise
+    last = checkpoints(run_dir)
+    model = VisionTransformer(run.model) if last or not run.init_from else init_from_pretrained(run)
+    optimizer = build_optimizer(model, run.optim)
+    ema = copy.deepcopy(model).eval() if tc.ema else None
+    step, best = 0, -1.0
+    if last:
+        state = load_checkpoint(last[-1], model)
+        optimizer.load_state_dict(state.optimizer)
+        if ema is not None and state.ema is not None:
+            ema.load_state_dict(state.ema)
+        torch.set_rng_state(state.rng)
+        step, best = state.step, state.best
+        log.info("resumed %s at step %d", last[-1], step)
+    truncate_metrics(run_dir / "metrics.jsonl", step)
+    forward = torch.compile(model) if tc.compile else model
+    warmup = parse_duration(
+        run.optim.warmup, steps_per_epoch=steps_per_epoch, batch_size=tc.batch_size * tc.accum_steps
+    )
+    preprocess = Preprocess(image_size=run.model.image_size, in_chans=run.model.in_chans)
+    extra = {"class_names": classes, "preprocess": preprocess.to_dict(), "run": run.to_dict()}
+
+    def evaluate_now() -> dict[str, Any]:
+        from ..eval.metrics import evaluate
+
+        return evaluate(ema or model, test_batches.epoch(0), len(classes), bf16=tc.bf16)
+
+    def write(record: dict[str, Any]) -> None:
+        with open(run_dir / "metrics.jsonl", "a") as f:
+            f.write(json.dumps(record) + "\n")
+
+    # ---- the loop
+    batches = _micro_batches(train_batches, step * tc.accum_steps)
+    bar = _progress(cadence.total_steps, step, enabled=progress)
+    window: dict[str, float] = {
+        "loss": 0.0,
+        "accuracy": 0.0,
+        "n": 0,
+        "images": 0,
+        "t": time.perf_counter(),
+    }
+    result: dict[str, Any] = {}
+    model.train()
+    with _stop_requests() as stop:
+        while step < cadence.total_steps:
+            lr = learning_rate(
+                step, cfg=run.optim, total_steps=cadence.total_steps, warmup_steps=warmup
+            )
+            set_learning_rate(optimizer, lr)
+            for _ in range(tc.accum_steps):
+                images, labels = next(batches)
+                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=tc.bf16):
+                    out = classification(
+                        forward, images, labels, label_smoothing=tc.label_smoothing
+                    )
+                (out["loss"] / tc.accum_steps).backward()
+                window["loss"] += out["loss"].item() / tc.accum_steps
+                window["accuracy"] += out["accuracy"].item() / tc.accum_steps
+                window["images"] += labels.numel()
+            if not math.isfinite(window["loss"]):
+                raise FloatingPointError(
+                    f"loss is {window['loss']} at step {step + 1}: the run diverged"
+                )
+            if run.optim.grad_clip:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), run.optim.grad_clip)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            if ema is not None:
+                _ema_update(ema, model, tc.ema)
+            step += 1
+            window["n"] += 1
+            bar.update(1)
+
+            if cadence.log(step):
+                elapsed = time.perf_counter() - window["t"]
+                record = {
+                    "step": step,
+                    "epoch": step / steps_per_epoch,
+                    "lr": lr,
+                    "loss": window["loss"] / window["n"],
+                    "accuracy": window["accuracy"] / window["n"],
+                    "images_per_s": window["images"] / max(elapsed, 1e-9),
+                }
+                write(record)
+                bar.set_postfix(
+                    loss=f"{record['loss']:.3f}",
+                    acc=f"{record['accuracy']:.3f}",
+                    img_s=f"{record['images_per_s']:.0f}",
+                )
+                window = {
+                    "loss": 0.0,
+                    "accuracy": 0.0,
+                    "n": 0,
+                    "images": 0,
+                    "t": time.perf_counter(),
+                }
+            if cadence.eval(step):
+                result = evaluate_now()
+                write(
+                    {
+                        "step": step,
+                        "split": "test",
+                        **{k: result[k] for k in ("loss", "accuracy", "top5")},
+                    }
+                )
+                bar.write(f"step {step}: test accuracy {result['accuracy']:.4f}")
+                if result["accuracy"] > best:
+                    best = result["accuracy"]
+                    save_best(run_dir, ema or model, extra)
+            if cadence.save(step) or stop["signal"]:
+                state = TrainState(
+                    step=step,
+                    best=best,
+                    optimizer=optimizer.state_dict(),
+                    ema=ema.state_dict() if ema is not None else None,
+                    rng=torch.get_rng_state(),
+                )
+                save_checkpoint(run_dir, model, state, extra=extra, keep_last=tc.keep_last)
+            if stop["signal"]:
+                bar.close()
+                raise StoppedError(
+                    f"stopped by signal {stop['signal']} after step {step}; checkpoint saved"
+                )
+    bar.close()
+    return result
+
+
+class _NoBar:
+    def update(self, n: int) -> None: ...
+    def set_postfix(self, **kw: Any) -> None: ...
+    def write(self, text: str) -> None:
+        log.info(text)
+
+    def close(self) -> None: ...
+
+
+def _progress(total: int, initial: int, *, enabled: bool) -> Any:
+    if not enabled:
+        return _NoBar()
+    from tqdm import tqdm
+
+    return tqdm(total=total, initial=initial, unit="step", dynamic_ncols=True)

@@ -1,0 +1,59 @@
+"""Optimizers and learning-rate schedules [P §4.1, Table 3, App. B.1; vit_jax hyper.py].
+
+Pre-training: Adam (β1 0.9, β2 0.999) with decoupled weight decay (AdamW: big_vision applies
+``wd`` times the schedule, to kernels only) — never on biases, norms, position embedding or class
+token. Fine-tuning: SGD with momentum 0.9 and no weight decay. Both with a linear warmup, then
+cosine or linear decay (vit_jax's linear decay ends at ``linear_end=1e-5``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from ..config import OptimConfig
+
+
+def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
+    """Two groups: weights that decay, and the model's ``no_weight_decay()`` names that do not."""
+    skip = model.no_weight_decay() if hasattr(model, "no_weight_decay") else set()
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        if p.requires_grad:
+            (no_decay if name in skip else decay).append(p)
+    return [
+        {"params": decay, "weight_decay": weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+
+
+def build_optimizer(model: nn.Module, cfg: OptimConfig) -> torch.optim.Optimizer:
+    groups = param_groups(model, cfg.weight_decay)
+    if cfg.name == "adam":
+        return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=1e-8)
+    return torch.optim.SGD(groups, lr=cfg.lr, momentum=cfg.momentum)
+
+
+def learning_rate(step: int, *, cfg: OptimConfig, total_steps: int, warmup_steps: int) -> float:
+    """The learning rate at optimizer step ``step`` (0-based): warmup, then decay to ``end_lr``.
+
+    Warmup is multiplicative, lr * min(1, (step + 1) / warmup), as vit_jax's ``hyper.py``.
+    """
+    if warmup_steps and step < warmup_steps:
+        return cfg.lr * (step + 1) / warmup_steps
+    if cfg.schedule == "constant":
+        return cfg.lr
+    span = max(total_steps - warmup_steps, 1)
+    progress = min(max(step - warmup_steps, 0) / span, 1.0)
+    if cfg.schedule == "linear":
+        shape = 1.0 - progress
+    else:
+        shape = 0.5 * (1.0 + math.cos(math.pi * progress))
+    return cfg.end_lr + (cfg.lr - cfg.end_lr) * shape
+
+
+def set_learning_rate(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    for group in optimizer.param_groups:
+        group["lr"] = lr

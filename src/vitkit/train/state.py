@@ -1,0 +1,148 @@
+"""Checkpoints of a training run: written atomically, resumed exactly.
+
+A run directory holds::
+
+    config.json                  the resolved RunConfig
+    metrics.jsonl                one JSON object per logged step / evaluation
+    checkpoints/step_00001200/   model.safetensors + config.json (our format) + state.pt
+    best/                        the weights with the best test accuracy so far (our format)
+
+``state.pt`` holds the optimizer, the EMA weights, the step, the best score and the global RNG
+state (dropout); it is read with ``torch.load(weights_only=True)``. The data position needs no
+storage: batch order and augmentation are functions of (seed, epoch, batch). A checkpoint
+directory is written under a temporary name and renamed, so a run killed at any moment leaves
+either the previous checkpoint or the new one, never half of one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from ..io.checkpoint import CheckpointError, atomic_write, read_ours, write_ours
+from ..model import VisionTransformer
+
+STATE_FILE = "state.pt"
+CHECKPOINTS = "checkpoints"
+
+
+@dataclass
+class TrainState:
+    step: int
+    best: float
+    optimizer: dict[str, Any]
+    ema: dict[str, Tensor] | None
+    rng: Tensor
+
+
+def _step_dir(run_dir: Path, step: int) -> Path:
+    return run_dir / CHECKPOINTS / f"step_{step:08d}"
+
+
+def checkpoints(run_dir: Path) -> list[Path]:
+    """Complete checkpoints of a run, oldest first (temporary directories are not listed)."""
+    root = run_dir / CHECKPOINTS
+    if not root.is_dir():
+        return []
+    return sorted(p for p in root.iterdir() if p.is_dir() and p.name.startswith("step_"))
+
+
+def save_checkpoint(
+    run_dir: Path,
+    model: VisionTransformer,
+    state: TrainState,
+    *,
+    extra: dict[str, Any],
+    keep_last: int,
+) -> Path:
+    """Write ``checkpoints/step_N`` atomically, then drop all but the ``keep_last`` newest."""
+    final = _step_dir(run_dir, state.step)
+    tmp = final.with_name(f".tmp-{final.name}-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    write_ours(model.cfg, model.state_dict(), tmp, extra)
+    payload = {
+        "step": state.step,
+        "best": state.best,
+        "optimizer": state.optimizer,
+        "ema": state.ema,
+        "rng": state.rng,
+    }
+    atomic_write(tmp / STATE_FILE, lambda p: torch.save(payload, p))
+    shutil.rmtree(final, ignore_errors=True)  # a re-save of the same step (SIGTERM after a save)
+    os.replace(tmp, final)
+    for old in checkpoints(run_dir)[:-keep_last]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def load_checkpoint(path: Path, model: nn.Module) -> TrainState:
+    """Load weights into ``model`` and return the training state of checkpoint ``path``."""
+    cfg, weights, _ = read_ours(path)
+    if isinstance(model, VisionTransformer) and cfg != model.cfg:
+        raise CheckpointError(f"{path} holds a different model than this run's config")
+    model.load_state_dict(weights, strict=True)
+    payload = torch.load(_exists(path / STATE_FILE), map_location="cpu", weights_only=True)
+    try:
+        return TrainState(
+            step=int(payload["step"]),
+            best=float(payload["best"]),
+            optimizer=payload["optimizer"],
+            ema=payload["ema"],
+            rng=payload["rng"],
+        )
+    except (KeyError, TypeError) as e:
+        raise CheckpointError(f"{path / STATE_FILE} is not a vitkit training state: {e}") from None
+
+
+def _exists(path: Path) -> Path:
+    if not path.is_file():
+        raise CheckpointError(f"{path} is missing: the checkpoint is incomplete")
+    return path
+
+
+def save_best(run_dir: Path, model: VisionTransformer, extra: dict[str, Any]) -> Path:
+    best = run_dir / "best"
+    tmp = run_dir / f".tmp-best-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    write_ours(model.cfg, model.state_dict(), tmp, extra)
+    shutil.rmtree(best, ignore_errors=True)
+    os.replace(tmp, best)
+    return best
+
+
+def check_run_dir(run_dir: Path, config: dict[str, Any]) -> None:
+    """A run directory belongs to one config: refuse to continue a different run in it."""
+    path = run_dir / "config.json"
+    if path.is_file():
+        saved = json.loads(path.read_text())
+        if saved != config:
+            changed = sorted(
+                f"{section}.{k}"
+                for section in config
+                if isinstance(config[section], dict)
+                for k in set(config[section]) | set(saved.get(section, {}))
+                if config[section].get(k) != saved.get(section, {}).get(k)
+            ) or sorted(k for k in config if config.get(k) != saved.get(k))
+            raise ValueError(
+                f"{run_dir} holds a run with a different config ({', '.join(changed)} differ): "
+                "use another --run-dir, or delete that directory to start over"
+            )
+    else:
+        atomic_write(path, lambda p: p.write_text(json.dumps(config, indent=2) + "\n"))
+
+
+def truncate_metrics(path: Path, step: int) -> None:
+    """Drop log lines after ``step``, so a resumed run's log equals an uninterrupted one's."""
+    if not path.is_file():
+        return
+    kept = [
+        line for line in path.read_text().splitlines() if line and json.loads(line)["step"] <= step
+    ]
+    atomic_write(path, lambda p: p.write_text("".join(f"{line}\n" for line in kept)))

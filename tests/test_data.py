@@ -1,0 +1,501 @@
+"""vitkit.data: datasets (real Fashion-MNIST, CIFAR binary, image folders, synthetic), splits,
+reproducible transforms and resumable batching."""
+
+from __future__ import annotations
+
+import gzip
+import shutil
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from vitkit.data import (
+    ArrayDataset,
+    Batches,
+    ImageFolderDataset,
+    Preprocess,
+    UnreadableImageWarning,
+    balanced_subset,
+    center_resize,
+    cifar,
+    fashion_mnist,
+    inception_crop,
+    preprocess_for_inference,
+    rand_augment,
+    random_crop_flip,
+    read_idx,
+    split_holdout,
+    synthetic,
+    to_float,
+)
+from vitkit.data.fashion_mnist import SYSTEM_DIR
+
+needs_fmnist = pytest.mark.skipif(
+    not (SYSTEM_DIR / "train-images-idx3-ubyte.gz").is_file(),
+    reason="Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)",
+)
+
+
+def g(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+# ---------------------------------------------------------------- Fashion-MNIST
+
+
+@pytest.fixture(scope="module")
+def fmnist_test() -> ArrayDataset:
+    return fashion_mnist("test")
+
+
+@needs_fmnist
+def test_fashion_mnist_train_is_the_release() -> None:
+    ds = fashion_mnist("train")
+    assert ds.images.shape == (60_000, 1, 28, 28) and ds.images.dtype == torch.uint8
+    assert ds.labels.dtype == torch.int64
+    assert ds.labels.bincount().tolist() == [6000] * 10
+    assert ds.classes[0] == "T-shirt/top" and ds.classes[9] == "Ankle boot"
+    assert int(ds.images.min()) == 0 and int(ds.images.max()) == 255
+    image, label = ds[0]
+    assert image.shape == (1, 28, 28) and isinstance(label, int)
+
+
+@needs_fmnist
+def test_fashion_mnist_test_split(fmnist_test: ArrayDataset) -> None:
+    assert fmnist_test.images.shape == (10_000, 1, 28, 28)
+    assert fmnist_test.labels.bincount().tolist() == [1000] * 10
+    assert 60 < fmnist_test.images.float().mean() < 80  # the release's mean is ~73
+
+
+def test_fashion_mnist_missing_directory_says_where_and_how(tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere"
+    with pytest.raises(FileNotFoundError) as e:
+        fashion_mnist("train", missing)
+    message = str(e.value)
+    assert "\n" not in message
+    assert str(missing) in message and "apt-get install dataset-fashion-mnist" in message
+    assert "zalandoresearch/fashion-mnist" in message
+
+
+def test_fashion_mnist_bad_split() -> None:
+    with pytest.raises(ValueError, match="'train' or 'test'"):
+        fashion_mnist("val")
+
+
+@needs_fmnist
+def test_corrupt_gz_in_vitkit_data_is_a_value_error_naming_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # $VITKIT_DATA/fashion-mnist comes before the system copy: the corrupt copy must be the one read.
+    (tmp_path / "fashion-mnist").mkdir()
+    for name in ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"):
+        shutil.copy(SYSTEM_DIR / name, tmp_path / "fashion-mnist" / name)
+    target = tmp_path / "fashion-mnist" / "t10k-images-idx3-ubyte.gz"
+    data = bytearray(target.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    target.write_bytes(bytes(data))
+    monkeypatch.setenv("VITKIT_DATA", str(tmp_path))
+    with pytest.raises(ValueError, match=str(target)):
+        fashion_mnist("test")
+
+
+@needs_fmnist
+def test_checksum_is_of_the_decompressed_content(tmp_path: Path) -> None:
+    # An uncompressed copy with one label changed: valid IDX, valid gzip elsewhere, wrong SHA-256.
+    shutil.copy(SYSTEM_DIR / "t10k-images-idx3-ubyte.gz", tmp_path)
+    raw = bytearray(gzip.decompress((SYSTEM_DIR / "t10k-labels-idx1-ubyte.gz").read_bytes()))
+    raw[100] = (raw[100] + 1) % 10
+    (tmp_path / "t10k-labels-idx1-ubyte").write_bytes(bytes(raw))
+    with pytest.raises(ValueError, match=r"t10k-labels-idx1-ubyte: SHA-256 .* expected 0402a96d"):
+        fashion_mnist("test", tmp_path)
+
+
+def test_read_idx_bad_magic_and_truncation(tmp_path: Path) -> None:
+    good = tmp_path / "good"
+    good.write_bytes(bytes([0, 0, 8, 2, 0, 0, 0, 2, 0, 0, 0, 3, 1, 2, 3, 4, 5, 6]))
+    np.testing.assert_array_equal(read_idx(good), [[1, 2, 3], [4, 5, 6]])
+    bad = tmp_path / "bad"
+    bad.write_bytes(b"\x1f\x8b\x08\x00" + bytes(20))
+    with pytest.raises(ValueError, match=r"bad: not an IDX file.*1f 8b 08 00"):
+        read_idx(bad)
+    short = tmp_path / "short"
+    short.write_bytes(good.read_bytes()[:-2])
+    with pytest.raises(ValueError, match=r"short: the IDX header says shape \(2, 3\).*found 16"):
+        read_idx(short)
+    truncated_gz = tmp_path / "t.gz"
+    truncated_gz.write_bytes(gzip.compress(good.read_bytes())[:-6])
+    with pytest.raises(ValueError, match=r"t\.gz: gzip stream is truncated"):
+        read_idx(truncated_gz)
+
+
+# ---------------------------------------------------------------- CIFAR
+
+
+def _write_cifar(root: Path, num_classes: int, sizes: dict[str, int], seed: int = 0) -> dict:
+    """Files in the exact binary layout of the release; returns what they hold."""
+    rng = np.random.default_rng(seed)
+    label_bytes = 1 if num_classes == 10 else 2
+    if num_classes == 10:
+        folder = root / "cifar-10-batches-bin"
+        files = {"train": [f"data_batch_{i}.bin" for i in range(1, 6)], "test": ["test_batch.bin"]}
+        names_file = "batches.meta.txt"
+    else:
+        folder = root / "cifar-100-binary"
+        files = {"train": ["train.bin"], "test": ["test.bin"]}
+        names_file = "fine_label_names.txt"
+    folder.mkdir(parents=True)
+    held = {}
+    for split, names in files.items():
+        images, labels = [], []
+        for name in names:
+            n = sizes[split]
+            img = rng.integers(0, 256, (n, 3, 32, 32), dtype=np.uint8)
+            fine = rng.integers(0, num_classes, n, dtype=np.uint8)
+            head = fine[:, None] if label_bytes == 1 else np.stack([fine // 5, fine], axis=1)
+            (folder / name).write_bytes(
+                np.concatenate([head, img.reshape(n, -1)], axis=1).tobytes()
+            )
+            images.append(img)
+            labels.append(fine)
+        held[split] = (np.concatenate(images), np.concatenate(labels))
+    (folder / names_file).write_text("".join(f"name{k}\n" for k in range(num_classes)) + "\n")
+    return held
+
+
+@pytest.mark.parametrize("num_classes", [10, 100])
+def test_cifar_binary_round_trip(tmp_path: Path, num_classes: int) -> None:
+    held = _write_cifar(tmp_path, num_classes, {"train": 4, "test": 3})
+    for split in ("train", "test"):
+        ds = cifar(split, tmp_path, num_classes=num_classes)
+        images, labels = held[split]
+        assert ds.images.shape == (len(labels), 3, 32, 32)
+        np.testing.assert_array_equal(ds.images.numpy(), images)
+        np.testing.assert_array_equal(ds.labels.numpy(), labels)  # the fine label for CIFAR-100
+        assert len(ds.classes) == num_classes and ds.classes[1] == "name1"
+    assert len(cifar("train", tmp_path, num_classes=num_classes)) == (
+        20 if num_classes == 10 else 4
+    )
+
+
+def test_cifar_errors(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match=r"cifar-10-binary.tar.gz"):
+        cifar("train", tmp_path)
+    _write_cifar(tmp_path, 10, {"train": 2, "test": 2})
+    test_file = tmp_path / "cifar-10-batches-bin" / "test_batch.bin"
+    test_file.write_bytes(test_file.read_bytes()[:-1])
+    with pytest.raises(ValueError, match=r"test_batch.bin: expected a whole number of 3073-byte"):
+        cifar("test", tmp_path)
+    with pytest.raises(ValueError, match="num_classes"):
+        cifar("test", tmp_path, num_classes=20)
+
+
+# ---------------------------------------------------------------- image folders
+
+
+def _save(path: Path, image: Image.Image, **kwargs) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    image.save(path, **kwargs)
+    return path
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    """train/{cat,dog}: RGB PNG, JPEG (upper-case suffix), palette with transparency, RGBA,
+    grayscale, 16-bit grayscale; val/{cat,dog}: one image each; plus files to ignore."""
+    rng = np.random.default_rng(0)
+    noise = Image.fromarray(rng.integers(0, 256, (20, 24, 3), dtype=np.uint8))
+    _save(tmp_path / "train/cat/a.png", noise)
+    _save(tmp_path / "train/cat/b.JPG", noise, quality=95)
+    palette = Image.new("P", (10, 12), 1)
+    palette.putpalette([0, 0, 0, 200, 10, 20] + [0] * 762)
+    _save(tmp_path / "train/cat/c.png", palette, transparency=0)
+    _save(tmp_path / "train/dog/d.png", Image.new("RGBA", (16, 16), (10, 20, 30, 0)))
+    _save(tmp_path / "train/dog/e.bmp", Image.new("L", (8, 9), 100))
+    _save(tmp_path / "train/dog/f.png", Image.fromarray(np.full((5, 5), 65535, np.uint16)))
+    (tmp_path / "train/dog/notes.txt").write_text("not an image")
+    (tmp_path / "train/dog/._e.bmp").write_bytes(b"macOS metadata")
+    _save(tmp_path / "val/cat/g.webp", noise)
+    _save(tmp_path / "val/dog/h.jpeg", noise)
+    return tmp_path
+
+
+def test_image_folder_reads_and_converts_every_kind(folder: Path) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no PIL palette warning, nothing skipped
+        ds = ImageFolderDataset(folder, "train")
+        items = [ds[i] for i in range(len(ds))]
+    assert ds.classes == ["cat", "dog"] and len(ds) == 6
+    assert [p.name for p, _ in ds.samples] == ["a.png", "b.JPG", "c.png", "d.png", "e.bmp", "f.png"]
+    assert ds.labels.tolist() == [0, 0, 0, 1, 1, 1]
+    for image, _ in items:
+        assert image.dtype == torch.uint8 and image.ndim == 3 and image.shape[0] == 3
+    assert items[0][0].shape == (3, 20, 24)
+    assert items[2][0][:, 0, 0].tolist() == [200, 10, 20]  # palette index 1
+    assert items[3][0][:, 0, 0].tolist() == [10, 20, 30]  # alpha dropped
+    assert items[4][0].unique().tolist() == [100]  # gray replicated to RGB
+    assert items[5][0].unique().tolist() == [255]  # 16-bit white stays white
+    gray = ImageFolderDataset(folder, "train", mode="L")
+    assert gray[0][0].shape == (1, 20, 24) and gray[4][0].unique().tolist() == [100]
+    val = ImageFolderDataset(folder, "val")
+    assert len(val) == 2 and val.labels.tolist() == [0, 1]
+
+
+def test_image_folder_structure_errors(folder: Path) -> None:
+    (folder / "train/bird").mkdir()
+    with pytest.raises(ValueError, match=r"class folder .*train/bird holds no images"):
+        ImageFolderDataset(folder, "train")
+    _save(folder / "train/bird/x.png", Image.new("RGB", (4, 4)))
+    with pytest.raises(ValueError, match=r"only in train: \['bird'\]"):
+        ImageFolderDataset(folder, "val")
+    with pytest.raises(FileNotFoundError, match=r"test not found .*\['train', 'val'\]"):
+        ImageFolderDataset(folder, "test")
+
+
+def test_image_folder_skips_a_corrupt_file_with_a_warning(folder: Path) -> None:
+    (folder / "train/cat/broken.png").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(40))
+    with pytest.warns(UnreadableImageWarning, match=r"broken.png .*1 skipped so far"):
+        ds = ImageFolderDataset(folder, "train", max_bad_fraction=0.2)
+    assert len(ds) == 6 and "broken.png" not in [p.name for p, _ in ds.samples]
+    (folder / "train/dog/broken2.jpg").write_bytes(b"garbage")
+    with pytest.raises(ValueError, match=r"2 of 8 images .* are unreadable.*max_bad_fraction=0.2"):
+        ImageFolderDataset(folder, "train", max_bad_fraction=0.2)
+
+
+def test_image_folder_substitutes_an_image_that_fails_to_decode(folder: Path) -> None:
+    # A truncated JPEG passes PIL's verify() (headers only) and fails when decoded.
+    jpeg = folder / "train/cat/b.JPG"
+    data = jpeg.read_bytes()
+    jpeg.write_bytes(data[: data.index(b"\xff\xda") + 40])  # cut inside the scan data
+    ds = ImageFolderDataset(folder, "train", max_bad_fraction=0.5)
+    assert len(ds) == 6
+    with pytest.warns(UnreadableImageWarning, match=r"b.JPG failed to decode"):
+        image, label = ds[1]
+    expected, expected_label = ds[2]  # the next image stands in, with its own label
+    assert torch.equal(image, expected) and label == expected_label
+
+
+# ---------------------------------------------------------------- splits and synthetic data
+
+
+def test_balanced_subset_counts_and_determinism() -> None:
+    ds = synthetic(num_classes=4, per_class=10, image_size=8, channels=1)
+    idx = balanced_subset(ds, per_class=3, seed=0)
+    assert ds.labels[idx].bincount().tolist() == [3, 3, 3, 3]
+    assert torch.equal(idx, balanced_subset(ds, per_class=3, seed=0))
+    assert not torch.equal(idx, balanced_subset(ds, per_class=3, seed=1))
+    assert ds.labels[balanced_subset(ds, fraction=0.5, seed=0)].bincount().tolist() == [5] * 4
+    uneven = ds.subset(torch.cat([torch.arange(8), torch.arange(8, 40, 4)]))  # class 0 has 10
+    with pytest.raises(
+        ValueError, match=r"class 1 \('class_1'\) has 2 examples, fewer than per_class=3"
+    ):
+        balanced_subset(uneven, per_class=3, seed=0)
+    with pytest.raises(ValueError, match="exactly one"):
+        balanced_subset(ds, per_class=1, fraction=0.5, seed=0)
+
+
+def test_split_holdout_is_a_class_balanced_partition() -> None:
+    ds = synthetic(num_classes=5, per_class=20, image_size=8, channels=1)
+    train, held = split_holdout(ds, 0.1, 7)
+    assert ds.labels[held].bincount().tolist() == [2] * 5
+    assert sorted(torch.cat([train, held]).tolist()) == list(range(100))
+    train2, held2 = split_holdout(ds, 0.1, 7)
+    assert torch.equal(held, held2) and torch.equal(train, train2)
+
+
+def test_synthetic_is_deterministic_and_learnable() -> None:
+    a = synthetic(num_classes=4, per_class=16, image_size=8, channels=3, seed=3)
+    b = synthetic(num_classes=4, per_class=16, image_size=8, channels=3, seed=3)
+    assert torch.equal(a.images, b.images) and a.labels[:4].tolist() == [0, 1, 2, 3]
+    torch.manual_seed(0)
+    x, y = to_float(a.images).flatten(1), a.labels  # (64, 192)
+    model = torch.nn.Linear(x.shape[1], 4)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    losses = []
+    for _ in range(5):
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.5 * losses[0]
+
+
+def test_array_dataset_validates() -> None:
+    with pytest.raises(ValueError, match="uint8 tensor"):
+        ArrayDataset(images=torch.zeros(2, 1, 4, 4), labels=torch.zeros(2).long(), classes=["a"])
+    with pytest.raises(ValueError, match=r"labels must lie in \[0, 1\)"):
+        ArrayDataset(
+            images=torch.zeros(2, 1, 4, 4, dtype=torch.uint8),
+            labels=torch.tensor([0, 1]),
+            classes=["a"],
+        )
+
+
+# ---------------------------------------------------------------- transforms
+
+
+def _batch(n: int = 64, c: int = 2, h: int = 7, w: int = 9) -> torch.Tensor:
+    return torch.randint(0, 256, (n, c, h, w), generator=g(0), dtype=torch.uint8)
+
+
+def test_random_crop_flip_identity_and_flip() -> None:
+    x = _batch()
+    assert torch.equal(random_crop_flip(x, padding=0, flip=False, generator=g(1)), x)
+    out = random_crop_flip(x, padding=0, flip=True, generator=g(1))
+    flipped = [not torch.equal(o, s) for o, s in zip(out, x, strict=True)]
+    assert 10 < sum(flipped) < 54  # p 0.5 per sample
+    for o, s, f in zip(out, x, flipped, strict=True):
+        assert torch.equal(o, torch.flip(s, dims=[-1]) if f else s)
+
+
+def test_random_crop_flip_crops_are_windows_of_the_padded_image() -> None:
+    x, p = _batch(), 3
+    out = random_crop_flip(x, padding=p, flip=False, generator=g(2))
+    padded = torch.nn.functional.pad(x, (p, p, p, p))
+    offsets = set()
+    for o, s in zip(out, padded, strict=True):
+        match = [
+            (t, l)
+            for t in range(2 * p + 1)
+            for l in range(2 * p + 1)  # noqa: E741
+            if torch.equal(o, s[:, t : t + x.shape[2], l : l + x.shape[3]])
+        ]
+        assert match, "an output is not a window of its padded input"
+        offsets.add(match[0])
+    assert len(offsets) > 10  # offsets vary across the batch
+    again = random_crop_flip(x, padding=p, flip=False, generator=g(2))
+    assert torch.equal(out, again)
+    assert not torch.equal(out, random_crop_flip(x, padding=p, flip=False, generator=g(3)))
+
+
+def test_per_sample_transforms_are_reproducible() -> None:
+    image = torch.randint(0, 256, (3, 40, 30), generator=g(0), dtype=torch.uint8)
+    crop = inception_crop(image, 16, generator=g(5))
+    assert crop.shape == (3, 16, 16) and crop.dtype == torch.uint8
+    assert torch.equal(crop, inception_crop(image, 16, generator=g(5)))
+    assert not torch.equal(crop, inception_crop(image, 16, generator=g(6)))
+    assert center_resize(image, 12).shape == (3, 12, 12)
+    state = torch.get_rng_state()
+    aug = rand_augment(image, generator=g(9))
+    assert torch.equal(torch.get_rng_state(), state)  # the global RNG is left alone
+    assert torch.equal(aug, rand_augment(image, generator=g(9)))
+    assert aug.shape == image.shape and aug.dtype == torch.uint8
+
+
+def test_to_float_and_preprocess() -> None:
+    assert to_float(torch.tensor([0, 255], dtype=torch.uint8)).tolist() == [-1.0, 1.0]
+    pre = Preprocess(image_size=8, in_chans=3)
+    assert Preprocess.from_dict(pre.to_dict()) == pre
+    with pytest.raises(ValueError, match="unknown config key 'img_size'"):
+        Preprocess.from_dict({"img_size": 8})
+    with pytest.raises(ValueError, match="normalization="):
+        Preprocess(image_size=8, normalization="imagenet")
+    out = preprocess_for_inference(Image.new("L", (20, 10), 255), pre)
+    assert out.shape == (3, 8, 8) and torch.all(out == 1.0)
+    gray = Preprocess(image_size=4, in_chans=1)
+    rgb = torch.full((3, 6, 6), 0, dtype=torch.uint8)
+    assert preprocess_for_inference(rgb, gray).shape == (1, 4, 4)
+
+
+# ---------------------------------------------------------------- batching
+
+
+def _collect(it) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    return list(it)
+
+
+def _same(a: list, b: list) -> bool:
+    return len(a) == len(b) and all(
+        torch.equal(x, y) and torch.equal(lx, ly) for (x, lx), (y, ly) in zip(a, b, strict=True)
+    )
+
+
+def test_batches_resume_equals_uninterrupted_in_memory() -> None:
+    ds = synthetic(num_classes=5, per_class=20, image_size=12, channels=3)
+    loader = Batches(ds, batch_size=16, train=True, seed=3, crop_padding=2, flip=True)
+    assert loader.steps_per_epoch == 6  # 100 // 16, last partial batch dropped
+    full = _collect(loader.epoch(1))
+    assert _same(_collect(loader.epoch(1, start=4)), full[4:])
+    assert all(x.shape == (16, 3, 12, 12) and x.dtype == torch.float32 for x, _ in full)
+    assert _same(_collect(loader.epoch(1)), full)  # a second pass repeats exactly
+    assert not torch.equal(loader.order(0), loader.order(1))  # each epoch its own order
+    stream = loader.stream(start_step=6 + 5)  # epoch 1, batch 5, then on into epoch 2
+    assert _same([next(stream) for _ in range(3)], full[5:] + _collect(loader.epoch(2))[:2])
+    resized = Batches(ds, batch_size=16, train=True, seed=3, image_size=20, inception_crop=True)
+    first = next(resized.epoch(0, start=2))
+    assert first[0].shape == (16, 3, 20, 20) and _same([first], _collect(resized.epoch(0))[2:3])
+
+
+def test_batches_eval_in_order_with_partial_last_batch() -> None:
+    ds = synthetic(num_classes=3, per_class=4, image_size=6, channels=1)
+    loader = Batches(ds, batch_size=5, train=False)
+    batches = _collect(loader.epoch(0))
+    assert [len(y) for _, y in batches] == [5, 5, 2] and loader.steps_per_epoch == 3
+    assert torch.equal(torch.cat([x for x, _ in batches]), to_float(ds.images))
+    assert torch.equal(torch.cat([y for _, y in batches]), ds.labels)
+
+
+def test_batches_errors() -> None:
+    ds = synthetic(num_classes=2, per_class=3, image_size=4, channels=1)
+    with pytest.raises(ValueError, match=r"batch_size=8 is larger than the dataset \(6 examples\)"):
+        Batches(ds, batch_size=8, train=True)
+    assert Batches(ds, batch_size=8, train=False).steps_per_epoch == 1
+    with pytest.raises(ValueError, match=r"augmentation .* is for training"):
+        Batches(ds, batch_size=2, train=False, flip=True)
+    with pytest.raises(ValueError, match="start=5"):
+        Batches(ds, batch_size=2, train=True).epoch(0, start=5)  # raises at the call
+
+
+def test_batches_image_folder_resume_and_workers(folder: Path) -> None:
+    ds = ImageFolderDataset(folder, "train")
+    loader = Batches(
+        ds, batch_size=2, train=True, seed=1, image_size=10, inception_crop=True, flip=True
+    )
+    full = _collect(loader.epoch(0))
+    assert len(full) == 3 and full[0][0].shape == (2, 3, 10, 10)
+    assert _same(_collect(loader.epoch(0, start=1)), full[1:])
+    workers = Batches(
+        ds,
+        batch_size=2,
+        train=True,
+        seed=1,
+        image_size=10,
+        inception_crop=True,
+        flip=True,
+        num_workers=2,
+    )
+    assert _same(_collect(workers.epoch(0)), full)
+    evaluation = _collect(Batches(ds, batch_size=4, train=False, image_size=10).epoch(0))
+    assert [y.tolist() for _, y in evaluation] == [[0, 0, 0, 1], [1, 1]]
+    with pytest.raises(ValueError, match="image_size is required"):
+        Batches(ds, batch_size=2, train=False)
+
+
+class _SameImage:
+    """A non-array dataset (per-sample path) whose every item is the same image."""
+
+    def __init__(self, image: torch.Tensor, n: int) -> None:
+        self.image, self.n = image, n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        return self.image, 0
+
+
+def test_batches_augment_each_batch_and_sample_differently() -> None:
+    # Identical images, so any difference between outputs comes from the augmentation's seeds.
+    image = torch.randint(0, 256, (1, 8, 8), generator=g(0), dtype=torch.uint8)
+    same = ArrayDataset(
+        images=image.expand(32, -1, -1, -1).clone(), labels=torch.zeros(32).long(), classes=["x"]
+    )
+    for dataset in (same, _SameImage(image, 32)):
+        loader = Batches(dataset, batch_size=8, train=True, image_size=8, crop_padding=2)
+        (b0, _), (b1, _) = list(loader.epoch(0))[:2]
+        assert len({x.numpy().tobytes() for x in b0}) > 4  # samples differ within a batch
+        assert not torch.equal(b0, b1)  # and batches differ from each other

@@ -1,0 +1,235 @@
+"""Training end to end on synthetic images: the loop, exact resume after SIGKILL and SIGTERM,
+fine-tuning at a higher resolution, evaluation and prediction from the command line."""
+
+from __future__ import annotations
+
+import json
+import math
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+import vitkit
+from vitkit.config import OptimConfig, TrainConfig
+from vitkit.recipes import get_recipe
+from vitkit.train.cadence import Cadence
+from vitkit.train.loop import train
+from vitkit.train.optim import learning_rate
+
+# A run with everything that must survive a restart: dropout (global RNG), crop + flip
+# augmentation (per-batch generators), warmup + cosine, clipping, EMA, two epochs.
+RESUMABLE = [
+    "--recipe", "smoke",
+    "--set", "train.duration=60st", "--set", "train.save_every=5st", "--set", "train.log_every=1st",
+    "--set", "train.eval_every=20st", "--set", "model.dropout_rate=0.1", "--set", "train.ema=0.9",
+    "--set", "data.crop_padding=2", "--set", "data.flip=True", "--set", "optim.grad_clip=1.0",
+    "--no-progress",
+]  # fmt: skip
+DETERMINISTIC = ("step", "split", "lr", "loss", "accuracy", "top5")
+
+
+def cli(*args: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "vitkit", "train", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def metrics(run_dir: Path) -> list[dict]:
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return [{k: r[k] for k in DETERMINISTIC if k in r} for r in map(json.loads, lines)]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory) -> Path:
+    run_dir = tmp_path_factory.mktemp("full")
+    proc = cli(*RESUMABLE, "--run-dir", str(run_dir))
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    return run_dir
+
+
+def _wait_for(path: Path, proc: subprocess.Popen, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert proc.poll() is None, f"run ended before {path.name} appeared: {proc.stderr.read()}"
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+
+
+@pytest.mark.slow
+def test_sigkill_then_resume_equals_uninterrupted(uninterrupted: Path, tmp_path: Path) -> None:
+    proc = cli(*RESUMABLE, "--run-dir", str(tmp_path))
+    _wait_for(tmp_path / "checkpoints" / "step_00000025", proc)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    steps_logged = [r["step"] for r in metrics(tmp_path)]
+    assert max(steps_logged) < 60, "the run finished before it was killed: the test proved nothing"
+    proc = cli(*RESUMABLE, "--run-dir", str(tmp_path))  # the same command again
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    assert metrics(tmp_path) == metrics(uninterrupted)
+
+
+@pytest.mark.slow
+def test_sigterm_saves_then_resume_equals_uninterrupted(
+    uninterrupted: Path, tmp_path: Path
+) -> None:
+    proc = cli(*RESUMABLE, "--run-dir", str(tmp_path))
+    _wait_for(tmp_path / "checkpoints" / "step_00000010", proc)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143 and "checkpoint saved" in err
+    saved = max(
+        int(p.name[5:]) for p in (tmp_path / "checkpoints").iterdir() if p.name.startswith("step_")
+    )
+    assert [r["step"] for r in metrics(tmp_path) if "split" not in r][
+        -1
+    ] == saved  # saved where it stopped
+    proc = cli(*RESUMABLE, "--run-dir", str(tmp_path))
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    assert metrics(tmp_path) == metrics(uninterrupted)
+
+
+def test_loss_falls_and_checkpoints_are_ours(tmp_path: Path) -> None:
+    result = train(get_recipe("smoke"), tmp_path, progress=False)
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    losses = [r["loss"] for r in records if "split" not in r]
+    assert losses[-1] < losses[0]
+    assert result["accuracy"] > 0.5  # 4 classes: chance is 0.25
+    model = vitkit.load(tmp_path / "best")
+    meta = json.loads((tmp_path / "best" / "config.json").read_text())
+    assert meta["class_names"] == [f"class_{i}" for i in range(4)]
+    assert meta["preprocess"]["image_size"] == 16 and model.cfg.image_size == 16
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == [
+        "step_00000004",
+        "step_00000008",
+    ]
+
+
+def test_finetune_eval_predict_end_to_end(tmp_path: Path) -> None:
+    pre = tmp_path / "pre"
+    assert cli("--recipe", "smoke", "--run-dir", str(pre), "--no-progress").wait(timeout=300) == 0
+    ft = tmp_path / "ft"
+    proc = subprocess.run(
+        [sys.executable, "-m", "vitkit", "finetune", "--init-from", str(pre / "best"), "--recipe", "smoke",
+         "--set", "model.image_size=24", "--set", "train.duration=4st", "--run-dir", str(ft), "--no-progress"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    model = vitkit.load(ft / "best")
+    assert model.cfg.image_size == 24 and model.pos_embed.shape == (1, 1 + 36, 32)
+    proc = subprocess.run(
+        [sys.executable, "-m", "vitkit", "eval", str(ft / "best"), "--data", "synthetic"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0 and "top-1" in proc.stdout and "class_3" in proc.stdout, proc.stderr
+    from PIL import Image
+
+    Image.new("RGB", (40, 30), (200, 10, 10)).save(tmp_path / "red.png")
+    proc = subprocess.run(
+        [sys.executable, "-m", "vitkit", "predict", str(ft / "best"), str(tmp_path / "red.png"), "--top", "2"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert (
+        proc.stdout.startswith(f"{tmp_path / 'red.png'}: class_")
+        and proc.stdout.count("class_") == 2
+    )
+
+
+def test_finetune_starts_from_pretrained_with_zero_head(tmp_path: Path) -> None:
+    pre = get_recipe("smoke")
+    train(pre, tmp_path / "pre", progress=False)
+    from vitkit.train.loop import init_from_pretrained
+
+    run = get_recipe("smoke")
+    import dataclasses
+
+    run = dataclasses.replace(
+        run,
+        model=dataclasses.replace(run.model, image_size=24),
+        init_from=str(tmp_path / "pre" / "best"),
+    )
+    model = init_from_pretrained(run)
+    source = vitkit.load(tmp_path / "pre" / "best")
+    assert torch.count_nonzero(model.head.weight) == 0
+    torch.testing.assert_close(model.blocks[0].attn.qkv.weight, source.blocks[0].attn.qkv.weight)
+    torch.testing.assert_close(model.pos_embed[:, :1], source.pos_embed[:, :1])  # class token kept
+    assert model.pos_embed.shape[1] == 1 + 36
+
+
+def test_schedule_warmup_then_cosine() -> None:
+    cfg = OptimConfig(lr=1.0, warmup="10st", schedule="cosine", end_lr=0.0)
+    lrs = [learning_rate(s, cfg=cfg, total_steps=110, warmup_steps=10) for s in range(110)]
+    assert lrs[0] == pytest.approx(0.1) and lrs[9] == pytest.approx(1.0)
+    assert lrs[60] == pytest.approx(0.5 * (1 + math.cos(math.pi * 0.5)))
+    assert lrs[-1] < 1e-3
+    linear = OptimConfig(lr=1.0, schedule="linear", end_lr=1e-5)
+    assert learning_rate(50, cfg=linear, total_steps=100, warmup_steps=0) == pytest.approx(
+        0.5 + 0.5e-5
+    )
+
+
+def test_cadence_in_steps() -> None:
+    tc = TrainConfig(
+        duration="2ep", batch_size=10, log_every="3st", eval_every="1ep", save_every="1000ex"
+    )
+    c = Cadence.from_config(tc, steps_per_epoch=50)
+    assert (c.total_steps, c.log_every, c.eval_every, c.save_every) == (100, 3, 50, 100)
+    assert [s for s in range(1, 101) if c.eval(s)] == [50, 100]
+    assert c.log(100) and not c.log(100 - 1 - 1)  # the end always logs
+
+
+def test_weight_decay_skips_biases_norms_posemb_cls() -> None:
+    from vitkit.train.optim import param_groups
+
+    model = vitkit.create_model("ViT-mu/16", image_size=32, num_classes=3)
+    decay, no_decay = param_groups(model, 0.1)
+    names = {id(p): n for n, p in model.named_parameters()}
+    skipped = {names[id(p)] for p in no_decay["params"]}
+    assert {"pos_embed", "cls_token", "norm.weight", "head.bias"} <= skipped
+    assert all(names[id(p)].endswith("weight") for p in decay["params"])
+    assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
+
+
+def test_bad_run_inputs(tmp_path: Path, capsys) -> None:
+    from vitkit.cli import main
+
+    def train_cli(*args: str) -> tuple[int, str]:
+        code = main(["train", *args, "--no-progress"])
+        return code, capsys.readouterr().err
+
+    for args, needle in [
+        (["--recipe", "smok"], "did you mean 'smoke'"),
+        (["--recipe", "smoke", "--set", "optim.lr=-1"], "optim.lr=-1 is not valid"),
+        (["--recipe", "smoke", "--set", "optim.lrr=1"], "did you mean 'lr'"),
+        (["--recipe", "smoke", "--set", "train.batch_size=100000"], "larger than the dataset"),
+        (["--recipe", "smoke", "--set", "model.image_size=18"], "image_size=18 is not valid"),
+        (["--recipe", "fmnist", "--set", "data.data_dir='/nonexistent'"], "not found"),
+    ]:
+        code, err = train_cli(*args, "--run-dir", str(tmp_path / "r"))
+        assert code == 2, err
+        assert needle in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "r").exists()  # nothing written for a run that could not start
+    assert train_cli("--recipe", "smoke", "--run-dir", str(tmp_path / "s"))[0] == 0
+    code, err = train_cli(
+        "--recipe", "smoke", "--set", "train.seed=3", "--run-dir", str(tmp_path / "s")
+    )
+    assert code == 2 and "different config (train.seed differ)" in err
+
+
+def test_recipes_are_valid() -> None:
+    from vitkit.recipes import RECIPES
+
+    for name in RECIPES:
+        run = get_recipe(name)
+        assert run.model.num_classes > 0, name

@@ -21,14 +21,14 @@ from vitkit.train.cadence import Cadence
 from vitkit.train.loop import train
 from vitkit.train.optim import learning_rate
 
-# A run with everything that must survive a restart: dropout (global RNG), crop + flip
-# augmentation (per-batch generators), warmup + cosine, clipping, EMA, two epochs.
+# A run with everything that must survive a restart: dropout and mixup (global RNG), crop, flip
+# and RandAugment (per-batch generators), warmup + cosine, clipping, EMA, several epochs.
 RESUMABLE = [
     "--recipe", "smoke",
     "--set", "train.duration=60st", "--set", "train.save_every=5st", "--set", "train.log_every=1st",
     "--set", "train.eval_every=20st", "--set", "model.dropout_rate=0.1", "--set", "train.ema=0.9",
     "--set", "data.crop_padding=2", "--set", "data.flip=True", "--set", "optim.grad_clip=1.0",
-    "--no-progress",
+    "--set", "train.mixup=0.2", "--set", "data.rand_augment=True", "--no-progress",
 ]  # fmt: skip
 DETERMINISTIC = ("step", "split", "lr", "loss", "accuracy", "top5")
 

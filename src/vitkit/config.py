@@ -361,6 +361,7 @@ class DataConfig:
     crop_padding: int = 0  # random crop after zero padding (small images)
     flip: bool = False
     inception_crop: bool = False
+    rand_augment: bool = False  # RandAugment(2, 10)
     per_class: int | None = None  # class-balanced subset of the training set
     num_workers: int = 0
 
@@ -438,6 +439,7 @@ class TrainConfig:
     batch_size: int
     accum_steps: int = 1  # gradient accumulation: the optimizer sees batch_size x accum_steps
     label_smoothing: float = 0.0
+    mixup: float = 0.0  # Beta(α, α) of mixup; 0 = off
     ema: float | None = None  # Polyak averaging of the weights (the paper's 0.9999)
     bf16: bool = False
     compile: bool = False
@@ -452,6 +454,7 @@ class TrainConfig:
         _positive_int("train.batch_size", self.batch_size)
         _positive_int("train.accum_steps", self.accum_steps)
         _rate("train.label_smoothing", self.label_smoothing)
+        _check(self.mixup >= 0, "train.mixup", self.mixup, "a number >= 0 (0 = off)")
         _check(
             self.ema is None or 0.0 < self.ema < 1.0,
             "train.ema",

@@ -30,6 +30,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
+from . import transforms
 from .arrays import ArrayDataset
 from .transforms import inception_crop, random_crop_flip, resize, to_float
 
@@ -55,6 +56,7 @@ class Augment:
     crop_padding: int
     flip: bool
     inception_crop: bool
+    rand_augment: bool = False
 
     def __call__(self, images: Tensor, g: torch.Generator) -> Tensor:
         if self.inception_crop:
@@ -67,6 +69,8 @@ class Augment:
             images = random_crop_flip(
                 images, padding=self.crop_padding, flip=self.flip, generator=g
             )
+        if self.rand_augment:  # RandAugment(2, 10), as big_vision's plain-ViT recipe
+            images = torch.stack([transforms.rand_augment(im, generator=g) for im in images])
         return images
 
 
@@ -117,6 +121,7 @@ class Batches:
         crop_padding: int = 0,
         flip: bool = False,
         inception_crop: bool = False,
+        rand_augment: bool = False,
         num_workers: int = 0,
         drop_last: bool | None = None,
     ) -> None:
@@ -134,7 +139,7 @@ class Batches:
             raise ValueError(
                 f"inception_crop=True and crop_padding={crop_padding}: choose one way of cropping"
             )
-        if not train and (crop_padding or flip or inception_crop):
+        if not train and (crop_padding or flip or inception_crop or rand_augment):
             raise ValueError(
                 "augmentation (crop_padding, flip, inception_crop) is for training; "
                 f"found it with train=False (crop_padding={crop_padding}, flip={flip}, "
@@ -163,8 +168,8 @@ class Batches:
             )
         self.steps_per_epoch = n // batch_size if self.drop_last else math.ceil(n / batch_size)
         self.augment = (
-            Augment(image_size, crop_padding, flip, inception_crop)
-            if train and (crop_padding or flip or inception_crop or image_size)
+            Augment(image_size, crop_padding, flip, inception_crop, rand_augment)
+            if train and (crop_padding or flip or inception_crop or rand_augment or image_size)
             else None
         )
 

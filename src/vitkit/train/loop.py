@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import Tensor
 
 from ..config import RunConfig, parse_duration
 from ..data import Batches, Preprocess
@@ -35,6 +34,7 @@ from .cadence import Cadence
 from .data import build_datasets
 from .objectives import classification
 from .optim import build_optimizer, learning_rate, set_learning_rate
+from .report import write_report
 from .state import (
     TrainState,
     check_run_dir,
@@ -66,15 +66,6 @@ def _stop_requests() -> Iterator[dict[str, int]]:
     finally:
         for s, h in previous.items():
             signal.signal(s, h)
-
-
-def _micro_batches(batches: Batches, start: int) -> Iterator[tuple[Tensor, Tensor]]:
-    """Micro-batches from global index ``start`` on, across epochs."""
-    per_epoch = batches.steps_per_epoch
-    epoch, offset = divmod(start, per_epoch)
-    while True:
-        yield from batches.epoch(epoch, start=offset)
-        epoch, offset = epoch + 1, 0
 
 
 def _ema_update(ema: VisionTransformer, model: VisionTransformer, decay: float) -> None:
@@ -119,6 +110,7 @@ def train(run: RunConfig, run_dir: str | Path, *, progress: bool = True) -> dict
         crop_padding=run.data.crop_padding,
         flip=run.data.flip,
         inception_crop=run.data.inception_crop,
+        rand_augment=run.data.rand_augment,
         **common,
     )
     test_batches = Batches(
@@ -161,12 +153,19 @@ def train(run: RunConfig, run_dir: str | Path, *, progress: bool = True) -> dict
 
         return evaluate(ema or model, test_batches.epoch(0), len(classes), bf16=tc.bf16)
 
+    board = _tensorboard(run_dir)
+
     def write(record: dict[str, Any]) -> None:
         with open(run_dir / "metrics.jsonl", "a") as f:
             f.write(json.dumps(record) + "\n")
+        if board is not None:
+            prefix = record.get("split", "train")
+            for key, value in record.items():
+                if isinstance(value, float):
+                    board.add_scalar(f"{prefix}/{key}", value, record["step"])
 
     # ---- the loop
-    batches = _micro_batches(train_batches, step * tc.accum_steps)
+    batches = train_batches.stream(step * tc.accum_steps)  # micro-batches, across epochs
     bar = _progress(cadence.total_steps, step, enabled=progress)
     window: dict[str, float] = {
         "loss": 0.0,
@@ -187,7 +186,7 @@ def train(run: RunConfig, run_dir: str | Path, *, progress: bool = True) -> dict
                 images, labels = next(batches)
                 with torch.autocast("cpu", dtype=torch.bfloat16, enabled=tc.bf16):
                     out = classification(
-                        forward, images, labels, label_smoothing=tc.label_smoothing
+                        forward, images, labels, label_smoothing=tc.label_smoothing, mixup=tc.mixup
                     )
                 (out["loss"] / tc.accum_steps).backward()
                 window["loss"] += out["loss"].item() / tc.accum_steps
@@ -231,7 +230,9 @@ def train(run: RunConfig, run_dir: str | Path, *, progress: bool = True) -> dict
                     "t": time.perf_counter(),
                 }
             if cadence.eval(step):
+                started = time.perf_counter()
                 result = evaluate_now()
+                window["t"] += time.perf_counter() - started  # images/s counts training only
                 write(
                     {
                         "step": step,
@@ -258,7 +259,19 @@ def train(run: RunConfig, run_dir: str | Path, *, progress: bool = True) -> dict
                     f"stopped by signal {stop['signal']} after step {step}; checkpoint saved"
                 )
     bar.close()
+    if not result:  # the run was already complete: evaluate its final weights
+        result = evaluate_now()
+    write_report(run_dir, result, classes)
     return result
+
+
+def _tensorboard(run_dir: Path) -> Any:
+    """A TensorBoard writer when tensorboard is installed (it is optional), else None."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        return None
+    return SummaryWriter(str(run_dir / "tensorboard"))
 
 
 class _NoBar:

@@ -121,7 +121,12 @@ def check_run_dir(run_dir: Path, config: dict[str, Any]) -> None:
     """A run directory belongs to one config: refuse to continue a different run in it."""
     path = run_dir / "config.json"
     if path.is_file():
-        saved = json.loads(path.read_text())
+        from ..config import ConfigError, RunConfig
+
+        try:  # through the dataclasses: fields added since (with defaults) are not differences
+            saved = RunConfig.from_dict(json.loads(path.read_text())).to_dict()
+        except (ConfigError, json.JSONDecodeError) as e:
+            raise ValueError(f"{path} is not a vitkit run config: {e}") from None
         if saved != config:
             changed = sorted(
                 f"{section}.{k}"

@@ -1,0 +1,59 @@
+"""What a finished run leaves for a person: a loss/accuracy curve and a confusion matrix (PNG),
+drawn from ``metrics.jsonl`` and the final evaluation."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+
+def _records(run_dir: Path) -> list[dict[str, Any]]:
+    path = run_dir / "metrics.jsonl"
+    return (
+        [json.loads(line) for line in path.read_text().splitlines() if line]
+        if path.is_file()
+        else []
+    )
+
+
+def write_report(run_dir: Path, result: dict[str, Any], classes: list[str]) -> list[Path]:
+    """Write ``curves.png`` and ``confusion.png`` into ``run_dir``; returns their paths."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    records = _records(run_dir)
+    train = [r for r in records if "split" not in r]
+    test = [r for r in records if r.get("split") == "test"]
+    fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(10, 4))
+    ax_loss.plot([r["step"] for r in train], [r["loss"] for r in train], label="train")
+    ax_loss.plot([r["step"] for r in test], [r["loss"] for r in test], "o-", label="test")
+    ax_loss.set(xlabel="step", ylabel="loss", title="loss")
+    ax_acc.plot([r["step"] for r in train], [r["accuracy"] for r in train], label="train")
+    ax_acc.plot([r["step"] for r in test], [r["accuracy"] for r in test], "o-", label="test")
+    ax_acc.set(xlabel="step", ylabel="accuracy", title="accuracy")
+    for ax in (ax_loss, ax_acc):
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    curves = run_dir / "curves.png"
+    fig.savefig(curves, dpi=100)
+    plt.close(fig)
+
+    confusion = result["confusion"]
+    k = len(confusion)
+    fig, ax = plt.subplots(figsize=(1.0 + 0.6 * k, 1.0 + 0.6 * k))
+    ax.imshow(confusion, cmap="Blues")
+    for i in range(k):
+        for j in range(k):
+            ax.text(j, i, str(confusion[i][j]), ha="center", va="center", fontsize=7)
+    ax.set_xticks(range(k), classes, rotation=60, ha="right", fontsize=8)
+    ax.set_yticks(range(k), classes, fontsize=8)
+    ax.set(xlabel="predicted", ylabel="true", title=f"test accuracy {result['accuracy']:.4f}")
+    fig.tight_layout()
+    matrix = run_dir / "confusion.png"
+    fig.savefig(matrix, dpi=100)
+    plt.close(fig)
+    return [curves, matrix]

@@ -499,3 +499,15 @@ def test_batches_augment_each_batch_and_sample_differently() -> None:
         (b0, _), (b1, _) = list(loader.epoch(0))[:2]
         assert len({x.numpy().tobytes() for x in b0}) > 4  # samples differ within a batch
         assert not torch.equal(b0, b1)  # and batches differ from each other
+
+
+def test_folder_batches_leave_the_global_rng_alone(folder: Path) -> None:
+    # The global RNG drives dropout and mixup and is saved with checkpoints; a DataLoader that
+    # drew its base seed from it would make a resumed run differ from an uninterrupted one.
+    batches = Batches(
+        ImageFolderDataset(folder, "train"), batch_size=2, train=True, image_size=8, flip=True
+    )
+    before = torch.get_rng_state()
+    for _ in batches.epoch(0):
+        pass
+    assert torch.equal(before, torch.get_rng_state())

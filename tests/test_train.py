@@ -22,10 +22,12 @@ from vitkit.train.loop import train
 from vitkit.train.optim import learning_rate
 
 # A run with everything that must survive a restart: dropout and mixup (global RNG), crop, flip
-# and RandAugment (per-batch generators), warmup + cosine, clipping, EMA, several epochs.
+# and RandAugment (per-batch generators), warmup + cosine, clipping, EMA, gradient accumulation,
+# log lines that straddle checkpoints (log every 3 steps, save every 5), several epochs.
 RESUMABLE = [
     "--recipe", "smoke",
-    "--set", "train.duration=60st", "--set", "train.save_every=5st", "--set", "train.log_every=1st",
+    "--set", "train.duration=60st", "--set", "train.save_every=5st", "--set", "train.log_every=3st",
+    "--set", "train.accum_steps=2",
     "--set", "train.eval_every=20st", "--set", "model.dropout_rate=0.1", "--set", "train.ema=0.9",
     "--set", "data.crop_padding=2", "--set", "data.flip=True", "--set", "optim.grad_clip=1.0",
     "--set", "train.mixup=0.2", "--set", "data.rand_augment=True", "--no-progress",
@@ -90,9 +92,7 @@ def test_sigterm_saves_then_resume_equals_uninterrupted(
     saved = max(
         int(p.name[5:]) for p in (tmp_path / "checkpoints").iterdir() if p.name.startswith("step_")
     )
-    assert [r["step"] for r in metrics(tmp_path) if "split" not in r][
-        -1
-    ] == saved  # saved where it stopped
+    assert f"after step {saved};" in err  # the checkpoint is where it stopped
     proc = cli(*RESUMABLE, "--run-dir", str(tmp_path))
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err
@@ -197,7 +197,8 @@ def test_weight_decay_skips_biases_norms_posemb_cls() -> None:
     names = {id(p): n for n, p in model.named_parameters()}
     skipped = {names[id(p)] for p in no_decay["params"]}
     assert {"pos_embed", "cls_token", "norm.weight", "head.bias"} <= skipped
-    assert all(names[id(p)].endswith("weight") for p in decay["params"])
+    assert all(p.ndim >= 2 for p in decay["params"])  # kernels only: no bias, no norm scale
+    assert {n for n, p in model.named_parameters() if p.ndim == 1} <= skipped
     assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
 
 
@@ -215,11 +216,20 @@ def test_bad_run_inputs(tmp_path: Path, capsys) -> None:
         (["--recipe", "smoke", "--set", "train.batch_size=100000"], "larger than the dataset"),
         (["--recipe", "smoke", "--set", "model.image_size=18"], "image_size=18 is not valid"),
         (["--recipe", "fmnist", "--set", "data.data_dir='/nonexistent'"], "not found"),
+        (
+            ["--recipe", "smoke", "--set", "train.duration='infst'"],
+            "train.duration='infst' is not valid",
+        ),
+        (["--recipe", "smoke", "--set", "optim.warmup='8st'"], "the schedule would never decay"),
     ]:
         code, err = train_cli(*args, "--run-dir", str(tmp_path / "r"))
         assert code == 2, err
         assert needle in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "r").exists()  # nothing written for a run that could not start
+    code, err = train_cli(
+        "--recipe", "smoke", "--set", "optim.lr=1e30", "--run-dir", str(tmp_path / "d")
+    )
+    assert code == 2 and "the run diverged" in err and len(err.strip().splitlines()) == 1
     assert train_cli("--recipe", "smoke", "--run-dir", str(tmp_path / "s"))[0] == 0
     code, err = train_cli(
         "--recipe", "smoke", "--set", "train.seed=3", "--run-dir", str(tmp_path / "s")
@@ -233,3 +243,56 @@ def test_recipes_are_valid() -> None:
     for name in RECIPES:
         run = get_recipe(name)
         assert run.model.num_classes > 0, name
+
+
+def test_finetune_drops_pre_logits_and_reads_other_formats(tmp_path: Path, capsys) -> None:
+    import dataclasses
+
+    import timm
+
+    from helpers import randomize
+    from vitkit.cli import main
+    from vitkit.model.posemb import resize_grid
+    from vitkit.train.loop import init_from_pretrained
+
+    run = get_recipe("smoke")  # 4 classes, 16 px, patch 4
+    source_cfg = dataclasses.replace(run.model, num_classes=7, representation_size=16)
+    source = randomize(vitkit.create_model(source_cfg))
+    vitkit.save(source, tmp_path / "pre")
+    target = dataclasses.replace(run.model, image_size=24)
+    model = init_from_pretrained(
+        dataclasses.replace(run, model=target, init_from=str(tmp_path / "pre"))
+    )
+    assert model.pre_logits is None and model.head.weight.shape == (4, 32)
+    assert torch.count_nonzero(model.head.weight) == 0 and torch.count_nonzero(model.head.bias) == 0
+    expected = resize_grid(source.pos_embed[:, 1:].detach(), (4, 4), (6, 6))
+    torch.testing.assert_close(model.pos_embed[:, 1:], expected)
+
+    # A timm state dict of a shape no preset has: the heads come from --num-heads.
+    peer = timm.models.vision_transformer.VisionTransformer(
+        img_size=16, patch_size=4, embed_dim=32, depth=1, num_heads=8, mlp_ratio=4.0, num_classes=5
+    )
+    torch.save(peer.state_dict(), tmp_path / "timm.pth")
+    args = ["finetune", "--init-from", str(tmp_path / "timm.pth"), "--recipe", "smoke", "--num-heads", "8",
+            "--set", "train.duration=3st", "--run-dir", str(tmp_path / "ft"), "--no-progress"]  # fmt: skip
+    assert main(args) == 0, capsys.readouterr().err
+    assert vitkit.load(tmp_path / "ft" / "best").cfg.num_heads == 8
+    refused = ["finetune", "--init-from", str(tmp_path / "pre"), "--recipe", "smoke",
+               "--set", "model.classifier='gap'", "--run-dir", str(tmp_path / "x")]  # fmt: skip
+    assert main(refused) == 2
+    assert "keeps the pre-trained architecture" in capsys.readouterr().err
+
+
+def test_eval_and_predict_bad_input(tmp_path: Path, capsys) -> None:
+    from vitkit.cli import main
+
+    train(get_recipe("smoke"), tmp_path / "run", progress=False)
+    best = str(tmp_path / "run" / "best")
+    assert main(["predict", best, str(tmp_path / "missing.png")]) == 2
+    assert "cannot read image" in capsys.readouterr().err
+    assert main(["predict", best, str(tmp_path / "missing.png"), "--top", "0"]) == 2
+    assert "--top 0" in capsys.readouterr().err
+    assert main(["eval", best, "--data", "fashion_mnist"]) == 2  # 3-channel model, 1-channel data
+    assert "channels" in capsys.readouterr().err
+    assert main(["eval", best, "--data", "folder"]) == 2
+    assert "needs its root" in capsys.readouterr().err

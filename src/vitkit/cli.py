@@ -9,6 +9,10 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .config import RunConfig
 
 EXAMPLES = {
     "train": "vitkit train --recipe fmnist --run-dir runs/fmnist --set train.duration=2ep",
@@ -89,7 +93,7 @@ def _convert(args: argparse.Namespace) -> None:
     )
 
 
-def _run_config(args: argparse.Namespace):  # -> RunConfig
+def _run_config(args: argparse.Namespace) -> RunConfig:
     from .config import parse_set, replace
     from .recipes import get_recipe
 
@@ -98,16 +102,23 @@ def _run_config(args: argparse.Namespace):  # -> RunConfig
     return replace(run, overrides) if overrides else run
 
 
-def _finetune_config(args: argparse.Namespace):  # -> RunConfig
+def _finetune_config(args: argparse.Namespace) -> RunConfig:
     """The recipe's run on the pre-trained architecture: new head for the recipe's classes, the
     recipe's resolution (posemb interpolated), dropout and friends from the recipe."""
     import dataclasses
 
+    from .config import ConfigError, parse_set
     from .io.api import read
 
     run = _run_config(args)
     pretrained, _, _ = read(args.init_from, num_heads=args.num_heads)
     keep = ("num_classes", "image_size", "dropout_rate", "attention_dropout_rate", "drop_path_rate")
+    fixed = [k for k in parse_set(args.set or []) if k.startswith("model.") and k[6:] not in keep]
+    if fixed:
+        raise ConfigError(
+            f"{', '.join(fixed)}: fine-tuning keeps the pre-trained architecture; only "
+            f"{', '.join(f'model.{k}' for k in keep)} can be set"
+        )
     model = dataclasses.replace(
         pretrained, representation_size=None, **{k: getattr(run.model, k) for k in keep}
     )
@@ -125,7 +136,7 @@ def _train(args: argparse.Namespace) -> None:
         result = train(run, args.run_dir, progress=not args.no_progress)
     except StoppedError as e:
         print(f"vitkit train: {e}; run the same command to resume", file=sys.stderr)
-        raise SystemExit(143) from None
+        raise SystemExit(128 + e.signum) from None
     minutes = (time.perf_counter() - start) / 60
     print(
         f"test accuracy {result['accuracy']:.4f} (top-5 {result['top5']:.4f}) on {result['count']} "
@@ -142,6 +153,10 @@ def _eval(args: argparse.Namespace) -> None:
     model = load_model(args.checkpoint)
     _, _, extra = read(args.checkpoint)
     batches, classes = eval_batches(args.data, args.data_dir, model.cfg, batch_size=args.batch_size)
+    if len(classes) != model.cfg.num_classes:
+        raise ValueError(
+            f"the model has {model.cfg.num_classes} classes, {args.data} has {len(classes)}"
+        )
     names = extra.get("class_names") or classes
     result = evaluate(model, batches.epoch(0), model.cfg.num_classes)
     print(f"top-1 {result['accuracy']:.4f}  top-5 {result['top5']:.4f}  ({result['count']} images)")
@@ -156,6 +171,8 @@ def _predict(args: argparse.Namespace) -> None:
     from .data import Preprocess, preprocess_for_inference
     from .io.api import load, read
 
+    if args.top < 1:
+        raise ValueError(f"--top {args.top}: expected a positive number of classes")
     model = load(args.checkpoint)
     _, _, extra = read(args.checkpoint)
     names = extra.get("class_names") or [str(i) for i in range(model.cfg.num_classes)]

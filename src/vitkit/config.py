@@ -346,7 +346,7 @@ def _parse_duration(text: str) -> tuple[float, str] | None:
                 number = float(text[: -len(unit)])
             except ValueError:
                 return None
-            return (number, unit) if number >= 0 else None
+            return (number, unit) if math.isfinite(number) and number >= 0 else None
     return None
 
 
@@ -357,7 +357,6 @@ class DataConfig:
 
     dataset: Dataset = "fashion_mnist"
     data_dir: str | None = None
-    image_size: int | None = None  # training resolution; None keeps the dataset's
     crop_padding: int = 0  # random crop after zero padding (small images)
     flip: bool = False
     inception_crop: bool = False
@@ -374,8 +373,6 @@ class DataConfig:
         )
         if self.dataset == "folder":
             _check(bool(self.data_dir), "data.data_dir", self.data_dir, "the image folder's root")
-        if self.image_size is not None:
-            _positive_int("data.image_size", self.image_size)
         if self.per_class is not None:
             _positive_int("data.per_class", self.per_class)
         for name in ("crop_padding", "num_workers"):
@@ -393,7 +390,9 @@ class OptimConfig:
     beta1: float = 0.9
     beta2: float = 0.999
     momentum: float = 0.9
-    weight_decay: float = 0.0  # decoupled (AdamW), never on biases, norms, posemb, class token
+    # Adam: decoupled (AdamW); SGD: PyTorch's L2 (the paper fine-tunes with none). Never on biases,
+    # norms, position embedding or class token.
+    weight_decay: float = 0.0
     grad_clip: float | None = None  # global norm
     schedule: Schedule = "cosine"
     warmup: str = "0st"

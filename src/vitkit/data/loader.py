@@ -35,7 +35,7 @@ from .arrays import ArrayDataset
 from .transforms import inception_crop, random_crop_flip, resize, to_float
 
 # Stream names, so the permutation and the augmentation of one epoch never share random numbers.
-_ORDER, _BATCH, _SAMPLE = 0, 1, 2
+_ORDER, _BATCH, _SAMPLE, _LOADER = 0, 1, 2, 3
 
 
 def derive_seed(*keys: int) -> int:
@@ -222,6 +222,9 @@ class Batches:
             batch_sampler=[[(epoch, i) for i in span.tolist()] for span in spans],
             num_workers=self.num_workers,
             collate_fn=_collate,
+            # its own seed for worker seeding: never a draw from the global RNG (dropout's),
+            # which would differ between a resumed and an uninterrupted run
+            generator=generator(self.seed, _LOADER, epoch),
         )
         for images, labels in loader:
             yield to_float(images), labels

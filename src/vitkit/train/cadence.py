@@ -18,9 +18,10 @@ class Cadence:
     log_every: int
     eval_every: int
     save_every: int
+    warmup_steps: int = 0
 
     @classmethod
-    def from_config(cls, cfg: TrainConfig, steps_per_epoch: int) -> Cadence:
+    def from_config(cls, cfg: TrainConfig, steps_per_epoch: int, warmup: str = "0st") -> Cadence:
         """``steps_per_epoch`` counts optimizer steps (micro-batches / accum_steps)."""
         batch = cfg.batch_size * cfg.accum_steps
 
@@ -30,12 +31,19 @@ class Cadence:
         total = steps(cfg.duration)
         if total < 1:
             raise ValueError(f"train.duration={cfg.duration!r} is less than one optimizer step")
+        warmup_steps = steps(warmup)
+        if warmup_steps >= total:
+            raise ValueError(
+                f"optim.warmup={warmup!r} ({warmup_steps} steps) is not shorter than "
+                f"train.duration={cfg.duration!r} ({total} steps): the schedule would never decay"
+            )
         return cls(
             total,
             steps_per_epoch,
             steps(cfg.log_every),
             steps(cfg.eval_every),
             steps(cfg.save_every),
+            warmup_steps,
         )
 
     @staticmethod

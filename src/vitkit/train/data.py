@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -17,10 +18,9 @@ def _split(name: str, data_dir: str | None, split: str, model: ModelConfig, seed
     if name in ("cifar10", "cifar100"):
         return cifar(split, data_dir, num_classes=int(name[5:]))
     if name == "folder":
-        assert data_dir is not None  # DataConfig requires it
+        if not data_dir:
+            raise ValueError("dataset 'folder' needs its root: --data-dir (or data.data_dir)")
         if split == "test":
-            from pathlib import Path
-
             split = "val" if (Path(data_dir) / "val").is_dir() else "test"
         return ImageFolderDataset(data_dir, split, mode="L" if model.in_chans == 1 else "RGB")
     if name == "synthetic":  # one draw, so both splits share the class patterns: 32 + 8 per class
@@ -59,5 +59,10 @@ def eval_batches(
 ) -> tuple[Batches, list[str]]:
     """The test split of a dataset, at the model's resolution, in order."""
     test = _split(dataset, data_dir, "test", model, seed=0)
+    channels = test[0][0].shape[0]
+    if channels != model.in_chans:
+        raise ValueError(
+            f"the model takes {model.in_chans} channels, {dataset} images have {channels}"
+        )
     batches = Batches(test, batch_size=batch_size, train=False, image_size=model.image_size)
     return batches, list(test.classes)

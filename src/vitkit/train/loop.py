@@ -22,12 +22,13 @@ import signal
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from ..config import RunConfig, parse_duration
+from ..config import RunConfig
 from ..data import Batches, Preprocess
 from ..model import VisionTransformer
 from .cadence import Cadence
@@ -40,6 +41,7 @@ from .state import (
     check_run_dir,
     checkpoints,
     load_checkpoint,
+    remove_partial_writes,
     save_best,
     save_checkpoint,
     truncate_metrics,
@@ -50,6 +52,29 @@ log = logging.getLogger(__name__)
 
 class StoppedError(Exception):
     """SIGTERM/SIGINT arrived: a checkpoint was saved, the run can be resumed."""
+
+    def __init__(self, signum: int, step: int) -> None:
+        super().__init__(f"stopped by signal {signum} after step {step}; checkpoint saved")
+        self.signum = signum
+
+
+class DivergedError(ValueError):
+    """The loss became NaN or infinite."""
+
+
+@dataclass
+class _Window:
+    """Running sums between two log lines. The sums are saved with checkpoints (a resumed run's
+    log lines equal an uninterrupted run's); the clock is not."""
+
+    loss: float = 0.0
+    accuracy: float = 0.0
+    n: int = 0
+    images: int = 0
+    t: float = field(default_factory=time.perf_counter)
+
+    def sums(self) -> dict[str, float]:
+        return {"loss": self.loss, "accuracy": self.accuracy, "n": self.n, "images": self.images}
 
 
 @contextmanager
@@ -68,7 +93,10 @@ def _stop_requests() -> Iterator[dict[str, int]]:
             signal.signal(s, h)
 
 
-def _ema_update(ema: VisionTransformer, model: VisionTransformer, decay: float) -> None:
+def _ema_update(ema: VisionTransformer, model: VisionTransformer, decay: float, step: int) -> None:
+    """Polyak averaging; the decay ramps up as (1 + step) / (10 + step) (TensorFlow's
+    ``num_updates`` rule), so early averages are not dominated by the random initial weights."""
+    decay = min(decay, (1 + step) / (10 + step))
     with torch.no_grad():
         for e, p in zip(ema.state_dict().values(), model.state_dict().values(), strict=True):
             if e.dtype.is_floating_point:
@@ -82,7 +110,12 @@ def init_from_pretrained(run: RunConfig) -> VisionTransformer:
     from ..io.checkpoint import load_state_dict_strict
 
     assert run.init_from is not None
-    model = load(run.init_from, image_size=run.model.image_size)
+    model = load(
+        run.init_from,
+        image_size=run.model.image_size,
+        num_heads=run.model.num_heads,
+        posemb=run.model.posemb,
+    )
     model.reset_head(run.model.num_classes, run.model.representation_size)
     fresh = VisionTransformer(run.model)  # this run's dropout etc., the pre-trained weights
     load_state_dict_strict(fresh, model.state_dict(), source=run.init_from)
@@ -122,16 +155,18 @@ def train(run: RunConfig, run_dir: str | Path, *, progress: bool = True) -> dict
             f"an epoch has {train_batches.steps_per_epoch} batches of {tc.batch_size}, fewer than "
             f"train.accum_steps={tc.accum_steps}"
         )
-    cadence = Cadence.from_config(tc, steps_per_epoch)
+    cadence = Cadence.from_config(tc, steps_per_epoch, run.optim.warmup)
     run_dir.mkdir(parents=True, exist_ok=True)  # only once the run is known to be valid
     check_run_dir(run_dir, run.to_dict())
+    remove_partial_writes(run_dir)
 
     # ---- model, optimizer; resume or initialise
     last = checkpoints(run_dir)
     model = VisionTransformer(run.model) if last or not run.init_from else init_from_pretrained(run)
     optimizer = build_optimizer(model, run.optim)
     ema = copy.deepcopy(model).eval() if tc.ema else None
-    step, best = 0, -1.0
+    averaged = ema if ema is not None else model  # what is evaluated and kept as best
+    step, best, window = 0, -1.0, _Window()
     if last:
         state = load_checkpoint(last[-1], model)
         optimizer.load_state_dict(state.optimizer)
@@ -139,19 +174,17 @@ def train(run: RunConfig, run_dir: str | Path, *, progress: bool = True) -> dict
             ema.load_state_dict(state.ema)
         torch.set_rng_state(state.rng)
         step, best = state.step, state.best
+        window = _Window(**state.window)
         log.info("resumed %s at step %d", last[-1], step)
     truncate_metrics(run_dir / "metrics.jsonl", step)
     forward = torch.compile(model) if tc.compile else model
-    warmup = parse_duration(
-        run.optim.warmup, steps_per_epoch=steps_per_epoch, batch_size=tc.batch_size * tc.accum_steps
-    )
     preprocess = Preprocess(image_size=run.model.image_size, in_chans=run.model.in_chans)
     extra = {"class_names": classes, "preprocess": preprocess.to_dict(), "run": run.to_dict()}
 
     def evaluate_now() -> dict[str, Any]:
         from ..eval.metrics import evaluate
 
-        return evaluate(ema or model, test_batches.epoch(0), len(classes), bf16=tc.bf16)
+        return evaluate(averaged, test_batches.epoch(0), len(classes), bf16=tc.bf16)
 
     board = _tensorboard(run_dir)
 
@@ -167,19 +200,15 @@ def train(run: RunConfig, run_dir: str | Path, *, progress: bool = True) -> dict
     # ---- the loop
     batches = train_batches.stream(step * tc.accum_steps)  # micro-batches, across epochs
     bar = _progress(cadence.total_steps, step, enabled=progress)
-    window: dict[str, float] = {
-        "loss": 0.0,
-        "accuracy": 0.0,
-        "n": 0,
-        "images": 0,
-        "t": time.perf_counter(),
-    }
     result: dict[str, Any] = {}
     model.train()
     with _stop_requests() as stop:
         while step < cadence.total_steps:
             lr = learning_rate(
-                step, cfg=run.optim, total_steps=cadence.total_steps, warmup_steps=warmup
+                step,
+                cfg=run.optim,
+                total_steps=cadence.total_steps,
+                warmup_steps=cadence.warmup_steps,
             )
             set_learning_rate(optimizer, lr)
             for _ in range(tc.accum_steps):
@@ -189,32 +218,33 @@ def train(run: RunConfig, run_dir: str | Path, *, progress: bool = True) -> dict
                         forward, images, labels, label_smoothing=tc.label_smoothing, mixup=tc.mixup
                     )
                 (out["loss"] / tc.accum_steps).backward()
-                window["loss"] += out["loss"].item() / tc.accum_steps
-                window["accuracy"] += out["accuracy"].item() / tc.accum_steps
-                window["images"] += labels.numel()
-            if not math.isfinite(window["loss"]):
-                raise FloatingPointError(
-                    f"loss is {window['loss']} at step {step + 1}: the run diverged"
+                window.loss += out["loss"].item() / tc.accum_steps
+                window.accuracy += out["accuracy"].item() / tc.accum_steps
+                window.images += labels.numel()
+            if not math.isfinite(window.loss):
+                raise DivergedError(
+                    f"the loss is {window.loss} at step {step + 1}: the run diverged "
+                    "(lower optim.lr, or set optim.grad_clip)"
                 )
             if run.optim.grad_clip:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), run.optim.grad_clip)
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             if ema is not None:
-                _ema_update(ema, model, tc.ema)
+                _ema_update(ema, model, tc.ema, step)
             step += 1
-            window["n"] += 1
+            window.n += 1
             bar.update(1)
 
             if cadence.log(step):
-                elapsed = time.perf_counter() - window["t"]
+                elapsed = time.perf_counter() - window.t
                 record = {
                     "step": step,
                     "epoch": step / steps_per_epoch,
                     "lr": lr,
-                    "loss": window["loss"] / window["n"],
-                    "accuracy": window["accuracy"] / window["n"],
-                    "images_per_s": window["images"] / max(elapsed, 1e-9),
+                    "loss": window.loss / window.n,
+                    "accuracy": window.accuracy / window.n,
+                    "images_per_s": window.images / max(elapsed, 1e-9),
                 }
                 write(record)
                 bar.set_postfix(
@@ -222,17 +252,11 @@ def train(run: RunConfig, run_dir: str | Path, *, progress: bool = True) -> dict
                     acc=f"{record['accuracy']:.3f}",
                     img_s=f"{record['images_per_s']:.0f}",
                 )
-                window = {
-                    "loss": 0.0,
-                    "accuracy": 0.0,
-                    "n": 0,
-                    "images": 0,
-                    "t": time.perf_counter(),
-                }
+                window = _Window()
             if cadence.eval(step):
                 started = time.perf_counter()
                 result = evaluate_now()
-                window["t"] += time.perf_counter() - started  # images/s counts training only
+                window.t += time.perf_counter() - started  # images/s counts training only
                 write(
                     {
                         "step": step,
@@ -243,7 +267,7 @@ def train(run: RunConfig, run_dir: str | Path, *, progress: bool = True) -> dict
                 bar.write(f"step {step}: test accuracy {result['accuracy']:.4f}")
                 if result["accuracy"] > best:
                     best = result["accuracy"]
-                    save_best(run_dir, ema or model, extra)
+                    save_best(run_dir, averaged, extra)
             if cadence.save(step) or stop["signal"]:
                 state = TrainState(
                     step=step,
@@ -251,13 +275,12 @@ def train(run: RunConfig, run_dir: str | Path, *, progress: bool = True) -> dict
                     optimizer=optimizer.state_dict(),
                     ema=ema.state_dict() if ema is not None else None,
                     rng=torch.get_rng_state(),
+                    window=window.sums(),
                 )
                 save_checkpoint(run_dir, model, state, extra=extra, keep_last=tc.keep_last)
-            if stop["signal"]:
+            if stop["signal"] and step < cadence.total_steps:
                 bar.close()
-                raise StoppedError(
-                    f"stopped by signal {stop['signal']} after step {step}; checkpoint saved"
-                )
+                raise StoppedError(stop["signal"], step)
     bar.close()
     if not result:  # the run was already complete: evaluate its final weights
         result = evaluate_now()

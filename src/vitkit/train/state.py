@@ -40,6 +40,7 @@ class TrainState:
     optimizer: dict[str, Any]
     ema: dict[str, Tensor] | None
     rng: Tensor
+    window: dict[str, float]  # the running sums of the log window, so resumed logs match
 
 
 def _step_dir(run_dir: Path, step: int) -> Path:
@@ -73,6 +74,7 @@ def save_checkpoint(
         "optimizer": state.optimizer,
         "ema": state.ema,
         "rng": state.rng,
+        "window": state.window,
     }
     atomic_write(tmp / STATE_FILE, lambda p: torch.save(payload, p))
     shutil.rmtree(final, ignore_errors=True)  # a re-save of the same step (SIGTERM after a save)
@@ -96,6 +98,7 @@ def load_checkpoint(path: Path, model: nn.Module) -> TrainState:
             optimizer=payload["optimizer"],
             ema=payload["ema"],
             rng=payload["rng"],
+            window=payload["window"],
         )
     except (KeyError, TypeError) as e:
         raise CheckpointError(f"{path / STATE_FILE} is not a vitkit training state: {e}") from None
@@ -105,6 +108,14 @@ def _exists(path: Path) -> Path:
     if not path.is_file():
         raise CheckpointError(f"{path} is missing: the checkpoint is incomplete")
     return path
+
+
+def remove_partial_writes(run_dir: Path) -> None:
+    """Delete temporary directories left by a process killed while saving."""
+    for parent in (run_dir, run_dir / CHECKPOINTS):
+        if parent.is_dir():
+            for tmp in parent.glob(".tmp-*"):
+                shutil.rmtree(tmp, ignore_errors=True)
 
 
 def save_best(run_dir: Path, model: VisionTransformer, extra: dict[str, Any]) -> Path:
@@ -147,7 +158,11 @@ def truncate_metrics(path: Path, step: int) -> None:
     """Drop log lines after ``step``, so a resumed run's log equals an uninterrupted one's."""
     if not path.is_file():
         return
-    kept = [
-        line for line in path.read_text().splitlines() if line and json.loads(line)["step"] <= step
-    ]
+    kept = []
+    for line in path.read_text().splitlines():
+        try:
+            if json.loads(line)["step"] <= step:
+                kept.append(line)
+        except (json.JSONDecodeError, KeyError, TypeError):
+            continue  # a line torn by a kill mid-write
     atomic_write(path, lambda p: p.write_text("".join(f"{line}\n" for line in kept)))

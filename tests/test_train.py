@@ -296,3 +296,16 @@ def test_eval_and_predict_bad_input(tmp_path: Path, capsys) -> None:
     assert "channels" in capsys.readouterr().err
     assert main(["eval", best, "--data", "folder"]) == 2
     assert "needs its root" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flag", ["train.bf16=True", "train.compile=True"])
+@pytest.mark.slow
+def test_bf16_and_compiled_training_run(tmp_path: Path, flag: str) -> None:
+    from vitkit.config import parse_set, replace
+
+    run = replace(get_recipe("smoke"), parse_set([flag]))
+    result = train(run, tmp_path, progress=False)
+    losses = [
+        json.loads(line)["loss"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()
+    ]
+    assert all(math.isfinite(v) for v in losses) and result["accuracy"] > 0.25

@@ -41,11 +41,7 @@ def build_datasets(cfg: DataConfig, model: ModelConfig, *, seed: int) -> tuple[A
     train = _split(cfg.dataset, cfg.data_dir, "train", model, seed)
     test = _split(cfg.dataset, cfg.data_dir, "test", model, seed)
     classes = list(train.classes)
-    channels = train[0][0].shape[0]
-    if channels != model.in_chans:
-        raise ValueError(
-            f"model.in_chans={model.in_chans} but {cfg.dataset} images have {channels} channels"
-        )
+    _check_channels(train, cfg.dataset, model)
     if cfg.per_class is not None:
         indices = balanced_subset(train, per_class=cfg.per_class, seed=seed)
         train = (
@@ -54,15 +50,31 @@ def build_datasets(cfg: DataConfig, model: ModelConfig, *, seed: int) -> tuple[A
     return train, test, classes
 
 
+def _check_channels(dataset: Any, name: str, model: ModelConfig) -> None:
+    channels = dataset[0][0].shape[0]
+    if channels != model.in_chans:
+        raise ValueError(
+            f"model.in_chans={model.in_chans} but {name} images have {channels} channels"
+        )
+
+
+def ordered_batches(
+    test: Any, model: ModelConfig, *, batch_size: int, num_workers: int = 0
+) -> Batches:
+    """A test split in order, unaugmented, at the model's resolution."""
+    return Batches(
+        test,
+        batch_size=batch_size,
+        train=False,
+        image_size=model.image_size,
+        num_workers=num_workers,
+    )
+
+
 def eval_batches(
     dataset: str, data_dir: str | None, model: ModelConfig, *, batch_size: int
 ) -> tuple[Batches, list[str]]:
-    """The test split of a dataset, at the model's resolution, in order."""
+    """The test split of a dataset by name (for ``vitkit eval``) and its class names."""
     test = _split(dataset, data_dir, "test", model, seed=0)
-    channels = test[0][0].shape[0]
-    if channels != model.in_chans:
-        raise ValueError(
-            f"the model takes {model.in_chans} channels, {dataset} images have {channels}"
-        )
-    batches = Batches(test, batch_size=batch_size, train=False, image_size=model.image_size)
-    return batches, list(test.classes)
+    _check_channels(test, dataset, model)
+    return ordered_batches(test, model, batch_size=batch_size), list(test.classes)

@@ -32,7 +32,7 @@ from ..config import RunConfig
 from ..data import Batches, Preprocess
 from ..model import VisionTransformer
 from .cadence import Cadence
-from .data import build_datasets
+from .data import build_datasets, ordered_batches
 from .objectives import classification
 from .optim import build_optimizer, learning_rate, set_learning_rate
 from .report import write_report
@@ -134,7 +134,6 @@ def train(run: RunConfig, run_dir: str | Path, *, progress: bool = True) -> dict
         raise ValueError(
             f"model.num_classes={run.model.num_classes} but the dataset has {len(classes)} classes"
         )
-    common = dict(image_size=run.model.image_size, num_workers=run.data.num_workers)
     train_batches = Batches(
         train_set,
         batch_size=tc.batch_size,
@@ -144,10 +143,11 @@ def train(run: RunConfig, run_dir: str | Path, *, progress: bool = True) -> dict
         flip=run.data.flip,
         inception_crop=run.data.inception_crop,
         rand_augment=run.data.rand_augment,
-        **common,
+        image_size=run.model.image_size,
+        num_workers=run.data.num_workers,
     )
-    test_batches = Batches(
-        test_set, batch_size=max(tc.batch_size, 256), train=False, seed=tc.seed, **common
+    evaluation = ordered_batches(
+        test_set, run.model, batch_size=max(tc.batch_size, 256), num_workers=run.data.num_workers
     )
     steps_per_epoch = train_batches.steps_per_epoch // tc.accum_steps
     if steps_per_epoch < 1:
@@ -184,7 +184,7 @@ def train(run: RunConfig, run_dir: str | Path, *, progress: bool = True) -> dict
     def evaluate_now() -> dict[str, Any]:
         from ..eval.metrics import evaluate
 
-        return evaluate(averaged, test_batches.epoch(0), len(classes), bf16=tc.bf16)
+        return evaluate(averaged, evaluation.epoch(0), len(classes), bf16=tc.bf16)
 
     board = _tensorboard(run_dir)
 

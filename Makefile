@@ -34,12 +34,12 @@ test: $(STAMP) $(FMNIST) lint
 	$(BIN)/python -m pytest -q
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks studies
+	$(BIN)/ruff format --check src tests benchmarks studies
 
 format: $(STAMP)
-	$(BIN)/ruff format src tests benchmarks
-	$(BIN)/ruff check --fix src tests benchmarks
+	$(BIN)/ruff format src tests benchmarks studies
+	$(BIN)/ruff check --fix src tests benchmarks studies
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache src/*.egg-info

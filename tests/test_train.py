@@ -193,7 +193,7 @@ def test_weight_decay_skips_biases_norms_posemb_cls() -> None:
     from vitkit.train.optim import param_groups
 
     model = vitkit.create_model("ViT-mu/16", image_size=32, num_classes=3)
-    decay, no_decay = param_groups(model, 0.1)
+    decay, no_decay = param_groups(0.1, model)
     names = {id(p): n for n, p in model.named_parameters()}
     skipped = {names[id(p)] for p in no_decay["params"]}
     assert {"pos_embed", "cls_token", "norm.weight", "head.bias"} <= skipped

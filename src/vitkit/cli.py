@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -22,6 +23,8 @@ EXAMPLES = {
     "presets": "vitkit presets 'ViT-B/*'",
     "summary": "vitkit summary ViT-B/16   |   vitkit summary runs/b16",
     "convert": "vitkit convert ViT-B_16.npz runs/b16   |   vitkit convert timm_b16.pth hf_b16 --format hf",
+    "fewshot": "vitkit fewshot runs/fmnist/best --data fashion_mnist --shots 1,5,10,25 --seeds 3",
+    "inspect": "vitkit inspect runs/fmnist/best --out runs/fmnist/inspect   |   ... --images a.png b.png",
 }
 
 
@@ -54,7 +57,6 @@ def _presets(args: argparse.Namespace) -> None:
 
 
 def _summary(args: argparse.Namespace) -> None:
-    from pathlib import Path
 
     import torch
 
@@ -99,6 +101,13 @@ def _run_config(args: argparse.Namespace) -> RunConfig:
 
     run = get_recipe(args.recipe)
     overrides = parse_set(args.set or [])
+    if getattr(args, "objective", None) == "mpp":  # self-supervised: no label smoothing, no mixup
+        overrides = {
+            "train.objective": "mpp",
+            "train.label_smoothing": 0.0,
+            "train.mixup": 0.0,
+            **overrides,
+        }
     return replace(run, overrides) if overrides else run
 
 
@@ -138,10 +147,19 @@ def _train(args: argparse.Namespace) -> None:
         print(f"vitkit train: {e}; run the same command to resume", file=sys.stderr)
         raise SystemExit(128 + e.signum) from None
     minutes = (time.perf_counter() - start) / 60
-    print(
-        f"test accuracy {result['accuracy']:.4f} (top-5 {result['top5']:.4f}) on {result['count']} "
-        f"images after {minutes:.1f} min; best weights in {args.run_dir}/best"
-    )
+    if run.train.objective == "mpp":
+        measured = (
+            f"masked-patch colour accuracy {result['accuracy']:.4f} on {result['count']} "
+            "test patches"
+        )
+    else:
+        measured = (
+            f"test accuracy {result['accuracy']:.4f} (top-5 {result['top5']:.4f}) on "
+            f"{result['count']} images"
+        )
+    for shots, acc in result.get("fewshot", {}).items():
+        measured += f"; {shots}-shot linear {acc['mean']:.4f}"
+    print(f"{measured} after {minutes:.1f} min; best weights in {args.run_dir}/best")
 
 
 def _eval(args: argparse.Namespace) -> None:
@@ -164,17 +182,14 @@ def _eval(args: argparse.Namespace) -> None:
         print(f"  {name:<24} {acc:.4f}")
 
 
-def _predict(args: argparse.Namespace) -> None:
-    import torch
-    from PIL import Image, UnidentifiedImageError
-
-    from .data import Preprocess, preprocess_for_inference
+def _checkpoint(path: str) -> tuple:
+    """A checkpoint's model (eval mode), class names and preprocessing (the training run's, or
+    the official one at the model's resolution)."""
+    from .data import Preprocess
     from .io.api import load, read
 
-    if args.top < 1:
-        raise ValueError(f"--top {args.top}: expected a positive number of classes")
-    model = load(args.checkpoint)
-    _, _, extra = read(args.checkpoint)
+    model = load(path)
+    _, _, extra = read(path)
     names = extra.get("class_names") or [str(i) for i in range(model.cfg.num_classes)]
     pre = extra.get("preprocess")
     preprocess = (
@@ -182,12 +197,30 @@ def _predict(args: argparse.Namespace) -> None:
         if pre
         else Preprocess(image_size=model.cfg.image_size, in_chans=model.cfg.in_chans)
     )
+    return model, names, preprocess
+
+
+def _read_image(path: str, preprocess) -> object:
+    """An image file -> the float tensor (1, C, S, S) the model takes."""
+    from PIL import Image, UnidentifiedImageError
+
+    from .data import preprocess_for_inference
+
+    try:
+        with Image.open(path) as image:
+            return preprocess_for_inference(image, preprocess)[None]
+    except (UnidentifiedImageError, OSError) as e:
+        raise ValueError(f"cannot read image {path}: {e}") from None
+
+
+def _predict(args: argparse.Namespace) -> None:
+    import torch
+
+    if args.top < 1:
+        raise ValueError(f"--top {args.top}: expected a positive number of classes")
+    model, names, preprocess = _checkpoint(args.checkpoint)
     for path in args.images:
-        try:
-            with Image.open(path) as image:
-                x = preprocess_for_inference(image, preprocess)[None]  # (1, C, S, S)
-        except (UnidentifiedImageError, OSError) as e:
-            raise ValueError(f"cannot read image {path}: {e}") from None
+        x = _read_image(path, preprocess)  # (1, C, S, S)
         with torch.inference_mode():
             probs = model(x).softmax(dim=-1)[0]
         top = probs.topk(min(args.top, probs.numel()))
@@ -196,6 +229,78 @@ def _predict(args: argparse.Namespace) -> None:
             for p, i in zip(top.values.tolist(), top.indices.tolist(), strict=True)
         )
         print(f"{path}: {ranked}")
+
+
+def _splits(dataset: str, data_dir: str | None, cfg) -> tuple:
+    from .config import DataConfig
+    from .train.data import build_datasets
+
+    return build_datasets(DataConfig(dataset=dataset, data_dir=data_dir), cfg, seed=0)
+
+
+def _fewshot(args: argparse.Namespace) -> None:
+    from .eval.fewshot import fewshot_model
+    from .io.api import load
+
+    try:
+        shots = tuple(int(k) for k in args.shots.split(","))
+    except ValueError:
+        raise ValueError(f"--shots {args.shots!r}: expected numbers like 1,5,10,25") from None
+    if not shots or min(shots) < 1 or args.seeds < 1:
+        raise ValueError(f"--shots {args.shots} --seeds {args.seeds}: expected positive numbers")
+    model = load(args.checkpoint)
+    train_set, test_set, classes = _splits(args.data, args.data_dir, model.cfg)
+    result = fewshot_model(
+        model,
+        train_set,
+        test_set,
+        shots=shots,
+        seeds=args.seeds,
+        l2=args.l2,
+        image_size=model.cfg.image_size,
+        batch_size=args.batch_size,
+    )
+    print(
+        f"few-shot linear accuracy on {args.data} ({len(classes)} classes, {len(test_set)} test "
+        f"images), pre-logits features, l2={args.l2:g}, mean +- std over {args.seeds} seeds:"
+    )
+    for k, r in result.items():
+        print(f"  {k:>3}-shot  {r['mean']:.4f} +- {r['std']:.4f}")
+
+
+def _inspect(args: argparse.Namespace) -> None:
+    import torch
+
+    from .data import Batches
+    from .inspect import inspect_model
+
+    model, names, preprocess = _checkpoint(args.checkpoint)
+    if not hasattr(model, "patch_embed"):
+        raise ValueError(f"{args.checkpoint} is a ResNet: inspection needs a Vision Transformer")
+    if args.images:
+        images = torch.cat([_read_image(p, preprocess) for p in args.images])
+        titles = [Path(p).name for p in args.images]
+    else:  # the first --num-images test images
+        _, test_set, classes = _splits(args.data, args.data_dir, model.cfg)
+        n = min(args.num_images, len(test_set))
+        batches = Batches(
+            test_set.subset(torch.arange(n)) if hasattr(test_set, "subset") else test_set,
+            batch_size=256,
+            train=False,
+            image_size=model.cfg.image_size,
+        )
+        parts = list(batches.epoch(0))
+        images = torch.cat([x for x, _ in parts])[:n]
+        labels = torch.cat([y for _, y in parts])[:n]
+        titles = [classes[i] for i in labels.tolist()]
+    with torch.inference_mode():
+        if model.cfg.num_classes and len(names) == model.cfg.num_classes:
+            predicted = model(images[: args.max_maps]).argmax(dim=1).tolist()
+            titles = [f"{t} -> {names[p]}" for t, p in zip(titles, predicted, strict=False)]
+    written = inspect_model(
+        model, images, args.out, titles=titles, max_maps=args.max_maps, name=args.checkpoint
+    )
+    print(f"wrote {len(written)} files to {args.out}; open {Path(args.out) / 'index.html'}")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -230,6 +335,13 @@ def _parser() -> argparse.ArgumentParser:
         "--set", action="append", metavar="KEY=VALUE", help="override, e.g. optim.lr=3e-4"
     )
     p.add_argument("--run-dir", default="runs/fmnist", help="where checkpoints and metrics go")
+    p.add_argument(
+        "--objective",
+        choices=("classification", "mpp"),
+        default=None,
+        help="mpp: masked patch prediction [P 4.6] on the recipe's images, labels unused "
+        "(same as --set train.objective=mpp, label smoothing and mixup off)",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     p = verb(
@@ -262,6 +374,36 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--data-dir", default=None, help="dataset location (folder: its root)")
     p.add_argument("--batch-size", type=int, default=256)
+
+    p = verb(
+        "fewshot",
+        "few-shot linear evaluation of frozen pre-logits features, closed form [P 4.1]",
+        _fewshot,
+    )
+    p.add_argument("checkpoint", help="checkpoint directory or file (any format vitkit reads)")
+    p.add_argument(
+        "--data", default="fashion_mnist", help="fashion_mnist, cifar10, cifar100 or folder"
+    )
+    p.add_argument("--data-dir", default=None, help="dataset location (folder: its root)")
+    p.add_argument("--shots", default="1,5,10,25", help="examples per class, comma-separated")
+    p.add_argument("--seeds", type=int, default=3, help="random subsets averaged per shot count")
+    p.add_argument("--l2", type=float, default=2.0**10, help="ridge strength (big_vision: 2^10)")
+    p.add_argument("--batch-size", type=int, default=256)
+
+    p = verb(
+        "inspect",
+        "the paper's Fig. 7 and attention maps for a checkpoint: PNGs, data, index.html",
+        _inspect,
+    )
+    p.add_argument("checkpoint", help="checkpoint directory or file (any format vitkit reads)")
+    p.add_argument("--out", required=True, help="output directory (index.html goes there)")
+    p.add_argument("--images", nargs="+", default=None, help="image files (default: test images)")
+    p.add_argument("--data", default="fashion_mnist", help="dataset of the default test images")
+    p.add_argument("--data-dir", default=None, help="dataset location (folder: its root)")
+    p.add_argument(
+        "--num-images", type=int, default=128, help="test images averaged for attention distance"
+    )
+    p.add_argument("--max-maps", type=int, default=16, help="images shown with attention maps")
 
     p = verb("convert", "convert a checkpoint of any supported format to ours (or to HF)", _convert)
     p.add_argument("src", help="official/big_vision .npz, timm .pth/.safetensors, HF or vitkit dir")

@@ -21,6 +21,7 @@ from typing import Any, Literal, TypeVar
 Classifier = Literal["token", "gap"]
 Posemb = Literal["learn", "sincos2d", "none"]
 Activation = Literal["gelu", "gelu_tanh"]
+Architecture = Literal["vit", "resnet"]
 
 
 class ConfigError(ValueError):
@@ -92,6 +93,8 @@ class ModelConfig:
 
     ``num_classes=0`` means no head: the model returns pooled (pre-logits) features, as in timm.
     ``representation_size`` adds the pre-training "pre-logits" layer (dense + tanh).
+    ``arch='resnet'`` is the paper's CNN baseline instead of a ViT: the hybrid's BiT backbone
+    (``resnet``), global average pooling and a linear head; the transformer fields are unused.
     """
 
     image_size: int
@@ -112,6 +115,7 @@ class ModelConfig:
     layer_norm_eps: float = 1e-6
     head_bias_init: float = 0.0
     resnet: ResNetConfig | None = None
+    arch: Architecture = "vit"
 
     def __post_init__(self) -> None:
         for name in (
@@ -178,6 +182,15 @@ class ModelConfig:
             self.resnet,
             "None or a ResNetConfig",
         )
+        _check(self.arch in ("vit", "resnet"), "arch", self.arch, "'vit' or 'resnet'")
+        if self.arch == "resnet":
+            _check(
+                self.resnet is not None,
+                "resnet",
+                self.resnet,
+                "a ResNetConfig: arch='resnet' is the BiT backbone with a linear head",
+            )
+            return  # 'SAME' padding and global pooling take any image size
         stride = self.total_stride
         _check(
             self.image_size % stride == 0,
@@ -327,6 +340,7 @@ def parse_set(items: list[str]) -> dict[str, Any]:
 Dataset = Literal["fashion_mnist", "cifar10", "cifar100", "folder", "synthetic"]
 Optimizer = Literal["adam", "sgd"]
 Schedule = Literal["cosine", "linear", "constant"]
+Objective = Literal["classification", "mpp"]
 
 
 def _duration(name: str, value: Any) -> None:
@@ -447,6 +461,10 @@ class TrainConfig:
     eval_every: str = "1ep"
     save_every: str = "1ep"
     keep_last: int = 2
+    # 'mpp': masked patch prediction [P §4.6], self-supervised: the labels are not used
+    objective: Objective = "classification"
+    # few-shot linear evaluation of the pre-logits at every evaluation [P §4.1]: shots per class
+    fewshot: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         _duration("train.duration", self.duration)
@@ -463,6 +481,26 @@ class TrainConfig:
         for name in ("log_every", "eval_every", "save_every"):
             _duration(f"train.{name}", getattr(self, name))
         _positive_int("train.keep_last", self.keep_last)
+        _check(
+            self.objective in ("classification", "mpp"),
+            "train.objective",
+            self.objective,
+            "'classification' or 'mpp' (masked patch prediction)",
+        )
+        _check(
+            not (self.objective == "mpp" and (self.compile or self.mixup or self.label_smoothing)),
+            "train.objective",
+            self.objective,
+            "'classification' when train.compile, train.mixup or train.label_smoothing is set "
+            "(they apply to classification only)",
+        )
+        _check(
+            isinstance(self.fewshot, tuple)
+            and all(isinstance(k, int) and not isinstance(k, bool) and k > 0 for k in self.fewshot),
+            "train.fewshot",
+            self.fewshot,
+            "a tuple of shots per class, e.g. (5, 10), or () for none",
+        )
 
 
 @dataclass(frozen=True, kw_only=True)

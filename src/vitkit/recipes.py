@@ -11,7 +11,15 @@ import dataclasses
 import difflib
 from collections.abc import Callable
 
-from .config import ConfigError, DataConfig, ModelConfig, OptimConfig, RunConfig, TrainConfig
+from .config import (
+    ConfigError,
+    DataConfig,
+    ModelConfig,
+    OptimConfig,
+    ResNetConfig,
+    RunConfig,
+    TrainConfig,
+)
 from .presets import get_config
 
 RECIPES: dict[str, Callable[[], RunConfig]] = {}
@@ -78,6 +86,42 @@ def fmnist_long() -> RunConfig:
         run,
         data=dataclasses.replace(run.data, crop_padding=2),
         train=dataclasses.replace(run.train, duration="30ep", eval_every="5ep"),
+    )
+
+
+FMNIST_BACKBONE = ResNetConfig(num_layers=(2, 2))  # root + 2 stages: 0.8M parameters, stride 8
+
+
+@recipe
+def fmnist_resnet() -> RunConfig:
+    """The ResNet baseline for the data-requirement study (docs/REPRODUCTION.md (a)): the hybrid's
+    BiT backbone (root, 2 stages of 2 bottlenecks, GroupNorm + weight standardisation) with global
+    average pooling and a linear head, 0.8M parameters like the ViT; the main job's optimizer and
+    schedule (the paper trains its ResNets with Adam too, App. D.1).
+
+    Command: ``vitkit train --recipe fmnist-resnet --run-dir runs/fmnist-resnet``.
+    """
+    return dataclasses.replace(
+        fmnist(),
+        model=dataclasses.replace(
+            fmnist_vit(), arch="resnet", patch_size=1, resnet=FMNIST_BACKBONE
+        ),
+    )
+
+
+@recipe
+def fmnist_hybrid() -> RunConfig:
+    """The hybrid for the data-requirement study: the ResNet baseline's backbone feeding the main
+    job's transformer through a 1x1 patch embedding (patch size 1 on the stride-8 feature map
+    [P §3.1]). Images are resized to 32 px so that the feature map is the ViT's 4x4 grid.
+
+    Command: ``vitkit train --recipe fmnist-hybrid --run-dir runs/fmnist-hybrid``.
+    """
+    return dataclasses.replace(
+        fmnist(),
+        model=dataclasses.replace(
+            fmnist_vit(), image_size=32, patch_size=1, resnet=FMNIST_BACKBONE
+        ),
     )
 
 

@@ -18,7 +18,7 @@ import numpy as np
 from torch import Tensor, nn
 
 from ..config import ModelConfig
-from ..model import VisionTransformer
+from ..model import VisionTransformer, build_model
 from .checkpoint import (
     CheckpointError,
     is_ours,
@@ -146,10 +146,10 @@ def load(
         posemb: for big_vision checkpoints that store no position embedding ('sincos2d' default).
     """
     cfg, state, _ = read(source, num_heads=num_heads, posemb=posemb)
-    model = VisionTransformer(cfg)
+    model = build_model(cfg)  # a ViT, or the ResNet baseline (arch='resnet') from our format
     name = str(source) if isinstance(source, (str, os.PathLike)) else "checkpoint"
     load_state_dict_strict(model, state, source=name)
-    if image_size is not None and image_size != cfg.image_size:
+    if image_size is not None and image_size != cfg.image_size and cfg.arch == "vit":
         stride = cfg.total_stride
         if image_size % stride:
             raise ValueError(

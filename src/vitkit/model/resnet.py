@@ -16,7 +16,8 @@ import math
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..config import ResNetConfig
+from ..config import ModelConfig, ResNetConfig
+from .heads import new_head
 from .layers import lecun_normal_
 
 
@@ -148,3 +149,44 @@ class ResNetBackbone(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return self.stages(self.stem(x))  # (B, C_out, H/stride, W/stride)
+
+
+class ResNetClassifier(nn.Module):
+    """The paper's CNN baseline in miniature (``arch='resnet'``): the hybrid's BiT backbone, global
+    average pooling and a zero-initialised linear head [P §4.1 "Model variants", BiT].
+
+    Its bottleneck units end in a ReLU, so the pooled features are post-activation, as the hybrid's
+    patch embedding sees them. The ViT's method names where they apply, so the training loop,
+    evaluation and few-shot take it unchanged.
+    """
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        assert cfg.resnet is not None and cfg.arch == "resnet"
+        self.cfg = cfg
+        self.backbone = ResNetBackbone(cfg.resnet, cfg.in_chans)
+        self.head = new_head(cfg.resnet.out_channels, cfg.num_classes, cfg.head_bias_init)
+        if not any(p.is_meta for p in self.parameters()):
+            self.backbone.reset_parameters()
+
+    def forward_features(self, images: Tensor) -> Tensor:
+        return self.backbone(images)  # (B, C_out, H/stride, W/stride)
+
+    def forward(self, images: Tensor) -> Tensor:
+        return self.head(self.forward_features(images).mean(dim=(2, 3)))  # (B, K)
+
+    def intermediates(self, images: Tensor, *, attention: bool = False) -> dict[str, Tensor]:
+        """``features`` (B, C, h, w), ``pooled`` = ``pre_logits`` (B, C), ``logits`` (B, K)."""
+        if attention:
+            raise ValueError("a ResNet has no attention weights to inspect")
+        out = {"features": self.forward_features(images)}
+        out["pooled"] = out["pre_logits"] = out["features"].mean(dim=(2, 3))
+        if self.cfg.num_classes:
+            out["logits"] = self.head(out["pooled"])
+        return out
+
+    def no_weight_decay(self) -> set[str]:
+        return {name for name, p in self.named_parameters() if p.ndim <= 1}
+
+    def num_params(self) -> int:
+        return sum(p.numel() for p in self.parameters())

@@ -5,7 +5,8 @@ checkpoint if there is one (else ``init_from``: pre-trained weights with a new z
 resized position embeddings); then for each optimizer step: learning rate from the schedule,
 ``accum_steps`` micro-batches of forward/backward, global-norm clipping, the update, EMA, and
 whatever the cadence says is due (log, evaluate, save). The objective is the only thing that
-differs between pre-training, fine-tuning and (later) masked patch prediction.
+differs between pre-training, fine-tuning and masked patch prediction (whose mask embedding and
+head are trained and checkpointed with the run but never saved into the model's weights).
 
 Exact resume: batch order and augmentation are functions of (seed, epoch, batch), the global RNG
 (dropout) is saved with the checkpoint, so a run stopped at any moment and restarted continues
@@ -27,13 +28,14 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
 
 from ..config import RunConfig
 from ..data import Batches, Preprocess
-from ..model import VisionTransformer
+from ..model import VisionTransformer, build_model
 from .cadence import Cadence
 from .data import build_datasets, ordered_batches
-from .objectives import classification
+from .objectives import MaskedPatchPrediction, classification, evaluate_mpp
 from .optim import build_optimizer, learning_rate, set_learning_rate
 from .report import write_report
 from .state import (
@@ -93,7 +95,7 @@ def _stop_requests() -> Iterator[dict[str, int]]:
             signal.signal(s, h)
 
 
-def _ema_update(ema: VisionTransformer, model: VisionTransformer, decay: float, step: int) -> None:
+def _ema_update(ema: nn.Module, model: nn.Module, decay: float, step: int) -> None:
     """Polyak averaging; the decay ramps up as (1 + step) / (10 + step) (TensorFlow's
     ``num_updates`` rule), so early averages are not dominated by the random initial weights."""
     decay = min(decay, (1 + step) / (10 + step))
@@ -130,7 +132,7 @@ def train(run: RunConfig, run_dir: str | Path, *, progress: bool = True) -> dict
 
     # ---- data
     train_set, test_set, classes = build_datasets(run.data, run.model, seed=tc.seed)
-    if len(classes) != run.model.num_classes:
+    if tc.objective == "classification" and len(classes) != run.model.num_classes:
         raise ValueError(
             f"model.num_classes={run.model.num_classes} but the dataset has {len(classes)} classes"
         )
@@ -162,8 +164,9 @@ def train(run: RunConfig, run_dir: str | Path, *, progress: bool = True) -> dict
 
     # ---- model, optimizer; resume or initialise
     last = checkpoints(run_dir)
-    model = VisionTransformer(run.model) if last or not run.init_from else init_from_pretrained(run)
-    optimizer = build_optimizer(model, run.optim)
+    model = build_model(run.model) if last or not run.init_from else init_from_pretrained(run)
+    objective = MaskedPatchPrediction(run.model) if tc.objective == "mpp" else None
+    optimizer = build_optimizer(model, run.optim, objective)
     ema = copy.deepcopy(model).eval() if tc.ema else None
     averaged = ema if ema is not None else model  # what is evaluated and kept as best
     step, best, window = 0, -1.0, _Window()
@@ -172,6 +175,8 @@ def train(run: RunConfig, run_dir: str | Path, *, progress: bool = True) -> dict
         optimizer.load_state_dict(state.optimizer)
         if ema is not None and state.ema is not None:
             ema.load_state_dict(state.ema)
+        if objective is not None:
+            objective.load_state_dict(state.objective)
         torch.set_rng_state(state.rng)
         step, best = state.step, state.best
         window = _Window(**state.window)
@@ -182,9 +187,23 @@ def train(run: RunConfig, run_dir: str | Path, *, progress: bool = True) -> dict
     extra = {"class_names": classes, "preprocess": preprocess.to_dict(), "run": run.to_dict()}
 
     def evaluate_now() -> dict[str, Any]:
+        from ..eval.fewshot import fewshot_model
         from ..eval.metrics import evaluate
 
-        return evaluate(averaged, evaluation.epoch(0), len(classes), bf16=tc.bf16)
+        if objective is None:
+            result = evaluate(averaged, evaluation.epoch(0), len(classes), bf16=tc.bf16)
+        else:  # the colour accuracy of the chosen patches, the same patches every time
+            result = evaluate_mpp(averaged, objective, evaluation.epoch(0), seed=tc.seed)
+        if tc.fewshot:
+            result["fewshot"] = fewshot_model(
+                averaged,
+                train_set,
+                test_set,
+                shots=tc.fewshot,
+                seeds=3,
+                image_size=run.model.image_size,
+            )
+        return result
 
     board = _tensorboard(run_dir)
 
@@ -214,9 +233,16 @@ def train(run: RunConfig, run_dir: str | Path, *, progress: bool = True) -> dict
             for _ in range(tc.accum_steps):
                 images, labels = next(batches)
                 with torch.autocast("cpu", dtype=torch.bfloat16, enabled=tc.bf16):
-                    out = classification(
-                        forward, images, labels, label_smoothing=tc.label_smoothing, mixup=tc.mixup
-                    )
+                    if objective is None:
+                        out = classification(
+                            forward,
+                            images,
+                            labels,
+                            label_smoothing=tc.label_smoothing,
+                            mixup=tc.mixup,
+                        )
+                    else:
+                        out = objective(model, images)
                 (out["loss"] / tc.accum_steps).backward()
                 window.loss += out["loss"].item() / tc.accum_steps
                 window.accuracy += out["accuracy"].item() / tc.accum_steps
@@ -257,14 +283,9 @@ def train(run: RunConfig, run_dir: str | Path, *, progress: bool = True) -> dict
                 started = time.perf_counter()
                 result = evaluate_now()
                 window.t += time.perf_counter() - started  # images/s counts training only
-                write(
-                    {
-                        "step": step,
-                        "split": "test",
-                        **{k: result[k] for k in ("loss", "accuracy", "top5")},
-                    }
-                )
-                bar.write(f"step {step}: test accuracy {result['accuracy']:.4f}")
+                write({"step": step, "split": "test", **_scalars(result)})
+                what = "masked-patch colour accuracy" if objective is not None else "accuracy"
+                bar.write(f"step {step}: test {what} {result['accuracy']:.4f}")
                 if result["accuracy"] > best:
                     best = result["accuracy"]
                     save_best(run_dir, averaged, extra)
@@ -276,6 +297,7 @@ def train(run: RunConfig, run_dir: str | Path, *, progress: bool = True) -> dict
                     ema=ema.state_dict() if ema is not None else None,
                     rng=torch.get_rng_state(),
                     window=window.sums(),
+                    objective=objective.state_dict() if objective is not None else None,
                 )
                 save_checkpoint(run_dir, model, state, extra=extra, keep_last=tc.keep_last)
             if stop["signal"] and step < cadence.total_steps:
@@ -286,6 +308,15 @@ def train(run: RunConfig, run_dir: str | Path, *, progress: bool = True) -> dict
         result = evaluate_now()
     write_report(run_dir, result, classes)
     return result
+
+
+def _scalars(result: dict[str, Any]) -> dict[str, float]:
+    """The numbers of an evaluation that go to metrics.jsonl: loss, accuracy, top5 (when
+    classifying) and ``fewshot_<k>shot`` (mean over seeds) when few-shot evaluation is on."""
+    out = {k: result[k] for k in ("loss", "accuracy", "top5") if k in result}
+    for shots, acc in result.get("fewshot", {}).items():
+        out[f"fewshot_{shots}shot"] = acc["mean"]
+    return out
 
 
 def _tensorboard(run_dir: Path) -> Any:

@@ -2,7 +2,11 @@
 
 Classification is softmax cross-entropy (the official fine-tuning loss), with optional label
 smoothing [P §4.3 tuned it on small datasets] and mixup (big_vision's plain-ViT recipe, PAPER.md
-A9). Masked patch prediction [P §4.6] plugs in here.
+A9). Masked patch prediction is the paper's self-supervision [P §4.6, App. B.1.2]; its mask
+embedding and prediction head live in the objective, not in the model, so the pre-trained
+backbone is saved and loaded like any other.
+
+Shapes: B batch, C channels, N patches, T tokens, D width, K classes.
 """
 
 from __future__ import annotations
@@ -10,6 +14,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from ..config import ModelConfig
 
 
 def classification(
@@ -31,3 +37,98 @@ def classification(
         )
     accuracy = (logits.argmax(dim=1) == labels).float().mean()
     return {"loss": loss, "accuracy": accuracy.detach()}
+
+
+def patch_colours(images: Tensor, patch: int, bits: int = 3) -> Tensor:
+    """The masked-patch-prediction target: each patch's mean colour, ``bits`` bits per channel.
+
+    ``images`` (B, C, H, W) in [-1, 1] -> class indices (B, N) in [0, 2**(bits*C)): the mean of each
+    channel over the patch, scaled to [0, 1], cut into 2**bits equal levels; the levels are digits
+    of one number, first channel most significant (512 colours for RGB at 3 bits, 8 intensities
+    for grayscale).
+    """
+    levels = 2**bits
+    mean = F.avg_pool2d((images.float() + 1) / 2, patch)  # (B, C, gh, gw) in [0, 1]
+    digits = (mean * levels).floor().clamp_(0, levels - 1).long()
+    C = images.shape[1]
+    weights = levels ** torch.arange(C - 1, -1, -1, device=images.device)  # (C,)
+    return (digits * weights[:, None, None]).sum(dim=1).flatten(1)  # (B, N)
+
+
+def corrupt(
+    tokens: Tensor, mask_token: Tensor, *, rate: float = 0.5
+) -> tuple[Tensor, Tensor, Tensor]:
+    """BERT-style corruption of patch embeddings [P App. B.1.2].
+
+    In each image exactly ``round(rate * N)`` patches are chosen; of those, 80% become the
+    learnable ``mask_token``, 10% the embedding of another patch drawn at random from the batch,
+    and 10% stay as they are. Returns the corrupted tokens (B, N, D), the chosen patches (B, N)
+    and what became of them (B, N): 0 untouched, 1 masked, 2 replaced, 3 chosen but kept. Draws
+    come from the global RNG (saved with checkpoints) in a fixed order.
+    """
+    B, N, D = tokens.shape
+    k = round(rate * N)
+    order = torch.rand(B, N, device=tokens.device).argsort(dim=1)
+    chosen = torch.zeros(B, N, dtype=torch.bool, device=tokens.device)
+    chosen.scatter_(1, order[:, :k], True)
+    u = torch.rand(B, N, device=tokens.device)
+    masked = chosen & (u < 0.8)
+    replaced = chosen & (u >= 0.8) & (u < 0.9)
+    # another patch: an offset in [1, B*N) from this one, so never the patch itself
+    offset = torch.randint(1, max(B * N, 2), (B, N), device=tokens.device)
+    source = (torch.arange(B * N, device=tokens.device).view(B, N) + offset) % (B * N)
+    out = torch.where(replaced[..., None], tokens.reshape(B * N, D)[source], tokens)
+    out = torch.where(masked[..., None], mask_token.to(out.dtype).expand_as(out), out)
+    kind = chosen.long() * 3
+    kind[masked], kind[replaced] = 1, 2
+    return out, chosen, kind
+
+
+class MaskedPatchPrediction(nn.Module):
+    """Masked patch prediction [P §4.6, App. B.1.2]: corrupt half of the patch embeddings, then
+    predict each chosen patch's mean colour (3 bits per channel) from its output token with a
+    2**(3*C)-way classifier. Owns the learnable mask embedding and that classifier."""
+
+    def __init__(self, cfg: ModelConfig, *, bits: int = 3, rate: float = 0.5) -> None:
+        super().__init__()
+        if cfg.arch != "vit":
+            raise ValueError("masked patch prediction needs a ViT (model.arch='vit')")
+        self.patch, self.bits, self.rate = cfg.total_stride, bits, rate
+        self.prefix = cfg.num_prefix_tokens
+        self.mask_token = nn.Parameter(torch.empty(cfg.hidden_size))
+        self.head = nn.Linear(cfg.hidden_size, 2 ** (bits * cfg.in_chans))
+        nn.init.normal_(self.mask_token, std=0.02)  # as BERT's embeddings
+        nn.init.zeros_(self.head.weight)  # as the ViT's head
+        nn.init.zeros_(self.head.bias)
+
+    def forward(self, model: nn.Module, images: Tensor) -> dict[str, Tensor]:
+        targets = patch_colours(images, self.patch, self.bits)  # (B, N)
+        tokens = model.embed_patches(images)  # (B, N, D)
+        tokens, chosen, _ = corrupt(tokens, self.mask_token, rate=self.rate)
+        grid = model.patch_embed.grid(images.shape[-2], images.shape[-1])
+        encoded = model.encode(tokens, grid)[:, self.prefix :]  # (B, N, D)
+        logits = self.head(encoded[chosen]).float()  # (M, 2**(bits*C)), M chosen patches
+        loss = F.cross_entropy(logits, targets[chosen])
+        accuracy = (logits.argmax(dim=1) == targets[chosen]).float().mean()
+        return {"loss": loss, "accuracy": accuracy.detach(), "patches": chosen.sum()}
+
+
+@torch.no_grad()
+def evaluate_mpp(
+    model: nn.Module, objective: MaskedPatchPrediction, batches, *, seed: int = 0
+) -> dict:
+    """Mean loss and colour accuracy of the chosen patches over ``batches``; the corruption is
+    drawn from ``seed`` (the same patches every evaluation) without touching the global RNG."""
+    was_training = model.training
+    model.eval()
+    loss_sum, hits, count = 0.0, 0.0, 0
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        for images, _ in batches:
+            out = objective(model, images)
+            n = int(out["patches"])
+            loss_sum += out["loss"].item() * n
+            hits += out["accuracy"].item() * n
+            count += n
+    model.train(was_training)
+    return {"loss": loss_sum / max(count, 1), "accuracy": hits / max(count, 1), "count": count}

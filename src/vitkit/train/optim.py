@@ -16,21 +16,32 @@ from torch import nn
 from ..config import OptimConfig
 
 
-def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
-    """Two groups: weights that decay, and the model's ``no_weight_decay()`` names that do not."""
-    skip = model.no_weight_decay() if hasattr(model, "no_weight_decay") else set()
+def param_groups(weight_decay: float, *modules: nn.Module) -> list[dict]:
+    """Two groups: weights that decay, and the model's ``no_weight_decay()`` names that do not.
+    Further modules (an objective's own parameters) follow the same rule, or decay their >= 2-D
+    tensors when they name none."""
     decay, no_decay = [], []
-    for name, p in model.named_parameters():
-        if p.requires_grad:
-            (no_decay if name in skip else decay).append(p)
+    for module in modules:
+        skip = (
+            module.no_weight_decay()
+            if hasattr(module, "no_weight_decay")
+            else {n for n, p in module.named_parameters() if p.ndim <= 1}
+        )
+        for name, p in module.named_parameters():
+            if p.requires_grad:
+                (no_decay if name in skip else decay).append(p)
     return [
         {"params": decay, "weight_decay": weight_decay},
         {"params": no_decay, "weight_decay": 0.0},
     ]
 
 
-def build_optimizer(model: nn.Module, cfg: OptimConfig) -> torch.optim.Optimizer:
-    groups = param_groups(model, cfg.weight_decay)
+def build_optimizer(
+    model: nn.Module, cfg: OptimConfig, objective: nn.Module | None = None
+) -> torch.optim.Optimizer:
+    """The optimizer over the model's parameters, then the objective's (masked patch prediction
+    owns a mask embedding and a head)."""
+    groups = param_groups(cfg.weight_decay, model, *([objective] if objective is not None else []))
     if cfg.name == "adam":
         return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=1e-8)
     return torch.optim.SGD(groups, lr=cfg.lr, momentum=cfg.momentum)

@@ -1,5 +1,5 @@
-"""What a finished run leaves for a person: a loss/accuracy curve and a confusion matrix (PNG),
-drawn from ``metrics.jsonl`` and the final evaluation."""
+"""What a finished run leaves for a person: a loss/accuracy curve and (when it classifies) a
+confusion matrix (PNG), drawn from ``metrics.jsonl`` and the final evaluation."""
 
 from __future__ import annotations
 
@@ -42,6 +42,8 @@ def write_report(run_dir: Path, result: dict[str, Any], classes: list[str]) -> l
     fig.savefig(curves, dpi=100)
     plt.close(fig)
 
+    if "confusion" not in result:  # masked patch prediction: no classes to confuse
+        return [curves]
     confusion = result["confusion"]
     k = len(confusion)
     fig, ax = plt.subplots(figsize=(1.0 + 0.6 * k, 1.0 + 0.6 * k))

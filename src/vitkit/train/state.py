@@ -7,8 +7,8 @@ A run directory holds::
     checkpoints/step_00001200/   model.safetensors + config.json (our format) + state.pt
     best/                        the weights with the best test accuracy so far (our format)
 
-``state.pt`` holds the optimizer, the EMA weights, the step, the best score and the global RNG
-state (dropout); it is read with ``torch.load(weights_only=True)``. The data position needs no
+``state.pt`` holds the optimizer, the EMA weights, the objective's own weights (masked patch
+prediction), the step, the best score and the global RNG state (dropout); it is read with ``torch.load(weights_only=True)``. The data position needs no
 storage: batch order and augmentation are functions of (seed, epoch, batch). A checkpoint
 directory is written under a temporary name and renamed, so a run killed at any moment leaves
 either the previous checkpoint or the new one, never half of one.
@@ -27,7 +27,6 @@ import torch
 from torch import Tensor, nn
 
 from ..io.checkpoint import CheckpointError, atomic_write, read_ours, write_ours
-from ..model import VisionTransformer
 
 STATE_FILE = "state.pt"
 CHECKPOINTS = "checkpoints"
@@ -41,6 +40,7 @@ class TrainState:
     ema: dict[str, Tensor] | None
     rng: Tensor
     window: dict[str, float]  # the running sums of the log window, so resumed logs match
+    objective: dict[str, Tensor] | None = None  # masked patch prediction's mask embedding and head
 
 
 def _step_dir(run_dir: Path, step: int) -> Path:
@@ -57,7 +57,7 @@ def checkpoints(run_dir: Path) -> list[Path]:
 
 def save_checkpoint(
     run_dir: Path,
-    model: VisionTransformer,
+    model: nn.Module,
     state: TrainState,
     *,
     extra: dict[str, Any],
@@ -75,6 +75,7 @@ def save_checkpoint(
         "ema": state.ema,
         "rng": state.rng,
         "window": state.window,
+        "objective": state.objective,
     }
     atomic_write(tmp / STATE_FILE, lambda p: torch.save(payload, p))
     shutil.rmtree(final, ignore_errors=True)  # a re-save of the same step (SIGTERM after a save)
@@ -87,7 +88,7 @@ def save_checkpoint(
 def load_checkpoint(path: Path, model: nn.Module) -> TrainState:
     """Load weights into ``model`` and return the training state of checkpoint ``path``."""
     cfg, weights, _ = read_ours(path)
-    if isinstance(model, VisionTransformer) and cfg != model.cfg:
+    if cfg != getattr(model, "cfg", cfg):
         raise CheckpointError(f"{path} holds a different model than this run's config")
     model.load_state_dict(weights, strict=True)
     payload = torch.load(_exists(path / STATE_FILE), map_location="cpu", weights_only=True)
@@ -99,6 +100,7 @@ def load_checkpoint(path: Path, model: nn.Module) -> TrainState:
             ema=payload["ema"],
             rng=payload["rng"],
             window=payload["window"],
+            objective=payload.get("objective"),
         )
     except (KeyError, TypeError) as e:
         raise CheckpointError(f"{path / STATE_FILE} is not a vitkit training state: {e}") from None
@@ -118,7 +120,7 @@ def remove_partial_writes(run_dir: Path) -> None:
                 shutil.rmtree(tmp, ignore_errors=True)
 
 
-def save_best(run_dir: Path, model: VisionTransformer, extra: dict[str, Any]) -> Path:
+def save_best(run_dir: Path, model: nn.Module, extra: dict[str, Any]) -> Path:
     best = run_dir / "best"
     tmp = run_dir / f".tmp-best-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)

@@ -1,0 +1,332 @@
+"""Few-shot linear evaluation in closed form [P §4.1; big_vision evaluators/fewshot_lsr.py].
+
+The paper measures frozen representations by "solving a regularized least-squares regression
+problem that maps the (frozen) representation of a subset of training images to {-1, 1}^K target
+vectors", whose exact solution is in closed form (PAPER.md A5). We follow big_vision's evaluator:
+
+- features are the model's ``pre_logits`` (the tanh representation when the model has one,
+  otherwise the pooled, layer-normed encoding), extracted once with the model frozen;
+- for ``shots`` examples per class, drawn per seed, each feature dimension is standardised with the
+  subset's own mean and (population) std, ``(x - mean) / (std + 1e-5)``, and a constant feature of
+  value 100 is appended, so the bias it carries is almost unregularised;
+- targets are ``Y = 2 * onehot - 1`` and the ridge solution, in float64, is
+  ``W = (XᵀX + λI)⁻¹XᵀY`` when N >= D (D counting the bias column), else ``Xᵀ(XXᵀ + λI)⁻¹Y``;
+  a test image's class is the argmax of its scores ``x W``.
+
+λ is fixed at 2^10 = 1024: the paper does not say how it is chosen and big_vision uses that fixed
+constant (its eigendecomposition exists to sweep λ cheaply, which it does not use; we solve one
+Cholesky system instead). Shots (1, 5, 10, 25) and 3 seeds are big_vision's defaults. As there, the
+subsets of one seed are nested across shot counts: each class's examples are permuted once per seed
+and the first ``shots`` taken::
+
+    from vitkit.eval.fewshot import fewshot_model
+
+    result = fewshot_model(model, train_set, test_set, image_size=32)
+    result[5]  # 5-shot test accuracy: {"mean": float, "std": float, "per_seed": [float] * 3}
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.utils.data import Subset
+
+from ..data import Batches
+
+log = logging.getLogger(__name__)
+
+SHOTS = (1, 5, 10, 25)
+L2 = 2.0**10
+BIAS_CONSTANT = 100.0  # large, so the bias weight pays almost nothing to the L2 penalty
+STD_EPS = 1e-5
+
+
+@torch.inference_mode()
+def _forward_pre_logits(
+    model: nn.Module, images: Tensor, device: torch.device, bf16: bool
+) -> Tensor:
+    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+        features = model.intermediates(images.to(device))["pre_logits"]  # (B, D)
+    return features.float().cpu()
+
+
+def extract_features(
+    model: nn.Module, batches: Iterable[tuple[Tensor, Tensor]], *, bf16: bool = False
+) -> tuple[Tensor, Tensor]:
+    """Frozen ``pre_logits`` features of every image in ``batches`` (float images, labels).
+
+    The model runs in eval mode under ``torch.inference_mode`` and gets its own mode back
+    afterwards. Returns float32 features (N, D) and int64 labels (N,), in the batches' order.
+    """
+    param = next(model.parameters(), None)
+    device = param.device if param is not None else torch.device("cpu")
+    was_training = model.training
+    model.eval()
+    features, labels = [], []
+    try:
+        for images, y in batches:  # (B, C, H, W), (B,)
+            features.append(_forward_pre_logits(model, images, device, bf16))  # (B, D)
+            labels.append(torch.as_tensor(y, dtype=torch.int64).cpu())
+    finally:
+        model.train(was_training)
+    if not features:
+        raise ValueError("no batches to extract features from: the iterable was empty")
+    # concatenated outside inference mode, so callers get ordinary tensors
+    return torch.cat(features), torch.cat(labels)  # (N, D), (N,)
+
+
+def _check_labels(labels: Tensor, num_classes: int, what: str) -> None:
+    if labels.ndim != 1 or labels.dtype != torch.int64:
+        raise ValueError(
+            f"{what} must be an int64 tensor (N,), found {labels.dtype} of shape "
+            f"{tuple(labels.shape)}"
+        )
+    if labels.numel() and (labels.min() < 0 or labels.max() >= num_classes):
+        raise ValueError(
+            f"{what} must lie in [0, {num_classes}) for num_classes={num_classes}, found values "
+            f"from {int(labels.min())} to {int(labels.max())}"
+        )
+
+
+def _check_positive_int(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name}={value!r} is not valid: expected a positive integer")
+
+
+def fewshot_indices(
+    labels: Tensor, shots: int, seed: int, *, num_classes: int | None = None
+) -> Tensor:
+    """Indices of ``shots`` examples of every class, drawn without replacement (int64 (K*shots,)).
+
+    Classes come in order 0, ..., K-1 (K = ``num_classes``, or ``labels.max() + 1``), each a random
+    draw from a ``torch.Generator`` seeded with ``seed``: the same seed gives the same indices, and
+    for one seed a smaller ``shots`` gives a prefix of each class's draw. Raises ``ValueError``
+    naming the class when one has fewer than ``shots`` examples.
+    """
+    _check_positive_int("shots", shots)
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed={seed!r} is not valid: expected an integer >= 0")
+    if num_classes is None:
+        num_classes = int(labels.max()) + 1 if labels.numel() else 0
+    _check_positive_int("num_classes", num_classes)
+    _check_labels(labels, num_classes, "labels")
+    # group example indices by class once (stable sort keeps dataset order within a class)
+    by_class = torch.argsort(labels, stable=True).split(
+        torch.bincount(labels, minlength=num_classes).tolist()
+    )  # K x (n_k,)
+    g = torch.Generator().manual_seed(seed)
+    chosen = []
+    for k, members in enumerate(by_class):
+        if len(members) < shots:
+            raise ValueError(
+                f"class {k} has {len(members)} training examples, fewer than shots={shots}"
+            )
+        chosen.append(members[torch.randperm(len(members), generator=g)[:shots]])
+    return torch.cat(chosen)  # (K * shots,)
+
+
+def solve_ridge(x: Tensor, y: Tensor, l2: float, *, dual: bool | None = None) -> Tensor:
+    """The ridge regression weights W (D, C) minimising ``|xW - y|² + l2 |W|²``, in float64.
+
+    Primal ``(xᵀx + λI)⁻¹xᵀy`` or dual ``xᵀ(xxᵀ + λI)⁻¹y``, equal for any λ > 0; ``dual=None``
+    takes the smaller system (dual when N < D), as big_vision does.
+    """
+    if not l2 > 0:
+        raise ValueError(f"l2={l2!r} is not valid: expected a number > 0")
+    x, y = x.double(), y.double()  # (N, D), (N, C)
+    N, D = x.shape
+    if dual is None:
+        dual = N < D
+    # λ > 0 makes either Gram matrix symmetric positive definite: Cholesky, no explicit inverse
+    if dual:
+        L = torch.linalg.cholesky(x @ x.T + l2 * torch.eye(N, dtype=x.dtype))  # (N, N)
+        return x.T @ torch.cholesky_solve(y, L)  # (D, C)
+    L = torch.linalg.cholesky(x.T @ x + l2 * torch.eye(D, dtype=x.dtype))  # (D, D)
+    return torch.cholesky_solve(x.T @ y, L)  # (D, C)
+
+
+def _design(x: Tensor, mean: Tensor, std: Tensor) -> Tensor:
+    """Features (M, D) -> standardised features with the constant bias column (M, D + 1)."""
+    z = (x.double() - mean) / std  # (M, D)
+    return torch.cat([z, z.new_full((len(z), 1), BIAS_CONSTANT)], dim=1)  # (M, D + 1)
+
+
+@dataclass(frozen=True, eq=False)
+class LinearClassifier:
+    """A closed-form few-shot classifier: standardise, append the bias feature, project.
+
+    ``mean`` and ``std`` (D,) are the training subset's (``std`` already includes the 1e-5), and
+    ``weight`` (D + 1, K) maps standardised features plus the bias feature to class scores; all
+    float64.
+    """
+
+    mean: Tensor
+    std: Tensor
+    weight: Tensor
+
+    def scores(self, x: Tensor) -> Tensor:
+        """Class scores (M, K), float64, of features (M, D)."""
+        return _design(x, self.mean, self.std) @ self.weight  # (M, K)
+
+    def predict(self, x: Tensor) -> Tensor:
+        """Predicted labels (M,), int64: the argmax of the scores."""
+        return self.scores(x).argmax(dim=1)
+
+
+def ridge_classifier(
+    x: Tensor, labels: Tensor, num_classes: int, l2: float = L2
+) -> LinearClassifier:
+    """Fit the closed-form least-squares classifier of big_vision's fewshot_lsr to features
+    ``x`` (N, D) with int64 ``labels`` (N,): targets 2·onehot - 1, ridge strength ``l2``."""
+    if x.ndim != 2 or len(x) == 0:
+        raise ValueError(f"x must be a non-empty (N, D) tensor, found shape {tuple(x.shape)}")
+    if labels.shape != x.shape[:1]:
+        raise ValueError(
+            f"labels must have shape ({len(x)},) to match x, found {tuple(labels.shape)}"
+        )
+    _check_positive_int("num_classes", num_classes)
+    _check_labels(labels, num_classes, "labels")
+    x = x.double()  # (N, D)
+    mean = x.mean(dim=0)  # (D,)
+    std = x.std(dim=0, correction=0) + STD_EPS  # (D,), population std as jnp.std
+    y = 2.0 * F.one_hot(labels, num_classes).double() - 1.0  # (N, K) in {-1, 1}
+    weight = solve_ridge(_design(x, mean, std), y, l2)  # (D + 1, K)
+    return LinearClassifier(mean=mean, std=std, weight=weight)
+
+
+def _check_shots_seeds(shots: Sequence[int], seeds: int) -> None:
+    if not shots:
+        raise ValueError("shots must name at least one shot count, found none")
+    for k in shots:
+        _check_positive_int("shots", k)
+    if len(set(shots)) != len(shots):
+        raise ValueError(f"shots={tuple(shots)} repeats a shot count")
+    _check_positive_int("seeds", seeds)
+
+
+def _subsets(
+    labels: Tensor, shots: Sequence[int], seeds: int, num_classes: int
+) -> dict[tuple[int, int], Tensor]:
+    """{(shots, seed): training indices} for every shot count and seed."""
+    return {
+        (k, s): fewshot_indices(labels, k, s, num_classes=num_classes)
+        for k in shots
+        for s in range(seeds)
+    }
+
+
+def _accuracies(
+    train_x: Tensor,
+    train_y: Tensor,
+    subsets: dict[tuple[int, int], Tensor],
+    test_x: Tensor,
+    test_y: Tensor,
+    num_classes: int,
+    l2: float,
+) -> dict[int, dict]:
+    """Fit one classifier per subset (rows of ``train_x``) and summarise test accuracy per shots."""
+    per_shots: dict[int, list[float]] = {}
+    for (k, _), rows in subsets.items():
+        clf = ridge_classifier(train_x[rows], train_y[rows], num_classes, l2)
+        accuracy = (clf.predict(test_x) == test_y).double().mean().item()
+        per_shots.setdefault(k, []).append(accuracy)
+    result = {}
+    for k, accs in per_shots.items():
+        mean = sum(accs) / len(accs)
+        std = math.sqrt(sum((a - mean) ** 2 for a in accs) / len(accs))  # population: 0 for 1 seed
+        result[k] = {"mean": mean, "std": std, "per_seed": accs}
+    return result
+
+
+def fewshot_evaluate(
+    train_x: Tensor,
+    train_y: Tensor,
+    test_x: Tensor,
+    test_y: Tensor,
+    *,
+    num_classes: int,
+    shots: Sequence[int] = SHOTS,
+    seeds: int = 3,
+    l2: float = L2,
+) -> dict[int, dict]:
+    """Few-shot linear accuracy from precomputed features.
+
+    For every shot count and seed s in ``range(seeds)``: fit ``ridge_classifier`` on
+    ``fewshot_indices(train_y, shots, s)`` and measure top-1 accuracy on the test features. Returns
+    ``{shots: {"mean": float, "std": float, "per_seed": [float, ...]}}`` (std over seeds,
+    population).
+    """
+    _check_shots_seeds(shots, seeds)
+    _check_positive_int("num_classes", num_classes)
+    for name, x, y in (("train", train_x, train_y), ("test", test_x, test_y)):
+        if x.ndim != 2 or y.shape != x.shape[:1]:
+            raise ValueError(
+                f"{name} features must be (N, D) with labels (N,), found "
+                f"{tuple(x.shape)} and {tuple(y.shape)}"
+            )
+        _check_labels(y, num_classes, f"{name} labels")
+    if train_x.shape[1] != test_x.shape[1]:
+        raise ValueError(
+            f"train and test features differ in width: {train_x.shape[1]} and {test_x.shape[1]}"
+        )
+    subsets = _subsets(train_y, shots, seeds, num_classes)
+    return _accuracies(train_x, train_y, subsets, test_x, test_y, num_classes, l2)
+
+
+def _dataset_labels(dataset: Any) -> Tensor:
+    labels = getattr(dataset, "labels", None)
+    if isinstance(labels, Tensor):
+        return labels.to(torch.int64)
+    return torch.tensor([dataset[i][1] for i in range(len(dataset))], dtype=torch.int64)
+
+
+def fewshot_model(
+    model: nn.Module,
+    train_set: Any,
+    test_set: Any,
+    *,
+    shots: Sequence[int] = SHOTS,
+    seeds: int = 3,
+    l2: float = L2,
+    image_size: int | None,
+    batch_size: int = 256,
+    bf16: bool = False,
+) -> dict[int, dict]:
+    """Few-shot linear accuracy of ``model``'s frozen features, as ``fewshot_evaluate``.
+
+    Only the training examples some subset uses are run through the model (at most
+    ``num_classes * max(shots) * seeds`` of them), and the whole test set. The result equals
+    extracting every training feature and calling ``fewshot_evaluate``. ``num_classes`` is
+    ``len(train_set.classes)`` (or the largest label + 1 for a dataset without ``classes``).
+    """
+    _check_shots_seeds(shots, seeds)
+    labels = _dataset_labels(train_set)  # (N,)
+    if not len(labels):
+        raise ValueError("the training set is empty: few-shot evaluation needs labelled examples")
+    classes = getattr(train_set, "classes", None)
+    num_classes = len(classes) if classes else int(labels.max()) + 1
+    subsets = _subsets(labels, shots, seeds, num_classes)
+    used = torch.cat(list(subsets.values())).unique()  # (M,) sorted dataset indices
+    log.info("few-shot: features of %d of %d training examples", len(used), len(labels))
+    subset = (
+        train_set.subset(used) if hasattr(train_set, "subset") else Subset(train_set, used.tolist())
+    )
+
+    def features(dataset: Any) -> tuple[Tensor, Tensor]:
+        batches = Batches(dataset, batch_size=batch_size, train=False, image_size=image_size)
+        return extract_features(model, batches.epoch(0), bf16=bf16)
+
+    train_x, train_y = features(subset)  # (M, D), (M,)
+    assert torch.equal(train_y, labels[used]), "the subset's labels disagree with the dataset's"
+    test_x, test_y = features(test_set)  # (T, D), (T,)
+    _check_labels(test_y, num_classes, "test labels")
+    # row of dataset index i in train_x is searchsorted(used, i): re-index every subset
+    rows = {key: torch.searchsorted(used, idx) for key, idx in subsets.items()}
+    return _accuracies(train_x, train_y, rows, test_x, test_y, num_classes, l2)

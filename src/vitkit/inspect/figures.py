@@ -1,0 +1,148 @@
+"""Figures of an inspected model, drawn from the data that ``filters``, ``posemb`` and
+``attention`` return [P Fig. 6, 7, 14]. Each function writes one PNG and returns its path.
+
+Figures are built on ``matplotlib.figure.Figure`` (rendered by Agg), never through pyplot, so
+drawing them changes no global backend or state.
+
+Shapes: k components, C channels, P patch, (gh, gw) patch grid, L layers, H heads, B images.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from matplotlib.figure import Figure
+from torch import Tensor
+
+
+def _save(fig: Figure, path: str | os.PathLike) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100, bbox_inches="tight")
+    return path
+
+
+def plot_filters(
+    components: Tensor,
+    path: str | os.PathLike,
+    *,
+    explained_variance_ratio: Tensor | None = None,
+    ncols: int = 7,
+) -> Path:
+    """Embedding-filter components (k, C, P, P) on a grid of ``ncols`` columns, each stretched to
+    [0, 1]: RGB for C = 3, gray (the channel mean) otherwise; labelled with its share of the
+    variance when given."""
+    k, C, P, _ = components.shape
+    ncols = min(ncols, k)
+    nrows = math.ceil(k / ncols)
+    f = components.float()
+    if C != 3:
+        f = f.mean(dim=1, keepdim=True).expand(k, 3, P, P)  # gray: the channel mean
+    low = f.amin(dim=(1, 2, 3), keepdim=True)
+    high = f.amax(dim=(1, 2, 3), keepdim=True)
+    f = (f - low) / (high - low).clamp_min(1e-12)  # (k, 3, P, P); sign and scale are arbitrary
+    # One mosaic image on white: a quarter tile between columns, half a tile (room for the label)
+    # between rows.
+    gx, gy = max(P // 4, 1), max(P // 2, 1)
+    mosaic = torch.ones(nrows * (P + gy) - gy, ncols * (P + gx) - gx, 3)
+    for i in range(k):
+        row, col = divmod(i, ncols)
+        top, left = row * (P + gy), col * (P + gx)
+        mosaic[top : top + P, left : left + P] = f[i].permute(1, 2, 0)  # (P, P, 3)
+    fig = Figure(figsize=(1.1 * ncols, 1.4 * nrows + 0.5))
+    ax = fig.subplots()
+    ax.imshow(mosaic.numpy())
+    ax.axis("off")
+    if explained_variance_ratio is not None:
+        for i in range(k):
+            row, col = divmod(i, ncols)
+            x, y = col * (P + gx) + (P - 1) / 2, row * (P + gy) + P - 0.5
+            ratio = 100 * float(explained_variance_ratio[i])
+            ax.text(x, y, f"{ratio:.1f}%", ha="center", va="top", fontsize=7)
+    ax.set_title(f"Embedding filters (first {k} principal components)")
+    return _save(fig, path)
+
+
+def plot_posemb_similarity(similarity: Tensor, path: str | os.PathLike) -> Path:
+    """Position-embedding similarity (gh, gw, gh, gw): one small (gh, gw) map per patch position,
+    laid out on the patch grid, with a shared colour scale over [-1, 1]."""
+    gh, gw = similarity.shape[:2]
+    # One mosaic image: tile (i, j) holds sim[i, j]; a NaN line (drawn blank) separates tiles.
+    mosaic = torch.full((gh * (gh + 1) - 1, gw * (gw + 1) - 1), float("nan"))
+    for i in range(gh):
+        for j in range(gw):
+            top, left = i * (gh + 1), j * (gw + 1)
+            mosaic[top : top + gh, left : left + gw] = similarity[i, j]
+    fig = Figure(figsize=(6, 5))
+    ax = fig.subplots()
+    image = ax.imshow(mosaic.numpy(), cmap="viridis", vmin=-1, vmax=1)
+    ax.set_xticks([j * (gw + 1) + (gw - 1) / 2 for j in range(gw)], [str(j + 1) for j in range(gw)])
+    ax.set_yticks([i * (gh + 1) + (gh - 1) / 2 for i in range(gh)], [str(i + 1) for i in range(gh)])
+    ax.tick_params(length=0, labelsize=7)
+    for side in ax.spines.values():
+        side.set_visible(False)
+    ax.set(xlabel="Input patch column", ylabel="Input patch row")
+    ax.set_title("Position embedding similarity")
+    fig.colorbar(image, ax=ax, label="Cosine similarity")
+    return _save(fig, path)
+
+
+def plot_attention_distance(distance: Tensor, path: str | os.PathLike) -> Path:
+    """Mean attention distance (L, H): x = layer (network depth), one dot per head."""
+    L, H = distance.shape
+    fig = Figure(figsize=(5, 4))
+    ax = fig.subplots()
+    depth = list(range(1, L + 1))
+    for h in range(H):
+        ax.scatter(depth, distance[:, h].tolist(), s=14, label=f"Head {h + 1}")
+    ax.set(
+        xlabel="Network depth (layer)",
+        ylabel="Mean attention distance (pixels)",
+        title="Mean attention distance",
+    )
+    ax.set_ylim(bottom=0, top=max(1.1 * float(distance.max()), 1.0))
+    ax.set_xticks(depth)
+    ax.grid(alpha=0.3)
+    if H <= 16:
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))  # off the dots
+    return _save(fig, path)
+
+
+def plot_rollout(
+    images: Tensor,
+    maps: Tensor,
+    path: str | os.PathLike,
+    *,
+    titles: list[str] | None = None,
+    ncols: int = 4,
+) -> Path:
+    """For each image (B, C, H, W) in [-1, 1]: the input, and the input overlaid with its
+    attention map (B, gh, gw) upsampled bilinearly to the image size. One-channel images are shown
+    in gray; images with neither 1 nor 3 channels are shown as their channel mean."""
+    B, C, H, W = images.shape
+    up = F.interpolate(maps[:, None].float(), size=(H, W), mode="bilinear", align_corners=False)
+    up = up[:, 0]  # (B, H, W)
+    shown = ((images.detach().float().cpu() + 1) / 2).clamp(0, 1)  # [-1, 1] -> [0, 1]
+    pairs = min(ncols, B)
+    nrows = math.ceil(B / pairs)
+    fig = Figure(figsize=(3.6 * pairs, 2.0 * nrows + 0.3))
+    axes = fig.subplots(nrows, 2 * pairs, squeeze=False)
+    for ax in axes.flat:
+        ax.axis("off")
+    for b in range(B):
+        row, col = divmod(b, pairs)
+        ax_input, ax_map = axes[row, 2 * col], axes[row, 2 * col + 1]
+        if C == 3:
+            picture, style = shown[b].permute(1, 2, 0).numpy(), {}  # (H, W, 3)
+        else:
+            picture, style = shown[b].mean(dim=0).numpy(), {"cmap": "gray", "vmin": 0, "vmax": 1}
+        ax_input.imshow(picture, **style)
+        ax_map.imshow(picture, **style)
+        ax_map.imshow(up[b].numpy(), cmap="jet", alpha=0.5, vmin=0, vmax=float(up[b].max()))
+        ax_input.set_title(titles[b] if titles else f"image {b}", fontsize=8)
+        ax_map.set_title("attention rollout", fontsize=8)
+    return _save(fig, path)

@@ -1,0 +1,221 @@
+"""One folder that shows what a trained ViT learned [P §4.5, Fig. 6, 7, 14]: each figure as a
+PNG, the data behind it (``.json`` for small data, ``.npz`` for arrays), and an ``index.html``
+with captions that opens in a browser.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from ..model import VisionTransformer
+from .attention import attention_distance, attention_rollout, collect_attention, rollout_maps
+from .figures import plot_attention_distance, plot_filters, plot_posemb_similarity, plot_rollout
+from .filters import embedding_filters
+from .posemb import posemb_similarity
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class _Section:
+    title: str
+    caption: str
+    png: str | None = None  # None: the panel was skipped and the caption says why
+
+
+def _describe(model: VisionTransformer, name: str | None) -> str:
+    cfg = model.cfg
+    stem = f"R{list(cfg.resnet.num_layers)}+ViT hybrid, " if cfg.resnet else ""
+    return (
+        f"{name or 'model'}: {stem}D={cfg.hidden_size}, L={cfg.num_layers}, H={cfg.num_heads}, "
+        f"patch {cfg.patch_size} ({cfg.total_stride} px per token), image {cfg.image_size} px, "
+        f"{cfg.in_chans} channel(s), classifier={cfg.classifier}, posemb={cfg.posemb}, "
+        f"{model.num_params():,} parameters"
+    )
+
+
+def _write_html(path: Path, heading: str, sections: list[_Section]) -> Path:
+    parts = [
+        "<!doctype html>",
+        '<html><head><meta charset="utf-8"><title>vitkit inspect</title>',
+        "<style>body{font-family:sans-serif;max-width:60em;margin:auto;padding:1em}"
+        "img{max-width:100%}figure{margin:2em 0}figcaption{color:#333}</style></head><body>",
+        "<h1>What the Vision Transformer learned</h1>",
+        f"<p>{html.escape(heading)}</p>",
+    ]
+    for s in sections:
+        parts.append(f"<figure><h2>{html.escape(s.title)}</h2>")
+        if s.png:
+            parts.append(f'<img src="{html.escape(s.png)}" alt="{html.escape(s.title)}">')
+        parts.append(f"<figcaption>{html.escape(s.caption)}</figcaption></figure>")
+    parts.append("</body></html>")
+    path.write_text("\n".join(parts) + "\n")
+    return path
+
+
+def inspect_model(
+    model: VisionTransformer,
+    images: Tensor,
+    out_dir: str | os.PathLike,
+    *,
+    titles: list[str] | None = None,
+    max_maps: int = 16,
+    batch_size: int = 64,
+    name: str | None = None,
+) -> dict[str, Path]:
+    """Inspect ``model`` on ``images`` (B, C, H, W) in [-1, 1] and write the figures to ``out_dir``.
+
+    Mean attention distance is averaged over all ``images``; attention-rollout maps are drawn for
+    the first ``max_maps`` (titled by ``titles``, e.g. class names). ``name`` labels the model in
+    ``index.html``. Returns the written files by file name.
+    """
+    cfg = model.cfg
+    if images.ndim != 4 or images.shape[1] != cfg.in_chans or len(images) == 0:
+        raise ValueError(
+            f"images must be a non-empty (B, {cfg.in_chans}, H, W) tensor for this model, "
+            f"got shape {tuple(images.shape)}"
+        )
+    if max_maps < 1 or batch_size < 1:
+        raise ValueError(
+            f"max_maps={max_maps} and batch_size={batch_size}: expected positive integers"
+        )
+    num_maps = min(max_maps, len(images))
+    if titles is not None and len(titles) < num_maps:
+        raise ValueError(f"{len(titles)} titles for {num_maps} attention maps")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    grid = model.patch_embed.grid(images.shape[-2], images.shape[-1])
+    prefix = cfg.num_prefix_tokens
+    written: dict[str, Path] = {}
+    sections: list[_Section] = []
+
+    def keep(path: Path) -> None:
+        written[path.name] = path
+
+    # Embedding filters (Fig. 7 left).
+    title = "Embedding filters"
+    if cfg.resnet is None:
+        filters = embedding_filters(model)
+        k, C, P, _ = filters["components"].shape
+        np.savez(out / "embedding_filters.npz", **{n: t.numpy() for n, t in filters.items()})
+        keep(out / "embedding_filters.npz")
+        keep(
+            plot_filters(
+                filters["components"],
+                out / "embedding_filters.png",
+                explained_variance_ratio=filters["explained_variance_ratio"],
+            )
+        )
+        caption = (
+            f"The first {k} principal components of the {cfg.hidden_size} patch-embedding filters "
+            f"({C}x{P}x{P} each, centred over the filters), each stretched to [0, 1]; the title is "
+            "the share of the filters' variance it explains. Mirrors Figure 7 (left), where "
+            "ViT-L/32's components resemble plausible basis functions for the patches."
+        )
+        sections.append(_Section(title, caption, "embedding_filters.png"))
+    else:
+        sections.append(
+            _Section(
+                title,
+                "Skipped: in this hybrid the patch embedding is a "
+                f"{cfg.patch_size}x{cfg.patch_size} projection of ResNet features, not a filter "
+                "on pixels.",
+            )
+        )
+        log.info("embedding filters skipped: hybrid model")
+
+    # Position-embedding similarity (Fig. 7 centre).
+    title = "Position embedding similarity"
+    if cfg.posemb != "none":
+        similarity = posemb_similarity(model)
+        np.savez(out / "posemb_similarity.npz", similarity=similarity.numpy())
+        keep(out / "posemb_similarity.npz")
+        keep(plot_posemb_similarity(similarity, out / "posemb_similarity.png"))
+        g = cfg.grid_size
+        kind = "learned" if cfg.posemb == "learn" else "fixed 2D sine-cosine"
+        caption = (
+            f"Cosine similarity between the {kind} position embedding of each patch position and "
+            f"those of all other positions ({g}x{g} grid; tile (row, column) is one position's "
+            "map; the class token's embedding is left out). Mirrors Figure 7 (centre): close "
+            "patches have similar embeddings, with row and column structure."
+        )
+        sections.append(_Section(title, caption, "posemb_similarity.png"))
+    else:
+        sections.append(_Section(title, "Skipped: the model has no position embedding."))
+        log.info("position-embedding similarity skipped: posemb='none'")
+
+    # Mean attention distance over all images, rollout for the first num_maps; batch by batch so
+    # that only one batch's attention (L x (b, H, T, T)) is held at a time.
+    distance = torch.zeros(cfg.num_layers, cfg.num_heads)
+    rollouts: list[Tensor] = []
+    for start in range(0, len(images), batch_size):
+        batch = images[start : start + batch_size]
+        attn = collect_attention(model, batch, batch_size=batch_size)
+        distance += len(batch) * attention_distance(
+            attn, grid=grid, num_prefix=prefix, pixels_per_patch=cfg.total_stride
+        )
+        if start < num_maps:
+            rollouts.append(attention_rollout([a[: num_maps - start] for a in attn]))
+    distance /= len(images)  # (L, H)
+    rollout = torch.cat(rollouts)  # (num_maps, T, T)
+
+    data = {
+        "mean_attention_distance_px": distance.tolist(),  # [layer][head]
+        "num_images": len(images),
+        "image_size": list(images.shape[-2:]),
+        "grid": list(grid),
+        "pixels_per_patch": cfg.total_stride,
+        "class_token": "left out; patch-to-patch weights renormalised to sum to 1",
+    }
+    (out / "attention_distance.json").write_text(json.dumps(data, indent=1) + "\n")
+    keep(out / "attention_distance.json")
+    keep(plot_attention_distance(distance, out / "attention_distance.png"))
+    caption = (
+        f"Mean attention distance of each head (dots) in each layer, in pixels, averaged over "
+        f"{len(images)} image(s) and all query patches: the distance between patch centres "
+        f"(grid distance x {cfg.total_stride} px) weighted by the attention weight, using "
+        "patch-to-patch weights renormalised to sum to 1 (the class token is left out). Mirrors "
+        "Figure 7 (right), where some heads of the lowest layers are already global and the "
+        "distance grows with depth."
+    )
+    sections.append(_Section("Mean attention distance", caption, "attention_distance.png"))
+
+    raw = rollout_maps(rollout, grid=grid, num_prefix=prefix, normalize=False)  # (n, gh, gw)
+    maps = raw / raw.amax(dim=(1, 2), keepdim=True).clamp_min(1e-12)  # max 1 per map
+    np.savez(out / "attention_rollout.npz", maps=maps.numpy(), raw=raw.numpy())
+    keep(out / "attention_rollout.npz")
+    keep(
+        plot_rollout(
+            images[:num_maps],
+            maps,
+            out / "attention_rollout.png",
+            titles=titles[:num_maps] if titles else None,
+        )
+    )
+    source = (
+        "the class token's row"
+        if prefix
+        else "the mean of the patch rows (GAP model: no class token)"
+    )
+    caption = (
+        f"Attention rollout for the first {num_maps} image(s): attention averaged over heads, the "
+        "identity added for the residual path, rows renormalised, multiplied across all "
+        f"{cfg.num_layers} layers (Abnar & Zuidema 2020); the map is {source} over the patches, "
+        "upsampled to the image and scaled to max 1. Mirrors Figures 6 and 14."
+    )
+    sections.append(
+        _Section("Attention maps (attention rollout)", caption, "attention_rollout.png")
+    )
+
+    heading = f"{_describe(model, name)}. {len(images)} image(s) of {images.shape[-2]}x{images.shape[-1]} px."
+    keep(_write_html(out / "index.html", heading, sections))
+    return written

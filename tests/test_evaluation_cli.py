@@ -1,0 +1,66 @@
+"""``vitkit fewshot`` and ``vitkit inspect`` end to end on a trained checkpoint, and their errors."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from vitkit.cli import main
+from vitkit.recipes import get_recipe
+from vitkit.train.loop import train
+
+
+@pytest.fixture(scope="module")
+def best(tmp_path_factory) -> str:
+    run_dir = tmp_path_factory.mktemp("smoke")
+    train(get_recipe("smoke"), run_dir, progress=False)
+    return str(run_dir / "best")
+
+
+def test_fewshot_cli(best: str, capsys) -> None:
+    assert main(["fewshot", best, "--data", "synthetic", "--shots", "1,4", "--seeds", "2"]) == 0
+    out = capsys.readouterr().out
+    rows = re.findall(r"(\d+)-shot\s+([0-9.]+) \+- ([0-9.]+)", out)
+    assert [int(k) for k, _, _ in rows] == [1, 4]
+    assert all(0.0 <= float(acc) <= 1.0 for _, acc, _ in rows)
+    assert "over 2 seeds" in out
+
+
+def test_fewshot_cli_errors(best: str, capsys) -> None:
+    assert main(["fewshot", best, "--data", "synthetic", "--shots", "one"]) == 2
+    assert "--shots 'one'" in capsys.readouterr().err
+    assert main(["fewshot", best, "--data", "synthetic", "--shots", "100"]) == 2  # 32 per class
+    assert "fewer than shots=100" in capsys.readouterr().err
+    assert main(["fewshot", best, "--data", "fashion_mnist"]) == 2  # 3-channel model
+    assert "channels" in capsys.readouterr().err
+
+
+def test_inspect_cli_on_test_images_and_files(best: str, tmp_path: Path, capsys) -> None:
+    out = tmp_path / "inspect"
+    assert main(["inspect", best, "--data", "synthetic", "--out", str(out), "--max-maps", "4"]) == 0
+    page = (out / "index.html").read_text()
+    pngs = sorted(p.name for p in out.glob("*.png"))
+    assert pngs == [
+        "attention_distance.png",
+        "attention_rollout.png",
+        "embedding_filters.png",
+        "posemb_similarity.png",
+    ]
+    assert all(f'src="{name}"' in page for name in pngs)
+    assert {p.suffix for p in out.iterdir()} == {".png", ".json", ".npz", ".html"}
+    from PIL import Image
+
+    Image.new("RGB", (40, 30), (200, 10, 10)).save(tmp_path / "red.png")
+    files = tmp_path / "files"
+    assert main(["inspect", best, "--images", str(tmp_path / "red.png"), "--out", str(files)]) == 0
+    assert "red.png" in capsys.readouterr().out or (files / "index.html").is_file()
+    assert (files / "attention_rollout.png").is_file()
+
+
+def test_inspect_cli_errors(best: str, tmp_path: Path, capsys) -> None:
+    assert main(["inspect", best, "--images", str(tmp_path / "no.png"), "--out", "x"]) == 2
+    assert "cannot read image" in capsys.readouterr().err
+    assert main(["inspect", str(tmp_path / "nothing"), "--out", str(tmp_path / "o")]) == 2
+    assert "nothing" in capsys.readouterr().err

@@ -1,0 +1,231 @@
+"""Inspection [P §4.5, Fig. 6, 7, 14]: attention distance and rollout against hand-computed cases,
+posemb similarity and filter PCA invariants, and the report end to end on tiny models."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+
+import numpy as np
+import pytest
+import torch
+
+from helpers import randomize, tiny
+from vitkit.config import ResNetConfig
+from vitkit.inspect import (
+    attention_distance,
+    attention_rollout,
+    collect_attention,
+    embedding_filters,
+    inspect_model,
+    posemb_similarity,
+    rollout_maps,
+)
+from vitkit.model import VisionTransformer
+
+GRID = (4, 5)
+N = GRID[0] * GRID[1]
+
+
+def random_attention(b: int, h: int, t: int, seed: int = 0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(b, h, t, t, generator=g).softmax(dim=-1)  # (B, H, T, T), rows sum to 1
+
+
+def model(**overrides) -> VisionTransformer:
+    return randomize(VisionTransformer(tiny(**overrides)))
+
+
+# ------------------------------------------------------------------------ attention distance
+
+
+@pytest.mark.parametrize("prefix", [0, 1])
+def test_identity_attention_has_distance_zero_and_rollout_identity(prefix):
+    T = prefix + N
+    attn = torch.eye(T).expand(2, 3, T, T)  # (B, H, T, T), each token attends to itself
+    distance = attention_distance([attn, attn], grid=GRID, num_prefix=prefix, pixels_per_patch=16)
+    assert distance.shape == (2, 3)
+    assert torch.equal(distance, torch.zeros(2, 3))
+    torch.testing.assert_close(attention_rollout([attn, attn]), torch.eye(T).expand(2, T, T))
+
+
+def test_uniform_attention_distance_matches_brute_force():
+    T = 1 + N
+    attn = torch.full((2, 3, T, T), 1.0 / T)  # uniform, class token included
+    got = attention_distance([attn], grid=GRID, num_prefix=1, pixels_per_patch=8)
+    cells = [(r, c) for r in range(GRID[0]) for c in range(GRID[1])]
+    total = sum(math.dist(q, k) for q in cells for k in cells)
+    expected = 8 * total / (N * N)  # mean over queries of the mean over keys (renormalised)
+    torch.testing.assert_close(got, torch.full((1, 3), expected))
+
+
+def test_attention_to_a_fixed_offset_gives_that_distance():
+    gh, gw = 8, 8
+    T = 1 + gh * gw
+    attn = torch.zeros(1, 2, T, T)
+    attn[:, :, :, 0] = 0.3  # weight on the class token is left out and the rest renormalised
+    for r in range(gh):
+        for c in range(gw):
+            kr = r + 3 if r + 3 < gh else r - 3  # every query looks 3 rows and 4 columns away
+            kc = c + 4 if c + 4 < gw else c - 4
+            attn[:, :, 1 + r * gw + c, 1 + kr * gw + kc] = 0.7
+    got = attention_distance([attn], grid=(gh, gw), num_prefix=1, pixels_per_patch=16)
+    torch.testing.assert_close(got, torch.full((1, 2), 5.0 * 16))
+
+
+def test_attention_distance_rejects_a_wrong_grid():
+    with pytest.raises(ValueError, match="grid"):
+        attention_distance(
+            [random_attention(1, 1, 17)], grid=GRID, num_prefix=1, pixels_per_patch=8
+        )
+
+
+# ------------------------------------------------------------------------ attention rollout
+
+
+def test_rollout_rows_sum_to_one_and_single_layer_is_half_identity():
+    layers = [random_attention(2, 4, 1 + N, seed=s) for s in range(3)]
+    rollout = attention_rollout(layers)
+    assert rollout.shape == (2, 1 + N, 1 + N)
+    torch.testing.assert_close(rollout.sum(-1), torch.ones(2, 1 + N))
+    single = attention_rollout(layers[:1])
+    torch.testing.assert_close(single, 0.5 * layers[0].mean(1) + 0.5 * torch.eye(1 + N))
+    two = attention_rollout(layers[:2])  # R = Â_2 Â_1: the later layer on the left
+    hat = [0.5 * a.mean(1) + 0.5 * torch.eye(1 + N) for a in layers[:2]]
+    torch.testing.assert_close(two, hat[1] @ hat[0])
+
+
+def test_rollout_maps_cls_row_and_gap_mean():
+    rollout = attention_rollout([random_attention(2, 4, 1 + N)])
+    cls = rollout_maps(rollout, grid=GRID, num_prefix=1, normalize=False)
+    torch.testing.assert_close(cls, rollout[:, 0, 1:].reshape(2, *GRID))
+    rollout = attention_rollout([random_attention(2, 4, N)])
+    gap = rollout_maps(rollout, grid=GRID, num_prefix=0, normalize=False)
+    torch.testing.assert_close(gap, rollout.mean(dim=1).reshape(2, *GRID))
+    shown = rollout_maps(rollout, grid=GRID, num_prefix=0)
+    torch.testing.assert_close(shown.amax(dim=(1, 2)), torch.ones(2))
+    torch.testing.assert_close(shown, gap / gap.amax(dim=(1, 2), keepdim=True))
+
+
+def test_collect_attention_batches_and_matches_intermediates():
+    m = model()
+    images = torch.rand(5, 3, 32, 32) * 2 - 1
+    attn = collect_attention(m, images, batch_size=2)
+    assert len(attn) == 2 and attn[0].shape == (5, 4, 17, 17)
+    with torch.no_grad():
+        direct = m.intermediates(images, attention=True)
+    torch.testing.assert_close(attn[1], direct["attn1"])
+
+
+# ------------------------------------------------------------------------ posemb and filters
+
+
+@pytest.mark.parametrize("classifier", ["token", "gap"])
+@pytest.mark.parametrize("posemb", ["learn", "sincos2d"])
+def test_posemb_similarity_is_symmetric_with_unit_diagonal(classifier, posemb):
+    sim = posemb_similarity(model(classifier=classifier, posemb=posemb))
+    assert sim.shape == (4, 4, 4, 4)
+    flat = sim.reshape(16, 16)
+    torch.testing.assert_close(flat.diagonal(), torch.ones(16))
+    torch.testing.assert_close(flat, flat.T)
+
+
+def test_posemb_similarity_of_two_equal_positions_is_one():
+    m = model()
+    with torch.no_grad():
+        m.pos_embed[0, 1 + 5] = m.pos_embed[0, 1 + 0]  # patch (1, 1) := patch (0, 0); slot 0 is CLS
+        m.pos_embed[0, 0] = 0.0  # a class-token slot that leaked in would give NaN or change it
+    sim = posemb_similarity(m)
+    torch.testing.assert_close(sim[0, 0, 1, 1], torch.tensor(1.0))
+    assert sim[0, 0, 0, 1] < 0.99
+
+
+def test_posemb_similarity_needs_a_posemb():
+    with pytest.raises(ValueError, match="no position embedding"):
+        posemb_similarity(model(posemb="none"))
+
+
+@pytest.mark.parametrize("in_chans", [1, 3])
+def test_embedding_filter_components_are_orthonormal_and_ordered(in_chans):
+    m = model(in_chans=in_chans)
+    out = embedding_filters(m, k=10)
+    comps, ratio = out["components"], out["explained_variance_ratio"]
+    assert comps.shape == (10, in_chans, 8, 8) and ratio.shape == (10,)
+    flat = comps.reshape(10, -1)
+    torch.testing.assert_close(flat @ flat.T, torch.eye(10), atol=1e-5, rtol=0)
+    assert ratio.sum() <= 1 + 1e-6
+    assert torch.all(ratio[:-1] >= ratio[1:])
+    assert embedding_filters(m, k=1000)["components"].shape[0] == min(64, in_chans * 64)
+
+
+def test_rank_one_filters_have_one_component():
+    m = model()
+    g = torch.Generator().manual_seed(1)
+    mean, direction = torch.randn(3, 8, 8, generator=g), torch.randn(3, 8, 8, generator=g)
+    scale = torch.randn(64, 1, 1, 1, generator=g)
+    with torch.no_grad():
+        m.patch_embed.proj.weight.copy_(mean + scale * direction)  # (D, C, P, P), rank 1 + mean
+    out = embedding_filters(m)
+    assert out["explained_variance_ratio"][0] > 0.9999
+    first = out["components"][0].flatten()
+    assert abs(float(first @ direction.flatten() / direction.norm())) == pytest.approx(1, abs=1e-5)
+
+
+def test_embedding_filters_refuse_a_hybrid():
+    with pytest.raises(ValueError, match="hybrid"):
+        embedding_filters(model(resnet=ResNetConfig(num_layers=(1,)), patch_size=1))
+
+
+# ------------------------------------------------------------------------ the report
+
+
+def _written_figures(out, written):
+    page = (out / "index.html").read_text()
+    pngs = {p.name for p in out.glob("*.png")}
+    assert set(re.findall(r'src="([^"]+)"', page)) == pngs
+    assert {p.name for p in out.iterdir()} == set(written)
+    return pngs, page
+
+
+@pytest.mark.parametrize(
+    ("classifier", "in_chans", "posemb"), [("token", 3, "learn"), ("gap", 1, "none")]
+)
+def test_inspect_model_writes_every_figure(tmp_path, classifier, in_chans, posemb):
+    m = model(classifier=classifier, in_chans=in_chans, posemb=posemb)
+    images = torch.rand(7, in_chans, 32, 32) * 2 - 1
+    written = inspect_model(m, images, tmp_path, max_maps=5, batch_size=3, name="tiny")
+    pngs, page = _written_figures(tmp_path, written)
+    names = ["embedding_filters", "attention_distance", "attention_rollout"]
+    names += ["posemb_similarity"] if posemb != "none" else []
+    assert pngs == {f"{n}.png" for n in names}
+    data_files = {"embedding_filters.npz", "attention_distance.json", "attention_rollout.npz"}
+    data_files |= {"posemb_similarity.npz"} if posemb != "none" else set()
+    assert set(written) == pngs | data_files | {"index.html"}
+    assert "7 image(s)" in page and "tiny" in page
+    assert page.count("Skipped") == (posemb == "none")
+    data = json.loads((tmp_path / "attention_distance.json").read_text())
+    assert data["num_images"] == 7
+    expected = attention_distance(
+        collect_attention(m, images),
+        grid=(4, 4),
+        num_prefix=m.cfg.num_prefix_tokens,
+        pixels_per_patch=8,
+    )  # batches of 3 are averaged back to the mean over all 7 images
+    torch.testing.assert_close(torch.tensor(data["mean_attention_distance_px"]), expected)
+    with np.load(tmp_path / "attention_rollout.npz") as maps:
+        assert maps["maps"].shape == (5, 4, 4) and maps["raw"].shape == (5, 4, 4)
+
+
+def test_inspect_model_on_a_hybrid(tmp_path):
+    m = model(resnet=ResNetConfig(num_layers=(1,)), patch_size=1, image_size=32)
+    assert m.cfg.grid_size == 8
+    written = inspect_model(m, torch.rand(3, 3, 32, 32) * 2 - 1, tmp_path, titles=["a", "b", "c"])
+    pngs, page = _written_figures(tmp_path, written)
+    assert pngs == {"posemb_similarity.png", "attention_distance.png", "attention_rollout.png"}
+    assert page.count("Skipped") == 1  # the embedding filters: not pixel filters in a hybrid
+
+
+def test_inspect_model_rejects_images_of_the_wrong_channels(tmp_path):
+    with pytest.raises(ValueError, match="images must be"):
+        inspect_model(model(), torch.zeros(2, 1, 32, 32), tmp_path)

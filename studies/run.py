@@ -24,7 +24,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "studies" / "results.json"
 RUNS = ROOT / "runs" / "studies"
-MAIN_JOB = ROOT / "runs" / "fmnist"  # `make run`; study e fine-tunes its best weights
+MAIN_JOB = ROOT / "runs" / "fmnist"  # `make run`; studies d and e look into its best weights
+FIGURES = "docs/reproduction"
 
 
 def budget(steps: int, warmup: int) -> list[str]:
@@ -44,6 +45,7 @@ class Run:
     name: str
     argv: tuple[str, ...]  # vitkit's arguments, without --run-dir
     directory: Path | None = None  # default: runs/studies/<study>/<name>
+    fewshot: tuple[int, ...] = ()  # then few-shot linear accuracy of the best weights
 
     @property
     def key(self) -> str:
@@ -55,6 +57,8 @@ class Run:
 
     @property
     def command(self) -> list[str]:
+        if self.argv[0] not in ("train", "finetune"):
+            return ["vitkit", *self.argv]
         return ["vitkit", *self.argv, "--run-dir", str(self.run_dir.relative_to(ROOT))]
 
 
@@ -77,7 +81,12 @@ def studies() -> list[Run]:
     # (b) masked patch prediction on all 60k images (labels unused), then fine-tuning on few
     # labels with the same recipe and budget as study a's ViT from scratch (a/vit-N)
     runs.append(
-        Run("b", "mpp", ("train", "--recipe", "fmnist", "--objective", "mpp", *budget(2000, 100)))
+        Run(
+            "b",
+            "mpp",
+            ("train", "--recipe", "fmnist", "--objective", "mpp", *budget(2000, 100)),
+            fewshot=(1, 5, 25),
+        )
     )
     mpp = str((RUNS / "b" / "mpp" / "best").relative_to(ROOT))
     runs += [
@@ -103,12 +112,37 @@ def studies() -> list[Run]:
                 f"optim.lr={lr}",
                 *budget(1000, 100),
             ),
+            fewshot=(5,),  # the paper's Fig. 9 measures ImageNet 5-shot linear accuracy
         )
         for lr in ("3e-4", "8e-4", "3e-3")
         for classifier in ("token", "gap")
     ]
     # (e) fine-tuning the main job's weights at 2x the resolution (posemb interpolated) against the
     # original resolution: the paper's fine-tuning recipe (SGD 0.9, no weight decay, clip 1)
+    # (d) what the main job's ViT learned (a 4x4 grid of 7-px patches), and the same ViT on a
+    # 7x7 grid of 4-px patches, where locality has room to show
+    runs.append(Run("d", "main", ("train", "--recipe", "fmnist"), directory=MAIN_JOB))
+    runs.append(
+        Run(
+            "d",
+            "inspect-main",
+            ("inspect", "runs/fmnist/best", "--out", f"{FIGURES}/inspect-fmnist"),
+        )
+    )
+    runs.append(
+        Run(
+            "d",
+            "vit-p4",
+            ("train", "--recipe", "fmnist", "--set", "model.patch_size=4", *budget(1000, 100)),
+        )
+    )
+    runs.append(
+        Run(
+            "d",
+            "inspect-p4",
+            ("inspect", "runs/studies/d/vit-p4/best", "--out", f"{FIGURES}/inspect-p4"),
+        )
+    )
     runs.append(Run("e", "base", ("train", "--recipe", "fmnist"), directory=MAIN_JOB))
     for size in (28, 56):
         runs.append(
@@ -116,13 +150,70 @@ def studies() -> list[Run]:
                 "e",
                 f"ft-{size}px",
                 (
-                    "finetune", "--init-from", str((MAIN_JOB / "best").relative_to(ROOT)), "--recipe", "fmnist",
-                    "--set", f"model.image_size={size}", "--set", "optim.name=sgd", "--set", "optim.lr=0.01",
+                    "finetune", "--init-from", str((MAIN_JOB / "best").relative_to(ROOT)),
+                    "--recipe", "fmnist", "--set", f"model.image_size={size}",
+                    "--set", "optim.name=sgd", "--set", "optim.lr=0.01",
                     "--set", "optim.weight_decay=0.0", *budget(300, 30),
                 ),
             )
         )  # fmt: skip
     return runs
+
+
+def _inspection(out: Path) -> dict:
+    """Study d's numbers from an inspect folder: mean attention distance per layer (over heads:
+    mean, min, max) against uniform attention on the same grid, and position-embedding
+    similarity by grid distance (neighbours, same row or column, the rest)."""
+    import numpy as np
+    import torch
+
+    from vitkit.inspect import attention_distance
+
+    data = json.loads((out / "attention_distance.json").read_text())
+    distance = np.array(data["mean_attention_distance_px"])  # (L, H)
+    gh, gw = data["grid"]
+    t = gh * gw
+    uniform = attention_distance(
+        [torch.full((1, 1, t, t), 1.0 / t)],
+        grid=(gh, gw),
+        num_prefix=0,
+        pixels_per_patch=data["pixels_per_patch"],
+    ).item()
+    sim = np.load(out / "posemb_similarity.npz")["similarity"].reshape(t, t)
+    rows, cols = np.divmod(np.arange(t), gw)
+    dr, dc = np.abs(rows[:, None] - rows[None]), np.abs(cols[:, None] - cols[None])
+    off = ~np.eye(t, dtype=bool)
+    neighbours = off & (dr + dc == 1)
+    line = off & ((dr == 0) | (dc == 0)) & ~neighbours
+    rest = off & ~neighbours & ~line
+    return {
+        "distance_by_layer": {
+            "mean": distance.mean(1).round(2).tolist(),
+            "min": distance.min(1).round(2).tolist(),
+            "max": distance.max(1).round(2).tolist(),
+        },
+        "uniform_attention_distance": round(uniform, 2),
+        "posemb_cosine": {
+            "neighbours": round(float(sim[neighbours].mean()), 3),
+            "same_row_or_column": round(float(sim[line].mean()), 3),
+            "other": round(float(sim[rest].mean()), 3),
+        },
+    }
+
+
+def _fewshot(best: Path, shots: tuple[int, ...]) -> dict:
+    """Few-shot linear accuracy (mean over 3 seeds) of a checkpoint on Fashion-MNIST."""
+    import vitkit
+    from vitkit.config import DataConfig
+    from vitkit.eval.fewshot import fewshot_model
+    from vitkit.train.data import build_datasets
+
+    model = vitkit.load(best)
+    train, test, _ = build_datasets(DataConfig(), model.cfg, seed=0)
+    result = fewshot_model(
+        model, train, test, shots=shots, seeds=3, image_size=model.cfg.image_size
+    )
+    return {f"fewshot_{k}shot": round(r["mean"], 4) for k, r in result.items()}
 
 
 def _final_eval(run_dir: Path) -> dict:
@@ -155,7 +246,12 @@ def execute(run: Run) -> dict:
     )
     wall = time.perf_counter() - started
     record = {"command": shlex.join(command), "wall_s": round(wall, 1), "resumed": resumed}
-    record.update({k: v for k, v in _final_eval(run.run_dir).items() if k != "split"})
+    if run.argv[0] == "inspect":
+        record.update(_inspection(ROOT / run.argv[run.argv.index("--out") + 1]))
+    else:
+        record.update({k: v for k, v in _final_eval(run.run_dir).items() if k != "split"})
+    if run.fewshot:
+        record.update(_fewshot(run.run_dir / "best", run.fewshot))
     _store(run.key, record)
     print(f"[{run.key}] {record}", flush=True)
     return record
@@ -165,7 +261,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("studies", nargs="*", default=[], help="a b c e (default: all)")
+    parser.add_argument("studies", nargs="*", default=[], help="a b c d e (default: all)")
     parser.add_argument(
         "--list", action="store_true", help="list the runs and whether they are done"
     )

@@ -55,7 +55,7 @@ def test_inspect_cli_on_test_images_and_files(best: str, tmp_path: Path, capsys)
     Image.new("RGB", (40, 30), (200, 10, 10)).save(tmp_path / "red.png")
     files = tmp_path / "files"
     assert main(["inspect", best, "--images", str(tmp_path / "red.png"), "--out", str(files)]) == 0
-    assert "red.png" in capsys.readouterr().out or (files / "index.html").is_file()
+    assert "1 image(s) of 16x16 px" in (files / "index.html").read_text()  # resized to the model's
     assert (files / "attention_rollout.png").is_file()
 
 
@@ -64,3 +64,5 @@ def test_inspect_cli_errors(best: str, tmp_path: Path, capsys) -> None:
     assert "cannot read image" in capsys.readouterr().err
     assert main(["inspect", str(tmp_path / "nothing"), "--out", str(tmp_path / "o")]) == 2
     assert "nothing" in capsys.readouterr().err
+    assert main(["inspect", best, "--data", "synthetic", "--out", "o", "--num-images", "0"]) == 2
+    assert "--num-images 0" in capsys.readouterr().err

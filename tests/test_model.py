@@ -277,3 +277,54 @@ def test_create_model_overrides_are_strict() -> None:
         vitkit.create_model("ViT-mu/16", image_size=30)
     with pytest.raises(ValueError, match="classifier='cls'"):
         vitkit.create_model("ViT-mu/16", classifier="cls")
+
+
+def test_resnet_baseline_is_the_hybrid_backbone_with_a_linear_head(tmp_path) -> None:
+    from vitkit.config import ConfigError
+    from vitkit.io.checkpoint import write_ours
+    from vitkit.model import ResNetClassifier, build_model
+
+    with pytest.raises(ConfigError, match="arch='resnet'"):
+        tiny(arch="resnet")
+    cfg = tiny(arch="resnet", resnet=ResNetConfig(num_layers=(1, 1)), image_size=30, in_chans=1)
+    model = build_model(cfg)  # 30 px: not a multiple of the stride, fine for a CNN
+    assert isinstance(model, ResNetClassifier)
+    hybrid = VisionTransformer(
+        tiny(resnet=ResNetConfig(num_layers=(1, 1)), patch_size=1, in_chans=1)
+    )
+    backbone = sum(p.numel() for p in hybrid.patch_embed.backbone.parameters())
+    assert model.num_params() == backbone + 512 * 10 + 10  # + head on 512 pooled channels
+    x = torch.randn(3, 1, 30, 30)
+    assert torch.equal(model(x), torch.zeros(3, 10))  # zero-initialised head
+    randomize(model)
+    out = model.intermediates(x)
+    assert torch.allclose(out["logits"], model(x)) and out["pre_logits"].shape == (3, 512)
+    assert torch.allclose(out["pre_logits"], model.backbone(x).mean(dim=(2, 3)))
+    with pytest.raises(ValueError, match="no attention"):
+        model.intermediates(x, attention=True)
+    write_ours(cfg, model.state_dict(), tmp_path / "r", {})
+    again = vitkit.load(tmp_path / "r")
+    assert isinstance(again, ResNetClassifier) and torch.equal(again(x), model(x))
+    vitkit.save(again, tmp_path / "r2")
+    assert torch.equal(vitkit.load(tmp_path / "r2")(x), model(x))
+    with pytest.raises(ValueError, match="Vision Transformers only"):
+        vitkit.save(again, tmp_path / "hf", format="hf")
+    again.reset_head(3)
+    assert again.cfg.num_classes == 3 and torch.equal(again(x), torch.zeros(3, 3))
+    with pytest.raises(ConfigError, match="representation_size"):
+        tiny(arch="resnet", resnet=ResNetConfig(num_layers=(1,)), representation_size=8)
+
+
+def test_study_baselines_have_golden_parameter_counts() -> None:
+    from vitkit.model import build_model
+    from vitkit.recipes import get_recipe
+
+    counts = {
+        name: build_model(get_recipe(name).model).num_params()
+        for name in ("fmnist", "fmnist-resnet", "fmnist-hybrid")
+    }
+    assert counts == {"fmnist": 805_130, "fmnist-resnet": 813_258, "fmnist-hybrid": 1_672_522}
+    # the hybrid is the ResNet's backbone (head aside) feeding the ViT through a 1x1 projection
+    backbone = counts["fmnist-resnet"] - (512 * 10 + 10)
+    vit_without_stem = counts["fmnist"] - (7 * 7 * 128 + 128)
+    assert counts["fmnist-hybrid"] == backbone + vit_without_stem + 512 * 128 + 128

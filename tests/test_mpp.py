@@ -3,6 +3,7 @@ falls, exact resume, and that its backbone fine-tunes like any other checkpoint.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import shutil
@@ -18,7 +19,7 @@ from helpers import tiny
 from vitkit.config import ConfigError, replace
 from vitkit.model import VisionTransformer
 from vitkit.recipes import get_recipe
-from vitkit.train.loop import train
+from vitkit.train.loop import init_from_pretrained, train
 from vitkit.train.objectives import MaskedPatchPrediction, corrupt, patch_colours
 
 
@@ -78,6 +79,24 @@ def test_rate_is_configurable_and_draws_follow_the_global_rng() -> None:
     assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
 
 
+@pytest.mark.parametrize("classifier", ["token", "gap"])
+def test_prediction_reads_each_chosen_patch_own_output_token(classifier: str) -> None:
+    cfg = tiny(classifier=classifier, in_chans=1)
+    model = VisionTransformer(cfg).eval()
+    objective = MaskedPatchPrediction(cfg)
+    torch.nn.init.normal_(objective.head.weight)  # a zero head would hide any misalignment
+    images = torch.rand(3, 1, 32, 32) * 2 - 1
+    torch.manual_seed(5)
+    loss = objective(model, images)["loss"]
+    torch.manual_seed(5)  # the same draws, spelled out with the model's public stages
+    tokens, chosen, _ = corrupt(model.embed_patches(images), objective.mask_token)
+    encoded = model.encode(tokens)  # (B, T, D)
+    patches = encoded[:, 1:] if classifier == "token" else encoded  # (B, 16, D)
+    logits = objective.head(patches[chosen])
+    expected = torch.nn.functional.cross_entropy(logits, patch_colours(images, 8)[chosen])
+    assert torch.allclose(loss, expected)
+
+
 def test_objective_owns_mask_and_head_and_predicts_8_or_512_colours() -> None:
     for chans, classes in ((1, 8), (3, 512)):
         cfg = tiny(in_chans=chans)
@@ -130,13 +149,26 @@ def test_mpp_loss_falls_and_resume_is_exact(tmp_path: Path) -> None:
     ]
 
 
-def test_mpp_config_errors() -> None:
+def test_mpp_config_errors(tmp_path: Path) -> None:
+    smoke = get_recipe("smoke")
     with pytest.raises(ConfigError, match=r"train\.objective"):
-        replace(get_recipe("smoke"), {"train.objective": "mpp", "train.mixup": 0.2})
+        replace(smoke, {"train.objective": "mpp", "train.mixup": 0.2})
     with pytest.raises(ConfigError, match=r"train\.objective"):
-        replace(get_recipe("smoke"), {"train.objective": "bert"})
-    with pytest.raises(ValueError, match="needs a ViT"):
-        MaskedPatchPrediction(replace(get_recipe("fmnist-resnet"), {}).model)
+        replace(smoke, {"train.objective": "bert"})
+    with pytest.raises(ConfigError, match="plain ViT"):
+        replace(
+            get_recipe("fmnist-hybrid"), {"train.objective": "mpp", "train.label_smoothing": 0.0}
+        )
+    with pytest.raises(ConfigError, match=r"train\.ema"):
+        replace(smoke, {"train.objective": "mpp", "train.ema": 0.99})
+    with pytest.raises(ValueError, match="plain ViT"):
+        MaskedPatchPrediction(get_recipe("fmnist-resnet").model)
+    with pytest.raises(ConfigError, match="distinct"):
+        replace(smoke, {"train.fewshot": (5, 5)})
+    # a class too small for the few-shot evaluator fails before the run directory exists
+    with pytest.raises(ValueError, match="fewer than shots=40"):
+        train(replace(smoke, {"train.fewshot": (40,)}), tmp_path / "run", progress=False)
+    assert not (tmp_path / "run").exists()
 
 
 def test_mpp_backbone_loads_and_fine_tunes(tmp_path: Path) -> None:
@@ -170,7 +202,15 @@ def test_mpp_backbone_loads_and_fine_tunes(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert "test accuracy" in proc.stdout
-    state = vitkit.load(pre / "best").state_dict()
     tuned = torch.load(ft / "checkpoints" / "step_00000004" / "state.pt", weights_only=True)
     assert tuned["objective"] is None  # fine-tuning is classification again
-    assert state.keys() == vitkit.load(ft / "best").state_dict().keys()
+    # fine-tuning starts from the MPP backbone, with a zero head
+    start = init_from_pretrained(
+        dataclasses.replace(get_recipe("smoke"), init_from=str(pre / "best"))
+    )
+    pretrained = vitkit.load(pre / "best").state_dict()
+    for key, value in start.state_dict().items():
+        if key.startswith("head."):
+            assert not value.any()
+        else:
+            assert torch.equal(value, pretrained[key]), key

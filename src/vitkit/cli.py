@@ -10,7 +10,7 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .config import RunConfig
@@ -57,7 +57,6 @@ def _presets(args: argparse.Namespace) -> None:
 
 
 def _summary(args: argparse.Namespace) -> None:
-
     import torch
 
     from . import create_model
@@ -73,12 +72,15 @@ def _summary(args: argparse.Namespace) -> None:
     for key, value in cfg.to_dict().items():
         print(f"  {key:<24} {value}")
     print(f"parameters   {model.num_params():,}")
-    print(
-        f"GFLOPs       {count_flops(cfg) / 1e9:.2f} per image at {cfg.image_size}x{cfg.image_size}"
-    )
-    print(
-        f"tokens       {cfg.grid_size}x{cfg.grid_size} patches + {cfg.num_prefix_tokens} class token"
-    )
+    if cfg.arch == "vit":  # the FLOP count and the token grid are the transformer's
+        print(
+            f"GFLOPs       {count_flops(cfg) / 1e9:.2f} per image at "
+            f"{cfg.image_size}x{cfg.image_size}"
+        )
+        print(
+            f"tokens       {cfg.grid_size}x{cfg.grid_size} patches + "
+            f"{cfg.num_prefix_tokens} class token"
+        )
     with torch.inference_mode():
         x = torch.randn(1, cfg.in_chans, cfg.image_size, cfg.image_size)
         out = model.eval()(x)
@@ -108,6 +110,8 @@ def _run_config(args: argparse.Namespace) -> RunConfig:
             "train.mixup": 0.0,
             **overrides,
         }
+    elif getattr(args, "objective", None):
+        overrides = {"train.objective": args.objective, **overrides}
     return replace(run, overrides) if overrides else run
 
 
@@ -182,7 +186,7 @@ def _eval(args: argparse.Namespace) -> None:
         print(f"  {name:<24} {acc:.4f}")
 
 
-def _checkpoint(path: str) -> tuple:
+def _checkpoint(path: str) -> tuple[Any, list[str], Any]:
     """A checkpoint's model (eval mode), class names and preprocessing (the training run's, or
     the official one at the model's resolution)."""
     from .data import Preprocess
@@ -200,7 +204,7 @@ def _checkpoint(path: str) -> tuple:
     return model, names, preprocess
 
 
-def _read_image(path: str, preprocess) -> object:
+def _read_image(path: str, preprocess: Any) -> Any:
     """An image file -> the float tensor (1, C, S, S) the model takes."""
     from PIL import Image, UnidentifiedImageError
 
@@ -231,7 +235,8 @@ def _predict(args: argparse.Namespace) -> None:
         print(f"{path}: {ranked}")
 
 
-def _splits(dataset: str, data_dir: str | None, cfg) -> tuple:
+def _splits(dataset: str, data_dir: str | None, cfg: Any) -> tuple[Any, Any, list[str]]:
+    """The train and test splits of a dataset by name, checked against the model's channels."""
     from .config import DataConfig
     from .train.data import build_datasets
 
@@ -274,8 +279,12 @@ def _inspect(args: argparse.Namespace) -> None:
     from .data import Batches
     from .inspect import inspect_model
 
+    if args.num_images < 1 or args.max_maps < 1:
+        raise ValueError(
+            f"--num-images {args.num_images} --max-maps {args.max_maps}: expected positive numbers"
+        )
     model, names, preprocess = _checkpoint(args.checkpoint)
-    if not hasattr(model, "patch_embed"):
+    if model.cfg.arch != "vit":
         raise ValueError(f"{args.checkpoint} is a ResNet: inspection needs a Vision Transformer")
     if args.images:
         images = torch.cat([_read_image(p, preprocess) for p in args.images])

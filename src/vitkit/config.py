@@ -190,6 +190,12 @@ class ModelConfig:
                 self.resnet,
                 "a ResNetConfig: arch='resnet' is the BiT backbone with a linear head",
             )
+            _check(
+                self.representation_size is None,
+                "representation_size",
+                self.representation_size,
+                "None for arch='resnet' (its head is one linear layer on the pooled features)",
+            )
             return  # 'SAME' padding and global pooling take any image size
         stride = self.total_stride
         _check(
@@ -496,10 +502,11 @@ class TrainConfig:
         )
         _check(
             isinstance(self.fewshot, tuple)
-            and all(isinstance(k, int) and not isinstance(k, bool) and k > 0 for k in self.fewshot),
+            and all(isinstance(k, int) and not isinstance(k, bool) and k > 0 for k in self.fewshot)
+            and len(set(self.fewshot)) == len(self.fewshot),
             "train.fewshot",
             self.fewshot,
-            "a tuple of shots per class, e.g. (5, 10), or () for none",
+            "a tuple of distinct shots per class, e.g. (5, 10), or () for none",
         )
 
 
@@ -512,6 +519,22 @@ class RunConfig:
     optim: OptimConfig
     train: TrainConfig
     init_from: str | None = None  # pre-trained checkpoint: head replaced, posemb resized
+
+    def __post_init__(self) -> None:
+        if self.train.objective == "mpp":
+            _check(
+                self.model.arch == "vit" and self.model.resnet is None,
+                "train.objective",
+                self.train.objective,
+                "'classification' for this model: masked patch prediction needs a plain ViT (a "
+                "hybrid's ResNet would see the masked patches' pixels through its neighbours)",
+            )
+            _check(
+                self.train.ema is None,
+                "train.ema",
+                self.train.ema,
+                "None with train.objective='mpp' (the mask embedding and head are not averaged)",
+            )
 
     def to_dict(self) -> dict[str, Any]:
         return to_dict(self)

@@ -287,6 +287,18 @@ def _dataset_labels(dataset: Any) -> Tensor:
     return torch.tensor([dataset[i][1] for i in range(len(dataset))], dtype=torch.int64)
 
 
+def _num_classes(train_set: Any, labels: Tensor) -> int:
+    classes = getattr(train_set, "classes", None)
+    return len(classes) if classes else int(labels.max()) + 1
+
+
+def check_shots(train_set: Any, shots: Sequence[int]) -> None:
+    """Fail now, with the error ``fewshot_model`` would give later, if some class of
+    ``train_set`` has fewer than ``max(shots)`` examples (a training run checks before it starts)."""
+    labels = _dataset_labels(train_set)
+    fewshot_indices(labels, max(shots), 0, num_classes=_num_classes(train_set, labels))
+
+
 def fewshot_model(
     model: nn.Module,
     train_set: Any,
@@ -310,8 +322,7 @@ def fewshot_model(
     labels = _dataset_labels(train_set)  # (N,)
     if not len(labels):
         raise ValueError("the training set is empty: few-shot evaluation needs labelled examples")
-    classes = getattr(train_set, "classes", None)
-    num_classes = len(classes) if classes else int(labels.max()) + 1
+    num_classes = _num_classes(train_set, labels)
     subsets = _subsets(labels, shots, seeds, num_classes)
     used = torch.cat(list(subsets.values())).unique()  # (M,) sorted dataset indices
     log.info("few-shot: features of %d of %d training examples", len(used), len(labels))

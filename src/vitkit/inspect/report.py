@@ -216,6 +216,7 @@ def inspect_model(
         _Section("Attention maps (attention rollout)", caption, "attention_rollout.png")
     )
 
-    heading = f"{_describe(model, name)}. {len(images)} image(s) of {images.shape[-2]}x{images.shape[-1]} px."
+    h, w = images.shape[-2:]
+    heading = f"{_describe(model, name)}. {len(images)} image(s) of {h}x{w} px."
     keep(_write_html(out / "index.html", heading, sections))
     return written

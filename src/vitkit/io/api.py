@@ -18,7 +18,7 @@ import numpy as np
 from torch import Tensor, nn
 
 from ..config import ModelConfig
-from ..model import VisionTransformer, build_model
+from ..model import ResNetClassifier, VisionTransformer, build_model
 from .checkpoint import (
     CheckpointError,
     is_ours,
@@ -168,8 +168,10 @@ def save(
 ) -> Path:
     """Write ``model`` to the directory ``path``: our format (``model.safetensors`` +
     ``config.json``), or a Hugging Face ``save_pretrained`` directory with ``format='hf'``."""
-    if not isinstance(model, VisionTransformer):
-        raise TypeError(f"save expects a vitkit VisionTransformer, got {type(model).__name__}")
+    if not isinstance(model, (VisionTransformer, ResNetClassifier)):
+        raise TypeError(f"save expects a vitkit model, got {type(model).__name__}")
+    if format == "hf" and model.cfg.arch != "vit":
+        raise ValueError("format='hf' holds Vision Transformers only; save a ResNet as 'vitkit'")
     if format == "vitkit":
         extra = {"class_names": list(class_names)} if class_names else None
         return write_ours(model.cfg, model.state_dict(), path, extra)

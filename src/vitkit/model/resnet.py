@@ -11,6 +11,7 @@ zero; a projection shortcut (1x1 StdConv + GN) appears where shape or stride cha
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import torch.nn.functional as F
@@ -162,12 +163,21 @@ class ResNetClassifier(nn.Module):
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
-        assert cfg.resnet is not None and cfg.arch == "resnet"
+        if cfg.resnet is None or cfg.arch != "resnet":
+            raise ValueError("ResNetClassifier takes a ModelConfig with arch='resnet' and a resnet")
         self.cfg = cfg
         self.backbone = ResNetBackbone(cfg.resnet, cfg.in_chans)
         self.head = new_head(cfg.resnet.out_channels, cfg.num_classes, cfg.head_bias_init)
         if not any(p.is_meta for p in self.parameters()):
             self.backbone.reset_parameters()
+
+    def reset_head(self, num_classes: int, representation_size: int | None = None) -> None:
+        """Fine-tuning surgery, as the ViT's: a new zero-initialised head for ``num_classes``."""
+        if representation_size is not None:
+            raise ValueError("a ResNet baseline has no pre-logits layer (representation_size)")
+        device = next(self.parameters()).device
+        self.head = new_head(self.cfg.resnet.out_channels, num_classes).to(device)
+        self.cfg = dataclasses.replace(self.cfg, num_classes=num_classes)
 
     def forward_features(self, images: Tensor) -> Tensor:
         return self.backbone(images)  # (B, C_out, H/stride, W/stride)

@@ -32,7 +32,7 @@ from torch import nn
 
 from ..config import RunConfig
 from ..data import Batches, Preprocess
-from ..model import VisionTransformer, build_model
+from ..model import build_model
 from .cadence import Cadence
 from .data import build_datasets, ordered_batches
 from .objectives import MaskedPatchPrediction, classification, evaluate_mpp
@@ -105,7 +105,7 @@ def _ema_update(ema: nn.Module, model: nn.Module, decay: float, step: int) -> No
                 e.mul_(decay).add_(p.detach(), alpha=1 - decay)
 
 
-def init_from_pretrained(run: RunConfig) -> VisionTransformer:
+def init_from_pretrained(run: RunConfig) -> nn.Module:
     """Pre-trained weights for fine-tuning [P App. B.1.1]: drop the whole head (pre-logits too),
     attach a zero-initialised one, and 2D-interpolate the position embeddings to the new grid."""
     from ..io.api import load
@@ -119,7 +119,7 @@ def init_from_pretrained(run: RunConfig) -> VisionTransformer:
         posemb=run.model.posemb,
     )
     model.reset_head(run.model.num_classes, run.model.representation_size)
-    fresh = VisionTransformer(run.model)  # this run's dropout etc., the pre-trained weights
+    fresh = build_model(run.model)  # this run's dropout etc., the pre-trained weights
     load_state_dict_strict(fresh, model.state_dict(), source=run.init_from)
     return fresh
 
@@ -158,6 +158,10 @@ def train(run: RunConfig, run_dir: str | Path, *, progress: bool = True) -> dict
             f"train.accum_steps={tc.accum_steps}"
         )
     cadence = Cadence.from_config(tc, steps_per_epoch, run.optim.warmup)
+    if tc.fewshot:
+        from ..eval.fewshot import check_shots
+
+        check_shots(train_set, tc.fewshot)
     run_dir.mkdir(parents=True, exist_ok=True)  # only once the run is known to be valid
     check_run_dir(run_dir, run.to_dict())
     remove_partial_writes(run_dir)
@@ -167,6 +171,7 @@ def train(run: RunConfig, run_dir: str | Path, *, progress: bool = True) -> dict
     model = build_model(run.model) if last or not run.init_from else init_from_pretrained(run)
     objective = MaskedPatchPrediction(run.model) if tc.objective == "mpp" else None
     optimizer = build_optimizer(model, run.optim, objective)
+    trained = list(model.parameters()) + (list(objective.parameters()) if objective else [])
     ema = copy.deepcopy(model).eval() if tc.ema else None
     averaged = ema if ema is not None else model  # what is evaluated and kept as best
     step, best, window = 0, -1.0, _Window()
@@ -202,6 +207,7 @@ def train(run: RunConfig, run_dir: str | Path, *, progress: bool = True) -> dict
                 shots=tc.fewshot,
                 seeds=3,
                 image_size=run.model.image_size,
+                bf16=tc.bf16,
             )
         return result
 
@@ -253,7 +259,7 @@ def train(run: RunConfig, run_dir: str | Path, *, progress: bool = True) -> dict
                     "(lower optim.lr, or set optim.grad_clip)"
                 )
             if run.optim.grad_clip:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), run.optim.grad_clip)
+                torch.nn.utils.clip_grad_norm_(trained, run.optim.grad_clip)
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             if ema is not None:

@@ -11,6 +11,8 @@ Shapes: B batch, C channels, N patches, T tokens, D width, K classes.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -91,8 +93,11 @@ class MaskedPatchPrediction(nn.Module):
 
     def __init__(self, cfg: ModelConfig, *, bits: int = 3, rate: float = 0.5) -> None:
         super().__init__()
-        if cfg.arch != "vit":
-            raise ValueError("masked patch prediction needs a ViT (model.arch='vit')")
+        if cfg.arch != "vit" or cfg.resnet is not None:
+            raise ValueError(
+                "masked patch prediction needs a plain ViT: a hybrid's ResNet would see the masked "
+                "patches' pixels through its neighbours"
+            )
         self.patch, self.bits, self.rate = cfg.total_stride, bits, rate
         self.prefix = cfg.num_prefix_tokens
         self.mask_token = nn.Parameter(torch.empty(cfg.hidden_size))
@@ -115,20 +120,27 @@ class MaskedPatchPrediction(nn.Module):
 
 @torch.no_grad()
 def evaluate_mpp(
-    model: nn.Module, objective: MaskedPatchPrediction, batches, *, seed: int = 0
-) -> dict:
-    """Mean loss and colour accuracy of the chosen patches over ``batches``; the corruption is
-    drawn from ``seed`` (the same patches every evaluation) without touching the global RNG."""
+    model: nn.Module,
+    objective: MaskedPatchPrediction,
+    batches: Iterable[tuple[Tensor, Tensor]],
+    *,
+    seed: int = 0,
+) -> dict[str, float]:
+    """Mean loss and colour accuracy of the chosen patches over ``batches`` (images, unused
+    labels); the corruption is drawn from ``seed`` (the same patches every evaluation) without
+    touching the global RNG."""
     was_training = model.training
     model.eval()
     loss_sum, hits, count = 0.0, 0.0, 0
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        for images, _ in batches:
-            out = objective(model, images)
-            n = int(out["patches"])
-            loss_sum += out["loss"].item() * n
-            hits += out["accuracy"].item() * n
-            count += n
-    model.train(was_training)
+    try:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            for images, _ in batches:
+                out = objective(model, images)
+                n = int(out["patches"])
+                loss_sum += out["loss"].item() * n
+                hits += out["accuracy"].item() * n
+                count += n
+    finally:
+        model.train(was_training)
     return {"loss": loss_sum / max(count, 1), "accuracy": hits / max(count, 1), "count": count}

@@ -8,8 +8,8 @@ A run directory holds::
     best/                        the weights with the best test accuracy so far (our format)
 
 ``state.pt`` holds the optimizer, the EMA weights, the objective's own weights (masked patch
-prediction), the step, the best score and the global RNG state (dropout); it is read with ``torch.load(weights_only=True)``. The data position needs no
-storage: batch order and augmentation are functions of (seed, epoch, batch). A checkpoint
+prediction), the step, the best score and the global RNG state (dropout); it is read with
+``torch.load(weights_only=True)``. The data position needs no storage: batch order and augmentation are functions of (seed, epoch, batch). A checkpoint
 directory is written under a temporary name and renamed, so a run killed at any moment leaves
 either the previous checkpoint or the new one, never half of one.
 """

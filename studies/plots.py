@@ -88,7 +88,9 @@ def classifier_vs_lr(results: dict) -> None:
         ax.set(xscale="log", xlabel="Adam learning rate", ylabel=label)
         ax.grid(alpha=0.3)
         ax.legend()
-    fig.suptitle("Class token vs global average pooling, 1000 steps on Fashion-MNIST", fontsize=10)
+    fig.suptitle(
+        "Class token vs global average pooling, 600 steps of 128 on Fashion-MNIST", fontsize=10
+    )
     _save(fig, "c_classifier_lr.png")
 
 

@@ -25,6 +25,7 @@ EXAMPLES = {
     "convert": "vitkit convert ViT-B_16.npz runs/b16   |   vitkit convert timm_b16.pth hf_b16 --format hf",
     "fewshot": "vitkit fewshot runs/fmnist/best --data fashion_mnist --shots 1,5,10,25 --seeds 3",
     "inspect": "vitkit inspect runs/fmnist/best --out runs/fmnist/inspect   |   ... --images a.png b.png",
+    "export": "vitkit export runs/fmnist/best --onnx fmnist.onnx",
 }
 
 
@@ -94,6 +95,37 @@ def _convert(args: argparse.Namespace) -> None:
     out = save(model, args.dst, format=args.format)
     print(
         f"wrote {out} ({args.format}): {model.num_params():,} parameters, {model.cfg.image_size}px"
+    )
+
+
+def _export(args: argparse.Namespace) -> None:
+    import torch
+
+    from .io.api import load
+    from .io.export import export_onnx, require_onnx, verify_onnx
+
+    require_onnx()  # before loading and exporting, which take a while
+    if args.batch_size < 1:
+        raise ValueError(f"--batch-size must be at least 1, got {args.batch_size}")
+    model = load(args.checkpoint)
+    out = export_onnx(model, args.onnx, opset=args.opset)
+    cfg = model.cfg
+    g = torch.Generator().manual_seed(0)
+    # A second batch size, unlike the one traced, proves the batch dimension dynamic.
+    sizes = (args.batch_size, args.batch_size + 3)
+    diff = max(
+        verify_onnx(
+            model,
+            out,
+            torch.rand(n, cfg.in_chans, cfg.image_size, cfg.image_size, generator=g) * 2 - 1,
+        )
+        for n in sizes
+    )
+    files = [f for f in (out, out.with_name(f"{out.name}.data")) if f.exists()]
+    megabytes = sum(f.stat().st_size for f in files) / 1e6
+    print(
+        f"wrote {out} ({megabytes:.1f} MB): max |onnxruntime - torch| = {diff:.1e} "
+        f"on batches of {sizes[0]} and {sizes[1]}"
     )
 
 
@@ -428,6 +460,21 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="big_vision fixed posemb",
     )
+
+    p = verb(
+        "export",
+        "export a checkpoint to ONNX (dynamic batch) and check it with onnxruntime",
+        _export,
+    )
+    p.add_argument("checkpoint", help="checkpoint directory or file (any format vitkit reads)")
+    p.add_argument("--onnx", required=True, metavar="OUT.onnx", help="the ONNX file to write")
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        default=2,
+        help="batch checked against PyTorch (one 3 larger is checked too)",
+    )
+    p.add_argument("--opset", type=int, default=None, help="ONNX opset (default: torch's)")
     return parser
 
 

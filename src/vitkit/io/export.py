@@ -1,0 +1,132 @@
+"""ONNX export of a vitkit model, and its check against PyTorch (issue 5, item 6 "Deployment").
+
+The graph takes ``images`` (B, C, S, S) float32 in [-1, 1] (the checkpoint's preprocessing is the
+caller's) with a dynamic batch B, and returns ``logits`` (B, K), or ``features`` (B, R or D), the
+pre-logits representation, for a model without a head (``num_classes == 0``).
+
+We use the ``torch.export``-based exporter (``dynamo=True``), not the TorchScript one. Both give
+the same numbers here, including for ``F.scaled_dot_product_attention`` (decomposed into MatMul and
+Softmax, or the native ``Attention`` op from opset 23), but the TorchScript exporter is deprecated
+since torch 2.9 and traces Python control flow on shapes into silent constants, whereas
+``torch.export`` proves the batch dimension symbolic or refuses to export. The cost: ``onnxscript``
+as a dependency and a few seconds per export.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+# The exporter needs onnx and onnxscript, the check onnxruntime; the extra installs all three.
+_ONNX_MODULES = ("onnx", "onnxscript", "onnxruntime")
+
+
+def require_onnx() -> None:
+    """Raise ``ImportError`` naming the extra to install when an ONNX package is missing."""
+    missing = []
+    for name in _ONNX_MODULES:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            missing.append(name)
+    if missing:
+        raise ImportError(f"ONNX export needs {', '.join(missing)}: pip install 'vitkit[export]'")
+
+
+@contextlib.contextmanager
+def _eval_mode(model: nn.Module) -> Iterator[nn.Module]:
+    """The model in eval mode (no dropout, no drop-path), its own mode restored afterwards."""
+    training = model.training
+    try:
+        yield model.eval()
+    finally:
+        model.train(training)
+
+
+def _device(model: nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+def export_onnx(
+    model: nn.Module,
+    path: str | os.PathLike,
+    *,
+    batch_size: int = 2,
+    opset: int | None = None,
+    external_data: bool = False,
+) -> Path:
+    """Export ``model`` (a vitkit ``VisionTransformer`` or ``ResNetClassifier``) to ONNX at ``path``.
+
+    ``batch_size`` is the example batch traced through the model; the exported batch dimension is
+    dynamic whatever it is. ``opset`` is the ONNX opset (default: torch's). With ``external_data``
+    the weights go to ``<path>.data`` beside the graph, where torch puts them anyway past 1.5 GiB
+    (protobuf caps one file at 2 GB; ViT-H holds 2.5 GB of float32 weights). The files are staged
+    in a temporary directory and renamed into place, weights first, so a reader never sees a
+    half-written graph or a graph without its weights. Returns ``path``.
+    """
+    require_onnx()
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+    path = Path(path)
+    if path.is_dir():
+        raise ValueError(
+            f"{path} is a directory: the ONNX output is a file, e.g. {path}/model.onnx"
+        )
+    cfg = model.cfg
+    images = torch.zeros(
+        batch_size, cfg.in_chans, cfg.image_size, cfg.image_size, device=_device(model)
+    )  # (B, C, S, S)
+    output = "logits" if cfg.num_classes else "features"
+    with _eval_mode(model):
+        program = torch.onnx.export(
+            model,
+            (images,),
+            dynamo=True,
+            input_names=["images"],
+            output_names=[output],
+            dynamic_shapes={"images": {0: torch.export.Dim("batch")}},
+            opset_version=opset,
+            verbose=False,  # otherwise the exporter prints its progress on stdout
+        )
+    data = path.with_name(f"{path.name}.data")  # the name torch gives external weights
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # Not checkpoint.atomic_write: torch writes the weights' file name into the graph, so the graph
+    # must be saved under its final name, which a temporary directory allows.
+    with tempfile.TemporaryDirectory(prefix=f".{path.name}.", dir=path.parent) as tmp:
+        staged = Path(tmp) / path.name
+        program.save(staged, external_data=external_data)
+        staged_data = staged.with_name(data.name)
+        external = staged_data.exists()
+        for written in (staged_data, staged) if external else (staged,):
+            with open(written, "rb") as f:
+                os.fsync(f.fileno())
+        if external:
+            os.replace(staged_data, data)
+        os.replace(staged, path)
+    if not external:
+        data.unlink(missing_ok=True)  # the weights of a graph this export replaced
+    return path
+
+
+def verify_onnx(model: nn.Module, path: str | os.PathLike, images: Tensor) -> float:
+    """Max absolute difference between onnxruntime's (CPU) outputs for ``images`` (B, C, S, S) and
+    ``model``'s."""
+    require_onnx()
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    (name,) = [i.name for i in session.get_inputs()]
+    (got,) = session.run(None, {name: images.detach().to("cpu", torch.float32).numpy()})
+    with _eval_mode(model), torch.inference_mode():
+        want = model(images.to(_device(model))).float().cpu().numpy()  # (B, K) or (B, R)
+    if got.shape != want.shape:
+        raise ValueError(f"{path} returns shape {got.shape} where the model returns {want.shape}")
+    return float(np.abs(got - want).max())

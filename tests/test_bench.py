@@ -1,0 +1,128 @@
+"""The benchmark harness (benchmarks/throughput.py) on the Fashion-MNIST model: every row measured,
+ratios and fractions of peak computed from the timings, memory peaks seen, and the contenders'
+logits equal to the reference path's (vitkit eager fp32)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "throughput.py"
+LINUX = Path("/proc/self/clear_refs").exists()
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("throughput", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["throughput"] = module  # dataclasses resolve their annotations through it
+    spec.loader.exec_module(module)
+    yield module
+    del sys.modules["throughput"]
+
+
+SMOKE = ["--models", "fmnist", "--rounds", "2", "--iters", "1", "--batch", "2"]
+SMOKE += ["--train-batch", "4", "--peak-sizes", "64"]
+
+
+def test_smoke_run_rows_and_parity_with_timm(bench, tmp_path, capsys) -> None:
+    out, raw = tmp_path / "bench.md", tmp_path / "bench.json"
+    bench.main([*SMOKE, "--contenders", "vitkit", "timm", "--out", str(out), "--json", str(raw)])
+    printed = capsys.readouterr().out
+    assert printed.strip() == out.read_text().strip()
+    assert "Command: `" in printed and "Matmul peak" in printed
+    rows = json.loads(raw.read_text())["rows"]
+    keys = {(r["task"], r["precision"], r["batch"], r["contender"]) for r in rows}
+    assert keys == {
+        (task, precision, batch, contender)
+        for task, batch in (("infer", 2), ("train", 4))
+        for precision in ("fp32", "bf16")
+        for contender in ("vitkit", "timm")
+    }
+    assert len([line for line in printed.splitlines() if line.startswith("| fmnist |")]) == 8
+    for r in rows:
+        assert len(r["seconds"]) == 2 and r["images_per_s"] > 0 and r["fraction_of_peak"] > 0
+        assert r["ratio_to_timm"] > 0 and (r["contender"] != "timm" or r["ratio_to_timm"] == 1.0)
+        assert (r["max_abs_diff"] is None) == (r["task"] == "train")
+        assert (r["peak_bytes"] is not None) == LINUX
+        if r["task"] == "infer" and r["precision"] == "fp32":
+            assert r["max_abs_diff"] <= 1e-4  # the same weights give the reference path's logits
+
+
+def test_transformers_contender_holds_the_same_weights(bench) -> None:
+    pytest.importorskip("transformers")
+    subject = bench.make_subject("fmnist")
+    rows = bench.measure(
+        subject,
+        "infer",
+        "fp32",
+        2,
+        ["transformers", "torchvision"],  # torchvision has no Fashion-MNIST model: no row
+        rounds=1,
+        iters=1,
+        warmup=1,
+        min_time=0.0,
+        device=torch.device("cpu"),
+    )
+    assert [r.contender for r in rows] == ["transformers"]
+    assert rows[0].max_abs_diff <= 1e-4
+
+
+def test_logits_are_not_trivial(bench) -> None:
+    """The parity check compares O(1) logits, not the zeros of a freshly initialised head."""
+    subject = bench.make_subject("fmnist")
+    model = bench.build_vitkit(subject, "fp32").eval()
+    with torch.no_grad():
+        assert model(torch.randn(4, 1, 28, 28)).abs().mean() > 0.1
+
+
+@pytest.mark.skipif(not LINUX, reason="peak RSS is read from /proc")
+def test_peak_memory_sees_an_allocation(bench) -> None:
+    def step() -> None:
+        torch.ones(16 * 2**20)  # 64 MiB, written: resident
+
+    assert bench.peak_memory(step, torch.device("cpu")) >= 60 * 2**20
+
+
+def test_ratio_and_fraction_of_peak(bench) -> None:
+    def row(contender: str, seconds: list[float]):
+        return bench.Row("fmnist", "infer", "fp32", 10, contender, 10**9, 2, seconds)
+
+    ours, peer = row("vitkit", [1.0, 2.0, 1.0]), row("timm", [2.0, 2.0, 4.0])
+    summary = {s["contender"]: s for s in bench.summarize([ours, peer], {"fp32": 100.0})}
+    assert summary["vitkit"]["images_per_s"] == 20.0  # median of 20, 10, 20 (2 x 10 images)
+    assert summary["vitkit"]["ratio_to_timm"] == 2.0  # median of per-round ratios 2, 1, 4
+    assert summary["vitkit"]["fraction_of_peak"] == pytest.approx(0.2)  # 20 GFLOP/s of 100
+    assert summary["timm"]["ratio_to_timm"] == 1.0
+
+
+def test_plan_quick_full_and_compile(bench) -> None:
+    jobs, batches, names = bench.plan(bench.parse_args([]))
+    assert jobs == list(bench.QUICK) and batches == [32] and names == ["vitkit", "timm"]
+    jobs, batches, names = bench.plan(bench.parse_args(["--full"]))
+    assert len(jobs) == 8 and batches == [1, 32] and names == list(bench.CONTENDERS)
+    _, _, names = bench.plan(bench.parse_args(["--models", "fmnist", "--compile"]))
+    assert names == ["vitkit", "timm", "vitkit-compiled", "timm-compiled"]
+
+
+@pytest.mark.slow
+def test_compiled_contender_matches_reference(bench) -> None:
+    rows = bench.measure(
+        bench.make_subject("fmnist"),
+        "infer",
+        "fp32",
+        2,
+        ["vitkit-compiled"],
+        rounds=1,
+        iters=1,
+        warmup=1,
+        min_time=0.0,
+        device=torch.device("cpu"),
+    )
+    assert rows[0].max_abs_diff <= 1e-4

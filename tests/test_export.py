@@ -1,0 +1,103 @@
+"""ONNX export: onnxruntime's outputs equal PyTorch's for every head and stem, at batch sizes other
+than the traced one, and ``vitkit export`` end to end with its one-line errors.
+
+Each export takes seconds (torch.export and its decompositions), so three exports cover the
+token ViT with a head (through the CLI), GAP with pre-logits and no head, and the hybrid.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import torch
+from torch import nn
+
+import vitkit
+from helpers import randomize, tiny
+from vitkit.cli import main
+from vitkit.config import ModelConfig, ResNetConfig
+from vitkit.io.export import export_onnx, verify_onnx
+from vitkit.model import build_model
+
+
+def images(batch: int, cfg: ModelConfig) -> torch.Tensor:
+    g = torch.Generator().manual_seed(batch)
+    return torch.rand(batch, cfg.in_chans, cfg.image_size, cfg.image_size, generator=g) * 2 - 1
+
+
+def check_onnx_equals_torch(model: nn.Module, path: Path) -> None:
+    """The graph's signature, and its outputs against the model's at batches 1 and 3 (it was traced
+    at 2), computed here and by ``verify_onnx``."""
+    cfg = model.cfg
+    onnx.checker.check_model(str(path))
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    (inp,), (out,) = session.get_inputs(), session.get_outputs()
+    width = cfg.num_classes or cfg.representation_size or cfg.hidden_size
+    assert inp.name == "images" and inp.shape == [
+        "batch",
+        cfg.in_chans,
+        cfg.image_size,
+        cfg.image_size,
+    ]
+    assert out.name == ("logits" if cfg.num_classes else "features")
+    assert out.shape == ["batch", width]
+    for batch in (1, 3):
+        x = images(batch, cfg)
+        (got,) = session.run(None, {"images": x.numpy()})
+        with torch.no_grad():
+            want = model(x).numpy()
+        assert got.shape == want.shape == (batch, width)
+        diff = float(np.abs(got - want).max())
+        assert diff < 1e-4
+        assert verify_onnx(model, path, x) == pytest.approx(diff, abs=1e-6)
+    # The check sees a different model: it would catch a wrong export.
+    assert verify_onnx(randomize(build_model(cfg), seed=1), path, images(3, cfg)) > 1e-2
+
+
+def test_gap_pre_logits_features_replacing_an_earlier_export(tmp_path) -> None:
+    # No head: the graph returns the pre-logits features (B, R), pooled by GAP.
+    model = randomize(build_model(tiny(classifier="gap", representation_size=32, num_classes=0)))
+    (tmp_path / "model.onnx").write_bytes(b"stale")
+    (tmp_path / "model.onnx.data").write_bytes(b"stale")  # an earlier export's external weights
+    path = export_onnx(model, tmp_path / "model.onnx")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.onnx"]  # no temporary left
+    check_onnx_equals_torch(model, path)
+
+
+@pytest.mark.slow
+def test_hybrid_with_external_weights(tmp_path) -> None:
+    model = randomize(build_model(tiny(resnet=ResNetConfig(num_layers=(1,)), patch_size=1)))
+    path = export_onnx(model, tmp_path / "model.onnx", external_data=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.onnx", "model.onnx.data"]
+    weights = 4 * model.num_params()  # float32; onnx keeps tensors under 256 bytes in the graph
+    assert (tmp_path / "model.onnx.data").stat().st_size > 0.9 * weights
+    check_onnx_equals_torch(model, path)
+
+
+def test_cli_export_end_to_end(tmp_path, capsys) -> None:
+    model = randomize(build_model(tiny()))
+    ckpt = vitkit.save(model, tmp_path / "ckpt")
+    out = tmp_path / "onnx" / "vit.onnx"
+    assert main(["export", str(ckpt), "--onnx", str(out)]) == 0
+    (line,) = capsys.readouterr().out.splitlines()
+    assert str(out) in line and " MB)" in line and "batches of 2 and 5" in line
+    assert float(re.search(r"= (\S+) on batches", line).group(1)) < 1e-4
+    check_onnx_equals_torch(model, out)
+
+
+def test_cli_errors_are_one_line(tmp_path, capsys, monkeypatch) -> None:
+    out = tmp_path / "vit.onnx"
+    assert main(["export", str(tmp_path / "missing"), "--onnx", str(out)]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("vitkit export: error:") and "not found" in line
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # as if it were not installed
+    assert main(["export", str(tmp_path / "missing"), "--onnx", str(out)]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert "onnxruntime" in line and "pip install 'vitkit[export]'" in line
+    assert not out.exists()

@@ -80,7 +80,7 @@ def classifier_vs_lr(results: dict) -> None:
         for classifier, style in (("token", "o-"), ("gap", "s-")):
             points = [
                 (float(lr), results[k][metric])
-                for lr in ("3e-4", "8e-4", "3e-3")
+                for lr in ("3e-4", "8e-4")
                 if (k := f"c/{classifier}-lr{lr}") in results and metric in results[k]
             ]
             if points:

@@ -220,8 +220,8 @@ def _train(args: argparse.Namespace) -> None:
         if not distributed.lost_peer(e):
             raise
         raise ValueError(
-            f"lost contact with another process ({str(e).strip().splitlines()[0]}): one died or "
-            f"hung (collectives wait {distributed.timeout_s():g} s, {distributed.TIMEOUT_ENV}); "
+            f"lost contact with another process ({distributed.describe(e)}): one died or hung "
+            f"(collectives wait {distributed.timeout_s():g} s, {distributed.TIMEOUT_ENV}); "
             "torchrun's report names it"
         ) from None
     if not main:

@@ -31,6 +31,7 @@ error naming the timeout instead of hanging forever.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from datetime import timedelta
@@ -268,3 +269,9 @@ def lost_peer(error: BaseException) -> bool:
     return isinstance(error, dist.DistError) or (
         isinstance(error, RuntimeError) and "gloo" in str(error)
     )
+
+
+def describe(error: BaseException) -> str:
+    """The first sentence of a collective's error, without gloo's source location."""
+    text = re.sub(r"^\[[^\]]*\]\s*", "", str(error).strip().splitlines()[0])
+    return text.split(". ")[0].rstrip(".")

@@ -1,10 +1,10 @@
 """Data parallelism through torchrun (gloo, CPU): the same mathematics on 1 or 2 processes.
 
 A 2-process run with global batch 2b (b per process) must log the losses of a 1-process run with
-batch 2b, step for step within fp32 tolerance, for DDP and for FSDP; a checkpoint written by the
-sharded run must resume in one process and continue as the uninterrupted runs do. The run keeps
-augmentation on (it is drawn per global batch, then sliced), accumulation, clipping and EMA, and
-dropout at 0 (each process draws its own dropout masks).
+batch 2b, step for step within fp32 tolerance, for DDP and for FSDP, and checkpoints must move
+both ways between one process and sharded processes. The run keeps augmentation on (it is drawn
+per global batch, then sliced), accumulation, clipping and EMA, and dropout at 0 (each process
+draws its own dropout masks).
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ from vitkit.data import Batches, synthetic
 RUN = [
     "train", "--recipe", "smoke", "--no-progress",
     "--set", "train.duration=8st", "--set", "train.log_every=1st", "--set", "train.accum_steps=2",
-    "--set", "train.save_every=4st", "--set", "train.eval_every=4st", "--set", "train.ema=0.9",
+    "--set", "train.save_every=2st", "--set", "train.keep_last=4", "--set", "train.eval_every=4st",
+    "--set", "train.ema=0.9",
     "--set", "optim.grad_clip=1.0", "--set", "data.crop_padding=1", "--set", "data.flip=True",
     "--set", "model.dropout_rate=0.0",
 ]  # fmt: skip
@@ -85,22 +86,41 @@ def test_ddp_on_two_processes_equals_one(one_process: Path, tmp_path: Path) -> N
     assert_same_weights(tmp_path, one_process)
 
 
+def resume_copy(run_dir: Path, to: Path, step: int) -> Path:
+    """A copy of ``run_dir`` stopped at checkpoint ``step`` (later checkpoints removed)."""
+    shutil.copytree(run_dir, to)
+    for later in (to / "checkpoints").iterdir():
+        if int(later.name.removeprefix("step_")) > step:
+            shutil.rmtree(later)
+    return to
+
+
+def assert_resumed(run_dir: Path, source: Path, step: int) -> None:
+    """``run_dir`` continued ``source`` after ``step``: the log lines up to it are the copied ones,
+    images/s included (a run that started over would have logged its own timings)."""
+    lines = [(run_dir / "metrics.jsonl").read_text(), (source / "metrics.jsonl").read_text()]
+    kept = [[ln for ln in text.splitlines() if json.loads(ln)["step"] <= step] for text in lines]
+    assert kept[0] == kept[1] and kept[0]
+
+
 @pytest.mark.distributed
-def test_fsdp_on_two_processes_equals_one_and_resumes_in_one(
+def test_fsdp_on_two_processes_equals_one_and_checkpoints_move_both_ways(
     one_process: Path, tmp_path: Path
 ) -> None:
-    sharded = tmp_path / "fsdp"
+    # The 1-process run's checkpoint at step 4, resumed by 2 FSDP processes (sharded on load):
+    # steps 5-8 as the 1-process run logged them.
+    sharded = resume_copy(one_process, tmp_path / "fsdp", step=4)
     vitkit(*RUN, *FSDP, "--run-dir", str(sharded), torchrun=2)
+    assert_resumed(sharded, one_process, step=4)
     assert_same_run(sharded, one_process)
     assert_same_weights(sharded, one_process)  # gathered from the shards into our format
 
-    # The sharded run's checkpoint at step 4, resumed by one process (the same command, no
-    # torchrun) continues as the uninterrupted runs did.
-    resumed = tmp_path / "resumed"
-    shutil.copytree(sharded, resumed)
-    shutil.rmtree(resumed / "checkpoints" / "step_00000008")
+    # The sharded run's checkpoint at step 6, resumed by one process (the same command, no
+    # torchrun): steps 7-8 as before.
+    resumed = resume_copy(sharded, tmp_path / "resumed", step=6)
     vitkit(*RUN, *FSDP, "--run-dir", str(resumed))
-    assert_same_run(resumed, sharded)
+    assert_resumed(resumed, sharded, step=6)
+    assert_same_run(resumed, one_process)
 
 
 def test_process_parts_make_up_the_one_process_batches() -> None:

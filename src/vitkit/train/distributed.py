@@ -35,11 +35,14 @@ import re
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
 from torch import Tensor, nn
+
+if TYPE_CHECKING:
+    from ..config import Parallel
 
 TIMEOUT_ENV = "VITKIT_DIST_TIMEOUT"
 DEFAULT_TIMEOUT_S = 300
@@ -135,7 +138,7 @@ def parallelize(
     module: nn.Module,
     blocks: Sequence[nn.Module],
     *,
-    parallel: str,
+    parallel: Parallel,
     bf16: bool,
     find_unused: bool = False,
 ) -> nn.Module:

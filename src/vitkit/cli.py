@@ -170,18 +170,62 @@ def _finetune_config(args: argparse.Namespace) -> RunConfig:
     return dataclasses.replace(run, model=model, init_from=str(args.init_from))
 
 
+def _torchrun(nproc: int, argv: Sequence[str]) -> None:
+    """``--nproc N``: replace this process with ``torchrun --standalone --nproc-per-node N -m
+    vitkit <the same arguments but --nproc>`` (torch.distributed.run, PyTorch's own launcher; it
+    would take ``--nproc`` for an abbreviation of its ``--nproc-per-node``)."""
+    import os
+
+    if nproc < 1:
+        raise ValueError(f"--nproc {nproc}: expected a number of processes >= 1")
+    rest, skip = [], False
+    for arg in argv:
+        if not skip and arg != "--nproc" and not arg.startswith("--nproc="):
+            rest.append(arg)
+        skip = arg == "--nproc"
+    if _parser().parse_args(rest).nproc is not None:
+        raise ValueError("--nproc: write it in full (--nproc N or --nproc=N)")
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    command += [f"--nproc-per-node={nproc}", "-m", "vitkit", *rest]
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(sys.executable, command)
+
+
 def _train(args: argparse.Namespace) -> None:
+    import logging
+    import os
     import time
 
+    from .train import distributed
     from .train.loop import StoppedError, train
 
     run = _finetune_config(args) if getattr(args, "init_from", None) else _run_config(args)
+    if args.nproc is not None:
+        if distributed.launched():
+            raise ValueError("--nproc starts torchrun: leave it out of a command torchrun runs")
+        _torchrun(args.nproc, args.argv)
+    main = os.environ.get("RANK", "0") == "0"  # the process that reports (torchrun's rank 0)
+    if distributed.launched():  # rank 0's progress and evaluations go to the job's log
+        logging.basicConfig(level=logging.INFO if main else logging.WARNING, format="%(message)s")
     start = time.perf_counter()
     try:
-        result = train(run, args.run_dir, progress=not args.no_progress)
+        with distributed.process_group():
+            result = train(run, args.run_dir, progress=not args.no_progress)
     except StoppedError as e:
-        print(f"vitkit train: {e}; run the same command to resume", file=sys.stderr)
+        if main:
+            print(f"vitkit train: {e}; run the same command to resume", file=sys.stderr)
         raise SystemExit(128 + e.signum) from None
+    except RuntimeError as e:
+        if not distributed.lost_peer(e):
+            raise
+        raise ValueError(
+            f"lost contact with another process ({distributed.describe(e)}): one died or hung "
+            f"(collectives wait {distributed.timeout_s():g} s, {distributed.TIMEOUT_ENV}); "
+            "torchrun's report names it"
+        ) from None
+    if not main:
+        return
     minutes = (time.perf_counter() - start) / 60
     if run.train.objective == "mpp":
         measured = (
@@ -344,6 +388,12 @@ def _inspect(args: argparse.Namespace) -> None:
     print(f"wrote {len(written)} files to {args.out}; open {Path(args.out) / 'index.html'}")
 
 
+NPROC_HELP = (
+    "data-parallel on N processes of this machine: runs this command under torchrun "
+    "--standalone --nproc-per-node N (docs/DISTRIBUTED.md)"
+)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="vitkit",
@@ -384,6 +434,7 @@ def _parser() -> argparse.ArgumentParser:
         "(same as --set train.objective=mpp, label smoothing and mixup off)",
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--nproc", type=int, default=None, metavar="N", help=NPROC_HELP)
 
     p = verb(
         "finetune", "fine-tune pre-trained weights: new zero head, posemb resized [P B.1.1]", _train
@@ -400,6 +451,7 @@ def _parser() -> argparse.ArgumentParser:
         "--num-heads", type=int, default=None, help="heads, if the checkpoint lacks them"
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--nproc", type=int, default=None, metavar="N", help=NPROC_HELP)
 
     p = verb("predict", "top-k classes of images, with the checkpoint's preprocessing", _predict)
     p.add_argument("checkpoint", help="checkpoint written by vitkit train (or any format)")
@@ -479,18 +531,28 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = _parser().parse_args(argv)
+    args.argv = argv  # --nproc runs the same arguments under torchrun
     try:
         args.run(args)
     except (ValueError, OSError, ImportError) as e:
         # User errors: ValueError (ConfigError, CheckpointError), OSError (missing files).
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        print(f"vitkit {args.verb}: error: {msg}", file=sys.stderr)
+        print(f"vitkit {args.verb}{_rank()}: error: {msg}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"vitkit {args.verb}: interrupted", file=sys.stderr)
         return 130
     return 0
+
+
+def _rank() -> str:
+    """`` [rank R]`` in a process started by torchrun with several processes, else nothing."""
+    import os
+
+    world = os.environ.get("WORLD_SIZE", "1")
+    return f" [rank {os.environ.get('RANK', '0')}]" if world != "1" else ""
 
 
 if __name__ == "__main__":

@@ -347,6 +347,7 @@ Dataset = Literal["fashion_mnist", "cifar10", "cifar100", "folder", "synthetic"]
 Optimizer = Literal["adam", "sgd"]
 Schedule = Literal["cosine", "linear", "constant"]
 Objective = Literal["classification", "mpp"]
+Parallel = Literal["ddp", "fsdp"]
 
 
 def _duration(name: str, value: Any) -> None:
@@ -455,6 +456,8 @@ class TrainConfig:
     """The loop: duration, batch, regularisation, precision, and the cadence of log/eval/save."""
 
     duration: str
+    # the global batch, split evenly across processes (torchrun): a recipe means the same
+    # mathematics on any number of them (docs/DISTRIBUTED.md)
     batch_size: int
     accum_steps: int = 1  # gradient accumulation: the optimizer sees batch_size x accum_steps
     label_smoothing: float = 0.0
@@ -471,6 +474,11 @@ class TrainConfig:
     objective: Objective = "classification"
     # few-shot linear evaluation of the pre-logits at every evaluation [P §4.1]: shots per class
     fewshot: tuple[int, ...] = ()
+    # under torchrun: 'ddp' replicates the model, 'fsdp' shards parameters, gradients and
+    # optimizer state (FSDP2); no effect in a single process
+    parallel: Parallel = "ddp"
+    # recompute each transformer block's activations in the backward pass (memory for time)
+    activation_checkpointing: bool = False
 
     def __post_init__(self) -> None:
         _duration("train.duration", self.duration)
@@ -508,6 +516,12 @@ class TrainConfig:
             self.fewshot,
             "a tuple of distinct shots per class, e.g. (5, 10), or () for none",
         )
+        _check(
+            self.parallel in ("ddp", "fsdp"),
+            "train.parallel",
+            self.parallel,
+            "'ddp' (replicated model) or 'fsdp' (sharded model)",
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -535,6 +549,12 @@ class RunConfig:
                 self.train.ema,
                 "None with train.objective='mpp' (the mask embedding and head are not averaged)",
             )
+        _check(
+            not (self.train.activation_checkpointing and self.model.arch != "vit"),
+            "train.activation_checkpointing",
+            self.train.activation_checkpointing,
+            "False for a ResNet (checkpointing is per transformer block)",
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return to_dict(self)

@@ -16,6 +16,12 @@ Two paths, one set of options:
 
 Augmentation order on both paths: inception crop (or a plain resize to ``image_size``), then the
 padded random crop and the flip, at the output resolution; so ``crop_padding`` is in output pixels.
+
+Data parallelism (``shard=(rank, world)``): every process walks the same batches and keeps its
+contiguous part of each, so the union over processes is exactly the batch one process would see,
+sample for sample, augmentation included. The in-memory path augments the whole batch in every
+process and then slices it (its draws are per batch; a crop and a flip cost far less than the
+model's step); the per-sample path loads only its own part.
 """
 
 from __future__ import annotations
@@ -108,6 +114,9 @@ class Batches:
     step sees a full batch). ``train=False``: dataset order, no augmentation, the last partial batch
     kept. ``image_size`` resizes (required for datasets whose images vary in size); ``None`` keeps an
     ``ArrayDataset``'s own size. ``num_workers`` applies to the per-sample path only.
+    ``shard=(rank, world)`` serves process ``rank``'s part of every batch (training batches must
+    split evenly; the last evaluation batch may leave a process an empty part); ``steps_per_epoch``
+    counts whole batches.
     """
 
     def __init__(
@@ -124,6 +133,7 @@ class Batches:
         rand_augment: bool = False,
         num_workers: int = 0,
         drop_last: bool | None = None,
+        shard: tuple[int, int] = (0, 1),
     ) -> None:
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size={batch_size!r} is not valid: expected a positive integer")
@@ -145,8 +155,19 @@ class Batches:
                 f"found it with train=False (crop_padding={crop_padding}, flip={flip}, "
                 f"inception_crop={inception_crop})"
             )
+        rank, world = shard
+        if not 0 <= rank < world:
+            raise ValueError(
+                f"shard={shard!r} is not valid: expected (rank, world) with 0 <= rank < world"
+            )
+        if batch_size < world or (train and batch_size % world):
+            raise ValueError(
+                f"batch_size={batch_size} does not split "
+                f"{'evenly ' if train else ''}across {world} processes"
+            )
         self.dataset = dataset
         self.batch_size = batch_size
+        self.shard = shard
         self.train = train
         self.seed = seed
         self.image_size = image_size
@@ -197,7 +218,12 @@ class Batches:
         spans = [order[b * B : (b + 1) * B] for b in range(start, self.steps_per_epoch)]
         if self.in_memory:
             return (self._gather(span, epoch, b) for b, span in enumerate(spans, start))
-        return self._load(spans, epoch)
+        return self._load([span[self._part(len(span))] for span in spans], epoch)
+
+    def _part(self, n: int) -> slice:
+        """This process's contiguous part of a batch of ``n``: parts differ by at most one."""
+        rank, world = self.shard
+        return slice(rank * n // world, (rank + 1) * n // world)
 
     def stream(self, start_step: int = 0) -> Iterator[tuple[Tensor, Tensor]]:
         """Batches from global step ``start_step`` on, epoch after epoch, without end."""
@@ -207,16 +233,25 @@ class Batches:
             epoch, start = epoch + 1, 0
 
     def _gather(self, indices: Tensor, epoch: int, b: int) -> tuple[Tensor, Tensor]:
+        part = self._part(len(indices))
+        if self.augment is None:  # no draws: gather this process's part only
+            indices = indices[part]
         images = self.dataset.images.index_select(0, indices)  # (B, C, H, W) uint8
         labels = self.dataset.labels.index_select(0, indices)  # (B,)
-        if self.augment is not None:
-            images = self.augment(images, generator(self.seed, _BATCH, epoch, b))
+        if self.augment is not None:  # draws for the whole batch, then this process's part
+            images = self.augment(images, generator(self.seed, _BATCH, epoch, b))[part]
+            labels = labels[part]
         elif self.image_size is not None:
             images = resize(images, self.image_size)  # (B, C, S, S)
         return to_float(images), labels
 
     def _load(self, spans: list[Tensor], epoch: int) -> Iterator[tuple[Tensor, Tensor]]:
         assert self.image_size is not None  # checked in __init__
+        # Only the last (partial) evaluation batch can leave a process nothing: it still gets an
+        # empty batch, so that every process runs the same number of forward passes (FSDP).
+        empty = sum(len(span) == 0 for span in spans)
+        spans = spans[: len(spans) - empty]
+        assert all(len(span) for span in spans)
         loader = DataLoader(
             _Transformed(self.dataset, self.seed, self.image_size, self.augment),
             batch_sampler=[[(epoch, i) for i in span.tolist()] for span in spans],
@@ -228,3 +263,6 @@ class Batches:
         )
         for images, labels in loader:
             yield to_float(images), labels
+        if empty:
+            S, C = self.image_size, self.dataset[0][0].shape[0]
+            yield torch.empty(0, C, S, S), torch.empty(0, dtype=torch.int64)

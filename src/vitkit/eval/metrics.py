@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import torch
 import torch.nn.functional as F
@@ -16,9 +16,11 @@ def evaluate(
     num_classes: int,
     *,
     bf16: bool = False,
+    reduce: Callable[[Tensor], Tensor] | None = None,
 ) -> dict:
     """Run ``model`` over ``batches`` (float images, labels); returns loss, accuracy, top5,
-    per_class (list) and confusion (K x K list, rows = true class)."""
+    per_class (list) and confusion (K x K list, rows = true class). ``reduce`` sums a tensor over
+    processes when each evaluates its part of the batches (data parallelism)."""
     was_training = model.training
     model.eval()
     confusion = torch.zeros(num_classes, num_classes, dtype=torch.long)
@@ -35,6 +37,10 @@ def evaluate(
         ).reshape(num_classes, num_classes)
         count += labels.numel()
     model.train(was_training)
+    if reduce is not None:
+        confusion = reduce(confusion)
+        totals = reduce(torch.tensor([loss_sum, top5_hits, count], dtype=torch.float64))
+        loss_sum, top5_hits, count = totals[0].item(), int(totals[1]), int(totals[2])
     per_class = (confusion.diag() / confusion.sum(dim=1).clamp(min=1)).tolist()
     return {
         "loss": loss_sum / max(count, 1),

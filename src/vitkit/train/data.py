@@ -59,15 +59,22 @@ def _check_channels(dataset: Any, name: str, model: ModelConfig) -> None:
 
 
 def ordered_batches(
-    test: Any, model: ModelConfig, *, batch_size: int, num_workers: int = 0
+    test: Any,
+    model: ModelConfig,
+    *,
+    batch_size: int,
+    num_workers: int = 0,
+    shard: tuple[int, int] = (0, 1),
 ) -> Batches:
-    """A test split in order, unaugmented, at the model's resolution."""
+    """A test split in order, unaugmented, at the model's resolution (``shard``: this process's
+    part of every batch)."""
     return Batches(
         test,
         batch_size=batch_size,
         train=False,
         image_size=model.image_size,
         num_workers=num_workers,
+        shard=shard,
     )
 
 

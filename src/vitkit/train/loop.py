@@ -11,6 +11,13 @@ head are trained and checkpointed with the run but never saved into the model's 
 Exact resume: batch order and augmentation are functions of (seed, epoch, batch), the global RNG
 (dropout) is saved with the checkpoint, so a run stopped at any moment and restarted continues
 step for step as if it had never stopped.
+
+Under torchrun the same loop runs in every process (``distributed.py``): ``train.batch_size`` is
+the global batch and each process takes its part of every batch, so the gradient the optimizer
+sees is the same as in one process; logged losses and evaluations are averaged over processes;
+rank 0 alone writes metrics, progress and checkpoints; every process resumes from them. The
+global RNG (dropout, mixup) is reseeded from (seed, rank, step) at every step, so processes draw
+independently and a resume needs no per-process state.
 """
 
 from __future__ import annotations
@@ -32,10 +39,12 @@ from torch import nn
 
 from ..config import RunConfig
 from ..data import Batches, Preprocess
+from ..data.loader import derive_seed
 from ..model import build_model
+from . import distributed
 from .cadence import Cadence
 from .data import build_datasets, ordered_batches
-from .objectives import MaskedPatchPrediction, classification, evaluate_mpp
+from .objectives import MaskedPatchPrediction, Objective, evaluate_mpp
 from .optim import build_optimizer, learning_rate, set_learning_rate
 from .report import write_report
 from .state import (
@@ -125,16 +134,23 @@ def init_from_pretrained(run: RunConfig) -> nn.Module:
 
 
 def train(run: RunConfig, run_dir: str | Path, *, progress: bool = True) -> dict[str, Any]:
-    """Train (or resume) the run in ``run_dir``; returns the final evaluation."""
+    """Train (or resume) the run in ``run_dir``; returns the final evaluation. Under torchrun,
+    every process calls it inside ``distributed.process_group()``."""
     run_dir = Path(run_dir)
     tc = run.train
-    torch.manual_seed(tc.seed)
+    torch.manual_seed(tc.seed)  # the same initial weights in every process
+    rank, world, main = distributed.rank(), distributed.world_size(), distributed.is_main()
 
-    # ---- data
+    # ---- data: every process walks the same global batches and keeps its part of each
     train_set, test_set, classes = build_datasets(run.data, run.model, seed=tc.seed)
     if tc.objective == "classification" and len(classes) != run.model.num_classes:
         raise ValueError(
             f"model.num_classes={run.model.num_classes} but the dataset has {len(classes)} classes"
+        )
+    if tc.batch_size % world:
+        raise ValueError(
+            f"train.batch_size={tc.batch_size} is the global batch: it must split evenly across "
+            f"the {world} processes"
         )
     train_batches = Batches(
         train_set,
@@ -147,9 +163,14 @@ def train(run: RunConfig, run_dir: str | Path, *, progress: bool = True) -> dict
         rand_augment=run.data.rand_augment,
         image_size=run.model.image_size,
         num_workers=run.data.num_workers,
+        shard=(rank, world),
     )
     evaluation = ordered_batches(
-        test_set, run.model, batch_size=max(tc.batch_size, 256), num_workers=run.data.num_workers
+        test_set,
+        run.model,
+        batch_size=max(tc.batch_size, 256),
+        num_workers=run.data.num_workers,
+        shard=(rank, world),
     )
     steps_per_epoch = train_batches.steps_per_epoch // tc.accum_steps
     if steps_per_epoch < 1:
@@ -163,57 +184,88 @@ def train(run: RunConfig, run_dir: str | Path, *, progress: bool = True) -> dict
 
         check_shots(train_set, tc.fewshot)
     run_dir.mkdir(parents=True, exist_ok=True)  # only once the run is known to be valid
-    check_run_dir(run_dir, run.to_dict())
-    remove_partial_writes(run_dir)
+    check_run_dir(run_dir, run.to_dict(), write=main)  # every process checks: all fail alike
+    if main:
+        remove_partial_writes(run_dir)
 
-    # ---- model, optimizer; resume or initialise
+    # ---- model, objective, optimizer; resume or initialise
     last = checkpoints(run_dir)
     model = build_model(run.model) if last or not run.init_from else init_from_pretrained(run)
-    objective = MaskedPatchPrediction(run.model) if tc.objective == "mpp" else None
-    optimizer = build_optimizer(model, run.optim, objective)
-    trained = list(model.parameters()) + (list(objective.parameters()) if objective else [])
+    mpp = MaskedPatchPrediction(run.model) if tc.objective == "mpp" else None
     ema = copy.deepcopy(model).eval() if tc.ema else None
+    if tc.activation_checkpointing:
+        distributed.checkpoint_blocks(model.blocks)
+    objective = Objective(
+        model,
+        mpp,
+        label_smoothing=tc.label_smoothing,
+        mixup=tc.mixup,
+        forward_fn=torch.compile(model) if tc.compile else None,
+    )
+    step_fn: nn.Module = objective  # what a training step calls
+    if distributed.is_distributed():
+        blocks = getattr(model, "blocks", ())  # a ResNet is sharded as one unit
+        step_fn = distributed.parallelize(
+            objective, blocks, parallel=tc.parallel, bf16=tc.bf16, find_unused=mpp is not None
+        )
+        if ema is not None and tc.parallel == "fsdp":  # sharded like the model: the average
+            distributed.shard(ema, getattr(ema, "blocks", ()), bf16=tc.bf16)  # is shard-local
+    optimizer = build_optimizer(model, run.optim, mpp)  # after FSDP replaced the parameters
+    trained = list(objective.parameters())
     averaged = ema if ema is not None else model  # what is evaluated and kept as best
     step, best, window = 0, -1.0, _Window()
     if last:
-        state = load_checkpoint(last[-1], model)
-        optimizer.load_state_dict(state.optimizer)
+        weights, state = load_checkpoint(last[-1], model.cfg)
+        distributed.load_model_state(model, weights)
+        distributed.load_optimizer_state(objective, optimizer, state.optimizer)
         if ema is not None and state.ema is not None:
-            ema.load_state_dict(state.ema)
-        if objective is not None:
-            objective.load_state_dict(state.objective)
+            distributed.load_model_state(ema, state.ema)
+        if mpp is not None:
+            distributed.load_model_state(mpp, state.objective)
         torch.set_rng_state(state.rng)
         step, best = state.step, state.best
         window = _Window(**state.window)
         log.info("resumed %s at step %d", last[-1], step)
-    truncate_metrics(run_dir / "metrics.jsonl", step)
-    forward = torch.compile(model) if tc.compile else model
+    if main:
+        truncate_metrics(run_dir / "metrics.jsonl", step)
     preprocess = Preprocess(image_size=run.model.image_size, in_chans=run.model.in_chans)
     extra = {"class_names": classes, "preprocess": preprocess.to_dict(), "run": run.to_dict()}
 
     def evaluate_now() -> dict[str, Any]:
+        """Each process evaluates its part of every test batch; the sums are added up."""
         from ..eval.fewshot import fewshot_model
         from ..eval.metrics import evaluate
 
-        if objective is None:
-            result = evaluate(averaged, evaluation.epoch(0), len(classes), bf16=tc.bf16)
-        else:  # the colour accuracy of the chosen patches, the same patches every time
-            result = evaluate_mpp(averaged, objective, evaluation.epoch(0), seed=tc.seed)
-        if tc.fewshot:
-            result["fewshot"] = fewshot_model(
-                averaged,
-                train_set,
-                test_set,
-                shots=tc.fewshot,
-                seeds=3,
-                image_size=run.model.image_size,
-                bf16=tc.bf16,
-            )
+        with distributed.unsharded(objective):  # the model is called outside the objective
+            if mpp is None:
+                result = evaluate(
+                    averaged,
+                    evaluation.epoch(0),
+                    len(classes),
+                    bf16=tc.bf16,
+                    reduce=distributed.all_sum,
+                )
+            else:  # the colour accuracy of the chosen patches, the same patches every time
+                result = evaluate_mpp(
+                    averaged, mpp, evaluation.epoch(0), seed=tc.seed, reduce=distributed.all_sum
+                )
+            if tc.fewshot:  # whole in every process: small, and the same forward passes in all
+                result["fewshot"] = fewshot_model(
+                    averaged,
+                    train_set,
+                    test_set,
+                    shots=tc.fewshot,
+                    seeds=3,
+                    image_size=run.model.image_size,
+                    bf16=tc.bf16,
+                )
         return result
 
-    board = _tensorboard(run_dir)
+    board = _tensorboard(run_dir) if main else None
 
     def write(record: dict[str, Any]) -> None:
+        if not main:
+            return
         with open(run_dir / "metrics.jsonl", "a") as f:
             f.write(json.dumps(record) + "\n")
         if board is not None:
@@ -224,11 +276,18 @@ def train(run: RunConfig, run_dir: str | Path, *, progress: bool = True) -> dict
 
     # ---- the loop
     batches = train_batches.stream(step * tc.accum_steps)  # micro-batches, across epochs
-    bar = _progress(cadence.total_steps, step, enabled=progress)
+    bar = _progress(cadence.total_steps, step, enabled=progress and main)
+    if distributed.is_distributed():
+        bar.write(
+            f"{world} processes ({tc.parallel}): global batch {tc.batch_size * tc.accum_steps} = "
+            f"{world} x {tc.batch_size // world} per process x {tc.accum_steps} accumulation steps"
+        )
     result: dict[str, Any] = {}
-    model.train()
+    step_fn.train()
     with _stop_requests() as stop:
         while step < cadence.total_steps:
+            if distributed.is_distributed():  # each process its own dropout and mixup draws
+                torch.manual_seed(derive_seed(tc.seed, rank, step))
             lr = learning_rate(
                 step,
                 cfg=run.optim,
@@ -236,23 +295,19 @@ def train(run: RunConfig, run_dir: str | Path, *, progress: bool = True) -> dict
                 warmup_steps=cadence.warmup_steps,
             )
             set_learning_rate(optimizer, lr)
-            for _ in range(tc.accum_steps):
+            for micro in range(tc.accum_steps):
                 images, labels = next(batches)
-                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=tc.bf16):
-                    if objective is None:
-                        out = classification(
-                            forward,
-                            images,
-                            labels,
-                            label_smoothing=tc.label_smoothing,
-                            mixup=tc.mixup,
-                        )
-                    else:
-                        out = objective(model, images)
-                (out["loss"] / tc.accum_steps).backward()
-                window.loss += out["loss"].item() / tc.accum_steps
-                window.accuracy += out["accuracy"].item() / tc.accum_steps
-                window.images += labels.numel()
+                # gradients are averaged over processes on the last micro-batch only (DDP)
+                with distributed.no_sync(step_fn, micro < tc.accum_steps - 1):
+                    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=tc.bf16):
+                        out = step_fn(images, labels)
+                    (out["loss"] / tc.accum_steps).backward()
+                loss, accuracy = distributed.all_mean(
+                    torch.stack([out["loss"].detach(), out["accuracy"]])
+                ).tolist()
+                window.loss += loss / tc.accum_steps
+                window.accuracy += accuracy / tc.accum_steps
+                window.images += labels.numel() * world
             if not math.isfinite(window.loss):
                 raise DivergedError(
                     f"the loss is {window.loss} at step {step + 1}: the run diverged "
@@ -267,6 +322,7 @@ def train(run: RunConfig, run_dir: str | Path, *, progress: bool = True) -> dict
             step += 1
             window.n += 1
             bar.update(1)
+            stopping = distributed.all_max(stop["signal"])  # one process's signal stops all
 
             if cadence.log(step):
                 elapsed = time.perf_counter() - window.t
@@ -290,29 +346,37 @@ def train(run: RunConfig, run_dir: str | Path, *, progress: bool = True) -> dict
                 result = evaluate_now()
                 window.t += time.perf_counter() - started  # images/s counts training only
                 write({"step": step, "split": "test", **_scalars(result)})
-                what = "masked-patch colour accuracy" if objective is not None else "accuracy"
+                what = "masked-patch colour accuracy" if mpp is not None else "accuracy"
                 bar.write(f"step {step}: test {what} {result['accuracy']:.4f}")
-                if result["accuracy"] > best:
+                if result["accuracy"] > best:  # the same result in every process
                     best = result["accuracy"]
-                    save_best(run_dir, averaged, extra)
-            if cadence.save(step) or stop["signal"]:
+                    weights = distributed.model_state(averaged)  # FSDP: every process gathers
+                    if main:
+                        save_best(run_dir, model.cfg, weights, extra)
+            if cadence.save(step) or stopping:  # every process gathers, rank 0 writes
+                weights = distributed.model_state(model)
                 state = TrainState(
                     step=step,
                     best=best,
-                    optimizer=optimizer.state_dict(),
-                    ema=ema.state_dict() if ema is not None else None,
+                    optimizer=distributed.optimizer_state(objective, optimizer),
+                    ema=distributed.model_state(ema) if ema is not None else None,
                     rng=torch.get_rng_state(),
                     window=window.sums(),
-                    objective=objective.state_dict() if objective is not None else None,
+                    objective=distributed.model_state(mpp) if mpp is not None else None,
                 )
-                save_checkpoint(run_dir, model, state, extra=extra, keep_last=tc.keep_last)
-            if stop["signal"] and step < cadence.total_steps:
+                if main:
+                    save_checkpoint(
+                        run_dir, model.cfg, weights, state, extra=extra, keep_last=tc.keep_last
+                    )
+                distributed.barrier()  # no process stops (or exits) before the checkpoint is whole
+            if stopping and step < cadence.total_steps:
                 bar.close()
-                raise StoppedError(stop["signal"], step)
+                raise StoppedError(stopping, step)
     bar.close()
     if not result:  # the run was already complete: evaluate its final weights
         result = evaluate_now()
-    write_report(run_dir, result, classes)
+    if main:
+        write_report(run_dir, result, classes)
     return result
 
 

@@ -11,7 +11,8 @@ Shapes: B batch, C channels, N patches, T tokens, D width, K classes.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -118,6 +119,43 @@ class MaskedPatchPrediction(nn.Module):
         return {"loss": loss, "accuracy": accuracy.detach(), "patches": chosen.sum()}
 
 
+class Objective(nn.Module):
+    """The model and its training objective as one module: ``forward(images, labels)`` returns the
+    objective's ``{"loss": ..., **metrics}``.
+
+    One module holds every trained parameter (the model's, then masked patch prediction's) and one
+    call makes the whole training forward pass, which is what a data-parallel wrapper needs: DDP
+    averages the gradients of what its module owns, FSDP gathers shards in its forward.
+    ``forward_fn`` is the model's forward to classify with (``torch.compile(model)``), by default
+    the model itself.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        mpp: MaskedPatchPrediction | None = None,
+        *,
+        label_smoothing: float = 0.0,
+        mixup: float = 0.0,
+        forward_fn: Callable[[Tensor], Tensor] | None = None,
+    ) -> None:
+        super().__init__()
+        self.model = model
+        self.mpp = mpp
+        # a plain attribute, not a submodule: a compiled model is the same parameters once more
+        self._classify = partial(
+            classification,
+            model if forward_fn is None else forward_fn,
+            label_smoothing=label_smoothing,
+            mixup=mixup,
+        )
+
+    def forward(self, images: Tensor, labels: Tensor) -> dict[str, Tensor]:
+        if self.mpp is not None:
+            return self.mpp(self.model, images)
+        return self._classify(images, labels)
+
+
 @torch.no_grad()
 def evaluate_mpp(
     model: nn.Module,
@@ -125,10 +163,12 @@ def evaluate_mpp(
     batches: Iterable[tuple[Tensor, Tensor]],
     *,
     seed: int = 0,
+    reduce: Callable[[Tensor], Tensor] | None = None,
 ) -> dict[str, float]:
     """Mean loss and colour accuracy of the chosen patches over ``batches`` (images, unused
     labels); the corruption is drawn from ``seed`` (the same patches every evaluation) without
-    touching the global RNG."""
+    touching the global RNG. ``reduce`` sums a tensor over processes when each evaluates its part
+    of the batches (each then draws its own corruption)."""
     was_training = model.training
     model.eval()
     loss_sum, hits, count = 0.0, 0.0, 0
@@ -138,9 +178,13 @@ def evaluate_mpp(
             for images, _ in batches:
                 out = objective(model, images)
                 n = int(out["patches"])
-                loss_sum += out["loss"].item() * n
-                hits += out["accuracy"].item() * n
-                count += n
+                if n:  # a process's empty part of the last batch: its mean loss is NaN
+                    loss_sum += out["loss"].item() * n
+                    hits += out["accuracy"].item() * n
+                    count += n
     finally:
         model.train(was_training)
+    if reduce is not None:
+        totals = reduce(torch.tensor([loss_sum, hits, count], dtype=torch.float64))
+        loss_sum, hits, count = totals[0].item(), totals[1].item(), int(totals[2])
     return {"loss": loss_sum / max(count, 1), "accuracy": hits / max(count, 1), "count": count}

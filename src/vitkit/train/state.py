@@ -24,8 +24,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
+from ..config import ModelConfig
 from ..io.checkpoint import CheckpointError, atomic_write, read_ours, write_ours
 
 STATE_FILE = "state.pt"
@@ -57,17 +58,19 @@ def checkpoints(run_dir: Path) -> list[Path]:
 
 def save_checkpoint(
     run_dir: Path,
-    model: nn.Module,
+    cfg: ModelConfig,
+    weights: dict[str, Tensor],
     state: TrainState,
     *,
     extra: dict[str, Any],
     keep_last: int,
 ) -> Path:
-    """Write ``checkpoints/step_N`` atomically, then drop all but the ``keep_last`` newest."""
+    """Write ``checkpoints/step_N`` (the model ``cfg`` with ``weights``, and ``state``)
+    atomically, then drop all but the ``keep_last`` newest."""
     final = _step_dir(run_dir, state.step)
     tmp = final.with_name(f".tmp-{final.name}-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
-    write_ours(model.cfg, model.state_dict(), tmp, extra)
+    write_ours(cfg, weights, tmp, extra)
     payload = {
         "step": state.step,
         "best": state.best,
@@ -85,15 +88,15 @@ def save_checkpoint(
     return final
 
 
-def load_checkpoint(path: Path, model: nn.Module) -> TrainState:
-    """Load weights into ``model`` and return the training state of checkpoint ``path``."""
-    cfg, weights, _ = read_ours(path)
-    if cfg != getattr(model, "cfg", cfg):
+def load_checkpoint(path: Path, cfg: ModelConfig) -> tuple[dict[str, Tensor], TrainState]:
+    """The model weights and the training state of checkpoint ``path``, whose model must be
+    ``cfg``. The caller loads them (into a sharded model or not)."""
+    saved, weights, _ = read_ours(path)
+    if saved != cfg:
         raise CheckpointError(f"{path} holds a different model than this run's config")
-    model.load_state_dict(weights, strict=True)
     payload = torch.load(_exists(path / STATE_FILE), map_location="cpu", weights_only=True)
     try:
-        return TrainState(
+        state = TrainState(
             step=int(payload["step"]),
             best=float(payload["best"]),
             optimizer=payload["optimizer"],
@@ -104,6 +107,7 @@ def load_checkpoint(path: Path, model: nn.Module) -> TrainState:
         )
     except (KeyError, TypeError) as e:
         raise CheckpointError(f"{path / STATE_FILE} is not a vitkit training state: {e}") from None
+    return weights, state
 
 
 def _exists(path: Path) -> Path:
@@ -120,18 +124,26 @@ def remove_partial_writes(run_dir: Path) -> None:
                 shutil.rmtree(tmp, ignore_errors=True)
 
 
-def save_best(run_dir: Path, model: nn.Module, extra: dict[str, Any]) -> Path:
+def save_best(
+    run_dir: Path, cfg: ModelConfig, weights: dict[str, Tensor], extra: dict[str, Any]
+) -> Path:
     best = run_dir / "best"
     tmp = run_dir / f".tmp-best-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
-    write_ours(model.cfg, model.state_dict(), tmp, extra)
+    write_ours(cfg, weights, tmp, extra)
     shutil.rmtree(best, ignore_errors=True)
     os.replace(tmp, best)
     return best
 
 
-def check_run_dir(run_dir: Path, config: dict[str, Any]) -> None:
-    """A run directory belongs to one config: refuse to continue a different run in it."""
+# How a run is spread over processes, not what it computes: a checkpoint resumes under either.
+PLACEMENT = ("parallel", "activation_checkpointing")
+
+
+def check_run_dir(run_dir: Path, config: dict[str, Any], *, write: bool = True) -> None:
+    """A run directory belongs to one config: refuse to continue a different run in it (the
+    ``train`` fields in ``PLACEMENT`` may change), and record the config there if ``write`` (one
+    process of a data-parallel run writes)."""
     path = run_dir / "config.json"
     if path.is_file():
         from ..config import ConfigError, RunConfig
@@ -140,6 +152,7 @@ def check_run_dir(run_dir: Path, config: dict[str, Any]) -> None:
             saved = RunConfig.from_dict(json.loads(path.read_text())).to_dict()
         except (ConfigError, json.JSONDecodeError) as e:
             raise ValueError(f"{path} is not a vitkit run config: {e}") from None
+        saved["train"].update({k: config["train"][k] for k in PLACEMENT})
         if saved != config:
             changed = sorted(
                 f"{section}.{k}"
@@ -152,7 +165,7 @@ def check_run_dir(run_dir: Path, config: dict[str, Any]) -> None:
                 f"{run_dir} holds a run with a different config ({', '.join(changed)} differ): "
                 "use another --run-dir, or delete that directory to start over"
             )
-    else:
+    elif write:
         atomic_write(path, lambda p: p.write_text(json.dumps(config, indent=2) + "\n"))
 
 

@@ -1,0 +1,154 @@
+"""Data parallelism through torchrun (gloo, CPU): the same mathematics on 1 or 2 processes.
+
+A 2-process run with global batch 2b (b per process) must log the losses of a 1-process run with
+batch 2b, step for step within fp32 tolerance, for DDP and for FSDP, and checkpoints must move
+both ways between one process and sharded processes. The run keeps augmentation on (it is drawn
+per global batch, then sliced), accumulation, clipping and EMA, and dropout at 0 (each process
+draws its own dropout masks).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from vitkit.data import Batches, synthetic
+
+RUN = [
+    "train", "--recipe", "smoke", "--no-progress",
+    "--set", "train.duration=8st", "--set", "train.log_every=1st", "--set", "train.accum_steps=2",
+    "--set", "train.save_every=2st", "--set", "train.keep_last=4", "--set", "train.eval_every=4st",
+    "--set", "train.ema=0.9",
+    "--set", "optim.grad_clip=1.0", "--set", "data.crop_padding=1", "--set", "data.flip=True",
+    "--set", "model.dropout_rate=0.0",
+]  # fmt: skip
+FSDP = ["--set", "train.parallel='fsdp'"]
+
+
+def vitkit(*args: str, torchrun: int = 0) -> None:
+    """``python -m vitkit ARGS``, or the same under ``torchrun --standalone``."""
+    launcher = ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={torchrun}"]
+    command = [sys.executable, *(launcher if torchrun else []), "-m", "vitkit", *args]
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def records(run_dir: Path) -> list[dict]:
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return [
+        {k: v for k, v in json.loads(line).items() if k not in ("images_per_s", "split")}
+        for line in lines
+    ]
+
+
+def assert_same_run(got: Path, expected: Path) -> None:
+    a, b = records(got), records(expected)
+    assert [r["step"] for r in a] == [r["step"] for r in b] and len(a) == 10  # 8 steps, 2 evals
+    for x, y in zip(a, b, strict=True):
+        assert x.keys() == y.keys()
+        for key in x:  # losses and accuracies to fp32 tolerance
+            assert x[key] == pytest.approx(y[key], rel=1e-5, abs=1e-7), (x["step"], key, x, y)
+
+
+def assert_same_weights(got: Path, expected: Path) -> None:
+    """The final checkpoints' weights agree, but for the attention's key biases: softmax ignores
+    them, so their gradient is rounding noise that Adam scales up to full-size steps."""
+    a, b = (
+        load_file(d / "checkpoints" / "step_00000008" / "model.safetensors")
+        for d in (got, expected)
+    )
+    assert a.keys() == b.keys()
+    for name in a:
+        if name.endswith("attn.qkv.bias"):
+            D = a[name].shape[0] // 3
+            a[name][D : 2 * D] = b[name][D : 2 * D] = 0
+        torch.testing.assert_close(a[name], b[name], rtol=1e-4, atol=1e-6, msg=name)
+
+
+@pytest.fixture(scope="module")
+def one_process(tmp_path_factory) -> Path:
+    run_dir = tmp_path_factory.mktemp("one")
+    vitkit(*RUN, "--run-dir", str(run_dir))
+    return run_dir
+
+
+@pytest.mark.distributed
+def test_ddp_on_two_processes_equals_one(one_process: Path, tmp_path: Path) -> None:
+    vitkit(*RUN, "--run-dir", str(tmp_path), "--nproc", "2")  # vitkit's own way into torchrun
+    assert_same_run(tmp_path, one_process)
+    assert_same_weights(tmp_path, one_process)
+
+
+def resume_copy(run_dir: Path, to: Path, step: int) -> Path:
+    """A copy of ``run_dir`` stopped at checkpoint ``step`` (later checkpoints removed)."""
+    shutil.copytree(run_dir, to)
+    for later in (to / "checkpoints").iterdir():
+        if int(later.name.removeprefix("step_")) > step:
+            shutil.rmtree(later)
+    return to
+
+
+def assert_resumed(run_dir: Path, source: Path, step: int) -> None:
+    """``run_dir`` continued ``source`` after ``step``: the log lines up to it are the copied ones,
+    images/s included (a run that started over would have logged its own timings)."""
+    lines = [(run_dir / "metrics.jsonl").read_text(), (source / "metrics.jsonl").read_text()]
+    kept = [[ln for ln in text.splitlines() if json.loads(ln)["step"] <= step] for text in lines]
+    assert kept[0] == kept[1] and kept[0]
+
+
+@pytest.mark.distributed
+def test_fsdp_on_two_processes_equals_one_and_checkpoints_move_both_ways(
+    one_process: Path, tmp_path: Path
+) -> None:
+    # The 1-process run's checkpoint at step 4, resumed by 2 FSDP processes (sharded on load):
+    # steps 5-8 as the 1-process run logged them.
+    sharded = resume_copy(one_process, tmp_path / "fsdp", step=4)
+    vitkit(*RUN, *FSDP, "--run-dir", str(sharded), torchrun=2)
+    assert_resumed(sharded, one_process, step=4)
+    assert_same_run(sharded, one_process)
+    assert_same_weights(sharded, one_process)  # gathered from the shards into our format
+
+    # The sharded run's checkpoint at step 6, resumed by one process (the same command, no
+    # torchrun): steps 7-8 as before.
+    resumed = resume_copy(sharded, tmp_path / "resumed", step=6)
+    vitkit(*RUN, *FSDP, "--run-dir", str(resumed))
+    assert_resumed(resumed, sharded, step=6)
+    assert_same_run(resumed, one_process)
+
+
+def test_process_parts_make_up_the_one_process_batches() -> None:
+    # Augmented training batches (in memory and per sample) and evaluation batches whose last
+    # one leaves process 1 of 2 nothing: the parts, concatenated, are the 1-process batches.
+    data = synthetic(num_classes=3, per_class=7, image_size=8, channels=1)
+
+    class PerSample:  # not an ArrayDataset: the DataLoader path
+        def __len__(self) -> int:
+            return len(data)
+
+        def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+            return data.images[i], int(data.labels[i])
+
+    def batches(dataset, shard=(0, 1), **kw) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        return list(Batches(dataset, seed=5, image_size=8, shard=shard, **kw).epoch(1))
+
+    for dataset in (data, PerSample()):
+        for kw in (
+            {"batch_size": 6, "train": True, "crop_padding": 2, "flip": True},
+            {"batch_size": 4, "train": False},  # 21 = 5 x 4 + 1
+        ):
+            whole = batches(dataset, **kw)
+            parts = [batches(dataset, (r, 2), **kw) for r in range(2)]
+            assert len(parts[0]) == len(parts[1]) == len(whole)  # the same number of steps
+            for (x, y), (x0, y0), (x1, y1) in zip(whole, *parts, strict=True):
+                assert torch.equal(torch.cat([x0, x1]), x) and torch.equal(torch.cat([y0, y1]), y)
+        # evaluation's last batch (1 image): one process gets an empty part, still a batch
+        assert sorted(part[-1][0].shape[0] for part in parts) == [0, 1]
+    with pytest.raises(ValueError, match="does not split evenly across 4 processes"):
+        Batches(data, batch_size=6, train=True, shard=(0, 4))

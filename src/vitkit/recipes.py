@@ -94,12 +94,13 @@ FMNIST_BACKBONE = ResNetConfig(num_layers=(2, 2))  # root + 2 stages: 0.8M param
 
 @recipe
 def fmnist_resnet() -> RunConfig:
-    """The ResNet baseline for the data-requirement study (docs/REPRODUCTION.md (a)): the hybrid's
+    """The ResNet baseline of the data-requirement study (docs/REPRODUCTION.md (a)): the hybrid's
     BiT backbone (root, 2 stages of 2 bottlenecks, GroupNorm + weight standardisation) with global
     average pooling and a linear head, 0.8M parameters like the ViT; the main job's optimizer and
     schedule (the paper trains its ResNets with Adam too, App. D.1).
 
     Command: ``vitkit train --recipe fmnist-resnet --run-dir runs/fmnist-resnet``.
+    Measured: 86.91% after 600 steps (study a, full training set; the ViT: 83.87%).
     """
     return dataclasses.replace(
         fmnist(),
@@ -116,6 +117,8 @@ def fmnist_hybrid() -> RunConfig:
     [P §3.1]). Images are resized to 32 px so that the feature map is the ViT's 4x4 grid.
 
     Command: ``vitkit train --recipe fmnist-hybrid --run-dir runs/fmnist-hybrid``.
+    Measured: 87.09% after 600 steps (study a, full training set), with 1.67M parameters (the
+    backbone's 0.8M plus the ViT's transformer).
     """
     return dataclasses.replace(
         fmnist(),

@@ -84,7 +84,11 @@ def classifier_vs_lr(results: dict) -> None:
                 if (k := f"c/{classifier}-lr{lr}") in results and metric in results[k]
             ]
             if points:
-                ax.plot(*zip(*points, strict=True), style, label=classifier)
+                (line,) = ax.plot(*zip(*points, strict=True), style, label=f"{classifier}, seed 0")
+                again = results.get(f"c/{classifier}-lr8e-4-seed1", {})
+                if metric in again:
+                    ax.plot([8e-4], [again[metric]], "x", ms=9, color=line.get_color(),
+                            label=f"{classifier}, seed 1")  # fmt: skip
         ax.set(xscale="log", xlabel="Adam learning rate", ylabel=label)
         ax.grid(alpha=0.3)
         ax.legend()

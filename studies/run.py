@@ -118,6 +118,26 @@ def studies() -> list[Run]:
         for lr in ("3e-4", "8e-4")
         for classifier in ("token", "gap")
     ]
+    runs += [  # a second seed where the two differ least, to see the noise
+        Run(
+            "c",
+            f"{classifier}-lr8e-4-seed1",
+            (
+                "train",
+                "--recipe",
+                "fmnist",
+                "--set",
+                f"model.classifier={classifier}",
+                "--set",
+                "optim.lr=8e-4",
+                "--set",
+                "train.seed=1",
+                *budget(600, 60),
+            ),
+            fewshot=(5,),
+        )
+        for classifier in ("token", "gap")
+    ]
     # (e) fine-tuning the main job's weights at 2x the resolution (posemb interpolated) against the
     # original resolution: the paper's fine-tuning recipe (SGD 0.9, no weight decay, clip 1)
     # (d) what the main job's ViT learned (a 4x4 grid of 7-px patches), and the same ViT on a
@@ -242,9 +262,8 @@ def execute(run: Run) -> dict:
     resumed = run.run_dir.joinpath("checkpoints").is_dir()
     print(f"[{run.key}] {shlex.join(command)}", flush=True)
     started = time.perf_counter()
-    subprocess.run(
-        [sys.executable, "-m", "vitkit", *command[1:], "--no-progress"], cwd=ROOT, check=True
-    )
+    quiet = ["--no-progress"] if run.argv[0] in ("train", "finetune") else []
+    subprocess.run([sys.executable, "-m", "vitkit", *command[1:], *quiet], cwd=ROOT, check=True)
     wall = time.perf_counter() - started
     record = {"command": shlex.join(command), "wall_s": round(wall, 1), "resumed": resumed}
     if run.argv[0] == "inspect":

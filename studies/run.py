@@ -72,6 +72,16 @@ def subset(n: int) -> list[str]:
     return [] if n == 6000 else ["--set", f"data.per_class={n}"]
 
 
+def classifier_run(classifier: str, lr: str, seed: int = 0) -> Run:
+    """Study c: one classifier at one learning rate, study a's budget, then its 5-shot linear
+    accuracy (the paper's Fig. 9 measures ImageNet 5-shot)."""
+    name = f"{classifier}-lr{lr}" + (f"-seed{seed}" if seed else "")
+    seeded = ("--set", f"train.seed={seed}") if seed else ()
+    argv = ("train", "--recipe", "fmnist", "--set", f"model.classifier={classifier}",
+            "--set", f"optim.lr={lr}", *seeded, *budget(600, 60))  # fmt: skip
+    return Run("c", name, argv, fewshot=(5,))
+
+
 def studies() -> list[Run]:
     runs = [
         Run("a", f"{model}-{n}", ("train", "--recipe", recipe, *subset(n), *SUBSET_BUDGET))
@@ -99,45 +109,9 @@ def studies() -> list[Run]:
     ]
     # (c) class token vs GAP at the paper's two learning rates (Fig. 9), with study
     # a's budget
-    runs += [
-        Run(
-            "c",
-            f"{classifier}-lr{lr}",
-            (
-                "train",
-                "--recipe",
-                "fmnist",
-                "--set",
-                f"model.classifier={classifier}",
-                "--set",
-                f"optim.lr={lr}",
-                *budget(600, 60),
-            ),
-            fewshot=(5,),  # the paper's Fig. 9 measures ImageNet 5-shot linear accuracy
-        )
-        for lr in ("3e-4", "8e-4")
-        for classifier in ("token", "gap")
-    ]
-    runs += [  # a second seed where the two differ least, to see the noise
-        Run(
-            "c",
-            f"{classifier}-lr8e-4-seed1",
-            (
-                "train",
-                "--recipe",
-                "fmnist",
-                "--set",
-                f"model.classifier={classifier}",
-                "--set",
-                "optim.lr=8e-4",
-                "--set",
-                "train.seed=1",
-                *budget(600, 60),
-            ),
-            fewshot=(5,),
-        )
-        for classifier in ("token", "gap")
-    ]
+    runs += [classifier_run(c, lr) for lr in ("3e-4", "8e-4") for c in ("token", "gap")]
+    # a second seed where the two differ least, to see the noise
+    runs += [classifier_run(c, "8e-4", seed=1) for c in ("token", "gap")]
     # (e) fine-tuning the main job's weights at 2x the resolution (posemb interpolated) against the
     # original resolution: the paper's fine-tuning recipe (SGD 0.9, no weight decay, clip 1)
     # (d) what the main job's ViT learned (a 4x4 grid of 7-px patches), and the same ViT on a

@@ -171,17 +171,16 @@ def test_mpp_config_errors(tmp_path: Path) -> None:
     assert not (tmp_path / "run").exists()
 
 
+def _vitkit(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "vitkit", *args], capture_output=True, text=True, timeout=300
+    )
+
+
 def test_mpp_backbone_loads_and_fine_tunes(tmp_path: Path) -> None:
     pre = tmp_path / "pre"
-    proc = subprocess.run(
-        [
-            *(sys.executable, "-m", "vitkit", "train", "--recipe", "smoke", "--objective", "mpp"),
-            *("--run-dir", str(pre), "--no-progress", "--set", "train.fewshot=(2,)"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    proc = _vitkit("train", "--recipe", "smoke", "--objective", "mpp", "--run-dir", str(pre),
+                   "--no-progress", "--set", "train.fewshot=(2,)")  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert "masked-patch colour accuracy" in proc.stdout and "2-shot linear" in proc.stdout
     model = vitkit.load(pre / "best")  # the backbone only: no mask embedding, no MPP head
@@ -191,15 +190,8 @@ def test_mpp_backbone_loads_and_fine_tunes(tmp_path: Path) -> None:
     ]
     assert "fewshot_2shot" in tests[-1]
     ft = tmp_path / "ft"
-    proc = subprocess.run(
-        [
-            *(sys.executable, "-m", "vitkit", "finetune", "--init-from", str(pre / "best")),
-            *("--recipe", "smoke", "--run-dir", str(ft), "--no-progress"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    proc = _vitkit("finetune", "--init-from", str(pre / "best"), "--recipe", "smoke",
+                   "--run-dir", str(ft), "--no-progress")  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert "test accuracy" in proc.stdout
     tuned = torch.load(ft / "checkpoints" / "step_00000004" / "state.pt", weights_only=True)

@@ -394,6 +394,15 @@ NPROC_HELP = (
 )
 
 
+def _checkpoint_and_data(p: argparse.ArgumentParser) -> None:
+    """The arguments of the verbs that run a checkpoint over a dataset (eval, fewshot)."""
+    p.add_argument("checkpoint", help="checkpoint directory or file (any format vitkit reads)")
+    p.add_argument(
+        "--data", default="fashion_mnist", help="fashion_mnist, cifar10, cifar100 or folder"
+    )
+    p.add_argument("--data-dir", default=None, help="dataset location (folder: its root)")
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="vitkit",
@@ -461,11 +470,7 @@ def _parser() -> argparse.ArgumentParser:
     p = verb(
         "eval", "evaluate a checkpoint on a dataset's test split: top-1, top-5, per class", _eval
     )
-    p.add_argument("checkpoint", help="checkpoint directory or file (any format vitkit reads)")
-    p.add_argument(
-        "--data", default="fashion_mnist", help="fashion_mnist, cifar10, cifar100 or folder"
-    )
-    p.add_argument("--data-dir", default=None, help="dataset location (folder: its root)")
+    _checkpoint_and_data(p)
     p.add_argument("--batch-size", type=int, default=256)
 
     p = verb(
@@ -473,11 +478,7 @@ def _parser() -> argparse.ArgumentParser:
         "few-shot linear evaluation of frozen pre-logits features, closed form [P 4.1]",
         _fewshot,
     )
-    p.add_argument("checkpoint", help="checkpoint directory or file (any format vitkit reads)")
-    p.add_argument(
-        "--data", default="fashion_mnist", help="fashion_mnist, cifar10, cifar100 or folder"
-    )
-    p.add_argument("--data-dir", default=None, help="dataset location (folder: its root)")
+    _checkpoint_and_data(p)
     p.add_argument("--shots", default="1,5,10,25", help="examples per class, comma-separated")
     p.add_argument("--seeds", type=int, default=3, help="random subsets averaged per shot count")
     p.add_argument("--l2", type=float, default=2.0**10, help="ridge strength (big_vision: 2^10)")

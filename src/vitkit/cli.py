@@ -210,7 +210,7 @@ def _train(args: argparse.Namespace) -> None:
         logging.basicConfig(level=logging.INFO if main else logging.WARNING, format="%(message)s")
     start = time.perf_counter()
     try:
-        with distributed.process_group():
+        with distributed.process_group(run.train.device):
             result = train(run, args.run_dir, progress=not args.no_progress)
     except StoppedError as e:
         if main:

@@ -348,6 +348,7 @@ Optimizer = Literal["adam", "sgd"]
 Schedule = Literal["cosine", "linear", "constant"]
 Objective = Literal["classification", "mpp"]
 Parallel = Literal["ddp", "fsdp"]
+Device = Literal["auto", "cpu", "cuda"]
 
 
 def _duration(name: str, value: Any) -> None:
@@ -479,6 +480,9 @@ class TrainConfig:
     parallel: Parallel = "ddp"
     # recompute each transformer block's activations in the backward pass (memory for time)
     activation_checkpointing: bool = False
+    # where the loop computes: 'auto' is CUDA when PyTorch sees a GPU, else the CPU; under
+    # torchrun each process takes GPU LOCAL_RANK (resolved in train/distributed.py)
+    device: Device = "auto"
 
     def __post_init__(self) -> None:
         _duration("train.duration", self.duration)
@@ -521,6 +525,12 @@ class TrainConfig:
             "train.parallel",
             self.parallel,
             "'ddp' (replicated model) or 'fsdp' (sharded model)",
+        )
+        _check(
+            self.device in ("auto", "cpu", "cuda"),
+            "train.device",
+            self.device,
+            "'auto' (CUDA when available, else CPU), 'cpu' or 'cuda'",
         )
 
 

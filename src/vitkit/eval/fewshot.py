@@ -39,6 +39,7 @@ from torch import Tensor, nn
 from torch.utils.data import Subset
 
 from ..data import Batches
+from .metrics import model_device
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +66,7 @@ def extract_features(
     The model runs in eval mode under ``torch.inference_mode`` and gets its own mode back
     afterwards. Returns float32 features (N, D) and int64 labels (N,), in the batches' order.
     """
-    param = next(model.parameters(), None)
-    device = param.device if param is not None else torch.device("cpu")
+    device = model_device(model)
     was_training = model.training
     model.eval()
     features, labels = [], []

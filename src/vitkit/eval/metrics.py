@@ -9,6 +9,13 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 
+def model_device(model: nn.Module) -> torch.device:
+    """Where ``model`` computes: the device of its parameters (the CPU when it has none).
+    Evaluations move each batch there."""
+    param = next(model.parameters(), None)
+    return param.device if param is not None else torch.device("cpu")
+
+
 @torch.no_grad()
 def evaluate(
     model: nn.Module,
@@ -19,14 +26,17 @@ def evaluate(
     reduce: Callable[[Tensor], Tensor] | None = None,
 ) -> dict:
     """Run ``model`` over ``batches`` (float images, labels); returns loss, accuracy, top5,
-    per_class (list) and confusion (K x K list, rows = true class). ``reduce`` sums a tensor over
-    processes when each evaluates its part of the batches (data parallelism)."""
+    per_class (list) and confusion (K x K list, rows = true class), computed on ``model``'s
+    device. ``reduce`` sums a tensor over processes when each evaluates its part of the batches
+    (data parallelism)."""
+    device = model_device(model)
     was_training = model.training
     model.eval()
-    confusion = torch.zeros(num_classes, num_classes, dtype=torch.long)
+    confusion = torch.zeros(num_classes, num_classes, dtype=torch.long, device=device)
     loss_sum, top5_hits, count = 0.0, 0, 0
     for images, labels in batches:
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        images, labels = images.to(device, non_blocking=True), labels.to(device, non_blocking=True)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
             logits = model(images)
         logits = logits.float()
         loss_sum += F.cross_entropy(logits, labels, reduction="sum").item()

@@ -23,9 +23,12 @@ gather through rank 0's CPU memory at each save, 12 bytes per parameter (weights
 moments): 7.6 GB for ViT-H, acceptable up to the paper's largest model; sharded files are the
 way past that.
 
-The loop computes on CPU, so the process group is gloo's. Every collective waits at most
-``VITKIT_DIST_TIMEOUT`` seconds (default 300): a process that died or hangs ends the job with an
-error naming the timeout instead of hanging forever.
+Devices (``train.device``): ``auto`` computes on CUDA when PyTorch sees a GPU, else on the CPU.
+Under torchrun each process takes GPU ``LOCAL_RANK`` and the process group is NCCL's (collectives
+of CUDA tensors); on CPUs it is gloo's. A single process uses GPU 0 (``CUDA_VISIBLE_DEVICES``
+picks another). Every collective waits at most ``VITKIT_DIST_TIMEOUT`` seconds (default 300): a
+process that died or hangs ends the job with an error naming the timeout instead of hanging
+forever.
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 if TYPE_CHECKING:
-    from ..config import Parallel
+    from ..config import Device, Parallel
 
 TIMEOUT_ENV = "VITKIT_DIST_TIMEOUT"
 DEFAULT_TIMEOUT_S = 300
@@ -65,13 +68,50 @@ def timeout_s() -> float:
     return value
 
 
+def choose_device(requested: Device, *, gpus: int, local_rank: int | None) -> torch.device:
+    """The device ``train.device`` names, given the number of GPUs PyTorch sees and torchrun's
+    ``LOCAL_RANK`` (``None`` without torchrun): one GPU per process of a node, GPU 0 alone."""
+    if requested == "cpu" or (requested == "auto" and gpus == 0):
+        return torch.device("cpu")
+    if gpus == 0:
+        raise ValueError(
+            "train.device='cuda' but PyTorch finds no GPU (torch.cuda.is_available() is False): "
+            "expected a CUDA build of PyTorch and a visible GPU, or use train.device='cpu'"
+        )
+    index = local_rank or 0
+    if index >= gpus:
+        raise ValueError(
+            f"LOCAL_RANK={index} but PyTorch sees {gpus} GPU(s): expected one GPU per process "
+            f"(at most {gpus} processes per node), or train.device='cpu'"
+        )
+    return torch.device("cuda", index)
+
+
+def resolve_device(requested: Device) -> torch.device:
+    """This process's device (``choose_device``); a GPU becomes the current CUDA device, which
+    NCCL and every CUDA call without an index use."""
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    local_rank = int(os.environ.get("LOCAL_RANK", "0")) if launched() else None
+    device = choose_device(requested, gpus=gpus, local_rank=local_rank)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    return device
+
+
+def backend(device: torch.device) -> str:
+    """The process group's backend for processes computing on ``device``: NCCL between GPUs,
+    gloo between CPUs."""
+    return "nccl" if device.type == "cuda" else "gloo"
+
+
 @contextmanager
-def process_group() -> Iterator[None]:
-    """Join torchrun's process group for the duration of the block; nothing without torchrun."""
+def process_group(device: Device) -> Iterator[None]:
+    """Join torchrun's process group for the duration of the block, with the backend of
+    ``train.device``'s device (``backend``); nothing without torchrun."""
     if not launched() or dist.is_initialized():
         yield
         return
-    dist.init_process_group("gloo", timeout=timedelta(seconds=timeout_s()))
+    dist.init_process_group(backend(resolve_device(device)), timeout=timedelta(seconds=timeout_s()))
     try:
         yield
     finally:
@@ -95,13 +135,22 @@ def is_main() -> bool:
     return rank() == 0
 
 
+def collective_device() -> torch.device:
+    """Where the tensors of collectives live: this process's GPU under NCCL (which takes CUDA
+    tensors only), else the CPU. FSDP's device mesh is of its type."""
+    if is_distributed() and dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
 def all_sum(tensor: Tensor) -> Tensor:
-    """``tensor`` summed over processes (a new tensor; ``tensor`` itself without processes)."""
+    """``tensor`` summed over processes (a new tensor on ``tensor``'s device; ``tensor`` itself
+    without processes)."""
     if not is_distributed():
         return tensor
-    tensor = tensor.clone()
-    dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
-    return tensor
+    total = tensor.to(collective_device(), copy=True)
+    dist.all_reduce(total, op=dist.ReduceOp.SUM)
+    return total.to(tensor.device)
 
 
 def all_mean(tensor: Tensor) -> Tensor:
@@ -113,7 +162,7 @@ def all_max(value: int) -> int:
     """The largest ``value`` of any process (a stop request seen by one stops all)."""
     if not is_distributed():
         return value
-    tensor = torch.tensor([value], dtype=torch.int64)
+    tensor = torch.tensor([value], dtype=torch.int64, device=collective_device())
     dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
     return int(tensor.item())
 
@@ -159,7 +208,7 @@ def shard(module: nn.Module, blocks: Sequence[nn.Module], *, bf16: bool) -> None
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-    mesh = init_device_mesh("cpu", (world_size(),))
+    mesh = init_device_mesh(collective_device().type, (world_size(),))
     policy = (
         MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
         if bf16

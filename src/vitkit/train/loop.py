@@ -9,8 +9,12 @@ differs between pre-training, fine-tuning and masked patch prediction (whose mas
 head are trained and checkpointed with the run but never saved into the model's weights).
 
 Exact resume: batch order and augmentation are functions of (seed, epoch, batch), the global RNG
-(dropout) is saved with the checkpoint, so a run stopped at any moment and restarted continues
-step for step as if it had never stopped.
+(dropout; the GPU's too on CUDA) is saved with the checkpoint, so a run stopped at any moment and
+restarted continues step for step as if it had never stopped.
+
+Devices: the model, its EMA and the objective live on ``train.device`` (``auto``: a GPU when there
+is one, under torchrun GPU ``LOCAL_RANK``); batches are made on the CPU and moved there one at a
+time; checkpoints are written from the CPU and loaded into the model where it is.
 
 Under torchrun the same loop runs in every process (``distributed.py``): ``train.batch_size`` is
 the global batch and each process takes its part of every batch, so the gradient the optimizer
@@ -140,6 +144,7 @@ def train(run: RunConfig, run_dir: str | Path, *, progress: bool = True) -> dict
     tc = run.train
     torch.manual_seed(tc.seed)  # the same initial weights in every process
     rank, world, main = distributed.rank(), distributed.world_size(), distributed.is_main()
+    device = distributed.resolve_device(tc.device)  # before anything is built: fails fast
 
     # ---- data: every process walks the same global batches and keeps its part of each
     train_set, test_set, classes = build_datasets(run.data, run.model, seed=tc.seed)
@@ -190,8 +195,10 @@ def train(run: RunConfig, run_dir: str | Path, *, progress: bool = True) -> dict
 
     # ---- model, objective, optimizer; resume or initialise
     last = checkpoints(run_dir)
+    # built on the CPU, then moved: the initial weights are the same on every device
     model = build_model(run.model) if last or not run.init_from else init_from_pretrained(run)
-    mpp = MaskedPatchPrediction(run.model) if tc.objective == "mpp" else None
+    model.to(device)
+    mpp = MaskedPatchPrediction(run.model).to(device) if tc.objective == "mpp" else None
     ema = copy.deepcopy(model).eval() if tc.ema else None
     if tc.activation_checkpointing:
         distributed.checkpoint_blocks(model.blocks)
@@ -223,6 +230,8 @@ def train(run: RunConfig, run_dir: str | Path, *, progress: bool = True) -> dict
         if mpp is not None:
             distributed.load_model_state(mpp, state.objective)
         torch.set_rng_state(state.rng)
+        if device.type == "cuda" and state.cuda_rng is not None:  # none from a CPU run
+            torch.cuda.set_rng_state(state.cuda_rng, device)
         step, best = state.step, state.best
         window = _Window(**state.window)
         log.info("resumed %s at step %d", last[-1], step)
@@ -279,8 +288,8 @@ def train(run: RunConfig, run_dir: str | Path, *, progress: bool = True) -> dict
     bar = _progress(cadence.total_steps, step, enabled=progress and main)
     if distributed.is_distributed():
         bar.write(
-            f"{world} processes ({tc.parallel}): global batch {tc.batch_size * tc.accum_steps} = "
-            f"{world} x {tc.batch_size // world} per process x {tc.accum_steps} accumulation steps"
+            f"{world} processes ({tc.parallel} on {device.type}): global batch "
+            f"{tc.batch_size * tc.accum_steps} = {world} x {tc.batch_size // world} per process x {tc.accum_steps} accumulation steps"
         )
     result: dict[str, Any] = {}
     step_fn.train()
@@ -296,10 +305,10 @@ def train(run: RunConfig, run_dir: str | Path, *, progress: bool = True) -> dict
             )
             set_learning_rate(optimizer, lr)
             for micro in range(tc.accum_steps):
-                images, labels = next(batches)
+                images, labels = (t.to(device, non_blocking=True) for t in next(batches))
                 # gradients are averaged over processes on the last micro-batch only (DDP)
                 with distributed.no_sync(step_fn, micro < tc.accum_steps - 1):
-                    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=tc.bf16):
+                    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=tc.bf16):
                         out = step_fn(images, labels)
                     (out["loss"] / tc.accum_steps).backward()
                 loss, accuracy = distributed.all_mean(
@@ -361,6 +370,7 @@ def train(run: RunConfig, run_dir: str | Path, *, progress: bool = True) -> dict
                     optimizer=distributed.optimizer_state(objective, optimizer),
                     ema=distributed.model_state(ema) if ema is not None else None,
                     rng=torch.get_rng_state(),
+                    cuda_rng=torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
                     window=window.sums(),
                     objective=distributed.model_state(mpp) if mpp is not None else None,
                 )

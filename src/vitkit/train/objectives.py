@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..config import ModelConfig
+from ..eval.metrics import model_device
 
 
 def classification(
@@ -166,17 +167,19 @@ def evaluate_mpp(
     reduce: Callable[[Tensor], Tensor] | None = None,
 ) -> dict[str, float]:
     """Mean loss and colour accuracy of the chosen patches over ``batches`` (images, unused
-    labels); the corruption is drawn from ``seed`` (the same patches every evaluation) without
-    touching the global RNG. ``reduce`` sums a tensor over processes when each evaluates its part
-    of the batches (each then draws its own corruption)."""
+    labels) on ``model``'s device; the corruption is drawn from ``seed`` (the same patches every
+    evaluation) without touching the global RNG (nor the GPU's, which draws it on CUDA).
+    ``reduce`` sums a tensor over processes when each evaluates its part of the batches (each
+    then draws its own corruption)."""
+    device = model_device(model)
     was_training = model.training
     model.eval()
     loss_sum, hits, count = 0.0, 0.0, 0
     try:
-        with torch.random.fork_rng(devices=[]):
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
             torch.manual_seed(seed)
             for images, _ in batches:
-                out = objective(model, images)
+                out = objective(model, images.to(device, non_blocking=True))
                 n = int(out["patches"])
                 if n:  # a process's empty part of the last batch: its mean loss is NaN
                     loss_sum += out["loss"].item() * n

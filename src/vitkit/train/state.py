@@ -8,8 +8,10 @@ A run directory holds::
     best/                        the weights with the best test accuracy so far (our format)
 
 ``state.pt`` holds the optimizer, the EMA weights, the objective's own weights (masked patch
-prediction), the step, the best score and the global RNG state (dropout); it is read with
-``torch.load(weights_only=True)``. The data position needs no storage: batch order and augmentation are functions of (seed, epoch, batch). A checkpoint
+prediction), the step, the best score and the global RNG state (dropout), with the GPU's when the
+run computes on CUDA; it is read with ``torch.load(weights_only=True)``. Every tensor is written
+from the CPU, so a checkpoint does not depend on the device that wrote it. The data position needs
+no storage: batch order and augmentation are functions of (seed, epoch, batch). A checkpoint
 directory is written under a temporary name and renamed, so a run killed at any moment leaves
 either the previous checkpoint or the new one, never half of one.
 """
@@ -42,6 +44,7 @@ class TrainState:
     rng: Tensor
     window: dict[str, float]  # the running sums of the log window, so resumed logs match
     objective: dict[str, Tensor] | None = None  # masked patch prediction's mask embedding and head
+    cuda_rng: Tensor | None = None  # the GPU's RNG (dropout, masks) when the run computes on CUDA
 
 
 def _step_dir(run_dir: Path, step: int) -> Path:
@@ -79,13 +82,26 @@ def save_checkpoint(
         "rng": state.rng,
         "window": state.window,
         "objective": state.objective,
+        "cuda_rng": state.cuda_rng,
     }
-    atomic_write(tmp / STATE_FILE, lambda p: torch.save(payload, p))
+    atomic_write(tmp / STATE_FILE, lambda p: torch.save(_on_cpu(payload), p))
     shutil.rmtree(final, ignore_errors=True)  # a re-save of the same step (SIGTERM after a save)
     os.replace(tmp, final)
     for old in checkpoints(run_dir)[:-keep_last]:
         shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+def _on_cpu(value: Any) -> Any:
+    """``value`` with every tensor in it (nested dicts and lists: optimizer state) on the CPU;
+    tensors there already are not copied."""
+    if isinstance(value, Tensor):
+        return value.cpu()
+    if isinstance(value, dict):
+        return {k: _on_cpu(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_on_cpu(v) for v in value)
+    return value
 
 
 def load_checkpoint(path: Path, cfg: ModelConfig) -> tuple[dict[str, Tensor], TrainState]:
@@ -104,6 +120,7 @@ def load_checkpoint(path: Path, cfg: ModelConfig) -> tuple[dict[str, Tensor], Tr
             rng=payload["rng"],
             window=payload["window"],
             objective=payload.get("objective"),
+            cuda_rng=payload.get("cuda_rng"),  # absent from checkpoints written before it
         )
     except (KeyError, TypeError) as e:
         raise CheckpointError(f"{path / STATE_FILE} is not a vitkit training state: {e}") from None
@@ -136,8 +153,9 @@ def save_best(
     return best
 
 
-# How a run is spread over processes, not what it computes: a checkpoint resumes under either.
-PLACEMENT = ("parallel", "activation_checkpointing")
+# Where and how a run is spread over processes and devices, not what it computes: a checkpoint
+# resumes under any of them (its tensors are written from the CPU).
+PLACEMENT = ("parallel", "activation_checkpointing", "device")
 
 
 def check_run_dir(run_dir: Path, config: dict[str, Any], *, write: bool = True) -> None:

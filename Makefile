@@ -9,6 +9,9 @@ TORCH_PIN := torch==2.14.1 torchvision==0.29.1
 # Fashion-MNIST's four IDX files, from Debian's package (the main job trains on it; tests read it).
 FMNIST := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
 
+# jemalloc, which the vitkit command preloads (src/vitkit/runtime/allocator.py; Debian's package).
+JEMALLOC := /usr/lib/x86_64-linux-gnu/libjemalloc.so.2
+
 .PHONY: run test lint format venv data clean
 
 venv: $(STAMP)
@@ -20,17 +23,20 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/python -m pip install -q -e '.[test]'
 	touch $(STAMP)
 
-data: $(FMNIST)
+data: $(FMNIST) $(JEMALLOC)
+
+$(JEMALLOC):
+	apt-get update -qq && apt-get install -y -qq libjemalloc2
 
 $(FMNIST):
 	apt-get update -qq && apt-get install -y -qq dataset-fashion-mnist
 
 # The main job: a ViT trained from scratch on Fashion-MNIST, then evaluated on its 10,000 test
 # images (a finished run in runs/fmnist is only re-evaluated).
-run: $(STAMP) $(FMNIST)
+run: $(STAMP) $(FMNIST) $(JEMALLOC)
 	$(BIN)/vitkit train --recipe fmnist --run-dir runs/fmnist
 
-test: $(STAMP) $(FMNIST) lint
+test: $(STAMP) $(FMNIST) $(JEMALLOC) lint
 	$(BIN)/python -m pytest -q
 
 lint: $(STAMP)

@@ -126,3 +126,29 @@ def test_compiled_contender_matches_reference(bench) -> None:
         device=torch.device("cpu"),
     )
     assert rows[0].max_abs_diff <= 1e-4
+
+
+def test_matmul_peak_is_the_faster_of_the_paths(bench) -> None:
+    for precision in ("fp32", "bf16"):
+        gflops, path = bench.matmul_peak(precision, torch.device("cpu"), [128], repeats=1)
+        assert gflops > 0 and path in bench.MATMUL_PATHS
+    a, b = torch.randn(64, 32), torch.randn(32, 48)
+    for make in bench.MATMUL_PATHS.values():  # every path computes the product it times
+        call = make(a, b)
+        if call is not None:
+            out = call()
+            out = out.to_dense() if out.is_mkldnn else out
+            torch.testing.assert_close(out, a @ b, rtol=1e-5, atol=1e-5)
+
+
+def test_onnxruntime_contender_times_the_exported_graph(bench) -> None:
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnxscript")
+    subject = bench.make_subject("fmnist")
+    assert bench.build_onnx(subject, "bf16") is None  # the exported graph is fp32
+    common = {"rounds": 1, "iters": 1, "warmup": 1, "min_time": 0.0}
+    cpu = torch.device("cpu")
+    rows = bench.measure(subject, "infer", "fp32", 3, ["onnxruntime"], device=cpu, **common)
+    assert [r.contender for r in rows] == ["onnxruntime"]
+    assert rows[0].max_abs_diff <= 1e-4 and rows[0].seconds[0] > 0
+    assert bench.measure(subject, "train", "fp32", 3, ["onnxruntime"], device=cpu, **common) == []

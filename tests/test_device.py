@@ -18,7 +18,7 @@ import vitkit
 from vitkit.config import ConfigError, replace
 from vitkit.recipes import get_recipe
 from vitkit.train.distributed import backend, choose_device, resolve_device
-from vitkit.train.loop import train
+from vitkit.train.loop import TIMING_KEYS, train
 
 CUDA = torch.cuda.is_available()
 
@@ -62,7 +62,7 @@ def test_cuda_requested_without_one_is_one_line(tmp_path: Path) -> None:
 def _log(run_dir: Path) -> list[dict]:
     """metrics.jsonl without the timings."""
     lines = (run_dir / "metrics.jsonl").read_text().splitlines()
-    return [{k: v for k, v in json.loads(x).items() if k != "images_per_s"} for x in lines]
+    return [{k: v for k, v in json.loads(x).items() if k not in TIMING_KEYS} for x in lines]
 
 
 def _stopped_at(run_dir: Path, to: Path, step: int) -> Path:

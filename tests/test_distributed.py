@@ -20,6 +20,7 @@ import torch
 from safetensors.torch import load_file
 
 from vitkit.data import Batches, synthetic
+from vitkit.train.loop import TIMING_KEYS
 
 RUN = [
     "train", "--recipe", "smoke", "--no-progress",
@@ -43,7 +44,7 @@ def vitkit(*args: str, torchrun: int = 0) -> None:
 def records(run_dir: Path) -> list[dict]:
     lines = (run_dir / "metrics.jsonl").read_text().splitlines()
     return [
-        {k: v for k, v in json.loads(line).items() if k not in ("images_per_s", "split")}
+        {k: v for k, v in json.loads(line).items() if k not in (*TIMING_KEYS, "split")}
         for line in lines
     ]
 

@@ -104,6 +104,8 @@ def test_loss_falls_and_checkpoints_are_ours(tmp_path: Path) -> None:
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     losses = [r["loss"] for r in records if "split" not in r]
     assert losses[-1] < losses[0]
+    clock = [r["time_s"] for r in records]  # seconds since the process started, in every record
+    assert clock == sorted(clock) and 0 < clock[0] < clock[-1]
     assert result["accuracy"] > 0.5  # 4 classes: chance is 0.25
     model = vitkit.load(tmp_path / "best")
     meta = json.loads((tmp_path / "best" / "config.json").read_text())

@@ -532,6 +532,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    if argv is None:  # the command line, not a caller in this process: jemalloc, once
+        from .runtime.allocator import preload_jemalloc
+
+        preload_jemalloc()
     argv = list(sys.argv[1:] if argv is None else argv)
     args = _parser().parse_args(argv)
     args.argv = argv  # --nproc runs the same arguments under torchrun

@@ -45,6 +45,7 @@ from ..config import RunConfig
 from ..data import Batches, Preprocess
 from ..data.loader import derive_seed
 from ..model import build_model
+from ..runtime.clock import process_seconds
 from . import distributed
 from .cadence import Cadence
 from .data import build_datasets, ordered_batches
@@ -63,6 +64,11 @@ from .state import (
 )
 
 log = logging.getLogger(__name__)
+
+# The keys of a metrics.jsonl record that are clocks, not results (they differ between two runs of
+# the same computation): images/s of the log window, and ``time_s``, seconds since this process
+# started (time to accuracy counts from there; a resumed run's clock starts at its restart).
+TIMING_KEYS = ("images_per_s", "time_s")
 
 
 class StoppedError(Exception):
@@ -275,6 +281,7 @@ def train(run: RunConfig, run_dir: str | Path, *, progress: bool = True) -> dict
     def write(record: dict[str, Any]) -> None:
         if not main:
             return
+        record["time_s"] = round(process_seconds(), 2)
         with open(run_dir / "metrics.jsonl", "a") as f:
             f.write(json.dumps(record) + "\n")
         if board is not None:
@@ -356,7 +363,10 @@ def train(run: RunConfig, run_dir: str | Path, *, progress: bool = True) -> dict
                 window.t += time.perf_counter() - started  # images/s counts training only
                 write({"step": step, "split": "test", **_scalars(result)})
                 what = "masked-patch colour accuracy" if mpp is not None else "accuracy"
-                bar.write(f"step {step}: test {what} {result['accuracy']:.4f}")
+                bar.write(
+                    f"step {step}: test {what} {result['accuracy']:.4f} "
+                    f"({process_seconds() / 60:.1f} min)"
+                )
                 if result["accuracy"] > best:  # the same result in every process
                     best = result["accuracy"]
                     weights = distributed.model_state(averaged)  # FSDP: every process gathers

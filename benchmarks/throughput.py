@@ -77,6 +77,7 @@ from vitkit.config import ModelConfig
 from vitkit.model.flops import count_flops
 from vitkit.presets import PRESETS, get_config, resolve_name
 from vitkit.recipes import fmnist_vit
+from vitkit.runtime.inference import optimize_for_inference
 
 FMNIST = "fmnist"
 TASKS = ("infer", "train")
@@ -237,6 +238,11 @@ def adamw(params: Any) -> torch.optim.Optimizer:
     return torch.optim.AdamW(params, lr=1e-4)
 
 
+def fused_adamw(params: Any) -> torch.optim.Optimizer:
+    """AdamW as one fused kernel over all parameters (CPU and CUDA), what vitkit's loop uses."""
+    return torch.optim.AdamW(params, lr=1e-4, fused=True)
+
+
 @dataclass(frozen=True)
 class Contender:
     """One way to run a model: how to build it, and what the harness does with it."""
@@ -244,6 +250,9 @@ class Contender:
     build: Builder
     same_weights: bool = True  # it loads Subject.state, so its logits are checked against vitkit's
     compiled: bool = False  # compared with timm-compiled, and only run when asked (slow warm-up)
+    # vitkit's documented fast path: inference through optimize_for_inference, training compiled
+    # as train.compile does; compared with timm as users run it (eager)
+    fast: bool = False
     tasks: tuple[str, ...] = TASKS
     devices: tuple[str, ...] = ("cpu", "cuda")
     optimizer: Callable[[Any], torch.optim.Optimizer] = adamw
@@ -261,6 +270,7 @@ CONTENDERS: dict[str, Contender] = {
     "vitkit-compiled": Contender(compiled(build_vitkit), compiled=True),
     "timm-compiled": Contender(compiled(build_timm), compiled=True),
     "onnxruntime": Contender(build_onnx, tasks=("infer",), devices=("cpu",)),
+    "vitkit-fast": Contender(build_vitkit, fast=True, optimizer=fused_adamw),
 }
 
 
@@ -287,6 +297,9 @@ def make_step(
     y: Tensor,
 ) -> Callable[[], Tensor]:
     """One iteration of ``task`` on ``model``: returns the logits (infer) or the loss (train)."""
+    if task == "infer" and contender.fast:
+        fast = optimize_for_inference(model, bf16=precision == "bf16")
+        return lambda: fast(x)
     if task == "infer":
         model.eval()
 
@@ -297,6 +310,8 @@ def make_step(
         return infer
     model.train()
     opt = contender.optimizer(model.parameters())
+    if contender.fast:
+        model = torch.compile(model)
 
     def train() -> Tensor:
         with autocast(precision, x.device):
@@ -650,7 +665,9 @@ def plan(args: argparse.Namespace) -> tuple[list[tuple[str, str]], list[int], li
         jobs = list(QUICK)
     jobs = [(m if m == FMNIST else resolve_name(m), t) for m, t in jobs]  # unknown names fail here
     batches = args.batch or ([1, 32] if args.full else [32])
-    names = args.contenders or (list(CONTENDERS) if args.full else ["vitkit", "timm"])
+    names = args.contenders or (
+        list(CONTENDERS) if args.full else ["vitkit", "vitkit-fast", "timm"]
+    )
     if args.compile or (args.full and not args.contenders):
         names += [n for n, c in CONTENDERS.items() if c.compiled and n not in names]
     return jobs, batches, names

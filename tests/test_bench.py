@@ -104,28 +104,30 @@ def test_ratio_and_fraction_of_peak(bench) -> None:
 
 def test_plan_quick_full_and_compile(bench) -> None:
     jobs, batches, names = bench.plan(bench.parse_args([]))
-    assert jobs == list(bench.QUICK) and batches == [32] and names == ["vitkit", "timm"]
+    assert jobs == list(bench.QUICK) and batches == [32]
+    assert names == ["vitkit", "vitkit-fast", "timm"]
     jobs, batches, names = bench.plan(bench.parse_args(["--full"]))
     assert len(jobs) == 8 and batches == [1, 32] and names == list(bench.CONTENDERS)
     _, _, names = bench.plan(bench.parse_args(["--models", "fmnist", "--compile"]))
-    assert names == ["vitkit", "timm", "vitkit-compiled", "timm-compiled"]
+    assert names == ["vitkit", "vitkit-fast", "timm", "vitkit-compiled", "timm-compiled"]
 
 
 @pytest.mark.slow
-def test_compiled_contender_matches_reference(bench) -> None:
+def test_compiled_and_fast_contenders_match_reference(bench) -> None:
     rows = bench.measure(
         bench.make_subject("fmnist"),
         "infer",
         "fp32",
         2,
-        ["vitkit-compiled"],
+        ["vitkit-compiled", "vitkit-fast"],
         rounds=1,
         iters=1,
         warmup=1,
         min_time=0.0,
         device=torch.device("cpu"),
     )
-    assert rows[0].max_abs_diff <= 1e-4
+    assert [r.contender for r in rows] == ["vitkit-compiled", "vitkit-fast"]
+    assert all(r.max_abs_diff <= 1e-4 for r in rows)
 
 
 def test_matmul_peak_is_the_faster_of_the_paths(bench) -> None:

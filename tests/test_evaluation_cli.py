@@ -1,4 +1,5 @@
-"""``vitkit fewshot`` and ``vitkit inspect`` end to end on a trained checkpoint, and their errors."""
+"""``vitkit fewshot``, ``inspect`` and ``eval --fast`` end to end on a trained checkpoint, and their
+errors."""
 
 from __future__ import annotations
 
@@ -66,3 +67,11 @@ def test_inspect_cli_errors(best: str, tmp_path: Path, capsys) -> None:
     assert "nothing" in capsys.readouterr().err
     assert main(["inspect", best, "--data", "synthetic", "--out", "o", "--num-images", "0"]) == 2
     assert "--num-images 0" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_eval_fast_prints_the_same_figures(best: str, capsys) -> None:
+    assert main(["eval", best, "--data", "synthetic"]) == 0
+    eager = capsys.readouterr().out
+    assert main(["eval", best, "--data", "synthetic", "--fast"]) == 0
+    assert capsys.readouterr().out == eager and "top-1" in eager

@@ -7,8 +7,12 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
+import vitkit
+from helpers import randomize, tiny
 from vitkit.runtime.allocator import SWITCH_ENV, find_jemalloc
+from vitkit.runtime.inference import optimize_for_inference
 
 PROBE = (
     "from vitkit.runtime.allocator import preload_jemalloc; preload_jemalloc(); "
@@ -30,3 +34,20 @@ def _probe(**env: str) -> str:
 def test_command_line_process_runs_on_jemalloc_once() -> None:
     assert _probe() == "True"  # re-executed once with jemalloc preloaded, then ran on
     assert _probe(**{SWITCH_ENV: "0"}) == "False"  # the switch turns it off
+
+
+@pytest.mark.slow
+def test_fast_inference_gives_the_eager_logits() -> None:
+    model = randomize(vitkit.create_model(tiny()))
+    images = torch.randn(3, 3, 32, 32)
+    with torch.no_grad():
+        want = model.eval()(images)  # (3, 10)
+    fast = optimize_for_inference(model)
+    assert not fast.training and fast.eval() is fast
+    got = fast(images)
+    assert (got - want).abs().max().item() <= 1e-4 and want.abs().max() > 0.1
+    assert (fast(images[:1]) - want[:1]).abs().max().item() <= 1e-4  # another batch size
+    with pytest.raises(ValueError, match="frozen weights"):
+        fast.train()
+    half = optimize_for_inference(model, bf16=True)(images)
+    assert half.dtype == torch.bfloat16 and (half.float() - want).abs().max().item() <= 5e-2

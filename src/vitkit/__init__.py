@@ -7,6 +7,7 @@ Public API::
     vitkit.list_models("ViT-L/*")
     model = vitkit.load("ViT-B_16.npz", image_size=384)   # official, big_vision, timm, HF, ours
     vitkit.save(model, "runs/b16")                        # model.safetensors + config.json
+    fast = vitkit.optimize_for_inference(model)           # compiled, frozen weights: same logits
 
 Submodules are imported lazily, so ``import vitkit`` does not import torch until a model is built.
 """
@@ -21,6 +22,7 @@ from .presets import list_models
 if TYPE_CHECKING:
     from .io.api import load, save
     from .model import VisionTransformer
+    from .runtime.inference import optimize_for_inference
 
 __version__ = "0.1.0"
 
@@ -74,11 +76,16 @@ def create_model(
 
 
 def __getattr__(name: str) -> Any:
-    """``vitkit.load`` and ``vitkit.save`` come from ``vitkit.io.api``, imported on first use."""
+    """``vitkit.load`` and ``vitkit.save`` come from ``vitkit.io.api``, ``optimize_for_inference``
+    from ``vitkit.runtime.inference``, imported on first use."""
     if name in ("load", "save"):
         from .io import api
 
         return getattr(api, name)
+    if name == "optimize_for_inference":
+        from .runtime import inference
+
+        return inference.optimize_for_inference
     raise AttributeError(f"module 'vitkit' has no attribute {name!r}")
 
 
@@ -89,5 +96,6 @@ __all__ = [
     "create_model",
     "list_models",
     "load",
+    "optimize_for_inference",
     "save",
 ]

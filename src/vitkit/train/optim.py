@@ -43,7 +43,13 @@ def build_optimizer(
     owns a mask embedding and a head)."""
     groups = param_groups(cfg.weight_decay, model, *([objective] if objective is not None else []))
     if cfg.name == "adam":
-        return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=1e-8)
+        # one fused kernel for the whole update (the same formula, ~5% of a small model's step
+        # saved on CPU); FSDP's sharded parameters (DTensor) take the default implementation
+        params = [p for group in groups for p in group["params"]]
+        fused = all(type(p) is nn.Parameter for p in params) or None
+        return torch.optim.AdamW(
+            groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=1e-8, fused=fused
+        )
     return torch.optim.SGD(groups, lr=cfg.lr, momentum=cfg.momentum)
 
 

@@ -523,9 +523,26 @@ def measure(
 # --- reporting ----------------------------------------------------------------------------------
 
 
-def summarize(rows: Sequence[Row], peaks: dict[str, float]) -> list[dict[str, Any]]:
+# Dense bf16 tensor-core peaks from NVIDIA's datasheets (TFLOP/s, SXM parts), by a substring of
+# torch.cuda.get_device_name: model FLOPs utilisation (MFU) is measured against these, the way
+# training reports quote it, beside the fraction of the matmul peak the harness measures itself.
+DATASHEET_BF16_TFLOPS = {"H200": 989.4, "H100": 989.4, "A100": 312.0, "L4": 121.0}
+
+
+def datasheet_peak(device: torch.device) -> float | None:
+    """The datasheet's dense bf16 peak of ``device`` in GFLOP/s; None for CPUs and unlisted GPUs."""
+    if device.type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device)
+    return next((t * 1e3 for key, t in DATASHEET_BF16_TFLOPS.items() if key in name), None)
+
+
+def summarize(
+    rows: Sequence[Row], peaks: dict[str, float], datasheet: float | None = None
+) -> list[dict[str, Any]]:
     """Per row: median, min and max images/s, ms per iteration, median per-round ratio to the
-    reference contender of the same (model, task, precision, batch), and fraction of peak."""
+    reference contender of the same (model, task, precision, batch), fraction of the measured
+    peak, and MFU against ``datasheet`` (GFLOP/s) where it is known."""
     by_key = {(r.model, r.task, r.precision, r.batch, r.contender): r for r in rows}
     out = []
     for r in rows:
@@ -544,6 +561,7 @@ def summarize(rows: Sequence[Row], peaks: dict[str, float]) -> list[dict[str, An
                 "ms_per_iter": statistics.median(r.seconds) / r.iters * 1e3,
                 "ratio_to_timm": ratio,
                 "fraction_of_peak": median * r.flops / 1e9 / peaks[r.precision],
+                "mfu": None if datasheet is None else median * r.flops / 1e9 / datasheet,
             }
         )
     return out
@@ -554,10 +572,11 @@ def _fmt(value: float | None, spec: str) -> str:
 
 
 def table(summary: Sequence[dict[str, Any]]) -> str:
+    mfu = any(s["mfu"] is not None for s in summary)  # a GPU with a datasheet peak
     lines = [
         "| model | task | precision | batch | contender | ms/iter | img/s | min-max | vs timm "
-        "| % peak | max abs diff | mem MiB |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| % peak | max abs diff | mem MiB |" + (" MFU % |" if mfu else ""),
+        "|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if mfu else ""),
     ]
     for s in summary:
         mem = None if s["peak_bytes"] is None else s["peak_bytes"] / MiB
@@ -567,6 +586,7 @@ def table(summary: Sequence[dict[str, Any]]) -> str:
             f"| {s['images_per_s_min']:.2f}-{s['images_per_s_max']:.2f} "
             f"| {_fmt(s['ratio_to_timm'], '.3f')} | {100 * s['fraction_of_peak']:.1f} "
             f"| {_fmt(s['max_abs_diff'], '.1e')} | {_fmt(mem, '.1f')} |"
+            + (f" {100 * s['mfu']:.1f} |" if mfu else "")
         )
     return "\n".join(lines)
 
@@ -703,7 +723,7 @@ def run(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
                     device=device,
                 )
     env = environment(device)
-    summary = summarize(rows, peaks)
+    summary = summarize(rows, peaks, datasheet_peak(device))
     report = header(env, peaks, paths, args.peak_sizes) + "\n\n" + table(summary)
     return report, {"environment": env, "peak_gflops": peaks, "peak_path": paths, "rows": summary}
 

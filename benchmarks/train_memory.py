@@ -7,19 +7,21 @@ block: the measured inputs of docs/DISTRIBUTED.md's memory-per-device table.
 
 The difference between the two batches, divided by their difference, is the memory one more
 image costs (activations kept for the backward pass); the measurement is ``peak_memory`` of
-``benchmarks/throughput.py`` (CPU: peak RSS above the resting level; CUDA: peak allocated).
+``benchmarks/throughput.py`` (CPU: peak RSS above the resting level; CUDA: peak allocated). The
+last column is the price: seconds per step at the larger batch (median of ``--repeats``).
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 from functools import partial
 
 import torch
 import torch.nn.functional as F
 
 import vitkit
-from throughput import peak_memory
+from throughput import peak_memory, timed
 from vitkit.train.distributed import checkpoint_blocks
 
 
@@ -36,10 +38,11 @@ def main() -> None:
     parser.add_argument("--models", nargs="+", default=["ViT-B/16"])
     parser.add_argument("--batch", nargs=2, type=int, default=[4, 8], metavar=("B1", "B2"))
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--repeats", type=int, default=3, help="timed steps (median)")
     args = parser.parse_args()
     device = torch.device(args.device)
     print("| model | checkpointing | " + " | ".join(f"batch {b} MiB" for b in args.batch), end="")
-    print(" | MiB per image |\n|---|---|---|---|---|")
+    print(f" | MiB per image | s/step (batch {args.batch[1]}) |\n|---|---|---|---|---|---|")
     for name in args.models:
         for checkpointing in (False, True):
             torch.manual_seed(0)
@@ -48,7 +51,7 @@ def main() -> None:
                 checkpoint_blocks(model.blocks)
             optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
             size, classes = model.cfg.image_size, model.cfg.num_classes
-            mib = []
+            mib, seconds = [], 0.0
             for b in args.batch:
                 x = torch.randn(b, model.cfg.in_chans, size, size, device=device)
                 y = torch.randint(0, classes, (b,), device=device)
@@ -56,9 +59,13 @@ def main() -> None:
                 step()  # warm-up: Adam's state is resting from here on
                 peak = peak_memory(step, device)
                 mib.append(float("nan") if peak is None else peak / 2**20)
+                seconds = statistics.median(timed(step, 1, device) for _ in range(args.repeats))
             per_image = (mib[1] - mib[0]) / (args.batch[1] - args.batch[0])
             cells = " | ".join(f"{m:.0f}" for m in mib)
-            print(f"| {name} | {'yes' if checkpointing else 'no'} | {cells} | {per_image:.0f} |")
+            print(
+                f"| {name} | {'yes' if checkpointing else 'no'} | {cells} | {per_image:.0f} "
+                f"| {seconds:.2f} |"
+            )
 
 
 if __name__ == "__main__":

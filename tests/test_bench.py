@@ -100,6 +100,17 @@ def test_ratio_and_fraction_of_peak(bench) -> None:
     assert summary["vitkit"]["ratio_to_timm"] == 2.0  # median of per-round ratios 2, 1, 4
     assert summary["vitkit"]["fraction_of_peak"] == pytest.approx(0.2)  # 20 GFLOP/s of 100
     assert summary["timm"]["ratio_to_timm"] == 1.0
+    assert summary["vitkit"]["mfu"] is None and "MFU" not in bench.table(list(summary.values()))
+    on_gpu = bench.summarize([ours, peer], {"fp32": 100.0}, datasheet=1000.0)  # GFLOP/s
+    assert on_gpu[0]["mfu"] == pytest.approx(0.02)  # 20 GFLOP/s of a 1000 GFLOP/s datasheet peak
+    assert bench.table(on_gpu).splitlines()[2].endswith("| 2.0 |")
+    assert bench.datasheet_peak(torch.device("cpu")) is None
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error without a GPU")
+def test_cuda_without_a_gpu_is_one_clear_error(bench) -> None:
+    with pytest.raises(SystemExit, match="--device cuda: torch sees no CUDA device here"):
+        bench.main(["--device", "cuda", "--models", "fmnist"])
 
 
 def test_plan_quick_full_and_compile(bench) -> None:

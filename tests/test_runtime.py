@@ -12,7 +12,7 @@ import torch
 import vitkit
 from helpers import randomize, tiny
 from vitkit.runtime.allocator import SWITCH_ENV, find_jemalloc
-from vitkit.runtime.inference import optimize_for_inference
+from vitkit.runtime.inference import OneDNNLinear, onednn_speedup, optimize_for_inference
 
 PROBE = (
     "from vitkit.runtime.allocator import preload_jemalloc; preload_jemalloc(); "
@@ -42,12 +42,29 @@ def test_fast_inference_gives_the_eager_logits() -> None:
     images = torch.randn(3, 3, 32, 32)
     with torch.no_grad():
         want = model.eval()(images)  # (3, 10)
-    fast = optimize_for_inference(model)
+    fast = optimize_for_inference(model, backend="inductor")
     assert not fast.training and fast.eval() is fast
     got = fast(images)
     assert (got - want).abs().max().item() <= 1e-4 and want.abs().max() > 0.1
     assert (fast(images[:1]) - want[:1]).abs().max().item() <= 1e-4  # another batch size
     with pytest.raises(ValueError, match="frozen weights"):
         fast.train()
-    half = optimize_for_inference(model, bf16=True)(images)
+    half = optimize_for_inference(model, bf16=True)(images)  # auto: inductor for bf16
     assert half.dtype == torch.bfloat16 and (half.float() - want).abs().max().item() <= 5e-2
+
+
+def test_onednn_backend_gives_the_eager_logits_and_leaves_the_model_alone() -> None:
+    model = randomize(vitkit.create_model(tiny()))
+    images = torch.randn(3, 3, 32, 32)
+    with torch.no_grad():
+        want = model.eval()(images)  # (3, 10)
+    fast = optimize_for_inference(model, backend="onednn")
+    assert fast.backend == "onednn"
+    assert any(isinstance(m, OneDNNLinear) for m in fast.modules())
+    assert not any(isinstance(m, OneDNNLinear) for m in model.modules())  # packed a copy
+    assert (fast(images) - want).abs().max().item() <= 1e-4
+    assert onednn_speedup(model) > 0  # measured on this machine: which is faster varies
+    with pytest.raises(ValueError, match="fp32 weights on the CPU"):
+        optimize_for_inference(model, bf16=True, backend="onednn")
+    with pytest.raises(ValueError, match="expected 'auto'"):
+        optimize_for_inference(model, backend="mkl")  # type: ignore[arg-type]

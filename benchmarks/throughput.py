@@ -77,7 +77,7 @@ from vitkit.config import ModelConfig
 from vitkit.model.flops import count_flops
 from vitkit.presets import PRESETS, get_config, resolve_name
 from vitkit.recipes import fmnist_vit
-from vitkit.runtime.inference import optimize_for_inference
+from vitkit.runtime.inference import OneDNNLinear, optimize_for_inference
 
 FMNIST = "fmnist"
 TASKS = ("infer", "train")
@@ -391,18 +391,20 @@ def _mm(a: Tensor, b: Tensor) -> Callable[[], Any]:
 
 
 def _onednn_linear(a: Tensor, b: Tensor) -> Callable[[], Any] | None:
-    """oneDNN's matmul with its own weight layout, as ``torch.utils.mkldnn`` packs a ``Linear``
-    (what oneDNN-packed inference runs); None off CPU or where torch has no oneDNN."""
-    if a.device.type != "cpu" or not torch.backends.mkldnn.is_available():
+    """oneDNN's matmul with the weight packed once in its layout (``OneDNNLinear``, what
+    ``optimize_for_inference(backend="onednn")`` runs); None off CPU, for bf16 (``torch.mm``
+    is oneDNN's already) or where torch has no oneDNN."""
+    if (
+        a.device.type != "cpu"
+        or a.dtype != torch.float32
+        or not torch.backends.mkldnn.is_available()
+    ):
         return None
-    from torch.utils import mkldnn as mkldnn_utils
-
-    linear = nn.Linear(b.shape[0], b.shape[1], bias=False, dtype=a.dtype)
+    linear = nn.Linear(b.shape[0], b.shape[1], bias=False)
     with torch.no_grad():
         linear.weight.copy_(b.t())
-        packed = mkldnn_utils.to_mkldnn(nn.Sequential(linear), a.dtype)
-    x = a.to_mkldnn()
-    return lambda: packed(x)
+    packed = OneDNNLinear(linear)
+    return lambda: packed(a)
 
 
 MATMUL_PATHS: dict[str, Callable[[Tensor, Tensor], Callable[[], Any] | None]] = {

@@ -24,7 +24,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "studies" / "results.json"
 RUNS = ROOT / "runs" / "studies"
-MAIN_JOB = ROOT / "runs" / "fmnist"  # `make run`; studies d and e look into its best weights
+# the `fmnist` recipe's run (`make run` before issue 5); studies d and e look into its best weights
+MAIN_JOB = ROOT / "runs" / "fmnist"
 FIGURES = "docs/reproduction"
 
 

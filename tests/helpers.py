@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -32,3 +34,13 @@ def randomize(model: nn.Module, std: float = 0.2, seed: int = 0) -> nn.Module:
         for p in model.parameters():
             p.copy_(torch.randn(p.shape, generator=g) * std)
     return model.eval()
+
+
+def stopped_copy(run_dir: Path, to: Path, step: int) -> Path:
+    """A copy of the run directory ``run_dir`` as if killed after checkpoint ``step`` (later
+    checkpoints removed): what a resumed run starts from."""
+    shutil.copytree(run_dir, to)
+    for later in (to / "checkpoints").iterdir():
+        if int(later.name.removeprefix("step_")) > step:
+            shutil.rmtree(later)
+    return to

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +14,7 @@ import pytest
 import torch
 
 import vitkit
+from helpers import stopped_copy
 from vitkit.config import ConfigError, replace
 from vitkit.recipes import get_recipe
 from vitkit.train.distributed import backend, choose_device, resolve_device
@@ -65,15 +65,6 @@ def _log(run_dir: Path) -> list[dict]:
     return [{k: v for k, v in json.loads(x).items() if k not in TIMING_KEYS} for x in lines]
 
 
-def _stopped_at(run_dir: Path, to: Path, step: int) -> Path:
-    """A copy of ``run_dir`` as if killed after checkpoint ``step``."""
-    shutil.copytree(run_dir, to)
-    for later in (to / "checkpoints").iterdir():
-        if int(later.name.removeprefix("step_")) > step:
-            shutil.rmtree(later)
-    return to
-
-
 @pytest.mark.skipif(CUDA, reason="'auto' is CUDA on a machine with a GPU")
 def test_cpu_asked_for_equals_auto_and_older_run_dirs_resume(tmp_path: Path) -> None:
     smoke = get_recipe("smoke")
@@ -86,7 +77,7 @@ def test_cpu_asked_for_equals_auto_and_older_run_dirs_resume(tmp_path: Path) -> 
 
     # A run directory written before train.device existed (no key in config.json, no cuda_rng in
     # state.pt), resumed with the device named: the device may change between resumes.
-    old = _stopped_at(tmp_path / "auto", tmp_path / "old", step=4)
+    old = stopped_copy(tmp_path / "auto", tmp_path / "old", step=4)
     config = json.loads((old / "config.json").read_text())
     del config["train"]["device"]
     (old / "config.json").write_text(json.dumps(config))
@@ -112,7 +103,7 @@ def test_smoke_run_on_cuda_is_finite_and_resumes(tmp_path: Path) -> None:
     assert all(t.device.type == "cpu" for t in state["optimizer"]["state"][0].values())
     assert next(vitkit.load(full / "best").parameters()).device.type == "cpu"
 
-    resumed = _stopped_at(full, tmp_path / "resumed", step=4)
+    resumed = stopped_copy(full, tmp_path / "resumed", step=4)
     train(run, resumed, progress=False)
     lines = [(d / "metrics.jsonl").read_text().splitlines() for d in (resumed, full)]
     kept = [[x for x in text if json.loads(x)["step"] <= 4] for text in lines]

@@ -10,7 +10,6 @@ draws its own dropout masks).
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +18,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from helpers import stopped_copy
 from vitkit.data import Batches, synthetic
 from vitkit.train.loop import TIMING_KEYS
 
@@ -87,15 +87,6 @@ def test_ddp_on_two_processes_equals_one(one_process: Path, tmp_path: Path) -> N
     assert_same_weights(tmp_path, one_process)
 
 
-def resume_copy(run_dir: Path, to: Path, step: int) -> Path:
-    """A copy of ``run_dir`` stopped at checkpoint ``step`` (later checkpoints removed)."""
-    shutil.copytree(run_dir, to)
-    for later in (to / "checkpoints").iterdir():
-        if int(later.name.removeprefix("step_")) > step:
-            shutil.rmtree(later)
-    return to
-
-
 def assert_resumed(run_dir: Path, source: Path, step: int) -> None:
     """``run_dir`` continued ``source`` after ``step``: the log lines up to it are the copied ones,
     images/s included (a run that started over would have logged its own timings)."""
@@ -110,7 +101,7 @@ def test_fsdp_on_two_processes_equals_one_and_checkpoints_move_both_ways(
 ) -> None:
     # The 1-process run's checkpoint at step 4, resumed by 2 FSDP processes (sharded on load):
     # steps 5-8 as the 1-process run logged them.
-    sharded = resume_copy(one_process, tmp_path / "fsdp", step=4)
+    sharded = stopped_copy(one_process, tmp_path / "fsdp", step=4)
     vitkit(*RUN, *FSDP, "--run-dir", str(sharded), torchrun=2)
     assert_resumed(sharded, one_process, step=4)
     assert_same_run(sharded, one_process)
@@ -118,7 +109,7 @@ def test_fsdp_on_two_processes_equals_one_and_checkpoints_move_both_ways(
 
     # The sharded run's checkpoint at step 6, resumed by one process (the same command, no
     # torchrun): steps 7-8 as before.
-    resumed = resume_copy(sharded, tmp_path / "resumed", step=6)
+    resumed = stopped_copy(sharded, tmp_path / "resumed", step=6)
     vitkit(*RUN, *FSDP, "--run-dir", str(resumed))
     assert_resumed(resumed, sharded, step=6)
     assert_same_run(resumed, one_process)

@@ -36,12 +36,18 @@ def test_command_line_process_runs_on_jemalloc_once() -> None:
     assert _probe(**{SWITCH_ENV: "0"}) == "False"  # the switch turns it off
 
 
-@pytest.mark.slow
-def test_fast_inference_gives_the_eager_logits() -> None:
+@pytest.fixture
+def eager() -> tuple[torch.nn.Module, torch.Tensor, torch.Tensor]:
+    """A random tiny ViT, images, and its eager logits for them (the reference path)."""
     model = randomize(vitkit.create_model(tiny()))
     images = torch.randn(3, 3, 32, 32)
     with torch.no_grad():
-        want = model.eval()(images)  # (3, 10)
+        return model, images, model.eval()(images)  # logits (3, 10)
+
+
+@pytest.mark.slow
+def test_fast_inference_gives_the_eager_logits(eager) -> None:
+    model, images, want = eager
     fast = optimize_for_inference(model, backend="inductor")
     assert not fast.training and fast.eval() is fast
     got = fast(images)
@@ -53,11 +59,8 @@ def test_fast_inference_gives_the_eager_logits() -> None:
     assert half.dtype == torch.bfloat16 and (half.float() - want).abs().max().item() <= 5e-2
 
 
-def test_onednn_backend_gives_the_eager_logits_and_leaves_the_model_alone() -> None:
-    model = randomize(vitkit.create_model(tiny()))
-    images = torch.randn(3, 3, 32, 32)
-    with torch.no_grad():
-        want = model.eval()(images)  # (3, 10)
+def test_onednn_backend_gives_the_eager_logits_and_leaves_the_model_alone(eager) -> None:
+    model, images, want = eager
     fast = optimize_for_inference(model, backend="onednn")
     assert fast.backend == "onednn"
     assert any(isinstance(m, OneDNNLinear) for m in fast.modules())

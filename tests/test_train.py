@@ -311,3 +311,21 @@ def test_bf16_and_compiled_training_run(tmp_path: Path, flag: str) -> None:
         json.loads(line)["loss"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()
     ]
     assert all(math.isfinite(v) for v in losses) and result["accuracy"] > 0.25
+
+
+def test_time_to_accuracy_reads_the_log(tmp_path: Path) -> None:
+    from vitkit.train.report import time_to_accuracy
+
+    records = [
+        {"step": 10, "loss": 1.0, "accuracy": 0.5, "time_s": 30.0},  # a training record
+        {"step": 10, "split": "test", "accuracy": 0.89, "time_s": 400.0},
+        {"step": 20, "split": "test", "accuracy": 0.905, "time_s": 700.0},
+        {"step": 30, "split": "test", "accuracy": 0.904, "time_s": 880.0},
+        {"step": 40, "split": "test", "accuracy": 0.915, "time_s": 950.0},  # after 15 min
+    ]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    timing = time_to_accuracy(tmp_path)
+    assert timing["seconds_to"] == {0.90: 700.0, 0.91: 950.0}
+    assert timing["accuracy_at"] == 0.904  # the last evaluation by 15 min, not the best
+    assert time_to_accuracy(tmp_path, targets=(0.95,), at_minutes=1)["seconds_to"] == {0.95: None}
+    assert time_to_accuracy(tmp_path, at_minutes=1)["accuracy_at"] is None

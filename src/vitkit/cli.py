@@ -240,6 +240,21 @@ def _train(args: argparse.Namespace) -> None:
     for shots, acc in result.get("fewshot", {}).items():
         measured += f"; {shots}-shot linear {acc['mean']:.4f}"
     print(f"{measured} after {minutes:.1f} min; best weights in {args.run_dir}/best")
+    if run.train.objective == "classification":
+        from pathlib import Path
+
+        from .train.report import time_to_accuracy
+
+        timing = time_to_accuracy(Path(args.run_dir))
+        reached = ", ".join(
+            f"{100 * t:g}% at {s / 60:.1f} min" if s is not None else f"{100 * t:g}% not reached"
+            for t, s in timing["seconds_to"].items()
+        )
+        at = timing["accuracy_at"]
+        print(
+            f"time to accuracy (metrics.jsonl, from process start): {reached}; "
+            f"at {timing['at_minutes']:g} min: {'—' if at is None else f'{at:.4f}'}"
+        )
 
 
 def _eval(args: argparse.Namespace) -> None:

@@ -1,5 +1,6 @@
 """What a finished run leaves for a person: a loss/accuracy curve and (when it classifies) a
-confusion matrix (PNG), drawn from ``metrics.jsonl`` and the final evaluation."""
+confusion matrix (PNG), drawn from ``metrics.jsonl`` and the final evaluation; and the run's time
+to accuracy, read from the same log."""
 
 from __future__ import annotations
 
@@ -15,6 +16,23 @@ def _records(run_dir: Path) -> list[dict[str, Any]]:
         if path.is_file()
         else []
     )
+
+
+def time_to_accuracy(
+    run_dir: Path, *, targets: tuple[float, ...] = (0.90, 0.91), at_minutes: float = 15.0
+) -> dict[str, Any]:
+    """From ``metrics.jsonl``'s test records (``time_s``: seconds since the process started):
+    the first time each of ``targets`` was reached (None if never), and the accuracy of the last
+    evaluation at or before ``at_minutes`` (None if none). For a run that was never interrupted
+    (a resumed process starts its clock again)."""
+    test = [r for r in _records(run_dir) if r.get("split") == "test" and "time_s" in r]
+    first = {t: next((r["time_s"] for r in test if r["accuracy"] >= t), None) for t in targets}
+    before = [r for r in test if r["time_s"] <= at_minutes * 60]
+    return {
+        "seconds_to": first,
+        "at_minutes": at_minutes,
+        "accuracy_at": before[-1]["accuracy"] if before else None,
+    }
 
 
 def write_report(run_dir: Path, result: dict[str, Any], classes: list[str]) -> list[Path]:

@@ -11,6 +11,7 @@ import torch
 
 import vitkit
 from helpers import randomize, tiny
+from vitkit.runtime import inference
 from vitkit.runtime.allocator import SWITCH_ENV, find_jemalloc
 from vitkit.runtime.inference import OneDNNLinear, onednn_speedup, optimize_for_inference
 
@@ -71,3 +72,16 @@ def test_onednn_backend_gives_the_eager_logits_and_leaves_the_model_alone(eager)
         optimize_for_inference(model, bf16=True, backend="onednn")
     with pytest.raises(ValueError, match="expected 'auto'"):
         optimize_for_inference(model, backend="mkl")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("speedup", "bf16", "chosen"),
+    [(2.0, False, "onednn"), (1.1, False, "inductor"), (2.0, True, "inductor")],
+)
+def test_auto_takes_onednn_only_where_it_is_clearly_faster_in_fp32(
+    monkeypatch, speedup: float, bf16: bool, chosen: str
+) -> None:
+    # the machine's measurement replaced by a given one: the rule, not this CPU, is under test
+    monkeypatch.setattr(inference, "onednn_speedup", lambda model: speedup)
+    model = vitkit.create_model(tiny())
+    assert inference.choose_backend(model, bf16=bf16) == chosen

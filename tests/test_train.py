@@ -329,3 +329,11 @@ def test_time_to_accuracy_reads_the_log(tmp_path: Path) -> None:
     assert timing["accuracy_at"] == 0.904  # the last evaluation by 15 min, not the best
     assert time_to_accuracy(tmp_path, targets=(0.95,), at_minutes=1)["seconds_to"] == {0.95: None}
     assert time_to_accuracy(tmp_path, at_minutes=1)["accuracy_at"] is None
+
+
+def test_adam_is_one_fused_kernel_outside_fsdp() -> None:
+    from vitkit.train.optim import build_optimizer
+
+    run = get_recipe("smoke")
+    optimizer = build_optimizer(vitkit.create_model(run.model), run.optim)
+    assert isinstance(optimizer, torch.optim.AdamW) and optimizer.defaults["fused"] is True

@@ -127,10 +127,13 @@ def onednn_speedup(model: nn.Module, rows: int = 1024) -> float:
     return mkl / onednn
 
 
+def _on_cpu(model: nn.Module) -> bool:
+    return all(p.device.type == "cpu" for p in model.parameters())
+
+
 def choose_backend(model: nn.Module, *, bf16: bool) -> Literal["inductor", "onednn"]:
     """``auto``'s choice: ``onednn`` for fp32 on a CPU where it beats MKL by ``ONEDNN_MARGIN``."""
-    on_cpu = all(p.device.type == "cpu" for p in model.parameters())
-    if bf16 or not on_cpu or onednn_speedup(model) < ONEDNN_MARGIN:
+    if bf16 or not _on_cpu(model) or onednn_speedup(model) < ONEDNN_MARGIN:
         return "inductor"
     return "onednn"
 
@@ -143,7 +146,7 @@ def optimize_for_inference(
     matrix products; logits within ~1e-2 of fp32). ``backend``: see the module docstring."""
     if backend not in ("auto", "inductor", "onednn"):
         raise ValueError(f"backend={backend!r}: expected 'auto', 'inductor' or 'onednn'")
-    if backend == "onednn" and (bf16 or any(p.device.type != "cpu" for p in model.parameters())):
+    if backend == "onednn" and (bf16 or not _on_cpu(model)):
         raise ValueError("backend='onednn' packs fp32 weights on the CPU: use 'inductor' here")
     if backend == "auto":
         backend = choose_backend(model, bf16=bf16)

@@ -1,23 +1,46 @@
-"""``vitkit fewshot``, ``inspect`` and ``eval --fast`` end to end on a trained checkpoint, and their
+"""``vitkit fewshot``, ``inspect``, ``eval --fast`` and ``eval --flip`` end to end on a trained checkpoint, and their
 errors."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
 import pytest
 
 from vitkit.cli import main
+from vitkit.config import replace
 from vitkit.recipes import get_recipe
 from vitkit.train.loop import train
 
 
 @pytest.fixture(scope="module")
-def best(tmp_path_factory) -> str:
+def run_dir(tmp_path_factory) -> Path:
+    """A smoke run evaluated with test-time flips."""
     run_dir = tmp_path_factory.mktemp("smoke")
-    train(get_recipe("smoke"), run_dir, progress=False)
+    train(replace(get_recipe("smoke"), {"data.test_flip": True}), run_dir, progress=False)
+    return run_dir
+
+
+@pytest.fixture(scope="module")
+def best(run_dir: Path) -> str:
     return str(run_dir / "best")
+
+
+def test_test_flip_logs_both_accuracies(run_dir: Path) -> None:
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    test = [r for r in map(json.loads, lines) if r.get("split") == "test"]
+    assert test and all(0 <= r["accuracy_one_view"] <= 1 for r in test)
+
+
+def test_eval_flip_prints_both_accuracies(best: str, capsys) -> None:
+    assert main(["eval", best, "--data", "synthetic"]) == 0
+    plain = re.search(r"top-1 ([0-9.]+)", capsys.readouterr().out)[1]
+    assert main(["eval", best, "--data", "synthetic", "--flip"]) == 0
+    out = capsys.readouterr().out
+    assert "each with its mirror image" in out
+    assert re.search(r"top-1 without ([0-9.]+)", out)[1] == plain
 
 
 def test_fewshot_cli(best: str, capsys) -> None:

@@ -161,6 +161,8 @@ def test_mpp_config_errors(tmp_path: Path) -> None:
         )
     with pytest.raises(ConfigError, match=r"train\.ema"):
         replace(smoke, {"train.objective": "mpp", "train.ema": 0.99})
+    with pytest.raises(ConfigError, match=r"data\.test_flip"):
+        replace(smoke, {"train.objective": "mpp", "data.test_flip": True})
     with pytest.raises(ValueError, match="plain ViT"):
         MaskedPatchPrediction(get_recipe("fmnist-resnet").model)
     with pytest.raises(ConfigError, match="distinct"):

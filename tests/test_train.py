@@ -337,3 +337,24 @@ def test_adam_is_one_fused_kernel_outside_fsdp() -> None:
     run = get_recipe("smoke")
     optimizer = build_optimizer(vitkit.create_model(run.model), run.optim)
     assert isinstance(optimizer, torch.optim.AdamW) and optimizer.defaults["fused"] is True
+
+
+@pytest.mark.parametrize("fixed", [True, False])
+def test_ema_is_polyak_averaging_with_the_ramped_decay(fixed: bool) -> None:
+    from vitkit.train.loop import _Average
+
+    torch.manual_seed(0)
+    model = vitkit.create_model(get_recipe("smoke").model)
+    ema = vitkit.create_model(get_recipe("smoke").model)
+    start = {k: v.clone() for k, v in ema.state_dict().items()}
+    average = _Average(ema, model, 0.9, fixed=fixed)
+    for step, decay in [(0, 0.1), (100, 0.9)]:  # min(0.9, (1 + step) / (10 + step))
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(torch.randn_like(p))  # the model moves; the average follows it
+        weights = {k: v.clone() for k, v in model.state_dict().items()}
+        average.update(step)
+        for key, value in ema.state_dict().items():
+            expected = decay * start[key] + (1 - decay) * weights[key]
+            torch.testing.assert_close(value, expected, rtol=1e-5, atol=1e-6)
+        start = {k: v.clone() for k, v in ema.state_dict().items()}

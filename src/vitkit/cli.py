@@ -271,8 +271,19 @@ def _eval(args: argparse.Namespace) -> None:
             f"the model has {model.cfg.num_classes} classes, {args.data} has {len(classes)}"
         )
     names = extra.get("class_names") or classes
-    result = evaluate(_fast(model, args.fast), batches.epoch(0), model.cfg.num_classes)
-    print(f"top-1 {result['accuracy']:.4f}  top-5 {result['top5']:.4f}  ({result['count']} images)")
+    result = evaluate(
+        _fast(model, args.fast), batches.epoch(0), model.cfg.num_classes, flip=args.flip
+    )
+    one_view = result.get("accuracy_one_view")
+    print(
+        f"top-1 {result['accuracy']:.4f}  top-5 {result['top5']:.4f}  ({result['count']} images"
+        + (
+            ""
+            if one_view is None
+            else f", each with its mirror image; top-1 without {one_view:.4f}"
+        )
+        + ")"
+    )
     for name, acc in zip(names, result["per_class"], strict=False):
         print(f"  {name:<24} {acc:.4f}")
 
@@ -505,6 +516,12 @@ def _parser() -> argparse.ArgumentParser:
     _checkpoint_and_data(p)
     p.add_argument("--batch-size", type=int, default=256)
     p.add_argument("--fast", action="store_true", help=FAST_HELP)
+    p.add_argument(
+        "--flip",
+        action="store_true",
+        help="average each image's class probabilities with its mirror image's "
+        "(test-time augmentation, as data.test_flip in training)",
+    )
 
     p = verb(
         "fewshot",

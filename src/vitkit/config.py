@@ -381,6 +381,9 @@ class DataConfig:
     data_dir: str | None = None
     crop_padding: int = 0  # random crop after zero padding (small images)
     flip: bool = False
+    # evaluate each test image and its mirror image, averaging the class probabilities
+    # (test-time augmentation: twice the evaluation's forward passes)
+    test_flip: bool = False
     inception_crop: bool = False
     rand_augment: bool = False  # RandAugment(2, 10)
     per_class: int | None = None  # class-balanced subset of the training set
@@ -552,6 +555,12 @@ class RunConfig:
                 self.train.objective,
                 "'classification' for this model: masked patch prediction needs a plain ViT (a "
                 "hybrid's ResNet would see the masked patches' pixels through its neighbours)",
+            )
+            _check(
+                not self.data.test_flip,
+                "data.test_flip",
+                self.data.test_flip,
+                "False with train.objective='mpp' (its evaluation predicts patches, not classes)",
             )
             _check(
                 self.train.ema is None,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 
 import torch
@@ -23,22 +24,31 @@ def evaluate(
     num_classes: int,
     *,
     bf16: bool = False,
+    flip: bool = False,
     reduce: Callable[[Tensor], Tensor] | None = None,
 ) -> dict:
     """Run ``model`` over ``batches`` (float images, labels); returns loss, accuracy, top5,
     per_class (list) and confusion (K x K list, rows = true class), computed on ``model``'s
-    device. ``reduce`` sums a tensor over processes when each evaluates its part of the batches
-    (data parallelism)."""
+    device. ``flip``: test-time augmentation, the class probabilities averaged over each image
+    and its mirror image (two forward passes); every figure is then the averaged prediction's, and
+    ``accuracy_one_view`` adds the unflipped images' own accuracy. ``reduce`` sums a tensor over
+    processes when each evaluates its part of the batches (data parallelism)."""
     device = model_device(model)
     was_training = model.training
     model.eval()
     confusion = torch.zeros(num_classes, num_classes, dtype=torch.long, device=device)
-    loss_sum, top5_hits, count = 0.0, 0, 0
+    loss_sum, top5_hits, one_view_hits, count = 0.0, 0, 0, 0
     for images, labels in batches:
         images, labels = images.to(device, non_blocking=True), labels.to(device, non_blocking=True)
+        if flip:  # one forward pass over both views: (2B, C, H, W)
+            images = torch.cat([images, images.flip(-1)])
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
-            logits = model(images)
-        logits = logits.float()
+            logits = model(images).float()  # (B, K), or (2B, K) with flip
+        if flip:
+            views = logits.log_softmax(1).unflatten(0, (2, -1))  # (2, B, K)
+            one_view_hits += (views[0].argmax(dim=1) == labels).sum().item()
+            # the log of the mean probability: the averaged prediction's loss, top-5 and argmax
+            logits = torch.logsumexp(views, dim=0) - math.log(2)  # (B, K)
         loss_sum += F.cross_entropy(logits, labels, reduction="sum").item()
         k = min(5, num_classes)
         top5_hits += (logits.topk(k, dim=1).indices == labels[:, None]).any(dim=1).sum().item()
@@ -49,9 +59,12 @@ def evaluate(
     model.train(was_training)
     if reduce is not None:
         confusion = reduce(confusion)
-        totals = reduce(torch.tensor([loss_sum, top5_hits, count], dtype=torch.float64))
-        loss_sum, top5_hits, count = totals[0].item(), int(totals[1]), int(totals[2])
+        totals = reduce(
+            torch.tensor([loss_sum, top5_hits, one_view_hits, count], dtype=torch.float64)
+        )
+        loss_sum, top5_hits, one_view_hits, count = totals[0].item(), *map(int, totals[1:])
     per_class = (confusion.diag() / confusion.sum(dim=1).clamp(min=1)).tolist()
+    one_view = {"accuracy_one_view": one_view_hits / max(count, 1)} if flip else {}
     return {
         "loss": loss_sum / max(count, 1),
         "accuracy": confusion.diag().sum().item() / max(count, 1),
@@ -59,4 +72,5 @@ def evaluate(
         "per_class": per_class,
         "confusion": confusion.tolist(),
         "count": count,
+        **one_view,
     }

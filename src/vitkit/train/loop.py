@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 
 from ..config import RunConfig
 from ..data import Batches, Preprocess
@@ -114,14 +114,27 @@ def _stop_requests() -> Iterator[dict[str, int]]:
             signal.signal(s, h)
 
 
-def _ema_update(ema: nn.Module, model: nn.Module, decay: float, step: int) -> None:
-    """Polyak averaging; the decay ramps up as (1 + step) / (10 + step) (TensorFlow's
-    ``num_updates`` rule), so early averages are not dominated by the random initial weights."""
-    decay = min(decay, (1 + step) / (10 + step))
-    with torch.no_grad():
-        for e, p in zip(ema.state_dict().values(), model.state_dict().values(), strict=True):
-            if e.dtype.is_floating_point:
-                e.mul_(decay).add_(p.detach(), alpha=1 - decay)
+class _Average:
+    """Polyak averaging of ``model``'s floating-point weights into ``ema``, one fused update per
+    step (5x cheaper than tensor by tensor: 1 against 6 ms a step for the Fashion-MNIST ViT); the
+    decay ramps up as (1 + step) / (10 + step) (TensorFlow's ``num_updates`` rule), so early
+    averages are not dominated by the random initial weights. Under FSDP the tensors are looked up
+    at every step (its parameters are re-registered as they are sharded and gathered)."""
+
+    def __init__(self, ema: nn.Module, model: nn.Module, decay: float, *, fixed: bool) -> None:
+        self.ema, self.model, self.decay = ema, model, decay
+        self.tensors = self._tensors() if fixed else None
+
+    def _tensors(self) -> tuple[list[Tensor], list[Tensor]]:
+        pairs = zip(self.ema.state_dict().values(), self.model.state_dict().values(), strict=True)
+        floats = [(e, p) for e, p in pairs if e.dtype.is_floating_point]
+        return [e for e, _ in floats], [p.detach() for _, p in floats]
+
+    @torch.no_grad()
+    def update(self, step: int) -> None:
+        decay = min(self.decay, (1 + step) / (10 + step))
+        averages, weights = self.tensors or self._tensors()
+        torch._foreach_lerp_(averages, weights, 1 - decay)  # e += (1 - decay) (w - e)
 
 
 def init_from_pretrained(run: RunConfig) -> nn.Module:
@@ -226,6 +239,8 @@ def train(run: RunConfig, run_dir: str | Path, *, progress: bool = True) -> dict
     optimizer = build_optimizer(model, run.optim, mpp)  # after FSDP replaced the parameters
     trained = list(objective.parameters())
     averaged = ema if ema is not None else model  # what is evaluated and kept as best
+    sharded = distributed.is_distributed() and tc.parallel == "fsdp"
+    average = _Average(ema, model, tc.ema, fixed=not sharded) if ema is not None else None
     step, best, window = 0, -1.0, _Window()
     if last:
         weights, state = load_checkpoint(last[-1], model.cfg)
@@ -258,6 +273,7 @@ def train(run: RunConfig, run_dir: str | Path, *, progress: bool = True) -> dict
                     evaluation.epoch(0),
                     len(classes),
                     bf16=tc.bf16,
+                    flip=run.data.test_flip,
                     reduce=distributed.all_sum,
                 )
             else:  # the colour accuracy of the chosen patches, the same patches every time
@@ -333,8 +349,8 @@ def train(run: RunConfig, run_dir: str | Path, *, progress: bool = True) -> dict
                 torch.nn.utils.clip_grad_norm_(trained, run.optim.grad_clip)
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
-            if ema is not None:
-                _ema_update(ema, model, tc.ema, step)
+            if average is not None:
+                average.update(step)
             step += 1
             window.n += 1
             bar.update(1)
@@ -363,9 +379,11 @@ def train(run: RunConfig, run_dir: str | Path, *, progress: bool = True) -> dict
                 window.t += time.perf_counter() - started  # images/s counts training only
                 write({"step": step, "split": "test", **_scalars(result)})
                 what = "masked-patch colour accuracy" if mpp is not None else "accuracy"
+                one_view = result.get("accuracy_one_view")
                 bar.write(
-                    f"step {step}: test {what} {result['accuracy']:.4f} "
-                    f"({process_seconds() / 60:.1f} min)"
+                    f"step {step}: test {what} {result['accuracy']:.4f}"
+                    + ("" if one_view is None else f" (with its mirror; {one_view:.4f} without)")
+                    + f" ({process_seconds() / 60:.1f} min)"
                 )
                 if result["accuracy"] > best:  # the same result in every process
                     best = result["accuracy"]
@@ -402,8 +420,9 @@ def train(run: RunConfig, run_dir: str | Path, *, progress: bool = True) -> dict
 
 def _scalars(result: dict[str, Any]) -> dict[str, float]:
     """The numbers of an evaluation that go to metrics.jsonl: loss, accuracy, top5 (when
-    classifying) and ``fewshot_<k>shot`` (mean over seeds) when few-shot evaluation is on."""
-    out = {k: result[k] for k in ("loss", "accuracy", "top5") if k in result}
+    classifying), ``accuracy_one_view`` (with ``data.test_flip``: the accuracy without the mirror
+    images) and ``fewshot_<k>shot`` (mean over seeds) when few-shot evaluation is on."""
+    out = {k: result[k] for k in ("loss", "accuracy", "accuracy_one_view", "top5") if k in result}
     for shots, acc in result.get("fewshot", {}).items():
         out[f"fewshot_{shots}shot"] = acc["mean"]
     return out

@@ -115,6 +115,24 @@ def test_fsdp_on_two_processes_equals_one_and_checkpoints_move_both_ways(
     assert_same_run(resumed, one_process)
 
 
+@pytest.mark.distributed
+def test_muon_checkpoints_move_between_one_process_and_ddp(tmp_path: Path) -> None:
+    # Muon with AdamW saves one optimizer state however many processes train: the 1-process
+    # run's step 4 resumed by 2 DDP processes, their step 6 by one process, all as one run.
+    muon = [*RUN, "--set", "optim.name='muon'", "--set", "optim.momentum=0.95"]
+    one = tmp_path / "one"
+    vitkit(*muon, "--run-dir", str(one))
+    ddp = stopped_copy(one, tmp_path / "ddp", step=4)
+    vitkit(*muon, "--run-dir", str(ddp), torchrun=2)
+    assert_resumed(ddp, one, step=4)
+    assert_same_run(ddp, one)
+    assert_same_weights(ddp, one)
+    back = stopped_copy(ddp, tmp_path / "back", step=6)
+    vitkit(*muon, "--run-dir", str(back))
+    assert_resumed(back, ddp, step=6)
+    assert_same_run(back, one)
+
+
 def test_process_parts_make_up_the_one_process_batches() -> None:
     # Augmented training batches (in memory and per sample) and evaluation batches whose last
     # one leaves process 1 of 2 nothing: the parts, concatenated, are the 1-process batches.

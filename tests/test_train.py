@@ -3,6 +3,7 @@ fine-tuning at a higher resolution, evaluation and prediction from the command l
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import signal
@@ -358,3 +359,55 @@ def test_ema_is_polyak_averaging_with_the_ramped_decay(fixed: bool) -> None:
             expected = decay * start[key] + (1 - decay) * weights[key]
             torch.testing.assert_close(value, expected, rtol=1e-5, atol=1e-6)
         start = {k: v.clone() for k, v in ema.state_dict().items()}
+
+
+def test_muon_takes_the_blocks_matrices_and_resumes_from_its_state() -> None:
+    import torch.nn.functional as F
+
+    from vitkit.config import replace
+    from vitkit.train.optim import MuonWithAdamW, build_optimizer, set_learning_rate
+
+    run = replace(get_recipe("smoke"), {"optim.name": "muon", "optim.weight_decay": 0.1})
+    g = torch.Generator().manual_seed(1)
+    batches = [(torch.randn(8, 3, 16, 16, generator=g), torch.randint(0, 4, (8,), generator=g))]
+    batches *= 4
+
+    def fresh():
+        torch.manual_seed(0)
+        model = vitkit.create_model(run.model).eval()  # no dropout: the steps are deterministic
+        return model, build_optimizer(model, run.optim)
+
+    def step(model, optimizer, batch) -> None:
+        F.cross_entropy(model(batch[0]), batch[1]).backward()
+        optimizer.step()
+        optimizer.zero_grad()
+
+    model, optimizer = fresh()
+    for batch in batches[:3]:
+        step(model, optimizer, batch)
+    assert isinstance(optimizer, MuonWithAdamW)
+    muon, adamw = optimizer.optimizers
+    name = {id(p): n for n, p in model.named_parameters()}
+    in_muon = {name[id(p)] for g in muon.param_groups for p in g["params"]}
+    matrices = {n for n, p in model.named_parameters() if n.startswith("blocks.") and p.ndim == 2}
+    assert in_muon == matrices and matrices
+    in_adamw = {name[id(p)] for g in adamw.param_groups for p in g["params"]}
+    assert in_adamw == set(name.values()) - matrices
+
+    # The state numbers every parameter once, Muon's first, each with its momentum; loaded into
+    # a fresh optimizer, the next step is the original's to the bit.
+    state = copy.deepcopy(optimizer.state_dict())  # its tensors are the optimizer's own
+    ids = [i for g in state["param_groups"] for i in g["params"]]
+    assert ids == list(range(len(name))) and set(state["state"]) == set(ids)
+    weights = {k: v.clone() for k, v in model.state_dict().items()}
+    step(model, optimizer, batches[3])
+    resumed, again = fresh()
+    resumed.load_state_dict(weights)
+    again.load_state_dict(state)
+    step(resumed, again, batches[3])
+    torch.testing.assert_close(resumed.state_dict(), model.state_dict(), rtol=0, atol=0)
+
+    set_learning_rate(again, 0.123)
+    assert all(g["lr"] == 0.123 for o in again.optimizers for g in o.param_groups)
+    with pytest.raises(ValueError, match="another optimizer"):
+        again.load_state_dict(torch.optim.AdamW(model.parameters()).state_dict())

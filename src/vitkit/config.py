@@ -344,7 +344,7 @@ def parse_set(items: list[str]) -> dict[str, Any]:
 # ------------------------------------------------------------------------------------ training
 
 Dataset = Literal["fashion_mnist", "cifar10", "cifar100", "folder", "synthetic"]
-Optimizer = Literal["adam", "sgd"]
+Optimizer = Literal["adam", "sgd", "muon"]
 Schedule = Literal["cosine", "linear", "constant"]
 Objective = Literal["classification", "mpp"]
 Parallel = Literal["ddp", "fsdp"]
@@ -408,13 +408,15 @@ class DataConfig:
 @dataclass(frozen=True, kw_only=True)
 class OptimConfig:
     """Adam with decoupled weight decay for pre-training, SGD momentum for fine-tuning [P §4.1,
-    Table 3, B.1.1]; linear warmup then cosine or linear decay to ``end_lr``."""
+    Table 3, B.1.1]; linear warmup then cosine or linear decay to ``end_lr``. ``muon`` (not in the
+    paper): Muon for the transformer blocks' weight matrices, AdamW (``beta1``, ``beta2``) for the
+    rest, the same learning rate and weight decay (train/optim.py)."""
 
     name: Optimizer = "adam"
     lr: float
     beta1: float = 0.9
     beta2: float = 0.999
-    momentum: float = 0.9
+    momentum: float = 0.9  # SGD's, and Muon's (Nesterov)
     # Adam: decoupled (AdamW); SGD: PyTorch's L2 (the paper fine-tunes with none). Never on biases,
     # norms, position embedding or class token.
     weight_decay: float = 0.0
@@ -424,7 +426,9 @@ class OptimConfig:
     end_lr: float = 0.0  # vit_jax's linear decay ends at 1e-5
 
     def __post_init__(self) -> None:
-        _check(self.name in ("adam", "sgd"), "optim.name", self.name, "'adam' or 'sgd'")
+        _check(
+            self.name in ("adam", "sgd", "muon"), "optim.name", self.name, "'adam', 'sgd' or 'muon'"
+        )
         _check(
             isinstance(self.lr, (int, float)) and self.lr > 0,
             "optim.lr",
@@ -568,6 +572,13 @@ class RunConfig:
                 self.train.ema,
                 "None with train.objective='mpp' (the mask embedding and head are not averaged)",
             )
+        _check(
+            not (self.optim.name == "muon" and self.train.parallel == "fsdp"),
+            "optim.name",
+            self.optim.name,
+            "'adam' with train.parallel='fsdp' (Muon orthogonalises whole matrices, FSDP shards "
+            "them), or train.parallel='ddp'",
+        )
         _check(
             not (self.train.activation_checkpointing and self.model.arch != "vit"),
             "train.activation_checkpointing",

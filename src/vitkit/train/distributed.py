@@ -279,7 +279,8 @@ def optimizer_state(module: nn.Module, optimizer: torch.optim.Optimizer) -> dict
         return optimizer.state_dict()
     from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
 
-    full = get_optimizer_state_dict(module, optimizer, options=_full_options(cpu_offload=True))
+    optimizers = getattr(optimizer, "optimizers", optimizer)  # Muon with AdamW: both
+    full = get_optimizer_state_dict(module, optimizers, options=_full_options(cpu_offload=True))
     if not full:
         return {}
     names = [name for group in full["param_groups"] for name in group["params"]]
@@ -312,7 +313,8 @@ def load_optimizer_state(
             for group in state["param_groups"]
         ],
     }
-    set_optimizer_state_dict(module, optimizer, full, options=_full_options())
+    optimizers = getattr(optimizer, "optimizers", optimizer)  # Muon with AdamW: both
+    set_optimizer_state_dict(module, optimizers, full, options=_full_options())
 
 
 def lost_peer(error: BaseException) -> bool:

@@ -4,11 +4,17 @@ Pre-training: Adam (β1 0.9, β2 0.999) with decoupled weight decay (AdamW: big_
 ``wd`` times the schedule, to kernels only) — never on biases, norms, position embedding or class
 token. Fine-tuning: SGD with momentum 0.9 and no weight decay. Both with a linear warmup, then
 cosine or linear decay (vit_jax's linear decay ends at ``linear_end=1e-5``).
+
+Not in the paper: Muon (Jordan et al. 2024; ``torch.optim.Muon``), momentum updates made
+orthogonal by Newton–Schulz iterations, for the transformer blocks' weight matrices, with AdamW
+for everything else; its update is scaled to AdamW's size (Moonshot's rule), so the same learning
+rate and weight decay serve both. The Fashion-MNIST speed recipe uses it (benchmarks/RESULTS.md).
 """
 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 from torch import nn
@@ -36,21 +42,107 @@ def param_groups(weight_decay: float, *modules: nn.Module) -> list[dict]:
     ]
 
 
+class MuonWithAdamW:
+    """Muon for some parameter groups, AdamW for the others, as one optimizer: ``param_groups``
+    is both optimizers' groups (Muon's first; setting a group's ``lr`` sets it in its optimizer),
+    and ``state_dict`` numbers the parameters across both in that order, the format of a single
+    ``torch.optim.Optimizer`` and of ``get_optimizer_state_dict`` over ``optimizers``."""
+
+    def __init__(self, muon: torch.optim.Muon, adamw: torch.optim.AdamW) -> None:
+        self.optimizers = (muon, adamw)
+
+    @property
+    def param_groups(self) -> list[dict[str, Any]]:  # looked up each time: loading replaces them
+        return [g for o in self.optimizers for g in o.param_groups]
+
+    def step(self) -> None:
+        for optimizer in self.optimizers:
+            optimizer.step()
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for optimizer in self.optimizers:
+            optimizer.zero_grad(set_to_none=set_to_none)
+
+    def state_dict(self) -> dict[str, Any]:
+        state, groups, offset = {}, [], 0
+        for optimizer in self.optimizers:
+            part = optimizer.state_dict()
+            state.update({offset + i: s for i, s in part["state"].items()})
+            groups += [
+                {**g, "params": [offset + i for i in g["params"]]} for g in part["param_groups"]
+            ]
+            offset += sum(len(g["params"]) for g in part["param_groups"])
+        return {"state": state, "param_groups": groups}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        groups, offset = list(state_dict["param_groups"]), 0
+        if len(groups) != len(self.param_groups):
+            raise ValueError(
+                f"the optimizer state has {len(groups)} parameter groups, Muon with AdamW has "
+                f"{len(self.param_groups)}: it was written by another optimizer (optim.name)"
+            )
+        for optimizer in self.optimizers:
+            mine, groups = (
+                groups[: len(optimizer.param_groups)],
+                groups[len(optimizer.param_groups) :],
+            )
+            ids = [i for g in mine for i in g["params"]]
+            renumber = {i: i - offset for i in ids}
+            optimizer.load_state_dict(
+                {
+                    "state": {
+                        renumber[i]: s for i, s in state_dict["state"].items() if i in renumber
+                    },
+                    "param_groups": [
+                        {**g, "params": [renumber[i] for i in g["params"]]} for g in mine
+                    ],
+                }
+            )
+            offset += len(ids)
+
+
+def muon_matrices(model: nn.Module) -> set[int]:
+    """The ids of the parameters Muon updates: the transformer blocks' weight matrices (attention
+    q/k/v and output, the MLP's two layers); embeddings, head, norms and biases stay with AdamW."""
+    return {id(p) for n, p in model.named_parameters() if n.startswith("blocks.") and p.ndim == 2}
+
+
 def build_optimizer(
     model: nn.Module, cfg: OptimConfig, objective: nn.Module | None = None
-) -> torch.optim.Optimizer:
+) -> torch.optim.Optimizer | MuonWithAdamW:
     """The optimizer over the model's parameters, then the objective's (masked patch prediction
     owns a mask embedding and a head)."""
     groups = param_groups(cfg.weight_decay, model, *([objective] if objective is not None else []))
-    if cfg.name == "adam":
-        # one fused kernel for the whole update (the same formula, ~5% of a small model's step
-        # saved on CPU); FSDP's sharded parameters (DTensor) take the default implementation
-        params = [p for group in groups for p in group["params"]]
-        fused = all(type(p) is nn.Parameter for p in params) or None
-        return torch.optim.AdamW(
-            groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=1e-8, fused=fused
-        )
-    return torch.optim.SGD(groups, lr=cfg.lr, momentum=cfg.momentum)
+    if cfg.name == "sgd":
+        return torch.optim.SGD(groups, lr=cfg.lr, momentum=cfg.momentum)
+    muon_groups: list[dict] = []
+    if cfg.name == "muon":
+        matrices = muon_matrices(model)
+        if not matrices:
+            raise ValueError(
+                "optim.name='muon' found no transformer weight matrices in the model "
+                f"({type(model).__name__}): use 'adam'"
+            )
+        muon_groups = [
+            {**g, "params": [p for p in g["params"] if id(p) in matrices]} for g in groups
+        ]
+        muon_groups = [g for g in muon_groups if g["params"]]
+        groups = [
+            {**g, "params": [p for p in g["params"] if id(p) not in matrices]} for g in groups
+        ]
+    # one fused kernel for the whole update (the same formula, ~5% of a small model's step
+    # saved on CPU); FSDP's sharded parameters (DTensor) take the default implementation
+    params = [p for group in groups for p in group["params"]]
+    fused = all(type(p) is nn.Parameter for p in params) or None
+    adamw = torch.optim.AdamW(
+        groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=1e-8, fused=fused
+    )
+    if not muon_groups:
+        return adamw
+    muon = torch.optim.Muon(
+        muon_groups, lr=cfg.lr, momentum=cfg.momentum, adjust_lr_fn="match_rms_adamw"
+    )
+    return MuonWithAdamW(muon, adamw)
 
 
 def learning_rate(step: int, *, cfg: OptimConfig, total_steps: int, warmup_steps: int) -> float:

@@ -98,3 +98,10 @@ def test_eval_fast_prints_the_same_figures(best: str, capsys) -> None:
     eager = capsys.readouterr().out
     assert main(["eval", best, "--data", "synthetic", "--fast"]) == 0
     assert capsys.readouterr().out == eager and "top-1" in eager
+
+
+def test_train_reports_time_to_accuracy_with_and_without_flips(tmp_path: Path, capsys) -> None:
+    args = ["train", "--recipe", "smoke", "--no-progress", "--run-dir", str(tmp_path)]
+    assert main([*args, "--set", "data.test_flip=True"]) == 0
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("time to"))
+    assert "each test image with its mirror" in line and "(one view: 90% " in line

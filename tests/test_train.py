@@ -324,12 +324,17 @@ def test_time_to_accuracy_reads_the_log(tmp_path: Path) -> None:
         {"step": 30, "split": "test", "accuracy": 0.904, "time_s": 880.0},
         {"step": 40, "split": "test", "accuracy": 0.915, "time_s": 950.0},  # after 15 min
     ]
+    for r, one_view in zip(records[1:], (0.88, 0.899, 0.901, 0.91), strict=True):
+        r["accuracy_one_view"] = one_view  # with data.test_flip
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     timing = time_to_accuracy(tmp_path)
     assert timing["seconds_to"] == {0.90: 700.0, 0.91: 950.0}
     assert timing["accuracy_at"] == 0.904  # the last evaluation by 15 min, not the best
     assert time_to_accuracy(tmp_path, targets=(0.95,), at_minutes=1)["seconds_to"] == {0.95: None}
     assert time_to_accuracy(tmp_path, at_minutes=1)["accuracy_at"] is None
+    one_view = time_to_accuracy(tmp_path, key="accuracy_one_view")
+    assert one_view["seconds_to"] == {0.90: 880.0, 0.91: 950.0}
+    assert one_view["accuracy_at"] == 0.901
 
 
 def test_adam_is_one_fused_kernel_outside_fsdp() -> None:

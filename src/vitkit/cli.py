@@ -245,15 +245,25 @@ def _train(args: argparse.Namespace) -> None:
 
         from .train.report import time_to_accuracy
 
-        timing = time_to_accuracy(Path(args.run_dir))
-        reached = ", ".join(
-            f"{100 * t:g}% at {s / 60:.1f} min" if s is not None else f"{100 * t:g}% not reached"
-            for t, s in timing["seconds_to"].items()
-        )
-        at = timing["accuracy_at"]
+        def summary(key: str) -> str:
+            timing = time_to_accuracy(Path(args.run_dir), key=key)
+            reached = ", ".join(
+                f"{100 * t:g}% at {s / 60:.1f} min"
+                if s is not None
+                else f"{100 * t:g}% not reached"
+                for t, s in timing["seconds_to"].items()
+            )
+            at = timing["accuracy_at"]
+            return (
+                f"{reached}; at {timing['at_minutes']:g} min: {'—' if at is None else f'{at:.4f}'}"
+            )
+
+        flips = run.data.test_flip
         print(
-            f"time to accuracy (metrics.jsonl, from process start): {reached}; "
-            f"at {timing['at_minutes']:g} min: {'—' if at is None else f'{at:.4f}'}"
+            "time to accuracy (metrics.jsonl, from process start"
+            + (", each test image with its mirror" if flips else "")
+            + f"): {summary('accuracy')}"
+            + (f" (one view: {summary('accuracy_one_view')})" if flips else "")
         )
 
 

@@ -195,8 +195,8 @@ def _torchrun(nproc: int, argv: Sequence[str]) -> None:
 def _train(args: argparse.Namespace) -> None:
     import logging
     import os
-    import time
 
+    from .runtime.clock import process_seconds
     from .train import distributed
     from .train.loop import StoppedError, train
 
@@ -208,7 +208,6 @@ def _train(args: argparse.Namespace) -> None:
     main = os.environ.get("RANK", "0") == "0"  # the process that reports (torchrun's rank 0)
     if distributed.launched():  # rank 0's progress and evaluations go to the job's log
         logging.basicConfig(level=logging.INFO if main else logging.WARNING, format="%(message)s")
-    start = time.perf_counter()
     try:
         with distributed.process_group(run.train.device):
             result = train(run, args.run_dir, progress=not args.no_progress)
@@ -226,7 +225,7 @@ def _train(args: argparse.Namespace) -> None:
         ) from None
     if not main:
         return
-    minutes = (time.perf_counter() - start) / 60
+    minutes = process_seconds() / 60  # the clock of metrics.jsonl's time_s
     if run.train.objective == "mpp":
         measured = (
             f"masked-patch colour accuracy {result['accuracy']:.4f} on {result['count']} "
@@ -239,7 +238,10 @@ def _train(args: argparse.Namespace) -> None:
         )
     for shots, acc in result.get("fewshot", {}).items():
         measured += f"; {shots}-shot linear {acc['mean']:.4f}"
-    print(f"{measured} after {minutes:.1f} min; best weights in {args.run_dir}/best")
+    print(
+        f"{measured} {minutes:.1f} min after the process started; best weights in "
+        f"{args.run_dir}/best"
+    )
     if run.train.objective == "classification":
         from pathlib import Path
 

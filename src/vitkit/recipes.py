@@ -49,8 +49,8 @@ def fmnist_vit() -> ModelConfig:
 @recipe
 def fmnist() -> RunConfig:
     """A plain ViT trained from scratch on Fashion-MNIST: the main job until issue 5 (now
-    ``fmnist-speed``, this recipe compiled and longer), and the base of docs/REPRODUCTION.md's
-    studies.
+    ``fmnist-speed``, this model trained for time to accuracy), and the base of
+    docs/REPRODUCTION.md's studies.
 
     Command: ``vitkit train --recipe fmnist --run-dir runs/fmnist``.
     Measured (2-core Xeon, torch 2.14.1, 2026-11-22, with the unfused AdamW of that day): 89.12%
@@ -82,8 +82,8 @@ def fmnist_speed() -> RunConfig:
     evaluations included.
 
     What issue 5's measurements put in it (benchmarks/RESULTS.md, "Time to accuracy"): Muon for
-    the blocks' weight matrices (AdamW for the rest), which learns per epoch what AdamW learns in
-    about twice as many; batch 256 (the Muon step is per batch: half its cost per image, the same
+    the blocks' weight matrices (AdamW for the rest), which learns in 4 epochs what AdamW learns in
+    10; batch 256 (the Muon step is per batch: half its cost per image, the same
     accuracy per epoch as 128 with lr 1.5e-3); the training step compiled; an average of the
     weights (EMA 0.996, about an epoch) evaluated and kept; each test image evaluated with its
     mirror image (``data.test_flip``; the log has the one-view accuracy beside); 9 epochs, what
@@ -91,7 +91,11 @@ def fmnist_speed() -> RunConfig:
     helped the end at this length.
 
     Command: ``vitkit train --recipe fmnist-speed --run-dir runs/fmnist-speed``.
-    Measured: see benchmarks/RESULTS.md.
+    Measured (2-core Xeon, torch 2.14.1, 2026-11-22, compilation cache empty): 90.03% test
+    accuracy 8.5 min after the process started, 90.70% at the end, 14.2 min (one view: 89.48%
+    and 90.17%). Issue 5 asks for 90% within 10 minutes (met) and 91% at 15 (not met: the
+    training accuracy reaches 98%, and the regularisers tried cost more at the start than they
+    gave at the end). The log is in benchmarks/RESULTS.md.
     """
     run = fmnist()
     return dataclasses.replace(

@@ -163,6 +163,10 @@ def test_mpp_config_errors(tmp_path: Path) -> None:
         replace(smoke, {"train.objective": "mpp", "train.ema": 0.99})
     with pytest.raises(ConfigError, match=r"data\.test_flip"):
         replace(smoke, {"train.objective": "mpp", "data.test_flip": True})
+    with pytest.raises(ConfigError, match="for a ResNet"):
+        replace(get_recipe("fmnist-resnet"), {"optim.name": "muon"})
+    with pytest.raises(ConfigError, match="FSDP shards"):
+        replace(smoke, {"optim.name": "muon", "train.parallel": "fsdp"})
     with pytest.raises(ValueError, match="plain ViT"):
         MaskedPatchPrediction(get_recipe("fmnist-resnet").model)
     with pytest.raises(ConfigError, match="distinct"):

@@ -573,6 +573,12 @@ class RunConfig:
                 "None with train.objective='mpp' (the mask embedding and head are not averaged)",
             )
         _check(
+            not (self.optim.name == "muon" and self.model.arch != "vit"),
+            "optim.name",
+            self.optim.name,
+            "'adam' for a ResNet (Muon takes the transformer blocks' weight matrices)",
+        )
+        _check(
             not (self.optim.name == "muon" and self.train.parallel == "fsdp"),
             "optim.name",
             self.optim.name,

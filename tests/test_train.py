@@ -416,3 +416,50 @@ def test_muon_takes_the_blocks_matrices_and_resumes_from_its_state() -> None:
     assert all(g["lr"] == 0.123 for o in again.optimizers for g in o.param_groups)
     with pytest.raises(ValueError, match="another optimizer"):
         again.load_state_dict(torch.optim.AdamW(model.parameters()).state_dict())
+
+
+@pytest.mark.parametrize("nesterov", [True, False])
+def test_batched_muon_takes_torch_muons_steps(nesterov: bool) -> None:
+    # vitkit's Muon batches the Newton-Schulz iterations of same-shaped matrices; it must take
+    # torch.optim.Muon's steps: the same momentum to the bit, the same update up to bf16 rounding
+    # (the products run batched instead of one by one), and either's state loads into the other.
+    from vitkit.train.optim import Muon, orthogonalize
+
+    g = torch.Generator().manual_seed(0)
+    shapes = [(48, 16), (48, 16), (16, 16), (16, 32), (32, 16), (16, 32)]  # tall, square, wide
+    start = [torch.randn(s, generator=g) for s in shapes]
+    grads = [[torch.randn(s, generator=g) for s in shapes] for _ in range(3)]
+    ours_p = [torch.nn.Parameter(w.clone()) for w in start]
+    theirs_p = [torch.nn.Parameter(w.clone()) for w in start]
+    settings = dict(lr=0.02, momentum=0.9, weight_decay=0.1)
+    ours = Muon(ours_p, **settings)
+    theirs = torch.optim.Muon(theirs_p, **settings, adjust_lr_fn="match_rms_adamw")
+    for group in (*ours.param_groups, *theirs.param_groups):
+        group["nesterov"] = nesterov
+    for step_grads in grads:
+        before = [q.detach().clone() for q in theirs_p]
+        for p, q, grad in zip(ours_p, theirs_p, step_grads, strict=True):
+            p.grad, q.grad = grad.clone(), grad.clone()
+        ours.step()
+        theirs.step()
+        for p, q, w in zip(ours_p, theirs_p, before, strict=True):
+            assert torch.equal(ours.state[p]["momentum_buffer"], theirs.state[q]["momentum_buffer"])
+            moved = (q - w).norm()  # weight decay + lr * scale * an approximately orthogonal matrix
+            assert moved > 0.03
+            assert (p - q).norm() < 0.01 * moved, "a different update from torch.optim.Muon's"
+            p.data.copy_(q.detach())  # the next step from the same point
+
+    # the iteration brings every singular value of each matrix near 1
+    ortho = orthogonalize(torch.stack(grads[0][:2]), (3.4445, -4.775, 2.0315), 5, 1e-7)
+    singular_values = torch.linalg.svdvals(ortho.float())
+    assert singular_values.min() > 0.5 and singular_values.max() < 1.5
+
+    back = torch.optim.Muon(theirs_p, **settings, adjust_lr_fn="match_rms_adamw")
+    back.load_state_dict(ours.state_dict())
+    again = Muon(ours_p, **settings)
+    again.load_state_dict(theirs.state_dict())
+    for p, q in zip(ours_p, theirs_p, strict=True):
+        assert torch.equal(back.state[q]["momentum_buffer"], again.state[p]["momentum_buffer"])
+    again.param_groups[0]["adjust_lr_fn"] = "original"
+    with pytest.raises(ValueError, match="match_rms_adamw"):
+        again.step()

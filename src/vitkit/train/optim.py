@@ -9,6 +9,8 @@ Not in the paper: Muon (Jordan et al. 2024; ``torch.optim.Muon``), momentum upda
 orthogonal by Newton–Schulz iterations, for the transformer blocks' weight matrices, with AdamW
 for everything else; its update is scaled to AdamW's size (Moonshot's rule), so the same learning
 rate and weight decay serve both. The Fashion-MNIST speed recipe uses it (benchmarks/RESULTS.md).
+``Muon`` below is that optimizer with its Newton–Schulz iterations batched over same-shaped
+matrices.
 """
 
 from __future__ import annotations
@@ -42,13 +44,83 @@ def param_groups(weight_decay: float, *modules: nn.Module) -> list[dict]:
     ]
 
 
+class Muon(torch.optim.Muon):
+    """``torch.optim.Muon`` (Nesterov momentum, 5 quintic Newton–Schulz iterations in bf16, the
+    update scaled by 0.2·√max(rows, columns) to AdamW's size), with the iterations of all matrices
+    of one shape done as one batch: a transformer has four shapes (qkv, attention output, the
+    MLP's two), so 4 batched products replace 24 small ones per iteration. The same update, state
+    and hyperparameters as ``torch.optim.Muon`` with ``adjust_lr_fn="match_rms_adamw"``; its
+    checkpoints load either way. 1.06x the Fashion-MNIST ViT's training step on 2 CPU cores."""
+
+    def __init__(self, params: Any, *, lr: float, momentum: float, weight_decay: float = 0.1):
+        super().__init__(
+            params,
+            lr=lr,
+            momentum=momentum,
+            weight_decay=weight_decay,
+            adjust_lr_fn="match_rms_adamw",
+        )
+
+    @torch.no_grad()
+    def step(self, closure: Any = None) -> None:
+        if closure is not None:
+            raise ValueError("vitkit's Muon takes no closure")
+        for group in self.param_groups:
+            if group["adjust_lr_fn"] != "match_rms_adamw":
+                raise ValueError(
+                    f"Muon's adjust_lr_fn is {group['adjust_lr_fn']!r}: vitkit's batched Muon "
+                    "implements 'match_rms_adamw' only"
+                )
+            lr, momentum = group["lr"], group["momentum"]
+            by_shape: dict[tuple[int, ...], list[torch.Tensor]] = {}
+            for p in group["params"]:
+                if p.grad is not None:
+                    by_shape.setdefault(tuple(p.shape), []).append(p)
+            for shape, params in by_shape.items():
+                grads = [p.grad for p in params]
+                buffers = []
+                for p in params:
+                    if "momentum_buffer" not in self.state[p]:
+                        self.state[p]["momentum_buffer"] = torch.zeros_like(p.grad)
+                    buffers.append(self.state[p]["momentum_buffer"])
+                torch._foreach_lerp_(buffers, grads, 1 - momentum)
+                update = torch.stack(buffers)  # (N, rows, columns)
+                if group["nesterov"]:
+                    update = torch.stack(grads).lerp_(update, momentum)
+                update = orthogonalize(
+                    update, group["ns_coefficients"], group["ns_steps"], group["eps"]
+                ).to(params[0].dtype)
+                torch._foreach_mul_(params, 1 - lr * group["weight_decay"])
+                scale = 0.2 * math.sqrt(max(shape))  # Moonshot's rule: AdamW's update size
+                torch._foreach_add_(params, list(update.unbind(0)), alpha=-lr * scale)
+
+
+def orthogonalize(
+    g: torch.Tensor, coefficients: tuple[float, float, float], steps: int, eps: float
+) -> torch.Tensor:
+    """Muon's Newton–Schulz iteration X <- aX + (bA + cA²)X, A = XXᵀ, on a batch of matrices
+    (N, rows, columns) in bf16, each first divided by its Frobenius norm; the wide orientation, so
+    A is the smaller square. Approximately U·Vᵀ of each matrix's SVD U·S·Vᵀ (the quintic's
+    coefficients trade exactness for speed: singular values end in about [0.7, 1.2])."""
+    a, b, c = coefficients
+    x = g.bfloat16()
+    tall = x.size(-2) > x.size(-1)
+    if tall:
+        x = x.mT
+    x = x / x.norm(dim=(-2, -1), keepdim=True).clamp(min=eps)
+    for _ in range(steps):
+        gram = x @ x.mT  # (N, r, r), r = min(rows, columns)
+        x = torch.baddbmm(x, torch.baddbmm(gram, gram, gram, beta=b, alpha=c), x, beta=a)
+    return x.mT if tall else x
+
+
 class MuonWithAdamW:
     """Muon for some parameter groups, AdamW for the others, as one optimizer: ``param_groups``
     is both optimizers' groups (Muon's first; setting a group's ``lr`` sets it in its optimizer),
     and ``state_dict`` numbers the parameters across both in that order, the format of a single
     ``torch.optim.Optimizer`` and of ``get_optimizer_state_dict`` over ``optimizers``."""
 
-    def __init__(self, muon: torch.optim.Muon, adamw: torch.optim.AdamW) -> None:
+    def __init__(self, muon: Muon, adamw: torch.optim.AdamW) -> None:
         self.optimizers = (muon, adamw)
 
     @property
@@ -139,10 +211,7 @@ def build_optimizer(
     )
     if not muon_groups:
         return adamw
-    muon = torch.optim.Muon(
-        muon_groups, lr=cfg.lr, momentum=cfg.momentum, adjust_lr_fn="match_rms_adamw"
-    )
-    return MuonWithAdamW(muon, adamw)
+    return MuonWithAdamW(Muon(muon_groups, lr=cfg.lr, momentum=cfg.momentum), adamw)
 
 
 def learning_rate(step: int, *, cfg: OptimConfig, total_steps: int, warmup_steps: int) -> float:

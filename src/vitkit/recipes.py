@@ -101,10 +101,12 @@ def fmnist_speed() -> RunConfig:
     return dataclasses.replace(
         run,
         data=dataclasses.replace(run.data, test_flip=True),
-        optim=dataclasses.replace(run.optim, name="muon", lr=1.5e-3, momentum=0.95),
+        optim=dataclasses.replace(
+            run.optim, name="muon", lr=1.5e-3, momentum=0.95, weight_decay=0.5
+        ),
         train=dataclasses.replace(
             run.train,
-            duration="9ep",
+            duration="10ep",
             batch_size=256,
             ema=0.996,
             compile=True,

@@ -50,7 +50,8 @@ class Muon(torch.optim.Muon):
     of one shape done as one batch: a transformer has four shapes (qkv, attention output, the
     MLP's two), so 4 batched products replace 24 small ones per iteration. The same update, state
     and hyperparameters as ``torch.optim.Muon`` with ``adjust_lr_fn="match_rms_adamw"``; its
-    checkpoints load either way. 1.06x the Fashion-MNIST ViT's training step on 2 CPU cores."""
+    checkpoints load either way. 1.10x the Fashion-MNIST ViT's training step on 2 CPU cores
+    (benchmarks/RESULTS.md)."""
 
     def __init__(self, params: Any, *, lr: float, momentum: float, weight_decay: float = 0.1):
         super().__init__(

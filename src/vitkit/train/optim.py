@@ -102,7 +102,8 @@ def orthogonalize(
     """Muon's Newton–Schulz iteration X <- aX + (bA + cA²)X, A = XXᵀ, on a batch of matrices
     (N, rows, columns) in bf16, each first divided by its Frobenius norm; the wide orientation, so
     A is the smaller square. Approximately U·Vᵀ of each matrix's SVD U·S·Vᵀ (the quintic's
-    coefficients trade exactness for speed: singular values end in about [0.7, 1.2])."""
+    coefficients trade exactness for speed: the singular values of random matrices end in about
+    [0.7, 1.2] here)."""
     a, b, c = coefficients
     x = g.bfloat16()
     tall = x.size(-2) > x.size(-1)

@@ -454,12 +454,22 @@ def test_batched_muon_takes_torch_muons_steps(nesterov: bool) -> None:
     singular_values = torch.linalg.svdvals(ortho.float())
     assert singular_values.min() > 0.5 and singular_values.max() < 1.5
 
+    # (copies: a loaded state keeps the very tensors of the state dict it was given)
     back = torch.optim.Muon(theirs_p, **settings, adjust_lr_fn="match_rms_adamw")
-    back.load_state_dict(ours.state_dict())
+    back.load_state_dict(copy.deepcopy(ours.state_dict()))
     again = Muon(ours_p, **settings)
-    again.load_state_dict(theirs.state_dict())
+    again.load_state_dict(copy.deepcopy(theirs.state_dict()))
     for p, q in zip(ours_p, theirs_p, strict=True):
         assert torch.equal(back.state[q]["momentum_buffer"], again.state[p]["momentum_buffer"])
+    # torch's state, continued by vitkit's Muon: the step torch takes from it
+    for p, q, grad in zip(ours_p, theirs_p, grads[0], strict=True):
+        p.grad, q.grad = grad.clone(), grad.clone()
+    before = [q.detach().clone() for q in theirs_p]
+    again.step()
+    theirs.step()
+    for p, q, w in zip(ours_p, theirs_p, before, strict=True):
+        assert torch.equal(again.state[p]["momentum_buffer"], theirs.state[q]["momentum_buffer"])
+        assert (p - q).norm() < 0.01 * (q - w).norm()
     again.param_groups[0]["adjust_lr_fn"] = "original"
     with pytest.raises(ValueError, match="match_rms_adamw"):
         again.step()

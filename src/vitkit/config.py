@@ -1,9 +1,10 @@
 """Typed configuration: the model's vocabulary is the paper's and the official code's.
 
-Configs are frozen, keyword-only dataclasses. ``__post_init__`` validates every field and raises a
-``ValueError`` naming the field, the value and what is allowed. Overrides (from ``--set`` or keyword
-arguments) are strict: an unknown key is an error with the closest valid name. This module never
-imports torch, so the CLI can validate before paying for that import.
+Configs are frozen, keyword-only dataclasses. ``__post_init__`` validates every field and raises
+a ``ConfigError`` (vitkit's user error, ``errors.py``) naming the field, the value and what is
+allowed. Overrides (from ``--set`` or keyword arguments) are strict: an unknown key is an error
+with the closest valid name. This module never imports torch, so the CLI can validate before
+paying for that import.
 """
 
 from __future__ import annotations
@@ -18,14 +19,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
+from .errors import ConfigError
+
 Classifier = Literal["token", "gap"]
 Posemb = Literal["learn", "sincos2d", "none"]
 Activation = Literal["gelu", "gelu_tanh"]
 Architecture = Literal["vit", "resnet"]
-
-
-class ConfigError(ValueError):
-    """A configuration value or key a user gave is not valid."""
 
 
 def _check(cond: bool, name: str, value: Any, allowed: str) -> None:

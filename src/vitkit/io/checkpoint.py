@@ -25,15 +25,12 @@ import torch
 from torch import Tensor, nn
 
 from ..config import ConfigError, ModelConfig
+from ..errors import CheckpointError
 
 FORMAT_NAME = "vitkit"
 FORMAT_VERSION = 1
 WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
-
-
-class CheckpointError(ValueError):
-    """A checkpoint cannot be read, or does not fit the model it is loaded into."""
 
 
 def _exists(path: Path) -> Path:

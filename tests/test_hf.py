@@ -98,7 +98,8 @@ def _redraw(module: nn.Module, seed: int) -> nn.Module:
 def _images(fields: dict, seed: int = 0) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
     size, chans = fields["image_size"], fields["num_channels"]
-    return torch.randn(2, chans, size, size, generator=g)  # (B, C, H, W)
+    height, width = (size, size) if isinstance(size, int) else size
+    return torch.randn(2, chans, height, width, generator=g)  # (B, C, H, W)
 
 
 def _hf_classifier(fields: dict, seed: int = 0) -> nn.Module:
@@ -191,6 +192,20 @@ def test_backbone_without_pooler_returns_class_token(via: str, tmp_path: Path) -
     assert _diff(model.forward_features(x), out.last_hidden_state) <= TOL
 
 
+@pytest.mark.parametrize("via", ["module", "dir"])
+@torch.no_grad()
+def test_height_width_image_size_converts(via: str, tmp_path: Path) -> None:
+    fields = {**SMALL, "image_size": (16, 40)}  # ViTConfig's (height, width): a 2x5 grid
+    hf = _hf_classifier(fields, seed=3)
+    model = _convert(hf, via, tmp_path)
+    assert model.cfg.image_size == (16, 40) and model.cfg.grid == (2, 5)
+    x = _images(fields)
+    out = hf(pixel_values=x)
+    assert out.logits.abs().max() > 0.5
+    assert _diff(model(x), out.logits) <= TOL
+    assert _diff(model.forward_features(x), hf.vit(pixel_values=x).last_hidden_state) <= TOL
+
+
 def test_looks_like_hf_state() -> None:
     hf = _hf_classifier(SMALL)
     assert looks_like_hf_state(hf.state_dict())  # "vit." prefix
@@ -269,6 +284,22 @@ def test_round_trip_backbone(representation_size: int | None, tmp_path: Path) ->
     assert _diff(result.last_hidden_state, model.forward_features(x)) <= TOL
     hf_features = result.pooler_output if pooler else result.last_hidden_state[:, 0]
     assert _diff(hf_features, features) <= TOL
+
+
+@torch.no_grad()
+def test_round_trip_non_square(tmp_path: Path) -> None:
+    model = _random_vitkit(num_classes=3, image_size=(24, 12))
+    out = write_hf(model, tmp_path / "export")
+    assert json.loads((out / "config.json").read_text())["image_size"] == [24, 12]
+    cfg, state, _ = read_hf_dir(out)
+    assert cfg == model.cfg
+    x = torch.randn(2, 3, 24, 12)
+    logits = model(x)
+    assert torch.equal(_vitkit(cfg, state)(x), logits)
+    hf = transformers.ViTForImageClassification.from_pretrained(out).eval()
+    assert _diff(hf(pixel_values=x).logits, logits) <= TOL
+    square = write_hf(_random_vitkit(num_classes=3), tmp_path / "square")
+    assert json.loads((square / "config.json").read_text())["image_size"] == 16
 
 
 def test_write_into_existing_directory_and_refuse_a_file(tmp_path: Path) -> None:
@@ -366,7 +397,7 @@ def test_mask_token_is_refused_with_its_reason() -> None:
         ({"model_type": "deit"}, "model_type='deit'"),
         ({"hidden_act": "relu"}, "hidden_act='relu'"),
         ({"qkv_bias": False}, "qkv_bias"),
-        ({"image_size": [16, 24]}, "square"),
+        ({"patch_size": [8, 4]}, "square patch_sizes only"),
         ({"num_attention_heads": 3}, "num_heads"),
     ],
 )

@@ -162,3 +162,26 @@ def test_our_config_with_unknown_key(tmp_path) -> None:
     (tmp_path / "config.json").write_text(json.dumps(meta))
     with pytest.raises(CheckpointError, match="did you mean 'hidden_size'"):
         vitkit.load(tmp_path)
+
+
+def test_resized_non_square_model_saves_loads_and_fine_tunes(tmp_path) -> None:
+    model = randomized(tiny())
+    model.resize_pos_embed((3, 6))  # 32x32 -> 24x48 images
+    assert model.cfg.image_size == (24, 48) and model.pos_embed.shape == (1, 1 + 18, 64)
+    vitkit.save(model, tmp_path)
+    meta = json.loads((tmp_path / "config.json").read_text())
+    assert meta["model"]["image_size"] == [24, 48]  # JSON has no tuples
+    loaded = vitkit.load(tmp_path)
+    assert loaded.cfg == model.cfg
+    x = torch.randn(2, 3, 24, 48, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert torch.equal(loaded(x), model(x))
+    # one fine-tuning step at 24x48 reaches the resized position embeddings
+    loaded.train()
+    optimizer = torch.optim.SGD(loaded.parameters(), lr=0.1)
+    loss = torch.nn.functional.cross_entropy(loaded(x), torch.tensor([1, 2]))
+    loss.backward()
+    assert loaded.pos_embed.grad.shape == (1, 19, 64) and loaded.pos_embed.grad.abs().sum() > 0
+    optimizer.step()
+    with torch.no_grad():
+        assert torch.nn.functional.cross_entropy(loaded(x), torch.tensor([1, 2])) < loss

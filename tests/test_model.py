@@ -12,9 +12,10 @@ from torch import nn
 
 import vitkit
 from helpers import randomize, tiny
-from vitkit.config import ResNetConfig
+from vitkit.config import ConfigError, ModelConfig, ResNetConfig, replace
+from vitkit.io.checkpoint import CheckpointError
 from vitkit.model import VisionTransformer
-from vitkit.model.posemb import resize_grid, sincos2d
+from vitkit.model.posemb import grid_of, resize_grid, sincos2d
 
 
 def timm_vit(*, gap: bool, **kw) -> nn.Module:
@@ -280,7 +281,6 @@ def test_create_model_overrides_are_strict() -> None:
 
 
 def test_resnet_baseline_is_the_hybrid_backbone_with_a_linear_head(tmp_path) -> None:
-    from vitkit.config import ConfigError
     from vitkit.io.checkpoint import write_ours
     from vitkit.model import ResNetClassifier, build_model
 
@@ -328,3 +328,127 @@ def test_study_baselines_have_golden_parameter_counts() -> None:
     backbone = counts["fmnist-resnet"] - (512 * 10 + 10)
     vit_without_stem = counts["fmnist"] - (7 * 7 * 128 + 128)
     assert counts["fmnist-hybrid"] == backbone + vit_without_stem + 512 * 128 + 128
+
+
+# ---------------------------------------------------------------- non-square grids
+
+
+def test_image_size_is_an_int_or_a_height_width_pair() -> None:
+    cfg = tiny(image_size=(24, 40))
+    assert (cfg.image_size, cfg.image_hw, cfg.grid) == ((24, 40), (24, 40), (3, 5))
+    assert tiny(image_size=[24, 40]).image_size == (24, 40)  # a JSON list is a pair
+    assert tiny(image_size=(32, 32)) == tiny()  # a square pair is stored as its int
+    assert (tiny().image_hw, tiny().grid, tiny().grid_size) == ((32, 32), (4, 4), 4)
+    assert ModelConfig.from_dict({**cfg.to_dict()}) == cfg
+    assert cfg.to_dict()["image_size"] == [24, 40]
+    assert replace(tiny(), {"image_size": (16, 48)}).grid == (2, 6)
+    with pytest.raises(
+        ConfigError,
+        match=r"^image_size=\(24, 30\) is not valid: expected each side a multiple of the total "
+        r"stride 8 \(patch_size\)$",
+    ):
+        tiny(image_size=(24, 30))
+    for bad in [(24,), (0, 8), (8, 8, 8), (8.0, 8), "32", (True, 8)]:
+        with pytest.raises(ConfigError, match="expected a positive integer or a"):
+            tiny(image_size=bad)
+    with pytest.raises(ConfigError, match="3x5 grid: use grid"):
+        _ = cfg.grid_size
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [((3, 5), (6, 4)), ((4, 4), (3, 7)), ((5, 2), (5, 9)), ((2, 6), (4, 4))],
+    ids=str,
+)
+def test_non_square_resize_matches_scipy_zoom_order1(old, new) -> None:
+    scipy_ndimage = pytest.importorskip("scipy.ndimage")
+    model = randomize(VisionTransformer(tiny(image_size=(old[0] * 8, old[1] * 8))))
+    before = model.pos_embed.detach().clone()  # (1, 1 + gh*gw, D)
+    model.resize_pos_embed(new)
+    (gh, gw), (nh, nw) = old, new
+    grid = before[0, 1:].reshape(gh, gw, 64).numpy()
+    # the official resize (vit_jax checkpoint.py), with separate height and width factors
+    expected = scipy_ndimage.zoom(grid, (nh / gh, nw / gw, 1), order=1)
+    assert expected.shape == (nh, nw, 64)
+    np.testing.assert_allclose(
+        model.pos_embed[0, 1:].detach().reshape(nh, nw, 64), expected, atol=1e-5
+    )
+    torch.testing.assert_close(model.pos_embed[:, :1], before[:, :1])  # class token kept
+    assert model.cfg.grid == new and model.cfg.image_hw == (nh * 8, nw * 8)
+
+
+@pytest.mark.parametrize("posemb", ["learn", "sincos2d"])
+def test_non_square_inference_interpolates_as_resize_does(posemb: str) -> None:
+    model = randomize(VisionTransformer(tiny(image_size=(24, 40), posemb=posemb))).eval()
+    x = torch.randn(2, 3, 48, 32)
+    with torch.no_grad():
+        on_the_fly = model(x)
+        model.resize_pos_embed((6, 4))
+        torch.testing.assert_close(model(x), on_the_fly)
+    assert model.cfg.image_size == (48, 32)
+    model.resize_pos_embed(5)  # a square grid is stored as an int
+    assert model.cfg.image_size == 40 and model.pos_embed.shape[1] == 25 + (posemb == "learn")
+    with pytest.raises(ValueError, match=r"grid=\(4, 0\) is not valid"):
+        model.resize_pos_embed((4, 0))
+
+
+def test_create_model_takes_a_height_width_pair() -> None:
+    model = vitkit.create_model("ViT-mu/16", image_size=(32, 64), num_classes=3).eval()
+    assert model.cfg.grid == (2, 4) and model.pos_embed.shape[1] == 1 + 8
+    with torch.no_grad():
+        assert model(torch.randn(1, 3, 32, 64)).shape == (1, 3)
+    with pytest.raises(ValueError, match=r"image_size=\(32, 60\)"):
+        vitkit.create_model("ViT-mu/16", image_size=(32, 60))
+
+
+def test_grid_of_a_token_count() -> None:
+    assert grid_of(15, expected=(3, 5), what="x", hint="y") == (3, 5)
+    assert grid_of(16, expected=(3, 5), what="x", hint="y") == (4, 4)  # another size: square
+    assert grid_of(9, what="x", hint="y") == (3, 3)
+    with pytest.raises(
+        ConfigError,
+        match=r"^pe holds 6 patch tokens, which are not a square grid nor the expected 3x5: "
+        r"do this$",
+    ):
+        grid_of(6, expected=(3, 5), what="pe", hint="do this")
+    with pytest.raises(ConfigError, match="15 patch tokens, which are not a square grid: h"):
+        grid_of(15, what="pe", hint="h")
+    model = randomize(VisionTransformer(tiny(image_size=(24, 40)))).eval()
+    x = torch.randn(1, 3, 24, 40)
+    with torch.no_grad():
+        patches = model.embed_patches(x)  # (1, 15, D): the model's own 3x5 grid
+        torch.testing.assert_close(model.encode(patches), model.forward_features(x))
+        with pytest.raises(ValueError, match="pass grid="):
+            model.encode(patches[:, :6])
+
+
+def test_non_square_timm_module_converts_and_its_state_dict_needs_the_module() -> None:
+    peer = randomize(
+        timm_vit(
+            gap=False,
+            img_size=(24, 40),
+            patch_size=8,
+            embed_dim=64,
+            depth=2,
+            num_heads=4,
+            num_classes=5,
+        )
+    )
+    ours = vitkit.load(peer)
+    assert ours.cfg.image_size == (24, 40)
+    x = torch.randn(2, 3, 24, 40)
+    with torch.no_grad():
+        assert (ours(x) - peer(x)).abs().max() <= 1e-5 and peer(x).abs().mean() > 0.1
+    with pytest.raises(CheckpointError, match=r"15 patch tokens.*load the timm module itself"):
+        vitkit.load(peer.state_dict(), num_heads=4)
+
+
+def test_posemb_similarity_of_a_non_square_grid() -> None:
+    from vitkit.inspect.posemb import posemb_similarity
+
+    model = randomize(VisionTransformer(tiny(image_size=(24, 40))))
+    sim = posemb_similarity(model)  # (gh, gw, gh, gw)
+    assert sim.shape == (3, 5, 3, 5)
+    pe = model.pos_embed.detach()[0, 1:].reshape(3, 5, 64)  # row-major patch order
+    expected = torch.nn.functional.cosine_similarity(pe[1, 4], pe[2, 0], dim=0)
+    torch.testing.assert_close(sim[1, 4, 2, 0], expected)

@@ -33,7 +33,7 @@ def create_model(
     name: str | ModelConfig,
     *,
     num_classes: int | None = None,
-    image_size: int | None = None,
+    image_size: int | tuple[int, int] | None = None,
     in_chans: int | None = None,
     classifier: str | None = None,
     representation_size: int | None = _KEEP,
@@ -48,7 +48,7 @@ def create_model(
 
     ``name`` is a preset (``ViT-B/16``), an alias (``vit_b16``, timm's ``vit_base_patch16_224``),
     any ``ViT-<size>/<patch>``, or a ``ModelConfig``. Keyword arguments override the preset;
-    ``num_classes=0`` builds a headless feature extractor.
+    ``num_classes=0`` builds a headless feature extractor; ``image_size`` may be (height, width).
     """
     from .config import replace
     from .model import VisionTransformer

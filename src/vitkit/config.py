@@ -41,6 +41,23 @@ def _positive_int(name: str, value: Any) -> None:
     )
 
 
+def _image_size(cfg: Any) -> None:
+    """``image_size``: a positive int, or a (height, width) pair of them (a list is taken as a
+    pair, since JSON has no tuples); a square pair is stored as its int."""
+    value = cfg.image_size
+    pair = isinstance(value, (tuple, list))
+    sides = tuple(value) if pair else (value,)
+    _check(
+        len(sides) == (2 if pair else 1)
+        and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in sides),
+        "image_size",
+        value,
+        "a positive integer or a (height, width) pair of them",
+    )
+    if pair:  # frozen dataclass: normalised once, here
+        object.__setattr__(cfg, "image_size", sides[0] if sides[0] == sides[1] else sides)
+
+
 def _rate(name: str, value: Any) -> None:
     _check(
         isinstance(value, (int, float)) and not isinstance(value, bool) and 0.0 <= value < 1.0,
@@ -94,9 +111,11 @@ class ModelConfig:
     ``representation_size`` adds the pre-training "pre-logits" layer (dense + tanh).
     ``arch='resnet'`` is the paper's CNN baseline instead of a ViT: the hybrid's BiT backbone
     (``resnet``), global average pooling and a linear head; the transformer fields are unused.
+    ``image_size`` is an int (square images) or a (height, width) pair; a square pair is stored as
+    its int, so configs written before pairs existed compare equal and keep loading.
     """
 
-    image_size: int
+    image_size: int | tuple[int, int]
     patch_size: int
     hidden_size: int
     num_layers: int
@@ -117,8 +136,8 @@ class ModelConfig:
     arch: Architecture = "vit"
 
     def __post_init__(self) -> None:
+        _image_size(self)
         for name in (
-            "image_size",
             "patch_size",
             "hidden_size",
             "num_layers",
@@ -198,10 +217,10 @@ class ModelConfig:
             return  # 'SAME' padding and global pooling take any image size
         stride = self.total_stride
         _check(
-            self.image_size % stride == 0,
+            all(side % stride == 0 for side in self.image_hw),
             "image_size",
             self.image_size,
-            f"a multiple of the total stride {stride} (patch_size"
+            f"each side a multiple of the total stride {stride} (patch_size"
             + (" x ResNet stride" if self.resnet else "")
             + ")",
         )
@@ -212,9 +231,27 @@ class ModelConfig:
         return self.patch_size * (self.resnet.stride if self.resnet else 1)
 
     @property
+    def image_hw(self) -> tuple[int, int]:
+        """``image_size`` as (height, width)."""
+        size = self.image_size
+        return (size, size) if isinstance(size, int) else size
+
+    @property
+    def grid(self) -> tuple[int, int]:
+        """The patch grid (gh, gw) at ``image_size``: tokens per column and per row."""
+        h, w = self.image_hw
+        return h // self.total_stride, w // self.total_stride
+
+    @property
     def grid_size(self) -> int:
-        """Tokens per side of the patch grid at ``image_size``."""
-        return self.image_size // self.total_stride
+        """Tokens per side of a square patch grid at ``image_size`` (``grid`` for any grid)."""
+        gh, gw = self.grid
+        if gh != gw:
+            raise ConfigError(
+                f"grid_size is the side of a square grid, but image_size={self.image_size!r} "
+                f"makes a {gh}x{gw} grid: use grid (gh, gw)"
+            )
+        return gh
 
     @property
     def head_dim(self) -> int:

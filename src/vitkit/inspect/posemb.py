@@ -21,9 +21,9 @@ def posemb_similarity(model: VisionTransformer) -> Tensor:
     cfg = model.cfg
     if model.pos_embed is None:
         raise ValueError(f"the model has no position embedding (posemb={cfg.posemb!r})")
-    g = cfg.grid_size
+    gh, gw = cfg.grid
     prefix = cfg.num_prefix_tokens if cfg.posemb == "learn" else 0  # sincos2d has no class slot
     pe = model.pos_embed.detach().float().cpu()[0, prefix:]  # (N, D)
-    assert pe.shape[0] == g * g, f"{pe.shape[0]} position embeddings for a {g}x{g} grid"
+    assert pe.shape[0] == gh * gw, f"{pe.shape[0]} position embeddings for a {gh}x{gw} grid"
     pe = F.normalize(pe, dim=-1)  # (N, D), unit rows
-    return (pe @ pe.T).reshape(g, g, g, g)  # (gh, gw, gh, gw)
+    return (pe @ pe.T).reshape(gh, gw, gh, gw)  # (gh, gw, gh, gw)

@@ -35,9 +35,11 @@ class _Section:
 def _describe(model: VisionTransformer, name: str | None) -> str:
     cfg = model.cfg
     stem = f"R{list(cfg.resnet.num_layers)}+ViT hybrid, " if cfg.resnet else ""
+    h, w = cfg.image_hw
+    image = f"{h}" if h == w else f"{h}x{w}"
     return (
         f"{name or 'model'}: {stem}D={cfg.hidden_size}, L={cfg.num_layers}, H={cfg.num_heads}, "
-        f"patch {cfg.patch_size} ({cfg.total_stride} px per token), image {cfg.image_size} px, "
+        f"patch {cfg.patch_size} ({cfg.total_stride} px per token), image {image} px, "
         f"{cfg.in_chans} channel(s), classifier={cfg.classifier}, posemb={cfg.posemb}, "
         f"{model.num_params():,} parameters"
     )
@@ -140,11 +142,11 @@ def inspect_model(
         np.savez(out / "posemb_similarity.npz", similarity=similarity.numpy())
         keep(out / "posemb_similarity.npz")
         keep(plot_posemb_similarity(similarity, out / "posemb_similarity.png"))
-        g = cfg.grid_size
+        gh, gw = cfg.grid
         kind = "learned" if cfg.posemb == "learn" else "fixed 2D sine-cosine"
         caption = (
             f"Cosine similarity between the {kind} position embedding of each patch position and "
-            f"those of all other positions ({g}x{g} grid; tile (row, column) is one position's "
+            f"those of all other positions ({gh}x{gw} grid; tile (row, column) is one position's "
             "map; the class token's embedding is left out). Mirrors Figure 7 (centre): close "
             "patches have similar embeddings, with row and column structure."
         )

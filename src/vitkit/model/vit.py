@@ -21,10 +21,11 @@ import torch
 from torch import Tensor, nn
 
 from ..config import ModelConfig
+from ..errors import ConfigError
 from .embed import PatchEmbed
 from .heads import PreLogits, new_head
 from .layers import Block
-from .posemb import resize_grid, sincos2d
+from .posemb import grid_of, resize_grid, sincos2d
 
 
 class VisionTransformer(nn.Module):
@@ -36,7 +37,7 @@ class VisionTransformer(nn.Module):
         D = cfg.hidden_size
         self.patch_embed = PatchEmbed(cfg)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, D)) if cfg.classifier == "token" else None
-        grid = (cfg.grid_size, cfg.grid_size)
+        grid = cfg.grid
         if cfg.posemb == "learn":
             self.pos_embed = nn.Parameter(
                 torch.zeros(1, cfg.num_prefix_tokens + grid[0] * grid[1], D)
@@ -104,13 +105,22 @@ class VisionTransformer(nn.Module):
             self.pre_logits.to(device)
 
     def resize_pos_embed(self, grid: int | tuple[int, int]) -> None:
-        """Resize the position embeddings to a new square patch grid (fine-tuning at a higher
-        resolution [P §3.2]); the class token's embedding is kept, the grid is interpolated."""
-        gh, gw = (grid, grid) if isinstance(grid, int) else grid
-        if gh != gw:
-            raise ValueError(f"resize_pos_embed takes a square grid, got {gh}x{gw}")
-        old = (self.cfg.grid_size, self.cfg.grid_size)
-        self.cfg = dataclasses.replace(self.cfg, image_size=gh * self.patch_embed.stride)
+        """Resize the position embeddings to a new patch grid, (gh, gw) or an int for a square one
+        (fine-tuning at a higher resolution [P §3.2]): the class token's embedding is kept, the
+        grid is interpolated, height and width separately. ``cfg.image_size`` becomes the images
+        that tile into the new grid, (gh x stride, gw x stride)."""
+        sides = (grid, grid) if isinstance(grid, int) else tuple(grid)
+        if len(sides) != 2 or not all(
+            isinstance(g, int) and not isinstance(g, bool) and g > 0 for g in sides
+        ):
+            raise ConfigError(
+                f"grid={grid!r} is not valid: expected a positive integer or a (gh, gw) pair "
+                "of them"
+            )
+        gh, gw = sides
+        old = self.cfg.grid
+        stride = self.patch_embed.stride
+        self.cfg = dataclasses.replace(self.cfg, image_size=(gh * stride, gw * stride))
         if isinstance(self.pos_embed, nn.Parameter):
             with torch.no_grad():
                 resized = self._resized_pos_embed((gh, gw), old)
@@ -132,33 +142,30 @@ class VisionTransformer(nn.Module):
         self.patch_embed.grid(images.shape[-2], images.shape[-1])  # clear error on a bad size
         return self.patch_embed(images)
 
-    def _grid_of(self, num_patches: int) -> tuple[int, int]:
-        g = self.cfg.grid_size
-        if num_patches == g * g:
-            return (g, g)
-        side = round(num_patches**0.5)
-        if side * side != num_patches:
-            raise ValueError(
-                f"{num_patches} patch tokens do not form a square grid: pass grid=(gh, gw) to encode"
-            )
-        return (side, side)
-
     def _add_posemb_and_prefix(self, x: Tensor, grid: tuple[int, int]) -> Tensor:
         B = x.shape[0]
-        own = grid == (self.cfg.grid_size, self.cfg.grid_size)
+        own = grid == self.cfg.grid
         if self.cfg.posemb == "sincos2d":
             pe = self.pos_embed if own else sincos2d(grid, x.shape[-1]).to(x.device)
             x = x + pe  # (B, N, D); the class token gets no posemb (big_vision)
         if self.cls_token is not None:
             x = torch.cat([self.cls_token.expand(B, -1, -1), x], dim=1)  # (B, T, D)
         if self.cfg.posemb == "learn":
-            pe = self.pos_embed if own else self._resized_pos_embed(grid, (self.cfg.grid_size,) * 2)
+            pe = self.pos_embed if own else self._resized_pos_embed(grid, self.cfg.grid)
             x = x + pe  # (B, T, D)
         return self.pos_drop(x)
 
     def encode(self, patch_tokens: Tensor, grid: tuple[int, int] | None = None) -> Tensor:
-        """Patch embeddings (B, N, D) -> encoded tokens (B, T, D): class token, posemb, blocks, LN."""
-        grid = grid or self._grid_of(patch_tokens.shape[1])
+        """Patch embeddings (B, N, D) -> encoded tokens (B, T, D): class token, posemb, blocks, LN.
+
+        ``grid`` is the (gh, gw) the N tokens came from; without it, the model's grid or else a
+        square one."""
+        grid = grid or grid_of(
+            patch_tokens.shape[1],
+            expected=self.cfg.grid,
+            what="the patch tokens given to encode",
+            hint="pass grid=(gh, gw)",
+        )
         x = self._add_posemb_and_prefix(patch_tokens, grid)
         for block in self.blocks:
             x, _ = block(x)

@@ -38,6 +38,9 @@ Choices:
   with pre-logits *and* a head has no Hugging Face equivalent and is refused on export.
 * Parity holds at the checkpoint's resolution; at other sizes HF interpolates position
   embeddings bicubically, vitkit bilinearly with corners aligned (the official code's choice).
+* ``image_size`` may be a (height, width) pair on both sides, as ViTConfig allows: HF's patch
+  grid is (height / P, width / P), flattened row by row as vitkit's. A non-square model is written
+  with the pair, a square one with an int. ``patch_size`` must be square (vitkit's patches are).
 
 transformers is imported only inside :func:`write_hf`; reading a directory needs only JSON and
 safetensors (or a tensor-only ``pytorch_model.bin``).
@@ -177,7 +180,7 @@ def _layout_and_prefix(keys: Iterable[str]) -> tuple[str, str]:
 
 
 def _square(name: str, value: Any) -> Any:
-    """HF allows (height, width) pairs; vitkit's ViT is square."""
+    """HF allows (height, width) patch sizes; vitkit's patches are square."""
     if isinstance(value, (list, tuple)):
         if len(value) != 2 or value[0] != value[1]:
             raise CheckpointError(f"{name}={list(value)}: vitkit's ViT takes square {name}s only")
@@ -220,7 +223,7 @@ def _model_config(
         eps = float(eps)  # ModelConfig takes a float; a hand-written JSON may hold an int
     try:
         return ModelConfig(
-            image_size=_square("image_size", get("image_size")),
+            image_size=get("image_size"),  # an int or a (height, width) pair, as ViTConfig's
             patch_size=_square("patch_size", get("patch_size")),
             hidden_size=hidden,
             num_layers=get("num_hidden_layers"),
@@ -426,7 +429,7 @@ def write_hf(
         hidden_dropout_prob=0.0,
         attention_probs_dropout_prob=0.0,
         layer_norm_eps=cfg.layer_norm_eps,
-        image_size=cfg.image_size,
+        image_size=cfg.image_size,  # (height, width) when non-square, as ViTConfig takes it
         patch_size=cfg.patch_size,
         num_channels=cfg.in_chans,
         qkv_bias=True,

@@ -31,7 +31,6 @@ must be there, or one ``CheckpointError`` lists all of them.
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Callable, Mapping
 from typing import NamedTuple
@@ -40,6 +39,7 @@ import numpy as np
 import torch
 
 from ...config import ConfigError, ModelConfig, ResNetConfig
+from ...model.posemb import grid_of
 from ..checkpoint import CheckpointError
 
 PREFIXES = ("", "opt/target/", "params/")  # plain / vit_jax training state / big_vision
@@ -182,20 +182,21 @@ def _infer(w: _Arrays, posemb: str | None) -> tuple[ModelConfig, tuple[str, ...]
         if posemb == "learn":
             raise CheckpointError("posemb='learn' but the checkpoint stores no position embedding")
         kind = posemb or "sincos2d"
-        image_size = stride * max(round(DEFAULT_IMAGE_SIZE / stride), 1)
+        image_size: int | tuple[int, int] = stride * max(round(DEFAULT_IMAGE_SIZE / stride), 1)
     else:
         if posemb not in (None, "learn"):
             raise CheckpointError(f"posemb={posemb!r} but the checkpoint stores a learned one")
         kind = "learn"
         tokens = w.shape(posemb_key, 3)[1]  # (1, T, D) vit_jax or (1, N, D) big_vision
-        n = tokens - (classifier == "token" and posemb_key == VIT_JAX_POSEMB)
-        grid = math.isqrt(max(n, 0))
-        if grid * grid != n:
-            raise CheckpointError(
-                f"{w.prefix}{posemb_key} has {tokens} tokens: {n} patch tokens are not a square "
-                "grid, so the image size cannot be inferred"
+        try:
+            gh, gw = grid_of(
+                tokens - (classifier == "token" and posemb_key == VIT_JAX_POSEMB),
+                what=w.prefix + posemb_key,
+                hint="the file does not record the grid, so the image size cannot be inferred",
             )
-        image_size = grid * stride
+        except ConfigError as e:
+            raise CheckpointError(str(e)) from None
+        image_size = (gh * stride, gw * stride)
     try:
         cfg = ModelConfig(
             image_size=image_size,

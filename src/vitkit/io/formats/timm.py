@@ -1,9 +1,10 @@
 """timm's ``VisionTransformer``: its keys are already vitkit's layout, so this is inference only.
 
-A timm state dict does not record the number of heads (qkv is fused) or the pooling. The heads
-come from a live timm module, a ``num_heads=`` argument, or the paper's size whose hidden size,
-depth and MLP width match (Ti/S/M/B/L/H) — never guessed. Pooling is the class token when the
-state dict has one; a timm module's ``global_pool`` is read directly.
+A timm state dict does not record the number of heads (qkv is fused), the pooling or the shape of
+the patch grid. The heads come from a live timm module, a ``num_heads=`` argument, or the paper's
+size whose hidden size, depth and MLP width match (Ti/S/M/B/L/H) — never guessed. Pooling is the
+class token when the state dict has one; a timm module's ``global_pool`` is read directly. The
+grid is a live module's ``patch_embed.grid_size`` (so non-square models convert), else square.
 
 Hybrid timm state dicts load too (same ``patch_embed.backbone`` names); note that vitkit computes
 the hybrid with the official code's numerics (weight-standardisation eps 1e-5 added to the std,
@@ -20,6 +21,7 @@ import torch
 from torch import Tensor, nn
 
 from ...config import ConfigError, ModelConfig, ResNetConfig
+from ...model.posemb import grid_of
 from ...presets import SIZES
 from ..checkpoint import CheckpointError
 
@@ -66,8 +68,12 @@ def read_timm(
     classifier: str | None = None,
     act: str = "gelu",
     layer_norm_eps: float = 1e-6,
+    grid: tuple[int, int] | None = None,
 ) -> tuple[ModelConfig, dict[str, Tensor]]:
-    """Infer the ``ModelConfig`` of a timm ViT state dict; the state dict itself is unchanged."""
+    """Infer the ``ModelConfig`` of a timm ViT state dict; the state dict itself is unchanged.
+
+    ``grid`` is the (gh, gw) patch grid of ``pos_embed`` when known (a live module's); without
+    it the grid must be square."""
     for key, what in _UNSUPPORTED.items():
         if key in state:
             raise CheckpointError(f"this timm model uses {what}, which vitkit's ViT does not have")
@@ -98,16 +104,18 @@ def read_timm(
     prefix = 1 if has_cls else 0
     if pos is None:
         raise CheckpointError("timm state dict without pos_embed: not a ViT vitkit can load")
-    n = pos.shape[1] - prefix
-    grid = round(n**0.5)
-    if grid * grid != n:
-        raise CheckpointError(f"pos_embed holds {n} patch tokens, not a square grid")
     stride = patch * (resnet.stride if resnet else 1)
     rep = state["pre_logits.fc.weight"].shape[0] if "pre_logits.fc.weight" in state else None
     num_classes = state["head.weight"].shape[0] if "head.weight" in state else 0
     try:
+        gh, gw = grid_of(
+            pos.shape[1] - prefix,
+            expected=grid,
+            what="pos_embed",
+            hint="a timm state dict does not record a non-square grid; load the timm module itself",
+        )
         cfg = ModelConfig(
-            image_size=grid * stride,
+            image_size=(gh * stride, gw * stride),
             patch_size=patch,
             hidden_size=hidden,
             num_layers=depth,
@@ -142,10 +150,12 @@ def read_timm_module(model: nn.Module) -> tuple[ModelConfig, dict[str, Tensor]]:
     with torch.no_grad():
         state = {k: v.detach().clone() for k, v in model.state_dict().items()}
     approximate = getattr(blocks[0].mlp.act, "approximate", "none")
+    grid = getattr(getattr(model, "patch_embed", None), "grid_size", None)  # (gh, gw) or None
     return read_timm(
         state,
         num_heads=blocks[0].attn.num_heads,
         classifier="gap" if pool == "avg" else "token",
         act="gelu_tanh" if approximate == "tanh" else "gelu",
         layer_norm_eps=float(getattr(model.norm, "eps", 1e-6)),
+        grid=None if grid is None else (int(grid[0]), int(grid[1])),
     )

@@ -16,6 +16,8 @@ Parameter names follow timm's layout, so the crosswalk to other formats is a key
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
+from typing import Literal
 
 import torch
 from torch import Tensor, nn
@@ -26,6 +28,9 @@ from .embed import PatchEmbed
 from .heads import PreLogits, new_head
 from .layers import Block
 from .posemb import grid_of, resize_grid, sincos2d
+
+# timm's forward_intermediates features: spatial maps, or (spatial, prefix tokens) pairs
+Features = list[Tensor] | list[tuple[Tensor, Tensor]]
 
 
 class VisionTransformer(nn.Module):
@@ -62,7 +67,8 @@ class VisionTransformer(nn.Module):
             )
             for rate in rates
         )
-        self.norm = nn.LayerNorm(D, eps=cfg.layer_norm_eps)
+        self.norm: nn.Module = nn.LayerNorm(D, eps=cfg.layer_norm_eps)
+        self.pool_tokens = True  # False once pruned for features (timm's global_pool='')
         self.pre_logits: PreLogits | None = None
         self.head: nn.Module = nn.Identity()
         self._build_head(cfg.num_classes, cfg.representation_size)
@@ -98,7 +104,7 @@ class VisionTransformer(nn.Module):
         self.cfg = dataclasses.replace(
             self.cfg, num_classes=num_classes, representation_size=representation_size
         )
-        device = self.norm.weight.device
+        device = self.patch_embed.proj.weight.device  # the final norm may be pruned
         self._build_head(num_classes, representation_size)
         self.head.to(device)
         if self.pre_logits is not None:
@@ -186,8 +192,9 @@ class VisionTransformer(nn.Module):
 
     def forward_head(self, tokens: Tensor, pre_logits: bool = False) -> Tensor:
         """Encoded tokens (B, T, D) -> logits (B, K); with ``pre_logits=True`` the features the head
-        sees (B, R or D)."""
-        x = self.pool(tokens)  # (B, D)
+        sees (B, R or D). Once pruned for features (``prune_intermediate_layers``) there is no
+        pooling: a head attached again sees each token, as timm's after ``global_pool=''``."""
+        x = self.pool(tokens) if self.pool_tokens else tokens  # (B, D), or (B, T, D) once pruned
         if self.pre_logits is not None:
             x = self.pre_logits(x)  # (B, R)
         return x if pre_logits else self.head(x)
@@ -220,7 +227,99 @@ class VisionTransformer(nn.Module):
             out["logits"] = self.head(x)
         return out
 
-    forward_intermediates = intermediates
+    def forward_intermediates(
+        self,
+        images: Tensor,
+        indices: int | Sequence[int] | None = None,
+        *,
+        return_prefix_tokens: bool = False,
+        norm: bool = False,
+        stop_early: bool = False,
+        output_fmt: Literal["NCHW", "NLC"] = "NCHW",
+        intermediates_only: bool = False,
+        output_dict: bool = False,
+    ) -> tuple[Tensor, Features] | Features | dict[str, Tensor | list[Tensor]]:
+        """timm's feature-extraction contract (dense prediction, feature pyramids), output for
+        output equal to timm's ``VisionTransformer.forward_intermediates`` with the same weights.
+
+        Args:
+            images: (B, C, H, W), any multiple of the patch stride.
+            indices: the blocks whose outputs are taken: an int n = the last n blocks, a list of
+                block indices (negative from the end; taken in block order, each once), ``None``
+                = all.
+            return_prefix_tokens: each feature becomes a pair (spatial, prefix tokens (B, 1, D));
+                a GAP model has no prefix tokens and returns its features alone.
+            norm: pass each taken output through the final LayerNorm.
+            stop_early: run no block after the last one taken (the final features are then the
+                normed output of that block).
+            output_fmt: ``'NCHW'`` spatial maps (B, D, gh, gw) or ``'NLC'`` tokens (B, N, D).
+            intermediates_only: return only the features.
+            output_dict: return ``{'image_intermediates': features, 'image_intermediates_prefix':
+                prefix tokens (with ``return_prefix_tokens`` and a class token), 'image_features':
+                final (unless ``intermediates_only``)}``.
+
+        Returns:
+            ``(final, features)`` with final the encoded tokens (B, T, D) after the final norm, or
+            ``features`` alone, or the dict. ``features`` is one entry per block taken.
+        """
+        if output_fmt not in ("NCHW", "NLC"):
+            raise ConfigError(f"output_fmt={output_fmt!r} is not valid: expected 'NCHW' or 'NLC'")
+        take, last = _take_indices(len(self.blocks), indices)
+        B = images.shape[0]
+        gh, gw = self.patch_embed.grid(images.shape[-2], images.shape[-1])
+        x = self._add_posemb_and_prefix(self.patch_embed(images), (gh, gw))  # (B, T, D)
+        taken: list[Tensor] = []
+        for i, block in enumerate(self.blocks[: last + 1] if stop_early else self.blocks):
+            x, _ = block(x)  # (B, T, D)
+            if i in take:
+                taken.append(self.norm(x) if norm else x)
+        p = self.cfg.num_prefix_tokens
+        prefix = [y[:, :p] for y in taken] if p else None  # (B, 1, D) each
+        spatial = [y[:, p:] for y in taken]  # (B, N, D) each
+        if output_fmt == "NCHW":
+            spatial = [
+                y.reshape(B, gh, gw, -1).permute(0, 3, 1, 2).contiguous()  # (B, D, gh, gw)
+                for y in spatial
+            ]
+        if output_dict:
+            out: dict[str, Tensor | list[Tensor]] = {"image_intermediates": spatial}
+            if return_prefix_tokens and prefix is not None:
+                out["image_intermediates_prefix"] = prefix
+            if not intermediates_only:
+                out["image_features"] = self.norm(x)  # (B, T, D)
+            return out
+        features: Features = spatial
+        if return_prefix_tokens and prefix is not None:
+            features = list(zip(spatial, prefix, strict=True))
+        if intermediates_only:
+            return features
+        return self.norm(x), features  # (B, T, D), features
+
+    def prune_intermediate_layers(
+        self,
+        indices: int | Sequence[int] = 1,
+        *,
+        prune_norm: bool = False,
+        prune_head: bool = True,
+    ) -> list[int]:
+        """timm's: keep only what ``forward_intermediates(indices=...)`` needs. Returns the
+        absolute block indices of ``indices`` (in the order given).
+
+        The blocks after the last one taken are removed (``cfg.num_layers`` follows);
+        ``prune_norm`` replaces the final LayerNorm by the identity; ``prune_head`` removes the
+        head, the pre-logits layer and the pooling (``cfg.num_classes=0``), so ``forward`` and
+        ``forward_head`` return the encoded tokens (B, T, D), as timm's. The config has no field
+        for a missing norm or pooling: a model pruned that way does not reload from its config.
+        """
+        take, last = _take_indices(len(self.blocks), indices)
+        self.blocks = self.blocks[: last + 1]
+        self.cfg = dataclasses.replace(self.cfg, num_layers=last + 1)
+        if prune_head:
+            self.reset_head(0)
+            self.pool_tokens = False
+        if prune_norm:
+            self.norm = nn.Identity()
+        return take
 
     # ---------------------------------------------------------------- bookkeeping
 
@@ -234,3 +333,29 @@ class VisionTransformer(nn.Module):
 
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())
+
+
+def _take_indices(num_blocks: int, indices: int | Sequence[int] | None) -> tuple[list[int], int]:
+    """timm's ``feature_take_indices``: the absolute block indices ``indices`` names (an int n =
+    the last n, ``None`` = all, negative indices from the end) and the largest of them."""
+    if indices is None:
+        indices = num_blocks
+    if isinstance(indices, bool):
+        raise ConfigError(
+            f"indices={indices} is not valid: expected an int, a list of ints or None"
+        )
+    if isinstance(indices, int):
+        if not 0 < indices <= num_blocks:
+            raise ConfigError(
+                f"indices={indices} is not valid: expected a number of last blocks from 1 to "
+                f"{num_blocks}"
+            )
+        take = list(range(num_blocks - indices, num_blocks))
+    else:
+        take = [num_blocks + i if i < 0 else i for i in indices]
+        if not take or not all(0 <= i < num_blocks for i in take):
+            raise ConfigError(
+                f"indices={list(indices)} is not valid: expected one or more block indices from "
+                f"{-num_blocks} to {num_blocks - 1}"
+            )
+    return take, max(take)

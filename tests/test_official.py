@@ -29,7 +29,6 @@ BLOCK_NAMES = {  # (first LayerNorm, attention, second LayerNorm, MLP) inside an
     "released": ("LayerNorm_0", "MultiHeadDotProductAttention_1", "LayerNorm_2", "MlpBlock_3"),
     "current": ("LayerNorm_0", "MultiHeadDotProductAttention_0", "LayerNorm_1", "MlpBlock_0"),
 }
-ROOT_WIDTH = 64  # width_factor 1: every width is a multiple of GroupNorm's 32 groups
 
 
 @dataclass(frozen=True)
@@ -48,6 +47,7 @@ class Spec:
     rep: int | None = None
     classes: int = 5
     resnet: tuple[int, ...] | None = None  # units per ResNet stage; () = root only
+    root_width: int = 64  # int(64 * width_factor) channels of conv_root; stage s is 2**s as wide
     stored_posemb: bool = True  # big_vision: learned (stored) posemb, else fixed sincos2d
 
     @property
@@ -96,11 +96,12 @@ def official_arrays(spec: Spec, seed: int = 0) -> dict[str, np.ndarray]:
     p: dict[str, np.ndarray] = {}
     cin = spec.chans
     if spec.resnet is not None:
-        p["conv_root/kernel"] = conv((7, 7, cin, ROOT_WIDTH))  # HWIO
-        norm(p, "gn_root", ROOT_WIDTH)
-        cin = ROOT_WIDTH
+        root = spec.root_width
+        p["conv_root/kernel"] = conv((7, 7, cin, root))  # HWIO
+        norm(p, "gn_root", root)
+        cin = root
         for s, units in enumerate(spec.resnet, start=1):
-            width = ROOT_WIDTH * 2 ** (s - 1)
+            width = root * 2 ** (s - 1)  # vit_jax: ResNetStage(nout=width * 2**i)
             for u in range(1, units + 1):
                 unit = f"block{s}/unit{u}"
                 if u == 1:
@@ -348,6 +349,31 @@ def test_hybrid_matches_official_forward(layout, resnet, patch, image, classifie
     assert cfg.resnet == ResNetConfig(num_layers=resnet, width_factor=1)
     assert (cfg.image_size, cfg.patch_size, cfg.in_chans) == (image, patch, 3)
     assert_logits_close(got, reference_logits(arrays, spec, images))
+
+
+@pytest.mark.parametrize(
+    ("root_width", "resnet", "width_factor"),
+    [(32, (1, 1), 0.5), (96, (1,), 1.5), (128, (), 2)],
+)
+def test_hybrid_of_any_width_matches_official_forward(root_width, resnet, width_factor) -> None:
+    # vit_jax: width = int(64 * width_factor); a 32-channel root is width_factor 0.5.
+    spec = Spec(resnet=resnet, root_width=root_width, patch=1, image=32, layers=1)
+    arrays = official_arrays(spec)
+    images = images_for(spec)
+    got, cfg = vitkit_logits(arrays, images)
+    assert cfg.resnet == ResNetConfig(num_layers=resnet, width_factor=width_factor)
+    assert cfg.resnet.width == root_width
+    assert_logits_close(got, reference_logits(arrays, spec, images))
+
+
+def test_hybrid_width_groupnorm_cannot_divide_is_refused() -> None:
+    arrays = official_arrays(Spec(resnet=(1,), root_width=64, patch=1, image=32, layers=1))
+    arrays["conv_root/kernel"] = arrays["conv_root/kernel"][..., :48]  # 48 channels
+    with pytest.raises(CheckpointError) as err:
+        read_official(arrays)
+    message = str(err.value)
+    assert "\n" not in message
+    assert "found 48 channels" in message and "32 groups" in message
 
 
 def test_vit_jax_training_state_prefix() -> None:

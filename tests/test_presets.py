@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import pytest
@@ -48,7 +49,7 @@ def formula_count(cfg: ModelConfig) -> int:
     n = 0
     cin = C
     if cfg.resnet is not None:
-        w = 64 * cfg.resnet.width_factor
+        w = int(64 * cfg.resnet.width_factor)  # vit_jax's root width
         n += 49 * C * w + 2 * w  # root conv (no bias) + GroupNorm
         cin = w
         for stage, units in enumerate(cfg.resnet.num_layers):
@@ -102,6 +103,15 @@ def test_every_preset_is_counted() -> None:
 @pytest.mark.parametrize("name", [n for n in list_models() if n not in GOLDEN])
 def test_formula_counts(name: str) -> None:
     cfg = get_config(name)
+    assert meta_count(cfg) == formula_count(cfg)
+
+
+@pytest.mark.parametrize("width_factor", [0.5, 1.5, 2])
+def test_formula_counts_any_resnet_width(width_factor: float) -> None:
+    cfg = dataclasses.replace(
+        get_config("R26+ViT-S/32"),
+        resnet=vitkit.ResNetConfig(num_layers=(2, 2, 2, 2), width_factor=width_factor),
+    )
     assert meta_count(cfg) == formula_count(cfg)
 
 
@@ -161,6 +171,16 @@ def test_flops_match_torch_flop_counter() -> None:
             classifier="gap",
             representation_size=32,
             resnet=vitkit.ResNetConfig(num_layers=(1, 1)),
+        ),
+        ModelConfig(
+            image_size=32,
+            patch_size=1,
+            hidden_size=32,
+            num_layers=1,
+            num_heads=2,
+            mlp_dim=64,
+            num_classes=3,
+            resnet=vitkit.ResNetConfig(num_layers=(1, 1), width_factor=0.5),
         ),
     ):
         model = VisionTransformer(cfg).eval()

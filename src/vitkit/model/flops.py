@@ -12,7 +12,7 @@ from ..config import ModelConfig
 def _resnet_macs(cfg: ModelConfig, h: int, w: int) -> tuple[int, int, int]:
     """MACs of the BiT backbone and its output (height, width)."""
     assert cfg.resnet is not None
-    width = 64 * cfg.resnet.width_factor
+    width = cfg.resnet.width
     h, w = math.ceil(h / 2), math.ceil(w / 2)  # root conv 7x7/2
     macs = h * w * 49 * cfg.in_chans * width
     h, w = math.ceil(h / 2), math.ceil(w / 2)  # max-pool 3x3/2

@@ -133,16 +133,14 @@ def _infer_resnet(w: _Arrays) -> ResNetConfig | None:
     """ResNet stages from the unit keys ``block{s}/unit{u}/``; root only when there are none."""
     if "conv_root/kernel" not in w:
         return None
-    width = w.shape("conv_root/kernel", 4)[3]  # (7, 7, C, W)
-    if width % 64:
-        raise CheckpointError(f"conv_root has {width} channels: expected 64 x width_factor")
+    width = w.shape("conv_root/kernel", 4)[3]  # (7, 7, C, W): W = int(64 * width_factor)
     units: dict[int, int] = {}
     for key in w.keys:
         if m := re.match(r"block(\d+)/unit(\d+)/", key):
             units[int(m[1])] = max(units.get(int(m[1]), 0), int(m[2]))
     try:
         num_layers = tuple(units.get(s, 0) for s in range(1, max(units, default=0) + 1))
-        return ResNetConfig(num_layers=num_layers, width_factor=width // 64)
+        return ResNetConfig.from_width(num_layers, width)
     except ConfigError as e:
         raise CheckpointError(f"hybrid ResNet stages {sorted(units.items())}: {e}") from None
 

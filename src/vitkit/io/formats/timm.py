@@ -53,10 +53,11 @@ def _resnet_config(state: Mapping[str, Tensor]) -> ResNetConfig | None:
         m = re.match(rf"{re.escape(prefix)}stages\.(\d+)\.blocks\.(\d+)\.", key)
         if m:
             units.setdefault(int(m.group(1)), set()).add(int(m.group(2)))
-    width = state[f"{prefix}stem.conv.weight"].shape[0]
-    return ResNetConfig(
-        num_layers=tuple(len(units[s]) for s in sorted(units)), width_factor=width // 64
-    )
+    width = state[f"{prefix}stem.conv.weight"].shape[0]  # (W, C, 7, 7)
+    try:
+        return ResNetConfig.from_width(tuple(len(units[s]) for s in sorted(units)), width)
+    except ConfigError as e:
+        raise CheckpointError(f"hybrid ResNet stem with {width} channels: {e}") from None
 
 
 def read_timm(

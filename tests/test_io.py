@@ -31,8 +31,9 @@ def randomized(cfg: ModelConfig, std: float = 0.2) -> VisionTransformer:
         tiny(
             image_size=64, patch_size=1, resnet=vitkit.ResNetConfig(num_layers=(1,)), num_layers=1
         ),
+        tiny(classifier="map", representation_size=32),
     ],
-    ids=["token", "gap-rep-tanh", "sincos-headless", "hybrid"],
+    ids=["token", "gap-rep-tanh", "sincos-headless", "hybrid", "map-rep"],
 )
 def test_our_format_round_trip(tmp_path, cfg: ModelConfig) -> None:
     model = randomized(cfg, std=0.05)

@@ -67,6 +67,8 @@ def formula_count(cfg: ModelConfig) -> int:
     n += (N + cfg.num_prefix_tokens) * D if cfg.posemb == "learn" else 0  # E_pos
     per_layer = 2 * 2 * D + (D * 3 * D + 3 * D) + (D * D + D) + (D * M + M) + (M * D + D)
     n += L * per_layer + 2 * D  # encoder + final LayerNorm
+    if cfg.classifier == "map":  # probe, q, k/v, out, LayerNorm, MLP
+        n += D + (D * D + D) + (D * 2 * D + 2 * D) + (D * D + D) + 2 * D + (D * M + M) + (M * D + D)
     R = cfg.representation_size
     if R:
         n += D * R + R
@@ -103,6 +105,11 @@ def test_every_preset_is_counted() -> None:
 @pytest.mark.parametrize("name", [n for n in list_models() if n not in GOLDEN])
 def test_formula_counts(name: str) -> None:
     cfg = get_config(name)
+    assert meta_count(cfg) == formula_count(cfg)
+
+
+def test_formula_counts_map_head() -> None:
+    cfg = dataclasses.replace(get_config("ViT-B/16"), classifier="map")
     assert meta_count(cfg) == formula_count(cfg)
 
 
@@ -148,6 +155,7 @@ def test_list_models_glob() -> None:
 
 
 def test_flops_match_torch_flop_counter() -> None:
+    from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.utils.flop_counter import FlopCounterMode
 
     for cfg in (
@@ -182,10 +190,22 @@ def test_flops_match_torch_flop_counter() -> None:
             num_classes=3,
             resnet=vitkit.ResNetConfig(num_layers=(1, 1), width_factor=0.5),
         ),
+        ModelConfig(
+            image_size=32,
+            patch_size=8,
+            hidden_size=64,
+            num_layers=2,
+            num_heads=4,
+            mlp_dim=96,
+            num_classes=5,
+            classifier="map",
+        ),
     ):
         model = VisionTransformer(cfg).eval()
         counter = FlopCounterMode(display=False)
-        with counter, torch.no_grad():  # the explicit attention path: the counter sees its matmuls
+        # The explicit attention path, and SDPA's math backend for the MAP head's attention: the
+        # counter sees their matmuls (it has no count for the fused CPU kernel).
+        with counter, torch.no_grad(), sdpa_kernel(SDPBackend.MATH):
             model.intermediates(torch.randn(1, 3, cfg.image_size, cfg.image_size), attention=True)
         assert count_flops(cfg) == counter.get_total_flops()
 

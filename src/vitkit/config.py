@@ -21,7 +21,7 @@ from typing import Any, Literal, TypeVar
 
 from .errors import ConfigError
 
-Classifier = Literal["token", "gap"]
+Classifier = Literal["token", "gap", "map"]
 Posemb = Literal["learn", "sincos2d", "none"]
 Activation = Literal["gelu", "gelu_tanh"]
 Architecture = Literal["vit", "resnet"]
@@ -121,6 +121,9 @@ class ModelConfig:
 
     ``num_classes=0`` means no head: the model returns pooled (pre-logits) features, as in timm.
     ``representation_size`` adds the pre-training "pre-logits" layer (dense + tanh).
+    ``classifier`` pools with the class token (``'token'``), the mean of the patch tokens
+    (``'gap'``) or big_vision's multihead attention pooling (``'map'``: a learned probe attends
+    over the patch tokens); only ``'token'`` has a class token.
     ``arch='resnet'`` is the paper's CNN baseline instead of a ViT: the hybrid's BiT backbone
     (``resnet``), global average pooling and a linear head; the transformer fields are unused.
     """
@@ -171,7 +174,10 @@ class ModelConfig:
             f"a divisor of hidden_size={self.hidden_size}",
         )
         _check(
-            self.classifier in ("token", "gap"), "classifier", self.classifier, "'token' or 'gap'"
+            self.classifier in ("token", "gap", "map"),
+            "classifier",
+            self.classifier,
+            "'token', 'gap' or 'map'",
         )
         _check(
             self.posemb in ("learn", "sincos2d", "none"),

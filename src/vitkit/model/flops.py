@@ -47,6 +47,8 @@ def count_flops(cfg: ModelConfig, image_size: int | None = None) -> int:
     macs += n * P * P * cin * D  # patch embedding
     per_block = t * D * 3 * D + 2 * t * t * D + t * D * D + 2 * t * D * M
     macs += cfg.num_layers * per_block
+    if cfg.classifier == "map":  # one probe: q, k/v of every token, scores and sum, out, MLP
+        macs += D * D + t * D * 2 * D + 2 * t * D + D * D + 2 * D * M
     rep = cfg.representation_size
     if rep:
         macs += D * rep

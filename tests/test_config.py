@@ -35,6 +35,22 @@ def test_unknown_override_suggests_closest() -> None:
     )
 
 
+def test_resnet_width_factor_is_vit_jax_rounding() -> None:
+    assert ResNetConfig(num_layers=(1,), width_factor=0.5).width == 32  # int(64 * 0.5)
+    assert ResNetConfig(num_layers=(1,), width_factor=1.5).out_channels == 4 * 96
+    assert ResNetConfig.from_width((3, 4, 9), 64) == ResNetConfig(num_layers=(3, 4, 9))
+    assert ResNetConfig.from_width((1,), 32).width_factor == 0.5
+    with pytest.raises(
+        ConfigError,
+        match=r"^resnet\.width_factor=0\.75 is not valid: .*32 groups divide, found 48 channels$",
+    ):
+        ResNetConfig(num_layers=(1,), width_factor=0.75)
+    with pytest.raises(ConfigError, match=r"resnet\.width_factor=True"):
+        ResNetConfig(num_layers=(1,), width_factor=True)
+    cfg = replace(get_config("R50+ViT-B/16"), {"resnet.width_factor": 0.5})
+    assert ModelConfig.from_dict(cfg.to_dict()) == cfg
+
+
 def test_dict_round_trip() -> None:
     for name in ("ViT-B/16", "R50+ViT-B/16", "ViT-S/16-gap-norep"):
         cfg = get_config(name)

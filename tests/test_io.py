@@ -31,8 +31,9 @@ def randomized(cfg: ModelConfig, std: float = 0.2) -> VisionTransformer:
         tiny(
             image_size=64, patch_size=1, resnet=vitkit.ResNetConfig(num_layers=(1,)), num_layers=1
         ),
+        tiny(classifier="map", representation_size=32),
     ],
-    ids=["token", "gap-rep-tanh", "sincos-headless", "hybrid"],
+    ids=["token", "gap-rep-tanh", "sincos-headless", "hybrid", "map-rep"],
 )
 def test_our_format_round_trip(tmp_path, cfg: ModelConfig) -> None:
     model = randomized(cfg, std=0.05)
@@ -185,3 +186,71 @@ def test_resized_non_square_model_saves_loads_and_fine_tunes(tmp_path) -> None:
     optimizer.step()
     with torch.no_grad():
         assert torch.nn.functional.cross_entropy(loaded(x), torch.tensor([1, 2])) < loss
+
+
+# A config.json as vitkit wrote it before ResNet widths could be fractional (an integer factor).
+OLD_HYBRID_CONFIG = """{
+  "format": "vitkit",
+  "version": 1,
+  "model": {
+    "image_size": 32, "patch_size": 1, "hidden_size": 32, "num_layers": 1, "num_heads": 2,
+    "mlp_dim": 64, "num_classes": 10, "in_chans": 3, "classifier": "token",
+    "representation_size": null, "dropout_rate": 0.0, "attention_dropout_rate": 0.0,
+    "drop_path_rate": 0.0, "posemb": "learn", "act": "gelu", "layer_norm_eps": 1e-06,
+    "head_bias_init": 0.0, "resnet": {"num_layers": [1], "width_factor": 1}, "arch": "vit"
+  }
+}"""
+
+
+def test_old_config_with_integer_width_factor_loads(tmp_path) -> None:
+    cfg = tiny(
+        image_size=32,
+        patch_size=1,
+        hidden_size=32,
+        num_layers=1,
+        num_heads=2,
+        mlp_dim=64,
+        resnet=vitkit.ResNetConfig(num_layers=(1,)),
+    )
+    model = randomized(cfg, std=0.05)
+    save_file(
+        {k: v.contiguous() for k, v in model.state_dict().items()}, tmp_path / "model.safetensors"
+    )
+    (tmp_path / "config.json").write_text(OLD_HYBRID_CONFIG)
+    loaded = vitkit.load(tmp_path)
+    assert loaded.cfg == cfg and loaded.cfg.resnet.width == 64
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        assert torch.equal(loaded(x), model(x))
+
+
+def test_timm_hybrid_width_is_inferred() -> None:
+    # timm's ResNetV2 at width_factor 0.5 has the official 32-channel root (same key layout).
+    from functools import partial
+
+    from timm.layers import StdConv2dSame
+    from timm.models.resnetv2 import ResNetV2
+    from timm.models.vision_transformer_hybrid import HybridEmbed
+
+    backbone = ResNetV2(
+        layers=(1, 1),
+        num_classes=0,
+        global_pool="",
+        preact=False,
+        stem_type="same",
+        conv_layer=StdConv2dSame,
+        width_factor=0.5,
+    )
+    peer = timm.models.vision_transformer.VisionTransformer(
+        img_size=32,
+        patch_size=1,
+        embed_dim=32,
+        depth=1,
+        num_heads=2,
+        num_classes=3,
+        embed_layer=partial(HybridEmbed, backbone=backbone),
+    )
+    model = vitkit.load(peer)
+    assert model.cfg.resnet == vitkit.ResNetConfig(num_layers=(1, 1), width_factor=0.5)
+    ours = model.state_dict()
+    assert all(torch.equal(ours[k], v) for k, v in peer.state_dict().items())

@@ -76,6 +76,18 @@ def test_timm_state_dict_heads_from_preset_or_argument(tmp_path) -> None:
         assert (model(x) - odd(x)).abs().max() <= 1e-5
 
 
+def test_timm_activation_is_read_or_refused() -> None:
+    kw = dict(img_size=32, patch_size=8, embed_dim=64, depth=1, num_heads=4, num_classes=3)
+    tanh = randomize(timm_vit(gap=False, act_layer="gelu_tanh", **kw))  # timm's GELUTanh module
+    ours = vitkit.load(tanh)
+    assert ours.cfg.act == "gelu_tanh"
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        assert (ours(x) - tanh(x)).abs().max() <= 1e-5
+    with pytest.raises(ValueError, match="QuickGELU: expected GELU"):
+        vitkit.load(timm_vit(gap=False, act_layer="quick_gelu", **kw))
+
+
 def test_intermediates_and_explicit_attention_match_fused() -> None:
     model = randomize(VisionTransformer(tiny(representation_size=48))).eval()
     x = torch.randn(3, 3, 32, 32)

@@ -4,8 +4,9 @@ The proof is not circular: random arrays are written in each official layout by 
 knows only the official names and shapes, and the logits of the imported vitkit model are compared
 with (a) a re-statement of the official Flax forward pass in plain torch ops that reads those arrays
 with Flax conventions (HWIO convs, TF 'SAME' padding, weight standardisation, GroupNorm, tanh GELU,
-(D, H, Dh) attention kernels) [PAPER.md A1, A2, A10; vit_jax models_vit.py, models_resnet.py;
-big_vision models/vit.py], and (b) timm's own ``.npz`` loader where timm supports the layout.
+(D, H, Dh) attention kernels, big_vision's MAPHead) [PAPER.md A1, A2, A10; vit_jax models_vit.py,
+models_resnet.py; big_vision models/vit.py], and (b) timm's own ``.npz`` loader where timm supports
+the layout.
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ BLOCK_NAMES = {  # (first LayerNorm, attention, second LayerNorm, MLP) inside an
     "released": ("LayerNorm_0", "MultiHeadDotProductAttention_1", "LayerNorm_2", "MlpBlock_3"),
     "current": ("LayerNorm_0", "MultiHeadDotProductAttention_0", "LayerNorm_1", "MlpBlock_0"),
 }
-ROOT_WIDTH = 64  # width_factor 1: every width is a multiple of GroupNorm's 32 groups
 
 
 @dataclass(frozen=True)
@@ -44,10 +44,11 @@ class Spec:
     patch: int = 8
     image: int = 32
     chans: int = 3
-    classifier: str = "token"
+    classifier: str = "token"  # or "gap", or "map" (big_vision's MAPHead_0)
     rep: int | None = None
     classes: int = 5
     resnet: tuple[int, ...] | None = None  # units per ResNet stage; () = root only
+    root_width: int = 64  # int(64 * width_factor) channels of conv_root; stage s is 2**s as wide
     stored_posemb: bool = True  # big_vision: learned (stored) posemb, else fixed sincos2d
 
     @property
@@ -96,11 +97,12 @@ def official_arrays(spec: Spec, seed: int = 0) -> dict[str, np.ndarray]:
     p: dict[str, np.ndarray] = {}
     cin = spec.chans
     if spec.resnet is not None:
-        p["conv_root/kernel"] = conv((7, 7, cin, ROOT_WIDTH))  # HWIO
-        norm(p, "gn_root", ROOT_WIDTH)
-        cin = ROOT_WIDTH
+        root = spec.root_width
+        p["conv_root/kernel"] = conv((7, 7, cin, root))  # HWIO
+        norm(p, "gn_root", root)
+        cin = root
         for s, units in enumerate(spec.resnet, start=1):
-            width = ROOT_WIDTH * 2 ** (s - 1)
+            width = root * 2 ** (s - 1)  # vit_jax: ResNetStage(nout=width * 2**i)
             for u in range(1, units + 1):
                 unit = f"block{s}/unit{u}"
                 if u == 1:
@@ -139,6 +141,16 @@ def official_arrays(spec: Spec, seed: int = 0) -> dict[str, np.ndarray]:
         for i, b in enumerate(blocks):
             p.update({f"Transformer/encoderblock_{i}/{k}": v for k, v in b.items()})
     norm(p, "Transformer/encoder_norm", D)
+    if spec.classifier == "map":  # big_vision MAPHead: probe, attention, LayerNorm, MlpBlock
+        p["MAPHead_0/probe"] = normal((1, 1, D), 0.5)
+        for name in ("query", "key", "value"):
+            dense(
+                p, f"MAPHead_0/MultiHeadDotProductAttention_0/{name}", (D, H, D // H), (H, D // H)
+            )
+        dense(p, "MAPHead_0/MultiHeadDotProductAttention_0/out", (H, D // H, D), (D,))
+        norm(p, "MAPHead_0/LayerNorm_0", D)
+        dense(p, "MAPHead_0/MlpBlock_0/Dense_0", (D, M), (M,))
+        dense(p, "MAPHead_0/MlpBlock_0/Dense_1", (M, D), (D,))
     if spec.rep:
         dense(p, "pre_logits", (D, spec.rep), (spec.rep,))
     if spec.classes:
@@ -217,6 +229,32 @@ def reference_logits(arrays: dict[str, np.ndarray], spec: Spec, images: torch.Te
     def gn(x: torch.Tensor, name: str) -> torch.Tensor:
         return group_norm(x, a(f"{name}/scale"), a(f"{name}/bias"))
 
+    def ln(x: torch.Tensor, name: str, layer: int | None = None) -> torch.Tensor:
+        return layer_norm(x, a(f"{name}/scale", layer), a(f"{name}/bias", layer))
+
+    def attention(
+        x: torch.Tensor, inputs: torch.Tensor, name: str, layer: int | None = None
+    ) -> torch.Tensor:
+        """flax MultiHeadDotProductAttention ``name``: queries from x (B, Q, D), keys and values
+        from inputs (B, T, D) -> (B, Q, D)."""
+
+        def w(leaf: str) -> torch.Tensor:
+            return a(f"{name}/{leaf}", layer)
+
+        q = torch.einsum("bqd,dhk->bqhk", x, w("query/kernel")) + w("query/bias")
+        k, v = (
+            torch.einsum("btd,dhk->bthk", inputs, w(f"{n}/kernel")) + w(f"{n}/bias")
+            for n in ("key", "value")
+        )  # (B, T, H, Dh) each
+        q = q / math.sqrt(q.shape[-1])
+        attn = torch.einsum("bqhk,bthk->bhqt", q, k).softmax(dim=-1)  # (B, H, Q, T)
+        y = torch.einsum("bhqt,bthk->bqhk", attn, v)  # (B, Q, H, Dh)
+        return torch.einsum("bqhk,hkd->bqd", y, w("out/kernel")) + w("out/bias")
+
+    def mlp_block(x: torch.Tensor, name: str, layer: int | None = None) -> torch.Tensor:
+        y = gelu_tanh(x @ a(f"{name}/Dense_0/kernel", layer) + a(f"{name}/Dense_0/bias", layer))
+        return y @ a(f"{name}/Dense_1/kernel", layer) + a(f"{name}/Dense_1/bias", layer)
+
     x = images.double().permute(0, 2, 3, 1)  # (B, H, W, C): flax is channels-last
     if spec.resnet is not None:  # vit_jax models_vit.py + models_resnet.py
         x = F.relu(gn(std_conv(x, a("conv_root/kernel"), 2), "gn_root"))
@@ -247,24 +285,17 @@ def reference_logits(arrays: dict[str, np.ndarray], spec: Spec, images: torch.Te
     for i in range(spec.layers):
         block = "Transformer/encoderblock" + ("" if spec.layout == "big_vision_scan" else f"_{i}")
         layer = i if spec.layout == "big_vision_scan" else None
-
-        def w(name: str, block: str = block, layer: int | None = layer) -> torch.Tensor:
-            return a(f"{block}/{name}", layer)
-
-        y = layer_norm(x, w(f"{ln1}/scale"), w(f"{ln1}/bias"))
-        q, k, v = (
-            torch.einsum("btd,dhk->bthk", y, w(f"{mha}/{n}/kernel")) + w(f"{mha}/{n}/bias")
-            for n in ("query", "key", "value")
-        )  # (B, T, H, Dh) each
-        q = q / math.sqrt(q.shape[-1])
-        attn = torch.einsum("bqhk,bthk->bhqt", q, k).softmax(dim=-1)  # (B, H, T, T)
-        y = torch.einsum("bhqt,bthk->bqhk", attn, v)  # (B, T, H, Dh)
-        x = x + torch.einsum("bqhk,hkd->bqd", y, w(f"{mha}/out/kernel")) + w(f"{mha}/out/bias")
-        y = layer_norm(x, w(f"{ln2}/scale"), w(f"{ln2}/bias"))
-        y = gelu_tanh(y @ w(f"{mlp}/Dense_0/kernel") + w(f"{mlp}/Dense_0/bias"))
-        x = x + y @ w(f"{mlp}/Dense_1/kernel") + w(f"{mlp}/Dense_1/bias")
-    x = layer_norm(x, a("Transformer/encoder_norm/scale"), a("Transformer/encoder_norm/bias"))
-    x = x[:, 0] if spec.classifier == "token" else x.mean(dim=1)
+        y = ln(x, f"{block}/{ln1}", layer)
+        x = x + attention(y, y, f"{block}/{mha}", layer)
+        x = x + mlp_block(ln(x, f"{block}/{ln2}", layer), f"{block}/{mlp}", layer)
+    x = ln(x, "Transformer/encoder_norm")
+    if spec.classifier == "map":  # big_vision MAPHead on the normed tokens
+        probe = a("MAPHead_0/probe").expand(B, 1, D)  # jnp.tile(probe, [n, 1, 1])
+        y = attention(probe, x, "MAPHead_0/MultiHeadDotProductAttention_0")  # (B, 1, D)
+        y = y + mlp_block(ln(y, "MAPHead_0/LayerNorm_0"), "MAPHead_0/MlpBlock_0")
+        x = y[:, 0]  # (B, D)
+    else:
+        x = x[:, 0] if spec.classifier == "token" else x.mean(dim=1)
     if spec.rep:
         x = torch.tanh(x @ a("pre_logits/kernel") + a("pre_logits/bias"))
     if spec.classes:
@@ -323,6 +354,26 @@ def test_big_vision_fixed_sincos_posemb(layout: str, classifier: str) -> None:
     assert read_official(arrays, posemb="none")[0].posemb == "none"
 
 
+@pytest.mark.parametrize("rep", [None, 24])
+@pytest.mark.parametrize("layout", ["big_vision", "big_vision_scan"])
+def test_big_vision_map_head_matches_big_vision_forward(layout: str, rep: int | None) -> None:
+    spec = Spec(layout=layout, classifier="map", rep=rep, heads=4)
+    arrays = official_arrays(spec)
+    images = images_for(spec)
+    got, cfg = vitkit_logits(arrays, images)
+    assert (cfg.classifier, cfg.num_prefix_tokens, cfg.num_heads) == ("map", 0, 4)
+    assert_logits_close(got, reference_logits(arrays, spec, images))
+
+
+def test_big_vision_map_head_with_fixed_posemb_and_no_head() -> None:
+    spec = Spec(layout="big_vision", classifier="map", stored_posemb=False, classes=0)
+    arrays = official_arrays(spec)
+    images = images_for(spec)
+    got, cfg = vitkit_logits(arrays, images)
+    assert (cfg.posemb, cfg.num_classes, got.shape) == ("sincos2d", 0, (2, spec.hidden))
+    assert_logits_close(got, reference_logits(arrays, spec, images))
+
+
 @pytest.mark.parametrize(
     ("layout", "resnet", "patch", "image", "classifier", "rep"),
     [
@@ -348,6 +399,31 @@ def test_hybrid_matches_official_forward(layout, resnet, patch, image, classifie
     assert cfg.resnet == ResNetConfig(num_layers=resnet, width_factor=1)
     assert (cfg.image_size, cfg.patch_size, cfg.in_chans) == (image, patch, 3)
     assert_logits_close(got, reference_logits(arrays, spec, images))
+
+
+@pytest.mark.parametrize(
+    ("root_width", "resnet", "width_factor"),
+    [(32, (1, 1), 0.5), (96, (1,), 1.5), (128, (), 2)],
+)
+def test_hybrid_of_any_width_matches_official_forward(root_width, resnet, width_factor) -> None:
+    # vit_jax: width = int(64 * width_factor); a 32-channel root is width_factor 0.5.
+    spec = Spec(resnet=resnet, root_width=root_width, patch=1, image=32, layers=1)
+    arrays = official_arrays(spec)
+    images = images_for(spec)
+    got, cfg = vitkit_logits(arrays, images)
+    assert cfg.resnet == ResNetConfig(num_layers=resnet, width_factor=width_factor)
+    assert cfg.resnet.width == root_width
+    assert_logits_close(got, reference_logits(arrays, spec, images))
+
+
+def test_hybrid_width_groupnorm_cannot_divide_is_refused() -> None:
+    arrays = official_arrays(Spec(resnet=(1,), root_width=64, patch=1, image=32, layers=1))
+    arrays["conv_root/kernel"] = arrays["conv_root/kernel"][..., :48]  # 48 channels
+    with pytest.raises(CheckpointError) as err:
+        read_official(arrays)
+    message = str(err.value)
+    assert "\n" not in message
+    assert "found 48 channels" in message and "32 groups" in message
 
 
 def test_vit_jax_training_state_prefix() -> None:
@@ -380,6 +456,8 @@ def test_no_head_means_features() -> None:
         ("big_vision", "token"),
         ("big_vision_scan", "token"),
         ("big_vision_scan", "gap"),
+        ("big_vision", "map"),
+        ("big_vision_scan", "map"),
     ],
 )
 def test_matches_timm_npz_loader(tmp_path, layout: str, classifier: str) -> None:
@@ -402,7 +480,7 @@ def test_matches_timm_npz_loader(tmp_path, layout: str, classifier: str) -> None
         act_layer=functools.partial(torch.nn.GELU, approximate="tanh"),
         norm_layer=functools.partial(torch.nn.LayerNorm, eps=1e-6),
         class_token=token,
-        global_pool="token" if token else "avg",
+        global_pool={"token": "token", "gap": "avg"}.get(classifier, classifier),
         fc_norm=False,
         no_embed_class=spec.big_vision,  # big_vision: posemb on the patches only
     )
@@ -479,10 +557,20 @@ def test_missing_and_unused_arrays_are_listed_in_one_error() -> None:
         assert name in message
 
 
-def test_map_head_is_refused() -> None:
-    arrays = official_arrays(Spec(layout="big_vision", classifier="gap"))
-    arrays["params/MAPHead_0/probe"] = np.zeros((1, 1, 32), np.float32)
-    with pytest.raises(CheckpointError, match="MAPHead_0"):
+def test_map_head_with_other_heads_than_the_encoder_is_refused() -> None:
+    arrays = official_arrays(Spec(layout="big_vision", classifier="map"))  # 2 heads of 16
+    query = "params/MAPHead_0/MultiHeadDotProductAttention_0/query/kernel"
+    arrays[query] = arrays[query].reshape(32, 4, 8)  # 4 heads of 8
+    with pytest.raises(CheckpointError, match="has 4 heads: expected the encoder's 2"):
+        read_official(arrays)
+
+
+def test_map_head_arrays_are_all_needed() -> None:
+    arrays = official_arrays(Spec(layout="big_vision_scan", classifier="map"))
+    del arrays["params/MAPHead_0/MlpBlock_0/Dense_1/bias"]
+    with pytest.raises(
+        CheckpointError, match=r"missing \(1\): params/MAPHead_0/MlpBlock_0/Dense_1"
+    ):
         read_official(arrays)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import pytest
@@ -48,7 +49,7 @@ def formula_count(cfg: ModelConfig) -> int:
     n = 0
     cin = C
     if cfg.resnet is not None:
-        w = 64 * cfg.resnet.width_factor
+        w = int(64 * cfg.resnet.width_factor)  # vit_jax's root width
         n += 49 * C * w + 2 * w  # root conv (no bias) + GroupNorm
         cin = w
         for stage, units in enumerate(cfg.resnet.num_layers):
@@ -66,6 +67,8 @@ def formula_count(cfg: ModelConfig) -> int:
     n += (N + cfg.num_prefix_tokens) * D if cfg.posemb == "learn" else 0  # E_pos
     per_layer = 2 * 2 * D + (D * 3 * D + 3 * D) + (D * D + D) + (D * M + M) + (M * D + D)
     n += L * per_layer + 2 * D  # encoder + final LayerNorm
+    if cfg.classifier == "map":  # probe, q, k/v, out, LayerNorm, MLP
+        n += D + (D * D + D) + (D * 2 * D + 2 * D) + (D * D + D) + 2 * D + (D * M + M) + (M * D + D)
     R = cfg.representation_size
     if R:
         n += D * R + R
@@ -105,6 +108,20 @@ def test_formula_counts(name: str) -> None:
     assert meta_count(cfg) == formula_count(cfg)
 
 
+def test_formula_counts_map_head() -> None:
+    cfg = dataclasses.replace(get_config("ViT-B/16"), classifier="map")
+    assert meta_count(cfg) == formula_count(cfg)
+
+
+@pytest.mark.parametrize("width_factor", [0.5, 1.5, 2])
+def test_formula_counts_any_resnet_width(width_factor: float) -> None:
+    cfg = dataclasses.replace(
+        get_config("R26+ViT-S/32"),
+        resnet=vitkit.ResNetConfig(num_layers=(2, 2, 2, 2), width_factor=width_factor),
+    )
+    assert meta_count(cfg) == formula_count(cfg)
+
+
 def test_any_size_patch_pair_by_name() -> None:
     cfg = get_config("ViT-H/16")
     assert (cfg.hidden_size, cfg.num_layers, cfg.num_heads, cfg.patch_size) == (1280, 32, 16, 16)
@@ -138,6 +155,7 @@ def test_list_models_glob() -> None:
 
 
 def test_flops_match_torch_flop_counter() -> None:
+    from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.utils.flop_counter import FlopCounterMode
 
     for cfg in (
@@ -162,10 +180,32 @@ def test_flops_match_torch_flop_counter() -> None:
             representation_size=32,
             resnet=vitkit.ResNetConfig(num_layers=(1, 1)),
         ),
+        ModelConfig(
+            image_size=32,
+            patch_size=1,
+            hidden_size=32,
+            num_layers=1,
+            num_heads=2,
+            mlp_dim=64,
+            num_classes=3,
+            resnet=vitkit.ResNetConfig(num_layers=(1, 1), width_factor=0.5),
+        ),
+        ModelConfig(
+            image_size=32,
+            patch_size=8,
+            hidden_size=64,
+            num_layers=2,
+            num_heads=4,
+            mlp_dim=96,
+            num_classes=5,
+            classifier="map",
+        ),
     ):
         model = VisionTransformer(cfg).eval()
         counter = FlopCounterMode(display=False)
-        with counter, torch.no_grad():  # the explicit attention path: the counter sees its matmuls
+        # The explicit attention path, and SDPA's math backend for the MAP head's attention: the
+        # counter sees their matmuls (it has no count for the fused CPU kernel).
+        with counter, torch.no_grad(), sdpa_kernel(SDPBackend.MATH):
             model.intermediates(torch.randn(1, 3, cfg.image_size, cfg.image_size), attention=True)
         assert count_flops(cfg) == counter.get_total_flops()
 

@@ -21,7 +21,7 @@ from typing import Any, Literal, TypeVar
 
 from .errors import ConfigError
 
-Classifier = Literal["token", "gap"]
+Classifier = Literal["token", "gap", "map"]
 Posemb = Literal["learn", "sincos2d", "none"]
 Activation = Literal["gelu", "gelu_tanh"]
 Architecture = Literal["vit", "resnet"]
@@ -73,10 +73,13 @@ class ResNetConfig:
 
     ``num_layers`` holds the number of bottleneck units per stage; ``()`` keeps only the root
     (7x7/2 conv, GroupNorm, ReLU, 3x3/2 max-pool), as in the official R+ViT-Ti/16.
+    ``width_factor`` may be fractional: as in vit_jax, the root has ``int(64 * width_factor)``
+    channels and stage ``i`` units are ``width * 2**i`` wide (x4 at their output), so every width
+    is a multiple of the root's, which GroupNorm's 32 groups must divide.
     """
 
     num_layers: tuple[int, ...]
-    width_factor: int = 1
+    width_factor: float = 1
 
     def __post_init__(self) -> None:
         _check(
@@ -88,7 +91,34 @@ class ResNetConfig:
             self.num_layers,
             "a tuple of positive integers (units per stage), e.g. (3, 4, 9)",
         )
-        _positive_int("resnet.width_factor", self.width_factor)
+        _check(
+            isinstance(self.width_factor, (int, float))
+            and not isinstance(self.width_factor, bool)
+            and self.width_factor > 0,
+            "resnet.width_factor",
+            self.width_factor,
+            "a positive number",
+        )
+        _check(
+            self.width > 0 and self.width % 32 == 0,
+            "resnet.width_factor",
+            self.width_factor,
+            f"a root width int(64 x width_factor) that GroupNorm's 32 groups divide, "
+            f"found {self.width} channels",
+        )
+
+    @classmethod
+    def from_width(cls, num_layers: tuple[int, ...], width: int) -> ResNetConfig:
+        """The config whose root has ``width`` channels (as a checkpoint's root conv shows);
+        the factor stays an integer when it is one, so configs of the paper's hybrids read 1."""
+        return cls(
+            num_layers=num_layers, width_factor=width // 64 if width % 64 == 0 else width / 64
+        )
+
+    @property
+    def width(self) -> int:
+        """Channels of the root conv and of the first stage's bottlenecks (vit_jax's rounding)."""
+        return int(64 * self.width_factor)
 
     @property
     def stride(self) -> int:
@@ -97,10 +127,9 @@ class ResNetConfig:
 
     @property
     def out_channels(self) -> int:
-        width = 64 * self.width_factor
         if not self.num_layers:
-            return width
-        return width * 2 ** (len(self.num_layers) - 1) * 4
+            return self.width
+        return self.width * 2 ** (len(self.num_layers) - 1) * 4
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -109,6 +138,9 @@ class ModelConfig:
 
     ``num_classes=0`` means no head: the model returns pooled (pre-logits) features, as in timm.
     ``representation_size`` adds the pre-training "pre-logits" layer (dense + tanh).
+    ``classifier`` pools with the class token (``'token'``), the mean of the patch tokens
+    (``'gap'``) or big_vision's multihead attention pooling (``'map'``: a learned probe attends
+    over the patch tokens); only ``'token'`` has a class token.
     ``arch='resnet'`` is the paper's CNN baseline instead of a ViT: the hybrid's BiT backbone
     (``resnet``), global average pooling and a linear head; the transformer fields are unused.
     ``image_size`` is an int (square images) or a (height, width) pair; a square pair is stored as
@@ -161,7 +193,10 @@ class ModelConfig:
             f"a divisor of hidden_size={self.hidden_size}",
         )
         _check(
-            self.classifier in ("token", "gap"), "classifier", self.classifier, "'token' or 'gap'"
+            self.classifier in ("token", "gap", "map"),
+            "classifier",
+            self.classifier,
+            "'token', 'gap' or 'map'",
         )
         _check(
             self.posemb in ("learn", "sincos2d", "none"),

@@ -12,7 +12,7 @@ from ..config import ModelConfig
 def _resnet_macs(cfg: ModelConfig, h: int, w: int) -> tuple[int, int, int]:
     """MACs of the BiT backbone and its output (height, width)."""
     assert cfg.resnet is not None
-    width = 64 * cfg.resnet.width_factor
+    width = cfg.resnet.width
     h, w = math.ceil(h / 2), math.ceil(w / 2)  # root conv 7x7/2
     macs = h * w * 49 * cfg.in_chans * width
     h, w = math.ceil(h / 2), math.ceil(w / 2)  # max-pool 3x3/2
@@ -47,6 +47,8 @@ def count_flops(cfg: ModelConfig, image_size: int | None = None) -> int:
     macs += n * P * P * cin * D  # patch embedding
     per_block = t * D * 3 * D + 2 * t * t * D + t * D * D + 2 * t * D * M
     macs += cfg.num_layers * per_block
+    if cfg.classifier == "map":  # one probe: q, k/v of every token, scores and sum, out, MLP
+        macs += D * D + t * D * 2 * D + 2 * t * D + D * D + 2 * D * M
     rep = cfg.representation_size
     if rep:
         macs += D * rep

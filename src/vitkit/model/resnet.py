@@ -126,7 +126,7 @@ class ResNetBackbone(nn.Module):
 
     def __init__(self, cfg: ResNetConfig, in_chans: int) -> None:
         super().__init__()
-        width = 64 * cfg.width_factor
+        width = cfg.width  # int(64 * width_factor), as vit_jax
         self.stem = Stem(in_chans, width)
         stages = []
         cin = width

@@ -1,12 +1,13 @@
 """The Vision Transformer [P §3.1, Eq. 1-4; official vit_jax models_vit.py].
 
 Shapes: B batch, C channels, P patch, (gh, gw) patch grid, N = gh * gw patches, T = prefix + N
-tokens (prefix = 1 with a class token, 0 with GAP), D hidden, H heads, K classes, R representation.
+tokens (prefix = 1 with a class token, 0 with GAP or MAP), D hidden, H heads, K classes,
+R representation.
 
     z0 = [x_class; x_p E] + E_pos          (embed_patches, then encode)
     z_l = Block(z_{l-1}),  l = 1..L        (encode)
     y = LN(z_L)                            (encode)
-    pooled = y[:, 0] or mean(y)            (pool)
+    pooled = y[:, 0], mean(y) or MAP(y)    (pool; MAP: big_vision's attention pooling)
     logits = head(tanh(pre_logits(pooled)))  (forward_head; pre-logits only at pre-training)
 
 One class serves pure and hybrid models: a hybrid's patch embedding runs a BiT ResNet first.
@@ -25,7 +26,7 @@ from torch import Tensor, nn
 from ..config import ModelConfig
 from ..errors import ConfigError
 from .embed import PatchEmbed
-from .heads import PreLogits, new_head
+from .heads import MAPHead, PreLogits, new_head
 from .layers import Block
 from .posemb import grid_of, resize_grid, sincos2d
 
@@ -68,6 +69,11 @@ class VisionTransformer(nn.Module):
             for rate in rates
         )
         self.norm: nn.Module = nn.LayerNorm(D, eps=cfg.layer_norm_eps)
+        self.attn_pool = (  # after the final norm, as big_vision and timm (whose fc_norm is off)
+            MAPHead(D, cfg.num_heads, cfg.mlp_dim, act=cfg.act, eps=cfg.layer_norm_eps)
+            if cfg.classifier == "map"
+            else None
+        )
         self.pool_tokens = True  # False once pruned for features (timm's global_pool='')
         self.pre_logits: PreLogits | None = None
         self.head: nn.Module = nn.Identity()
@@ -92,6 +98,8 @@ class VisionTransformer(nn.Module):
         for block in self.blocks:
             block.reset_parameters()
         self.norm.reset_parameters()
+        if self.attn_pool is not None:
+            self.attn_pool.reset_parameters()
         if self.pre_logits is not None:
             self.pre_logits.reset_parameters()
         if isinstance(self.head, nn.Linear):
@@ -100,7 +108,8 @@ class VisionTransformer(nn.Module):
 
     def reset_head(self, num_classes: int, representation_size: int | None = None) -> None:
         """Fine-tuning surgery [P App. B.1.1]: drop the whole head (pre-logits included) and attach
-        a zero-initialised linear head for ``num_classes`` (0 = no head)."""
+        a zero-initialised linear head for ``num_classes`` (0 = no head). A MAP pooling head is
+        kept: it makes the representation (as timm's ``reset_classifier`` keeps ``attn_pool``)."""
         self.cfg = dataclasses.replace(
             self.cfg, num_classes=num_classes, representation_size=representation_size
         )
@@ -178,9 +187,12 @@ class VisionTransformer(nn.Module):
         return self.norm(x)
 
     def pool(self, tokens: Tensor) -> Tensor:
-        """Encoded tokens (B, T, D) -> image representation (B, D): class token or mean (GAP)."""
+        """Encoded tokens (B, T, D) -> image representation (B, D): class token, mean (GAP) or
+        attention pooling (MAP)."""
         if self.cfg.classifier == "token":
             return tokens[:, 0]
+        if self.attn_pool is not None:
+            return self.attn_pool(tokens)
         return tokens.mean(dim=1)
 
     # ---------------------------------------------------------------- timm's API
@@ -307,7 +319,7 @@ class VisionTransformer(nn.Module):
 
         The blocks after the last one taken are removed (``cfg.num_layers`` follows);
         ``prune_norm`` replaces the final LayerNorm by the identity; ``prune_head`` removes the
-        head, the pre-logits layer and the pooling (``cfg.num_classes=0``), so ``forward`` and
+        head, the pre-logits layer and the pooling, a MAP head included (``cfg.num_classes=0``), so ``forward`` and
         ``forward_head`` return the encoded tokens (B, T, D), as timm's. The config has no field
         for a missing norm or pooling: a model pruned that way does not reload from its config.
         """
@@ -317,6 +329,7 @@ class VisionTransformer(nn.Module):
         if prune_head:
             self.reset_head(0)
             self.pool_tokens = False
+            self.attn_pool = None  # timm's reset_classifier(0, '') drops a MAP head too
         if prune_norm:
             self.norm = nn.Identity()
         return take
@@ -324,11 +337,12 @@ class VisionTransformer(nn.Module):
     # ---------------------------------------------------------------- bookkeeping
 
     def no_weight_decay(self) -> set[str]:
-        """Names of parameters that take no weight decay: biases, norms, posemb, class token."""
+        """Names of parameters that take no weight decay: biases, norms, posemb, class token and
+        MAP probe (big_vision decays only kernels; timm would decay the probe)."""
         return {
             name
             for name, p in self.named_parameters()
-            if p.ndim <= 1 or name in ("pos_embed", "cls_token")
+            if p.ndim <= 1 or name in ("pos_embed", "cls_token", "attn_pool.latent")
         }
 
     def num_params(self) -> int:

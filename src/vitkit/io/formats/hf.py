@@ -364,7 +364,12 @@ def _unexportable(cfg: ModelConfig) -> list[str]:
     reasons = []
     if cfg.resnet is not None:
         reasons.append("it is a hybrid (ResNet + ViT); HF's ViTModel has no ResNet stem")
-    if cfg.classifier != "token":
+    if cfg.classifier == "map":
+        reasons.append(
+            "classifier='map' (an attention-pooling head, attn_pool.*); HF's ViT has no MAP head "
+            "and always pools the class token"
+        )
+    elif cfg.classifier != "token":
         reasons.append(f"classifier={cfg.classifier!r}; HF's ViT always pools the class token")
     if cfg.posemb != "learn":
         reasons.append(f"posemb={cfg.posemb!r}; HF's ViT has learned position embeddings only")
@@ -395,7 +400,7 @@ def write_hf(
     cfg = model.cfg
     reasons = _unexportable(cfg)
     if reasons:
-        raise ValueError("cannot write this model as a Hugging Face ViT: " + "; ".join(reasons))
+        raise ConfigError("cannot write this model as a Hugging Face ViT: " + "; ".join(reasons))
     if class_names is not None:
         if len(class_names) != cfg.num_classes:
             raise ValueError(

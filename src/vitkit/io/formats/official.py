@@ -22,8 +22,12 @@ Two codebases wrote these files, one model under two sets of names:
 Flax stores conv kernels HWIO (kh, kw, in, out), Dense kernels (in, out), attention q/k/v kernels
 (D, H, Dh) and the out kernel (H, Dh, D); norms have ``scale``/``bias``. Our layout is timm's.
 Flax ``nn.gelu`` is the tanh approximation and its LayerNorm eps is 1e-6, so the inferred config
-says ``act='gelu_tanh'``. The classifier is ``token`` when there is a ``cls`` array and ``gap``
-otherwise (big_vision's ``pool_type='0'``, the first patch token, cannot be told from the arrays).
+says ``act='gelu_tanh'``. The classifier is ``token`` when there is a ``cls`` array, ``map`` when
+there is a big_vision ``MAPHead_0`` (``pool_type='map'``: ``probe`` (1, 1, D), attention
+``MultiHeadDotProductAttention_0/{query,key,value,out}``, ``LayerNorm_0``, ``MlpBlock_0``; ours
+is timm's ``attn_pool``, q from the query, kv from key and value) and ``gap`` otherwise
+(big_vision's ``pool_type='0'``, the first patch token, cannot be told from the arrays, nor can
+the later ``MAPHead(buggy=True)``, which adds the MLP to the normed probe instead).
 
 Loading is strict: every array in the file must be used and every array the inferred model needs
 must be there, or one ``CheckpointError`` lists all of them.
@@ -47,6 +51,8 @@ RELEASED = ("LayerNorm_0", "MultiHeadDotProductAttention_1", "LayerNorm_2", "Mlp
 CURRENT = ("LayerNorm_0", "MultiHeadDotProductAttention_0", "LayerNorm_1", "MlpBlock_0")
 VIT_JAX_POSEMB = "Transformer/posembed_input/pos_embedding"  # (1, T, D): class slot included
 BIG_VISION_POSEMB = "pos_embedding"  # (1, N, D): patches only
+MAP_HEAD = "MAPHead_0"  # big_vision pool_type='map'
+MAP_ATTENTION = f"{MAP_HEAD}/MultiHeadDotProductAttention_0"
 DEFAULT_IMAGE_SIZE = 224  # the paper's resolution, used only when no stored posemb fixes the grid
 
 
@@ -70,13 +76,14 @@ def _dense(w: np.ndarray) -> np.ndarray:
     return w.T  # (in, out) -> (out, in)
 
 
-def _qkv_weight(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
-    # 3 x (D, H, Dh) -> 3 x (H*Dh, D) -> (3D, D), rows ordered q, k, v as timm's fused qkv
-    return np.concatenate([w.reshape(w.shape[0], -1).T for w in (q, k, v)])
+def _qkv_weight(*kernels: np.ndarray) -> np.ndarray:
+    # n x (D, H, Dh) -> n x (H*Dh, D) -> (nD, D), rows ordered as given: q, k, v as timm's fused
+    # qkv (or k, v as its MAP head's kv)
+    return np.concatenate([w.reshape(w.shape[0], -1).T for w in kernels])
 
 
-def _qkv_bias(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
-    return np.concatenate([b.reshape(-1) for b in (q, k, v)])  # 3 x (H, Dh) -> (3D,)
+def _qkv_bias(*biases: np.ndarray) -> np.ndarray:
+    return np.concatenate([b.reshape(-1) for b in biases])  # n x (H, Dh) -> (nD,)
 
 
 def _out_weight(w: np.ndarray) -> np.ndarray:
@@ -133,27 +140,20 @@ def _infer_resnet(w: _Arrays) -> ResNetConfig | None:
     """ResNet stages from the unit keys ``block{s}/unit{u}/``; root only when there are none."""
     if "conv_root/kernel" not in w:
         return None
-    width = w.shape("conv_root/kernel", 4)[3]  # (7, 7, C, W)
-    if width % 64:
-        raise CheckpointError(f"conv_root has {width} channels: expected 64 x width_factor")
+    width = w.shape("conv_root/kernel", 4)[3]  # (7, 7, C, W): W = int(64 * width_factor)
     units: dict[int, int] = {}
     for key in w.keys:
         if m := re.match(r"block(\d+)/unit(\d+)/", key):
             units[int(m[1])] = max(units.get(int(m[1]), 0), int(m[2]))
     try:
         num_layers = tuple(units.get(s, 0) for s in range(1, max(units, default=0) + 1))
-        return ResNetConfig(num_layers=num_layers, width_factor=width // 64)
+        return ResNetConfig.from_width(num_layers, width)
     except ConfigError as e:
         raise CheckpointError(f"hybrid ResNet stages {sorted(units.items())}: {e}") from None
 
 
 def _infer(w: _Arrays, posemb: str | None) -> tuple[ModelConfig, tuple[str, ...], bool, str | None]:
     """The model the arrays describe, the block naming, scan-stacking and the posemb key."""
-    if any(k.startswith("MAPHead_0/") for k in w.keys):
-        raise CheckpointError(
-            "big_vision pool_type='map' (attention-pooling head 'MAPHead_0') is not supported: "
-            "vitkit pools with the class token or the mean ('token' or 'gap')"
-        )
     ph, pw, C, D = w.shape("embedding/kernel", 4)  # (P, P, C, D)
     if ph != pw:
         raise CheckpointError(f"embedding/kernel has a {ph}x{pw} patch: expected a square patch")
@@ -175,7 +175,16 @@ def _infer(w: _Arrays, posemb: str | None) -> tuple[ModelConfig, tuple[str, ...]
         )
     H = w.shape(query, 3 + stacked)[-2]  # (D, H, Dh)
     mlp_dim = w.shape(dense0, 2 + stacked)[-1]  # (D, M)
-    classifier = "token" if "cls" in w else "gap"
+    has_map = any(k.startswith(f"{MAP_HEAD}/") for k in w.keys)
+    classifier = "token" if "cls" in w else "map" if has_map else "gap"
+    map_query = f"{MAP_ATTENTION}/query/kernel"
+    if classifier == "map" and map_query in w:
+        map_heads = w.shape(map_query, 3)[1]  # (D, H, Dh); the converted (D, D) has no split
+        if map_heads != H:
+            raise CheckpointError(
+                f"{w.prefix}{map_query} has {map_heads} heads: expected the encoder's {H}, "
+                "as big_vision's MAPHead"
+            )
     stride = P * (resnet.stride if resnet else 1)
     posemb_key = next((k for k in (VIT_JAX_POSEMB, BIG_VISION_POSEMB) if k in w), None)
     if posemb_key is None:
@@ -271,6 +280,18 @@ def _rules(
         dense(f"{dst}.mlp.fc1", f"{src}/{mlp}/Dense_0", layer)
         dense(f"{dst}.mlp.fc2", f"{src}/{mlp}/Dense_1", layer)
     norm("norm", "Transformer/encoder_norm")
+    if cfg.classifier == "map":  # big_vision MAPHead_0 -> timm's attn_pool
+        add("attn_pool.latent", _same, f"{MAP_HEAD}/probe")  # (1, 1, D)
+        add("attn_pool.q.weight", _qkv_weight, f"{MAP_ATTENTION}/query/kernel")
+        add("attn_pool.q.bias", _qkv_bias, f"{MAP_ATTENTION}/query/bias")
+        kv = [f"{MAP_ATTENTION}/{n}" for n in ("key", "value")]
+        add("attn_pool.kv.weight", _qkv_weight, *(f"{k}/kernel" for k in kv))
+        add("attn_pool.kv.bias", _qkv_bias, *(f"{k}/bias" for k in kv))
+        add("attn_pool.proj.weight", _out_weight, f"{MAP_ATTENTION}/out/kernel")
+        add("attn_pool.proj.bias", _same, f"{MAP_ATTENTION}/out/bias")
+        norm("attn_pool.norm", f"{MAP_HEAD}/LayerNorm_0")
+        dense("attn_pool.mlp.fc1", f"{MAP_HEAD}/MlpBlock_0/Dense_0")
+        dense("attn_pool.mlp.fc2", f"{MAP_HEAD}/MlpBlock_0/Dense_1")
     if cfg.representation_size:
         dense("pre_logits.fc", "pre_logits")
     if cfg.num_classes:

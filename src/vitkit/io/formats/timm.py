@@ -3,8 +3,11 @@
 A timm state dict does not record the number of heads (qkv is fused), the pooling or the shape of
 the patch grid. The heads come from a live timm module, a ``num_heads=`` argument, or the paper's
 size whose hidden size, depth and MLP width match (Ti/S/M/B/L/H) — never guessed. Pooling is the
-class token when the state dict has one; a timm module's ``global_pool`` is read directly. The
-grid is a live module's ``patch_embed.grid_size`` (so non-square models convert), else square.
+class token when the state dict has one, attention pooling (``global_pool='map'``, big_vision's
+MAP head) when it has ``attn_pool.*`` and the mean otherwise; a timm module's ``global_pool`` is
+read directly. timm's MAP models apply the final ``norm`` before ``attn_pool`` (their ``fc_norm``
+is off), as vitkit. The grid is a live module's ``patch_embed.grid_size`` (so non-square models
+convert), else square.
 
 Hybrid timm state dicts load too (same ``patch_embed.backbone`` names); note that vitkit computes
 the hybrid with the official code's numerics (weight-standardisation eps 1e-5 added to the std,
@@ -30,7 +33,8 @@ _UNSUPPORTED = {
     "reg_token": "register tokens",
     "fc_norm.weight": "a norm after pooling (fc_norm=True); build timm with fc_norm=False",
     "norm_pre.weight": "a pre-encoder norm (pre_norm=True)",
-    "attn_pool.latent": "attention pooling (global_pool='map')",
+    "attn_pool.q_norm.weight": "a MAP head with q/k norms (qk_norm=True)",
+    "attn_pool.pos_embed": "a MAP head with its own position embedding (pos_embed='abs')",
     "dist_token": "a distillation token (DeiT)",
 }
 
@@ -55,10 +59,11 @@ def _resnet_config(state: Mapping[str, Tensor]) -> ResNetConfig | None:
         m = re.match(rf"{re.escape(prefix)}stages\.(\d+)\.blocks\.(\d+)\.", key)
         if m:
             units.setdefault(int(m.group(1)), set()).add(int(m.group(2)))
-    width = state[f"{prefix}stem.conv.weight"].shape[0]
-    return ResNetConfig(
-        num_layers=tuple(len(units[s]) for s in sorted(units)), width_factor=width // 64
-    )
+    width = state[f"{prefix}stem.conv.weight"].shape[0]  # (W, C, 7, 7)
+    try:
+        return ResNetConfig.from_width(tuple(len(units[s]) for s in sorted(units)), width)
+    except ConfigError as e:
+        raise CheckpointError(f"hybrid ResNet stem with {width} channels: {e}") from None
 
 
 def read_timm(
@@ -95,11 +100,22 @@ def read_timm(
             f"hidden_size={hidden}, num_layers={depth}, mlp_dim={mlp}: pass num_heads=..."
         )
     has_cls = "cls_token" in state
-    classifier = classifier or ("token" if has_cls else "gap")
+    latent = state.get("attn_pool.latent")
+    if latent is not None and has_cls:
+        raise CheckpointError(
+            "this state dict pools with attention (attn_pool) next to a class token: big_vision's "
+            "MAP model, as vitkit's, has none (timm: class_token=False, global_pool='map')"
+        )
+    classifier = classifier or ("token" if has_cls else "map" if latent is not None else "gap")
     if classifier == "gap" and has_cls:
         raise CheckpointError(
             "this state dict has a class token but GAP pooling was asked for: vitkit's GAP models "
             "(as the official code's) have no class token"
+        )
+    if latent is not None and tuple(latent.shape) != (1, 1, hidden):
+        raise CheckpointError(
+            f"attn_pool.latent {tuple(latent.shape)}: expected one probe (1, 1, {hidden}), as "
+            "big_vision's MAP head (timm latent_len=1)"
         )
     prefix = 1 if has_cls else 0
     if pos is None:
@@ -134,11 +150,28 @@ def read_timm(
     return cfg, dict(state)
 
 
+def _act(module: nn.Module) -> str:
+    """vitkit's ``act`` for a timm MLP activation: torch's ``nn.GELU`` or timm's own ``GELU`` /
+    ``GELUTanh`` (what ``act_layer='gelu'`` / ``'gelu_tanh'`` build, e.g. timm's SigLIP MAP
+    ViTs); any other activation is not the paper's MLP and is refused."""
+    from timm.layers.activations import GELU, GELUTanh
+
+    if isinstance(module, nn.GELU):
+        return "gelu_tanh" if module.approximate == "tanh" else "gelu"
+    if isinstance(module, (GELU, GELUTanh)):
+        return "gelu_tanh" if isinstance(module, GELUTanh) else "gelu"
+    raise CheckpointError(
+        f"timm MLP activation {type(module).__name__}: expected GELU (exact or tanh), the paper's"
+    )
+
+
 def read_timm_module(model: nn.Module) -> tuple[ModelConfig, dict[str, Tensor]]:
     """A live timm ``VisionTransformer``: heads and pooling are read from the module."""
     pool = getattr(model, "global_pool", "token")
-    if pool not in ("token", "avg"):
-        raise CheckpointError(f"timm global_pool={pool!r} is not the paper's (token or avg)")
+    if pool not in ("token", "avg", "map"):
+        raise CheckpointError(
+            f"timm global_pool={pool!r} is not the paper's or big_vision's (token, avg or map)"
+        )
     if pool == "avg" and getattr(model, "cls_token", None) is not None:
         raise CheckpointError(
             "timm model averages patch tokens next to a class token; the paper's GAP model has "
@@ -149,13 +182,12 @@ def read_timm_module(model: nn.Module) -> tuple[ModelConfig, dict[str, Tensor]]:
         raise CheckpointError(f"{type(model).__name__} is not a timm VisionTransformer")
     with torch.no_grad():
         state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    approximate = getattr(blocks[0].mlp.act, "approximate", "none")
     grid = getattr(getattr(model, "patch_embed", None), "grid_size", None)  # (gh, gw) or None
     return read_timm(
         state,
         num_heads=blocks[0].attn.num_heads,
-        classifier="gap" if pool == "avg" else "token",
-        act="gelu_tanh" if approximate == "tanh" else "gelu",
+        classifier={"avg": "gap", "map": "map"}.get(pool, "token"),
+        act=_act(blocks[0].mlp.act),
         layer_norm_eps=float(getattr(model.norm, "eps", 1e-6)),
         grid=None if grid is None else (int(grid[0]), int(grid[1])),
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 import torch
 
 import vitkit
@@ -75,3 +76,48 @@ def test_user_errors_are_one_line() -> None:
         assert proc.returncode == 2, proc.stderr
         assert needle in proc.stderr
         assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_user_errors_are_one_line_bugs_keep_their_traceback(monkeypatch, capsys) -> None:
+    import errno
+
+    import vitkit.cli as cli
+    from vitkit.errors import CheckpointError, MissingFileError
+
+    def raises(error: BaseException):
+        def verb(args) -> None:
+            raise error
+
+        return verb
+
+    user = [
+        CheckpointError("checkpoint x has 3 blocks: expected 2\nsecond line"),
+        MissingFileError("checkpoint not found: /x"),
+        OSError(errno.ENOSPC, "No space left on device", "/runs/x/state.pt"),
+    ]
+    for error, line in zip(
+        user,
+        [
+            "checkpoint x has 3 blocks: expected 2",
+            "checkpoint not found: /x",
+            "No space left on device: /runs/x/state.pt",
+        ],
+        strict=True,
+    ):
+        monkeypatch.setattr(cli, "_summary", raises(error))
+        assert main(["summary", "ViT-mu/16"]) == 2
+        assert capsys.readouterr().err == f"vitkit summary: error: {line}\n"
+        with pytest.raises(type(error)):  # --debug, after the verb or before it: the traceback
+            main(["summary", "ViT-mu/16", "--debug"])
+        with pytest.raises(type(error)):
+            main(["--debug", "summary", "ViT-mu/16"])
+    monkeypatch.setattr(cli, "_summary", raises(user[0]))
+    monkeypatch.setenv("VITKIT_DEBUG", "1")
+    with pytest.raises(CheckpointError):
+        main(["summary", "ViT-mu/16"])
+    monkeypatch.delenv("VITKIT_DEBUG")
+    # a bug in vitkit (not a VitkitError, an OSError of ours): its traceback, not a line
+    for bug in (KeyError("x"), TypeError("y"), ValueError("z"), FileNotFoundError(2, "gone", "f")):
+        monkeypatch.setattr(cli, "_summary", raises(bug))
+        with pytest.raises(type(bug)):
+            main(["summary", "ViT-mu/16"])

@@ -4,7 +4,8 @@ A 2-process run with global batch 2b (b per process) must log the losses of a 1-
 batch 2b, step for step within fp32 tolerance, for DDP and for FSDP, and checkpoints must move
 both ways between one process and sharded processes. The run keeps augmentation on (it is drawn
 per global batch, then sliced), accumulation, clipping and EMA, and dropout at 0 (each process
-draws its own dropout masks).
+draws its own dropout masks). The runs are pinned to the CPU (gloo): on a machine with one GPU,
+``auto`` would put both processes' work on CUDA devices it does not have.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from vitkit.data import Batches, synthetic
 from vitkit.train.loop import TIMING_KEYS
 
 RUN = [
-    "train", "--recipe", "smoke", "--no-progress",
+    "train", "--recipe", "smoke", "--no-progress", "--set", "train.device=cpu",  # gloo on CPUs
     "--set", "train.duration=8st", "--set", "train.log_every=1st", "--set", "train.accum_steps=2",
     "--set", "train.save_every=2st", "--set", "train.keep_last=4", "--set", "train.eval_every=4st",
     "--set", "train.ema=0.9",
@@ -58,19 +59,33 @@ def assert_same_run(got: Path, expected: Path) -> None:
             assert x[key] == pytest.approx(y[key], rel=1e-5, abs=1e-7), (x["step"], key, x, y)
 
 
-def assert_same_weights(got: Path, expected: Path) -> None:
+def assert_same_weights(got: Path, expected: Path, *, muon: bool = False) -> None:
     """The final checkpoints' weights agree, but for the attention's key biases: softmax ignores
-    them, so their gradient is rounding noise that Adam scales up to full-size steps."""
+    them, so their gradient is rounding noise that Adam scales up to full-size steps.
+
+    Adam's weights agree to fp32 tolerance. Muon's matrices (``muon=True``) agree to what its bf16
+    Newton–Schulz iterations can promise: the gradients of 1 and 2 processes are summed in
+    another order, so they differ in their last fp32 bits, and each step's orthogonalised update
+    O (entries at most its largest singular value, 1.2: ``orthogonalize``) may then round to the
+    neighbouring bf16 value, one ulp = 2^-7 of an entry. Each step scales O by lr x 0.2 x
+    sqrt(max(rows, columns)), so the weights may differ by the sum over steps of
+    lr x 0.2 x sqrt(max(rows, columns)) x 1.2 x 2^-7 (1.3e-4 to 2.5e-4 here; measured: 9e-6 to 4e-5
+    on an Intel Xeon without AMX, 0 where both reduce in the same order)."""
     a, b = (
         load_file(d / "checkpoints" / "step_00000008" / "model.safetensors")
         for d in (got, expected)
     )
+    lr_sum = sum(r["lr"] for r in records(expected) if "lr" in r)  # one record per step
     assert a.keys() == b.keys()
     for name in a:
         if name.endswith("attn.qkv.bias"):
             D = a[name].shape[0] // 3
             a[name][D : 2 * D] = b[name][D : 2 * D] = 0
-        torch.testing.assert_close(a[name], b[name], rtol=1e-4, atol=1e-6, msg=name)
+        if muon and name.startswith("blocks.") and a[name].ndim == 2:
+            bound = lr_sum * 0.2 * max(a[name].shape) ** 0.5 * 1.2 * 2**-7
+            torch.testing.assert_close(a[name], b[name], rtol=0, atol=bound, msg=name)
+        else:
+            torch.testing.assert_close(a[name], b[name], rtol=1e-4, atol=1e-6, msg=name)
 
 
 @pytest.fixture(scope="module")
@@ -126,7 +141,7 @@ def test_muon_checkpoints_move_between_one_process_and_ddp(tmp_path: Path) -> No
     vitkit(*muon, "--run-dir", str(ddp), torchrun=2)
     assert_resumed(ddp, one, step=4)
     assert_same_run(ddp, one)
-    assert_same_weights(ddp, one)
+    assert_same_weights(ddp, one, muon=True)
     back = stopped_copy(ddp, tmp_path / "back", step=6)
     vitkit(*muon, "--run-dir", str(back))
     assert_resumed(back, ddp, step=6)

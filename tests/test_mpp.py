@@ -124,6 +124,7 @@ def _mpp_run(**overrides: object):
             "model.dropout_rate": 0.1,
             "optim.lr": 1e-2,
             "train.keep_last": 10,
+            "train.device": "cpu",  # exact resume: deterministic kernels (auto may pick CUDA)
             **overrides,
         },
     )

@@ -1,16 +1,22 @@
 """``vitkit <verb>``: the command line.
 
 Each verb imports what it needs when it runs, so ``vitkit --help`` never imports torch. Every
-error a user can cause is one line on stderr and exit status 2, never a traceback.
+error a user can cause (``VitkitError``, and an ``OSError`` of a full disk or a folder we may not
+write) is one line on stderr and exit status 2; anything else is a bug in vitkit and keeps its
+traceback. ``--debug`` (or ``VITKIT_DEBUG=1``) shows the traceback of any error.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from .errors import UserFileError, VitkitError
 
 if TYPE_CHECKING:
     from .config import RunConfig
@@ -38,7 +44,7 @@ def _presets(args: argparse.Namespace) -> None:
 
     names = list_models(args.pattern)
     if not names:
-        raise ValueError(f"no preset matches {args.pattern!r}; try `vitkit presets` for all")
+        raise VitkitError(f"no preset matches {args.pattern!r}; try `vitkit presets` for all")
     rows = []
     for name in names:
         cfg = PRESETS[name].build()
@@ -106,7 +112,7 @@ def _export(args: argparse.Namespace) -> None:
 
     require_onnx()  # before loading and exporting, which take a while
     if args.batch_size < 1:
-        raise ValueError(f"--batch-size must be at least 1, got {args.batch_size}")
+        raise VitkitError(f"--batch-size must be at least 1, got {args.batch_size}")
     model = load(args.checkpoint)
     out = export_onnx(model, args.onnx, opset=args.opset)
     cfg = model.cfg
@@ -177,14 +183,14 @@ def _torchrun(nproc: int, argv: Sequence[str]) -> None:
     import os
 
     if nproc < 1:
-        raise ValueError(f"--nproc {nproc}: expected a number of processes >= 1")
+        raise VitkitError(f"--nproc {nproc}: expected a number of processes >= 1")
     rest, skip = [], False
     for arg in argv:
         if not skip and arg != "--nproc" and not arg.startswith("--nproc="):
             rest.append(arg)
         skip = arg == "--nproc"
     if _parser().parse_args(rest).nproc is not None:
-        raise ValueError("--nproc: write it in full (--nproc N or --nproc=N)")
+        raise VitkitError("--nproc: write it in full (--nproc N or --nproc=N)")
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
     command += [f"--nproc-per-node={nproc}", "-m", "vitkit", *rest]
     sys.stdout.flush()
@@ -203,7 +209,7 @@ def _train(args: argparse.Namespace) -> None:
     run = _finetune_config(args) if getattr(args, "init_from", None) else _run_config(args)
     if args.nproc is not None:
         if distributed.launched():
-            raise ValueError("--nproc starts torchrun: leave it out of a command torchrun runs")
+            raise VitkitError("--nproc starts torchrun: leave it out of a command torchrun runs")
         _torchrun(args.nproc, args.argv)
     main = os.environ.get("RANK", "0") == "0"  # the process that reports (torchrun's rank 0)
     if distributed.launched():  # rank 0's progress and evaluations go to the job's log
@@ -218,7 +224,7 @@ def _train(args: argparse.Namespace) -> None:
     except RuntimeError as e:
         if not distributed.lost_peer(e):
             raise
-        raise ValueError(
+        raise VitkitError(
             f"lost contact with another process ({distributed.describe(e)}): one died or hung "
             f"(collectives wait {distributed.timeout_s():g} s, {distributed.TIMEOUT_ENV}); "
             "torchrun's report names it"
@@ -279,7 +285,7 @@ def _eval(args: argparse.Namespace) -> None:
     _, _, extra = read(args.checkpoint)
     batches, classes = eval_batches(args.data, args.data_dir, model.cfg, batch_size=args.batch_size)
     if len(classes) != model.cfg.num_classes:
-        raise ValueError(
+        raise VitkitError(
             f"the model has {model.cfg.num_classes} classes, {args.data} has {len(classes)}"
         )
     names = extra.get("class_names") or classes
@@ -328,14 +334,14 @@ def _read_image(path: str, preprocess: Any) -> Any:
         with Image.open(path) as image:
             return preprocess_for_inference(image, preprocess)[None]
     except (UnidentifiedImageError, OSError) as e:
-        raise ValueError(f"cannot read image {path}: {e}") from None
+        raise VitkitError(f"cannot read image {path}: {e}") from None
 
 
 def _predict(args: argparse.Namespace) -> None:
     import torch
 
     if args.top < 1:
-        raise ValueError(f"--top {args.top}: expected a positive number of classes")
+        raise VitkitError(f"--top {args.top}: expected a positive number of classes")
     model, names, preprocess = _checkpoint(args.checkpoint)
     model = _fast(model, args.fast)
     for path in args.images:
@@ -365,9 +371,9 @@ def _fewshot(args: argparse.Namespace) -> None:
     try:
         shots = tuple(int(k) for k in args.shots.split(","))
     except ValueError:
-        raise ValueError(f"--shots {args.shots!r}: expected numbers like 1,5,10,25") from None
+        raise VitkitError(f"--shots {args.shots!r}: expected numbers like 1,5,10,25") from None
     if not shots or min(shots) < 1 or args.seeds < 1:
-        raise ValueError(f"--shots {args.shots} --seeds {args.seeds}: expected positive numbers")
+        raise VitkitError(f"--shots {args.shots} --seeds {args.seeds}: expected positive numbers")
     model = load(args.checkpoint)
     train_set, test_set, classes = _splits(args.data, args.data_dir, model.cfg)
     result = fewshot_model(
@@ -395,12 +401,12 @@ def _inspect(args: argparse.Namespace) -> None:
     from .inspect import inspect_model
 
     if args.num_images < 1 or args.max_maps < 1:
-        raise ValueError(
+        raise VitkitError(
             f"--num-images {args.num_images} --max-maps {args.max_maps}: expected positive numbers"
         )
     model, names, preprocess = _checkpoint(args.checkpoint)
     if model.cfg.arch != "vit":
-        raise ValueError(f"{args.checkpoint} is a ResNet: inspection needs a Vision Transformer")
+        raise VitkitError(f"{args.checkpoint} is a ResNet: inspection needs a Vision Transformer")
     if args.images:
         images = torch.cat([_read_image(p, preprocess) for p in args.images])
         titles = [Path(p).name for p in args.images]
@@ -457,11 +463,15 @@ def _checkpoint_and_data(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data-dir", default=None, help="dataset location (folder: its root)")
 
 
+DEBUG_HELP = "show the traceback of any error (also VITKIT_DEBUG=1)"
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="vitkit",
         description="The Vision Transformer (Dosovitskiy et al., ICLR 2021) on PyTorch.",
     )
+    parser.add_argument("--debug", action="store_true", help=DEBUG_HELP)
     verbs = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
 
     def verb(
@@ -469,6 +479,9 @@ def _parser() -> argparse.ArgumentParser:
     ) -> argparse.ArgumentParser:
         p = verbs.add_parser(name, help=help, description=help, epilog=f"example: {EXAMPLES[name]}")
         p.set_defaults(run=run)
+        p.add_argument(  # after the verb too; SUPPRESS keeps a `vitkit --debug VERB` given before
+            "--debug", action="store_true", default=argparse.SUPPRESS, help=DEBUG_HELP
+        )
         return p
 
     p = verb("presets", "list the model presets: parameters, GFLOPs, resolution, aliases", _presets)
@@ -601,17 +614,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = _parser().parse_args(argv)
     args.argv = argv  # --nproc runs the same arguments under torchrun
+    debug = args.debug or os.environ.get("VITKIT_DEBUG", "0") not in ("", "0")
     try:
         args.run(args)
-    except (ValueError, OSError, ImportError) as e:
-        # User errors: ValueError (ConfigError, CheckpointError), OSError (missing files).
-        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        print(f"vitkit {args.verb}{_rank()}: error: {msg}", file=sys.stderr)
+    except (VitkitError, OSError) as e:
+        if debug or not (isinstance(e, VitkitError) or e.errno in ENVIRONMENT_ERRNOS):
+            raise  # a bug in vitkit: its traceback says where
+        print(f"vitkit {args.verb}{_rank()}: error: {_one_line(e)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
+        if debug:
+            raise
         print(f"vitkit {args.verb}: interrupted", file=sys.stderr)
         return 130
     return 0
+
+
+# Errors of the machine, not of vitkit: a full disk or quota, a folder we may not write.
+ENVIRONMENT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES})
+
+
+def _one_line(e: BaseException) -> str:
+    """The first line of an error's message (an ``OSError`` says which file)."""
+    if isinstance(e, OSError) and not isinstance(e, UserFileError) and e.strerror:
+        return f"{e.strerror}: {e.filename}" if e.filename else e.strerror
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
 
 
 def _rank() -> str:

@@ -27,9 +27,13 @@ class DataError(VitkitError):
     """A dataset cannot be read, or is not what the run needs."""
 
 
-class UserFileError(VitkitError):
-    """A file or folder the user named is missing or unreadable, or cannot be written (a full
-    disk, a read-only folder)."""
+class UserFileError(VitkitError, OSError):
+    """A file or folder the user named is unreadable or cannot be written (a full disk, a
+    read-only folder); an ``OSError`` too."""
+
+
+class MissingFileError(UserFileError, FileNotFoundError):
+    """A file or folder the user named does not exist; a ``FileNotFoundError`` too."""
 
 
 class MissingExtraError(VitkitError, ImportError):

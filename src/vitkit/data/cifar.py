@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..errors import MissingFileError
 from .arrays import ArrayDataset
 from .paths import find_files, search_dirs
 
@@ -79,7 +80,7 @@ def cifar(
     paths = find_files(dirs, [*splits[split], names_file])
     if paths is None:
         searched = ", ".join(str(d) for d in dirs) or "(no directory: pass data_dir)"
-        raise FileNotFoundError(
+        raise MissingFileError(
             f"CIFAR-{num_classes} {split} files ({', '.join(splits[split])}, {names_file}) not found "
             f"in {searched}; download {_URL[num_classes]} and extract it into --data-dir"
         )

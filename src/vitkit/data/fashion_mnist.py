@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..errors import MissingFileError
 from .arrays import ArrayDataset
 from .paths import find_files, search_dirs
 
@@ -119,7 +120,7 @@ def fashion_mnist(split: str, data_dir: str | os.PathLike | None = None) -> Arra
     paths = find_files(dirs, list(names), suffixes=(".gz", ""))
     if paths is None:
         searched = ", ".join(str(d) for d in dirs) or "(no directory: pass data_dir)"
-        raise FileNotFoundError(
+        raise MissingFileError(
             f"Fashion-MNIST {split} files {names[0]}.gz and {names[1]}.gz not found in {searched}; "
             "install them with `apt-get install dataset-fashion-mnist`, or download the four IDX "
             ".gz files from https://github.com/zalandoresearch/fashion-mnist into --data-dir"

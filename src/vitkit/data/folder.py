@@ -30,6 +30,7 @@ import torch
 from PIL import Image
 from torch import Tensor
 
+from ..errors import MissingFileError
 from .arrays import as_indices
 from .transforms import pil_to_tensor
 
@@ -110,7 +111,7 @@ class ImageFolderDataset:
         self.max_bad_fraction = max_bad_fraction
         if not self.split_dir.is_dir():
             found = _class_names(self.root) if self.root.is_dir() else []
-            raise FileNotFoundError(
+            raise MissingFileError(
                 f"split folder {self.split_dir} not found (expected {self.root}/{split}/<class>/"
                 f"<image>); {self.root} holds {found or 'no folders'}"
             )

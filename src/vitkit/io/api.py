@@ -18,6 +18,7 @@ import numpy as np
 from torch import Tensor, nn
 
 from ..config import ModelConfig
+from ..errors import MissingFileError
 from ..model import ResNetClassifier, VisionTransformer, build_model
 from .checkpoint import (
     CheckpointError,
@@ -64,7 +65,7 @@ def _read_path(
     path: Path, *, num_heads: int | None, posemb: str | None
 ) -> tuple[ModelConfig, dict[str, Tensor], dict[str, Any]]:
     if not path.exists():
-        raise FileNotFoundError(f"checkpoint not found: {path}")
+        raise MissingFileError(f"checkpoint not found: {path}")
     if path.is_dir():
         if is_ours(path):
             return read_ours(path)

@@ -25,7 +25,7 @@ import torch
 from torch import Tensor, nn
 
 from ..config import ConfigError, ModelConfig
-from ..errors import CheckpointError
+from ..errors import CheckpointError, MissingFileError
 
 FORMAT_NAME = "vitkit"
 FORMAT_VERSION = 1
@@ -35,7 +35,7 @@ CONFIG_FILE = "config.json"
 
 def _exists(path: Path) -> Path:
     if not path.exists():
-        raise FileNotFoundError(f"checkpoint not found: {path}")
+        raise MissingFileError(f"checkpoint not found: {path}")
     return path
 
 

@@ -59,6 +59,7 @@ import torch
 from torch import Tensor, nn
 
 from ...config import ConfigError, ModelConfig
+from ...errors import MissingFileError
 from ...model import VisionTransformer
 from ..checkpoint import (
     CheckpointError,
@@ -317,7 +318,7 @@ def _read_weights(directory: Path) -> dict[str, Tensor]:
         return state
     if (directory / "pytorch_model.bin").is_file():
         return read_torch(directory / "pytorch_model.bin")
-    raise FileNotFoundError(
+    raise MissingFileError(
         f"{directory}: no weights found; expected model.safetensors, "
         "model.safetensors.index.json (sharded) or pytorch_model.bin"
     )
@@ -331,7 +332,7 @@ def read_hf_dir(
     directory = Path(path)
     if not directory.is_dir():
         if not directory.exists():
-            raise FileNotFoundError(f"checkpoint not found: {directory}")
+            raise MissingFileError(f"checkpoint not found: {directory}")
         raise CheckpointError(f"{directory}: expected a Hugging Face save_pretrained directory")
     hf_config = read_json(directory / "config.json")
     model_type = hf_config.get("model_type")

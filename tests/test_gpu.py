@@ -1,0 +1,128 @@
+"""The CUDA paths (``pytest -m gpu`` on a machine with a GPU; skipped elsewhere): the model, its
+MAP and hybrid variants, evaluation, the fast inference path and the optimizers compute on the GPU
+what they compute on the CPU, to the precision the GPU's kernels promise.
+
+TF32 is off for every fp32 comparison (``torch.backends.cuda.matmul.allow_tf32`` and cuDNN's):
+with it, a product keeps 10 mantissa bits and logits differ by ~1e-3. fp32 GPU kernels add in
+another order than the CPU's, so fp32 logits agree to ~1e-5 relative (bounds below are 1e-4,
+the same the fast path promises on CPUs); bf16 autocast keeps 8 bits, so its logits are held to
+bf16's few percent.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+
+import pytest
+import torch
+
+import vitkit
+from helpers import randomize, tiny
+from vitkit.config import ResNetConfig
+
+CUDA = torch.cuda.is_available()
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not CUDA, reason="needs a CUDA device")]
+
+
+@pytest.fixture(autouse=True)
+def no_tf32() -> Iterator[None]:
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    yield
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
+MODELS = {
+    "token": tiny(),
+    "gap": tiny(classifier="gap"),
+    "map": tiny(classifier="map"),
+    "hybrid": tiny(patch_size=1, resnet=ResNetConfig(num_layers=(1, 1)), image_size=32),
+    "non-square": tiny(image_size=(24, 40)),
+}
+
+
+def _images(cfg, n: int = 4) -> torch.Tensor:
+    h, w = cfg.image_hw
+    return torch.rand(n, cfg.in_chans, h, w, generator=torch.Generator().manual_seed(0)) * 2 - 1
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_logits_on_cuda_equal_the_cpus(name: str) -> None:
+    cfg = MODELS[name]
+    model = randomize(vitkit.create_model(cfg), std=0.05)
+    x = _images(cfg)
+    with torch.no_grad():
+        expected = model(x)
+        got = copy.deepcopy(model).cuda()(x.cuda()).cpu()
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+    with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
+        half = copy.deepcopy(model).cuda()(x.cuda()).float().cpu()
+    torch.testing.assert_close(half, expected, rtol=0.05, atol=0.05 * expected.abs().max().item())
+
+
+def test_intermediates_and_attention_on_cuda() -> None:
+    model = randomize(vitkit.create_model(tiny()), std=0.05)
+    x = _images(model.cfg)
+    with torch.no_grad():
+        expected = model.intermediates(x, attention=True)
+        got = copy.deepcopy(model).cuda().intermediates(x.cuda(), attention=True)
+    assert got.keys() == expected.keys()
+    for key in expected:
+        torch.testing.assert_close(got[key].cpu(), expected[key], rtol=1e-4, atol=1e-4, msg=key)
+
+
+def test_fast_inference_on_cuda_equals_eager() -> None:
+    model = randomize(vitkit.create_model(tiny()), std=0.05).cuda()
+    x = _images(model.cfg).cuda()
+    with torch.no_grad():
+        expected = model(x)
+    fast = vitkit.optimize_for_inference(model)
+    torch.testing.assert_close(fast(x), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_evaluate_on_cuda_equals_the_cpus() -> None:
+    from vitkit.eval.metrics import evaluate
+
+    model = randomize(vitkit.create_model(tiny()), std=0.05)
+    g = torch.Generator().manual_seed(1)
+    batches = [(torch.rand(8, 3, 32, 32, generator=g) * 2 - 1, torch.arange(8) % 10)] * 3
+    on_cpu = evaluate(model, batches, 10, flip=True)
+    on_gpu = evaluate(copy.deepcopy(model).cuda(), batches, 10, flip=True)
+    assert on_gpu["loss"] == pytest.approx(on_cpu["loss"], rel=1e-4)
+    assert on_gpu["confusion"] == on_cpu["confusion"]
+
+
+@pytest.mark.parametrize("name", ["adam", "muon", "sgd"])
+def test_optimizer_steps_on_cuda_follow_the_cpus(name: str) -> None:
+    """Three steps of each optimizer on both devices. Adam and SGD agree to fp32 rounding; Muon's
+    bf16 Newton-Schulz iterations may round each update entry (at most 1.2) to the neighbouring
+    bf16 value, 2^-7 of it, per step: lr x 0.2 sqrt(max dim) x 1.2 x 2^-7 x steps."""
+    import torch.nn.functional as F
+
+    from vitkit.config import OptimConfig
+    from vitkit.train.optim import build_optimizer
+
+    lr, steps = 1e-3, 3
+    cfg = OptimConfig(name=name, lr=lr, weight_decay=0.1, momentum=0.9)
+    g = torch.Generator().manual_seed(2)
+    x, y = torch.rand(8, 3, 32, 32, generator=g) * 2 - 1, torch.arange(8) % 10
+    models = []
+    for device in ("cpu", "cuda"):
+        torch.manual_seed(0)
+        model = randomize(vitkit.create_model(tiny()), std=0.05).to(device)
+        optimizer = build_optimizer(model, cfg)
+        for _ in range(steps):
+            F.cross_entropy(model(x.to(device)), y.to(device)).backward()
+            optimizer.step()
+            optimizer.zero_grad()
+        models.append(model.cpu().state_dict())
+    cpu, gpu = models
+    for key, value in cpu.items():
+        if key.endswith("attn.qkv.bias"):  # keys' biases: softmax ignores them, so their gradient
+            D = value.shape[0] // 3  # is rounding noise that Adam scales to full-size steps
+            value[D : 2 * D] = gpu[key][D : 2 * D] = 0
+        bound = 1e-5
+        if name == "muon" and key.startswith("blocks.") and value.ndim == 2:
+            bound = lr * 0.2 * max(value.shape) ** 0.5 * 1.2 * 2**-7 * steps
+        torch.testing.assert_close(gpu[key], value, rtol=0, atol=bound, msg=key)

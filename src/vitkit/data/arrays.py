@@ -14,14 +14,16 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from ..errors import DataError
+
 
 def as_indices(indices: Tensor | Sequence[int], length: int) -> Tensor:
     """``indices`` as a 1-D int64 tensor, checked against a dataset of ``length`` examples."""
     idx = torch.as_tensor(indices, dtype=torch.int64)
     if idx.ndim != 1:
-        raise ValueError(f"indices must be 1-D, found shape {tuple(idx.shape)}")
+        raise DataError(f"indices must be 1-D, found shape {tuple(idx.shape)}")
     if idx.numel() and (idx.min() < 0 or idx.max() >= length):
-        raise ValueError(
+        raise DataError(
             f"indices must lie in [0, {length}), found values from {int(idx.min())} to {int(idx.max())}"
         )
     return idx
@@ -40,21 +42,21 @@ class ArrayDataset:
 
     def __post_init__(self) -> None:
         if self.images.dtype != torch.uint8 or self.images.ndim != 4:
-            raise ValueError(
+            raise DataError(
                 "images must be a uint8 tensor (N, C, H, W), "
                 f"found {self.images.dtype} of shape {tuple(self.images.shape)}"
             )
         if self.labels.dtype != torch.int64 or self.labels.shape != self.images.shape[:1]:
-            raise ValueError(
+            raise DataError(
                 f"labels must be an int64 tensor ({self.images.shape[0]},) to match the images, "
                 f"found {self.labels.dtype} of shape {tuple(self.labels.shape)}"
             )
         if not self.classes:
-            raise ValueError("classes must name at least one class, found an empty list")
+            raise DataError("classes must name at least one class, found an empty list")
         if self.labels.numel() and (
             self.labels.min() < 0 or self.labels.max() >= len(self.classes)
         ):
-            raise ValueError(
+            raise DataError(
                 f"labels must lie in [0, {len(self.classes)}) for {len(self.classes)} classes, "
                 f"found values from {int(self.labels.min())} to {int(self.labels.max())}"
             )

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..errors import MissingFileError
+from ..errors import ConfigError, DataError, MissingFileError
 from .arrays import ArrayDataset
 from .paths import find_files, search_dirs
 
@@ -49,14 +49,14 @@ def read_records(path: Path, label_bytes: int, num_classes: int) -> tuple[np.nda
     record = label_bytes + _PIXELS
     raw = np.fromfile(path, dtype=np.uint8)
     if raw.size == 0 or raw.size % record:
-        raise ValueError(
+        raise DataError(
             f"{path}: expected a whole number of {record}-byte records "
             f"({label_bytes} label byte(s) + {_PIXELS} pixels), found {raw.size} bytes"
         )
     rows = raw.reshape(-1, record)  # (N, record)
     labels = rows[:, label_bytes - 1]  # (N,)
     if labels.max() >= num_classes:
-        raise ValueError(
+        raise DataError(
             f"{path}: expected labels in [0, {num_classes}), found {int(labels.max())} "
             f"(is this CIFAR-{num_classes}?)"
         )
@@ -72,10 +72,10 @@ def cifar(
     parent; without it, ``$VITKIT_DATA/<that folder>``.
     """
     if num_classes not in _LAYOUT:
-        raise ValueError(f"num_classes={num_classes!r} is not valid: expected 10 or 100")
+        raise ConfigError(f"num_classes={num_classes!r} is not valid: expected 10 or 100")
     folder, splits, names_file, label_bytes = _LAYOUT[num_classes]
     if split not in splits:
-        raise ValueError(f"split={split!r} is not valid: expected 'train' or 'test'")
+        raise ConfigError(f"split={split!r} is not valid: expected 'train' or 'test'")
     dirs = search_dirs(folder, data_dir)
     paths = find_files(dirs, [*splits[split], names_file])
     if paths is None:
@@ -87,7 +87,7 @@ def cifar(
     *batch_paths, names_path = paths
     classes = [line.strip() for line in names_path.read_text().splitlines() if line.strip()]
     if len(classes) != num_classes:
-        raise ValueError(
+        raise DataError(
             f"{names_path}: expected {num_classes} class names, one a line, found {len(classes)}"
         )
     parts = [read_records(p, label_bytes, num_classes) for p in batch_paths]

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..errors import MissingFileError
+from ..errors import ConfigError, DataError, MissingFileError
 from .arrays import ArrayDataset
 from .paths import find_files, search_dirs
 
@@ -63,10 +63,10 @@ def _gunzip(path: Path) -> bytes:
             d = zlib.decompressobj(wbits=31)  # 31: gzip header and CRC
             parts.append(d.decompress(data))
             if not d.eof:
-                raise ValueError(f"{path}: gzip stream is truncated (corrupt or partly downloaded)")
+                raise DataError(f"{path}: gzip stream is truncated (corrupt or partly downloaded)")
             data = d.unused_data.lstrip(b"\0")  # another member may follow; padding may not
     except zlib.error as e:
-        raise ValueError(f"{path}: not a valid gzip file (corrupt?): {e}") from None
+        raise DataError(f"{path}: not a valid gzip file (corrupt?): {e}") from None
     return b"".join(parts)
 
 
@@ -79,7 +79,7 @@ def read_idx(path: str | os.PathLike, *, sha256: str | None = None) -> np.ndarra
     path = Path(path)
     raw = _gunzip(path) if path.suffix == ".gz" else path.read_bytes()
     if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] not in _IDX_DTYPES:
-        raise ValueError(
+        raise DataError(
             f"{path}: not an IDX file: expected magic bytes 00 00 <type in "
             f"{sorted(_IDX_DTYPES)}> <ndim>, found {raw[:4].hex(' ')}"
         )
@@ -87,18 +87,18 @@ def read_idx(path: str | os.PathLike, *, sha256: str | None = None) -> np.ndarra
     ndim = raw[3]
     header = 4 + 4 * ndim
     if len(raw) < header:
-        raise ValueError(f"{path}: truncated IDX header: expected {header} bytes, found {len(raw)}")
+        raise DataError(f"{path}: truncated IDX header: expected {header} bytes, found {len(raw)}")
     dims = struct.unpack(f">{ndim}I", raw[4:header])
     expected = header + int(np.prod(dims, dtype=np.int64)) * dtype.itemsize
     if len(raw) != expected:
-        raise ValueError(
+        raise DataError(
             f"{path}: the IDX header says shape {dims} ({expected} bytes with the header), "
             f"found {len(raw)} bytes (truncated or corrupt)"
         )
     if sha256 is not None:
         found = hashlib.sha256(raw).hexdigest()
         if found != sha256:
-            raise ValueError(
+            raise DataError(
                 f"{path}: SHA-256 of the decompressed content is {found}, expected {sha256} "
                 "(corrupt, or not the Fashion-MNIST release)"
             )
@@ -114,7 +114,7 @@ def fashion_mnist(split: str, data_dir: str | os.PathLike | None = None) -> Arra
     gzipped (``.gz``, as released) or not.
     """
     if split not in FILES:
-        raise ValueError(f"split={split!r} is not valid: expected 'train' or 'test'")
+        raise ConfigError(f"split={split!r} is not valid: expected 'train' or 'test'")
     dirs = search_dirs("fashion-mnist", data_dir, SYSTEM_DIR)
     names = FILES[split]
     paths = find_files(dirs, list(names), suffixes=(".gz", ""))

@@ -30,7 +30,7 @@ import torch
 from PIL import Image
 from torch import Tensor
 
-from ..errors import MissingFileError
+from ..errors import ConfigError, DataError, MissingFileError
 from .arrays import as_indices
 from .transforms import pil_to_tensor
 
@@ -100,9 +100,9 @@ class ImageFolderDataset:
         max_bad_fraction: float = 0.01,
     ) -> None:
         if mode not in ("RGB", "L"):
-            raise ValueError(f"mode={mode!r} is not valid: expected 'RGB' or 'L'")
+            raise ConfigError(f"mode={mode!r} is not valid: expected 'RGB' or 'L'")
         if not 0.0 <= max_bad_fraction < 1.0:
-            raise ValueError(
+            raise ConfigError(
                 f"max_bad_fraction={max_bad_fraction!r} is not valid: expected a number in [0, 1)"
             )
         self.root = Path(root)
@@ -117,12 +117,12 @@ class ImageFolderDataset:
             )
         self.classes = _class_names(self.split_dir)
         if not self.classes:
-            raise ValueError(f"{self.split_dir} holds no class folders, expected <class>/<image>")
+            raise DataError(f"{self.split_dir} holds no class folders, expected <class>/<image>")
         train_dir = self.root / "train"
         if split != "train" and train_dir.is_dir():
             train_classes = _class_names(train_dir)
             if self.classes != train_classes:
-                raise ValueError(
+                raise DataError(
                     f"the class folders of {self.split_dir} and {train_dir} differ: only in "
                     f"{split}: {sorted(set(self.classes) - set(train_classes))}, only in train: "
                     f"{sorted(set(train_classes) - set(self.classes))}"
@@ -131,7 +131,7 @@ class ImageFolderDataset:
         for label, name in enumerate(self.classes):
             files = _image_files(self.split_dir / name)
             if not files:
-                raise ValueError(
+                raise DataError(
                     f"class folder {self.split_dir / name} holds no images "
                     f"(expected files ending in {', '.join(IMAGE_SUFFIXES)})"
                 )
@@ -143,7 +143,7 @@ class ImageFolderDataset:
     def _drop_unreadable(self, samples: list[tuple[Path, int]]) -> list[tuple[Path, int]]:
         bad = [(path, why) for path, _ in samples if (why := check_image(path)) is not None]
         if len(bad) > self.max_bad_fraction * len(samples):
-            raise ValueError(
+            raise DataError(
                 f"{len(bad)} of {len(samples)} images in {self.split_dir} are unreadable, more "
                 f"than max_bad_fraction={self.max_bad_fraction} allows; first: {bad[0][0]} "
                 f"({bad[0][1]})"
@@ -159,7 +159,7 @@ class ImageFolderDataset:
         kept = [(path, label) for path, label in samples if path not in dropped]
         missing = sorted({self.classes[k] for _, k in samples} - {self.classes[k] for _, k in kept})
         if missing:
-            raise ValueError(
+            raise DataError(
                 f"no readable image left in class folder(s) {missing} of {self.split_dir}"
             )
         return kept
@@ -179,7 +179,7 @@ class ImageFolderDataset:
                 return self.load(path), label
             except _DECODE_ERRORS as e:
                 self._decode_failed(path, e)
-        raise ValueError(f"no image in {self.split_dir} can be decoded")
+        raise DataError(f"no image in {self.split_dir} can be decoded")
 
     def load(self, path: Path) -> Tensor:
         """One image file as uint8 (C, H, W) in this dataset's mode."""
@@ -191,7 +191,7 @@ class ImageFolderDataset:
             return
         self._failed.add(path)
         if len(self._failed) > self.max_bad_fraction * len(self.samples):
-            raise ValueError(
+            raise DataError(
                 f"{len(self._failed)} of {len(self.samples)} images in {self.split_dir} failed to "
                 f"decode, more than max_bad_fraction={self.max_bad_fraction} allows; last: {path} "
                 f"({type(error).__name__}: {error})"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from ..errors import ConfigError
 from ..model import VisionTransformer
 
 
@@ -22,7 +23,7 @@ def collect_attention(
     gradients, on the model's device. The model should be in eval mode (no attention dropout).
     """
     if batch_size < 1:
-        raise ValueError(f"batch_size={batch_size} is not valid: expected a positive integer")
+        raise ConfigError(f"batch_size={batch_size} is not valid: expected a positive integer")
     param = next(model.parameters())
     per_layer: list[list[Tensor]] = [[] for _ in range(model.cfg.num_layers)]
     with torch.no_grad():
@@ -61,7 +62,7 @@ def attention_distance(
     out = []
     for attn in attn_per_layer:
         if attn.shape[-1] != num_prefix + gh * gw:
-            raise ValueError(
+            raise ConfigError(
                 f"attention over {attn.shape[-1]} tokens does not match {num_prefix} prefix "
                 f"token(s) plus a {gh}x{gw} grid"
             )
@@ -80,7 +81,7 @@ def attention_rollout(attn_per_layer: list[Tensor]) -> Tensor:
     much of output token i's information flows from input token j.
     """
     if not attn_per_layer:
-        raise ValueError("attention_rollout needs the attention of at least one layer")
+        raise ConfigError("attention_rollout needs the attention of at least one layer")
     rollout: Tensor | None = None
     for attn in attn_per_layer:
         a = attn.double().mean(dim=1)  # (B, T, T), heads averaged

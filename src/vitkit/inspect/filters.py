@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from ..errors import ConfigError
 from ..model import VisionTransformer
 
 
@@ -22,12 +23,12 @@ def embedding_filters(model: VisionTransformer, k: int = 28) -> dict[str, Tensor
     """
     cfg = model.cfg
     if cfg.resnet is not None:
-        raise ValueError(
+        raise ConfigError(
             "embedding filters are pixel filters only for a pure ViT: this hybrid embeds "
             f"{cfg.patch_size}x{cfg.patch_size} patches of ResNet features"
         )
     if k < 1:
-        raise ValueError(f"k={k} is not valid: expected a positive number of components")
+        raise ConfigError(f"k={k} is not valid: expected a positive number of components")
     w = model.patch_embed.proj.weight.detach().double().cpu()  # (D, C, P, P)
     D, C, P, _ = w.shape
     flat = w.reshape(D, C * P * P)  # (D, CPP)

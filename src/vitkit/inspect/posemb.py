@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import Tensor
 
+from ..errors import ConfigError
 from ..model import VisionTransformer
 
 
@@ -20,7 +21,7 @@ def posemb_similarity(model: VisionTransformer) -> Tensor:
     """
     cfg = model.cfg
     if model.pos_embed is None:
-        raise ValueError(f"the model has no position embedding (posemb={cfg.posemb!r})")
+        raise ConfigError(f"the model has no position embedding (posemb={cfg.posemb!r})")
     gh, gw = cfg.grid
     prefix = cfg.num_prefix_tokens if cfg.posemb == "learn" else 0  # sincos2d has no class slot
     pe = model.pos_embed.detach().float().cpu()[0, prefix:]  # (N, D)

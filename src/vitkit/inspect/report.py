@@ -16,6 +16,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ..errors import ConfigError
 from ..model import VisionTransformer
 from .attention import attention_distance, attention_rollout, collect_attention, rollout_maps
 from .figures import plot_attention_distance, plot_filters, plot_posemb_similarity, plot_rollout
@@ -82,17 +83,17 @@ def inspect_model(
     """
     cfg = model.cfg
     if images.ndim != 4 or images.shape[1] != cfg.in_chans or len(images) == 0:
-        raise ValueError(
+        raise ConfigError(
             f"images must be a non-empty (B, {cfg.in_chans}, H, W) tensor for this model, "
             f"got shape {tuple(images.shape)}"
         )
     if max_maps < 1 or batch_size < 1:
-        raise ValueError(
+        raise ConfigError(
             f"max_maps={max_maps} and batch_size={batch_size}: expected positive integers"
         )
     num_maps = min(max_maps, len(images))
     if titles is not None and len(titles) < num_maps:
-        raise ValueError(f"{len(titles)} titles for {num_maps} attention maps")
+        raise ConfigError(f"{len(titles)} titles for {num_maps} attention maps")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     grid = model.patch_embed.grid(images.shape[-2], images.shape[-1])

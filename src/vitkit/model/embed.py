@@ -12,6 +12,7 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from ..config import ModelConfig
+from ..errors import ConfigError
 from .layers import lecun_normal_
 from .resnet import ResNetBackbone
 
@@ -34,7 +35,7 @@ class PatchEmbed(nn.Module):
     def grid(self, height: int, width: int) -> tuple[int, int]:
         """The patch grid of an image, or a clear error if the image does not tile into patches."""
         if height % self.stride or width % self.stride:
-            raise ValueError(
+            raise ConfigError(
                 f"image size {height}x{width} is not a multiple of the model's patch stride "
                 f"{self.stride}: resize or crop the images to a multiple of {self.stride}"
             )

@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..config import ModelConfig, ResNetConfig
+from ..errors import ConfigError
 from .heads import new_head
 from .layers import lecun_normal_
 
@@ -164,7 +165,9 @@ class ResNetClassifier(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         if cfg.resnet is None or cfg.arch != "resnet":
-            raise ValueError("ResNetClassifier takes a ModelConfig with arch='resnet' and a resnet")
+            raise ConfigError(
+                "ResNetClassifier takes a ModelConfig with arch='resnet' and a resnet"
+            )
         self.cfg = cfg
         self.backbone = ResNetBackbone(cfg.resnet, cfg.in_chans)
         self.head = new_head(cfg.resnet.out_channels, cfg.num_classes, cfg.head_bias_init)
@@ -174,7 +177,7 @@ class ResNetClassifier(nn.Module):
     def reset_head(self, num_classes: int, representation_size: int | None = None) -> None:
         """Fine-tuning surgery, as the ViT's: a new zero-initialised head for ``num_classes``."""
         if representation_size is not None:
-            raise ValueError("a ResNet baseline has no pre-logits layer (representation_size)")
+            raise ConfigError("a ResNet baseline has no pre-logits layer (representation_size)")
         device = next(self.parameters()).device
         self.head = new_head(self.cfg.resnet.out_channels, num_classes).to(device)
         self.cfg = dataclasses.replace(self.cfg, num_classes=num_classes)
@@ -188,7 +191,7 @@ class ResNetClassifier(nn.Module):
     def intermediates(self, images: Tensor, *, attention: bool = False) -> dict[str, Tensor]:
         """``features`` (B, C, h, w), ``pooled`` = ``pre_logits`` (B, C), ``logits`` (B, K)."""
         if attention:
-            raise ValueError("a ResNet has no attention weights to inspect")
+            raise ConfigError("a ResNet has no attention weights to inspect")
         out = {"features": self.forward_features(images)}
         out["pooled"] = out["pre_logits"] = out["features"].mean(dim=(2, 3))
         if self.cfg.num_classes:

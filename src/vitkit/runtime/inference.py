@@ -34,6 +34,8 @@ from typing import Literal
 import torch
 from torch import Tensor, nn
 
+from ..errors import ConfigError
+
 Backend = Literal["auto", "inductor", "onednn"]
 ONEDNN_MARGIN = 1.2  # oneDNN must beat MKL by this much: packing costs copies at every layer
 
@@ -65,7 +67,7 @@ class FrozenInference(nn.Module):
 
     def train(self, mode: bool = True) -> FrozenInference:
         if mode:
-            raise ValueError(
+            raise ConfigError(
                 "an optimize_for_inference model has frozen weights and cannot train: "
                 "train the original model, then optimize it again"
             )
@@ -145,9 +147,9 @@ def optimize_for_inference(
     (B, C, S, S) for logits (B, K). ``bf16`` computes under bf16 autocast (fp32 weights, bf16
     matrix products; logits within ~1e-2 of fp32). ``backend``: see the module docstring."""
     if backend not in ("auto", "inductor", "onednn"):
-        raise ValueError(f"backend={backend!r}: expected 'auto', 'inductor' or 'onednn'")
+        raise ConfigError(f"backend={backend!r}: expected 'auto', 'inductor' or 'onednn'")
     if backend == "onednn" and (bf16 or not _on_cpu(model)):
-        raise ValueError("backend='onednn' packs fp32 weights on the CPU: use 'inductor' here")
+        raise ConfigError("backend='onednn' packs fp32 weights on the CPU: use 'inductor' here")
     if backend == "auto":
         backend = choose_backend(model, bf16=bf16)
     return FrozenInference(model, bf16=bf16, backend=backend)

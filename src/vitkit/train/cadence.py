@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..config import TrainConfig, parse_duration
+from ..errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -30,10 +31,10 @@ class Cadence:
 
         total = steps(cfg.duration)
         if total < 1:
-            raise ValueError(f"train.duration={cfg.duration!r} is less than one optimizer step")
+            raise ConfigError(f"train.duration={cfg.duration!r} is less than one optimizer step")
         warmup_steps = steps(warmup)
         if warmup_steps >= total:
-            raise ValueError(
+            raise ConfigError(
                 f"optim.warmup={warmup!r} ({warmup_steps} steps) is not shorter than "
                 f"train.duration={cfg.duration!r} ({total} steps): the schedule would never decay"
             )

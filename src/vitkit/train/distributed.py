@@ -44,6 +44,8 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
+from ..errors import ConfigError
+
 if TYPE_CHECKING:
     from ..config import Device, Parallel
 
@@ -64,7 +66,7 @@ def timeout_s() -> float:
     except ValueError:
         value = -1.0
     if not value > 0:
-        raise ValueError(f"{TIMEOUT_ENV}={text!r} is not valid: expected seconds > 0")
+        raise ConfigError(f"{TIMEOUT_ENV}={text!r} is not valid: expected seconds > 0")
     return value
 
 
@@ -74,13 +76,13 @@ def choose_device(requested: Device, *, gpus: int, local_rank: int | None) -> to
     if requested == "cpu" or (requested == "auto" and gpus == 0):
         return torch.device("cpu")
     if gpus == 0:
-        raise ValueError(
+        raise ConfigError(
             "train.device='cuda' but PyTorch finds no GPU (torch.cuda.is_available() is False): "
             "expected a CUDA build of PyTorch and a visible GPU, or use train.device='cpu'"
         )
     index = local_rank or 0
     if index >= gpus:
-        raise ValueError(
+        raise ConfigError(
             f"LOCAL_RANK={index} but PyTorch sees {gpus} GPU(s): expected one GPU per process "
             f"(at most {gpus} processes per node), or train.device='cpu'"
         )

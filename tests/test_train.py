@@ -147,6 +147,26 @@ def test_resumes_a_checkpoint_of_the_previous_state_format(tmp_path: Path) -> No
     assert list(new) == list(old)  # the same keys in the same order
 
 
+def test_train_state_reads_older_payloads_and_refuses_incomplete_ones(tmp_path: Path) -> None:
+    from vitkit.errors import CheckpointError
+    from vitkit.train.state import TrainState
+
+    state = TrainState.read(OLD_RUN / "run" / "checkpoints" / "step_00000002" / "state.pt")
+    state.write(tmp_path / "state.pt")  # a round trip keeps every field
+    again = TrainState.read(tmp_path / "state.pt")
+    assert again.step == 2 and again.window == state.window and torch.equal(again.rng, state.rng)
+    payload = torch.load(tmp_path / "state.pt", weights_only=True)
+    for optional in ("objective", "cuda_rng"):  # fields added later: absent from older files
+        del payload[optional]
+    torch.save(payload, tmp_path / "older.pt")
+    older = TrainState.read(tmp_path / "older.pt")
+    assert older.objective is None and older.cuda_rng is None and older.step == 2
+    del payload["rng"]
+    torch.save(payload, tmp_path / "broken.pt")
+    with pytest.raises(CheckpointError, match="not a vitkit training state: 'rng'"):
+        TrainState.read(tmp_path / "broken.pt")
+
+
 def test_loss_falls_and_checkpoints_are_ours(tmp_path: Path) -> None:
     result = train(get_recipe("smoke"), tmp_path, progress=False)
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]

@@ -21,22 +21,40 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from dataclasses import dataclass
+from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from ..config import ModelConfig
 from ..io.checkpoint import CheckpointError, atomic_write, read_ours, write_ours
+from . import distributed
 
 STATE_FILE = "state.pt"
 CHECKPOINTS = "checkpoints"
 
 
+@dataclass(frozen=True)
+class LiveRun:
+    """The objects of a running training whose state a checkpoint keeps besides the model's
+    weights (``model.safetensors``)."""
+
+    objective: nn.Module  # the model with its objective: what the optimizer's state is keyed by
+    optimizer: Any  # torch.optim.Optimizer or MuonWithAdamW
+    ema: nn.Module | None
+    mpp: nn.Module | None  # masked patch prediction's mask embedding and head
+    device: torch.device
+
+
 @dataclass
 class TrainState:
+    """Everything a resumed run needs besides the model's weights: ``state.pt``, whose keys are
+    these fields, in this order. A field with a default may be absent from a checkpoint written
+    before it existed. ``capture`` and ``restore`` are the only places that read and write the
+    live run's objects."""
+
     step: int
     best: float
     optimizer: dict[str, Any]
@@ -45,6 +63,55 @@ class TrainState:
     window: dict[str, float]  # the running sums of the log window, so resumed logs match
     objective: dict[str, Tensor] | None = None  # masked patch prediction's mask embedding and head
     cuda_rng: Tensor | None = None  # the GPU's RNG (dropout, masks) when the run computes on CUDA
+
+    @classmethod
+    def capture(
+        cls, run: LiveRun, *, step: int, best: float, window: dict[str, float]
+    ) -> TrainState:
+        """The state of ``run`` after ``step`` steps (every process gathers its shards)."""
+        return cls(
+            step=step,
+            best=best,
+            optimizer=distributed.optimizer_state(run.objective, run.optimizer),
+            ema=distributed.model_state(run.ema) if run.ema is not None else None,
+            rng=torch.get_rng_state(),
+            window=window,
+            objective=distributed.model_state(run.mpp) if run.mpp is not None else None,
+            cuda_rng=torch.cuda.get_rng_state(run.device) if run.device.type == "cuda" else None,
+        )
+
+    def restore(self, run: LiveRun) -> None:
+        """Load this state into ``run``'s optimizer, EMA and objective, and set the global RNG;
+        ``step``, ``best`` and ``window`` are the caller's to take."""
+        distributed.load_optimizer_state(run.objective, run.optimizer, self.optimizer)
+        if run.ema is not None and self.ema is not None:
+            distributed.load_model_state(run.ema, self.ema)
+        if run.mpp is not None:
+            distributed.load_model_state(run.mpp, self.objective)
+        torch.set_rng_state(self.rng)
+        if run.device.type == "cuda" and self.cuda_rng is not None:  # none from a CPU run
+            torch.cuda.set_rng_state(self.cuda_rng, run.device)
+
+    def write(self, path: Path) -> None:
+        """Write ``state.pt`` atomically, every tensor from the CPU."""
+        payload = {f.name: getattr(self, f.name) for f in fields(self)}
+        atomic_write(path, lambda p: torch.save(_on_cpu(payload), p))
+
+    @classmethod
+    def read(cls, path: Path) -> TrainState:
+        """Read ``state.pt`` with ``torch.load(weights_only=True)``."""
+        payload = torch.load(_exists(path), map_location="cpu", weights_only=True)
+        try:
+            missing = [
+                f.name for f in fields(cls) if f.default is MISSING and f.name not in payload
+            ]
+            if missing:
+                raise KeyError(", ".join(missing))
+            state = cls(**{f.name: payload[f.name] for f in fields(cls) if f.name in payload})
+            state.step, state.best = int(state.step), float(state.best)
+        except (KeyError, TypeError, ValueError) as e:
+            raise CheckpointError(f"{path} is not a vitkit training state: {e}") from None
+        return state
 
 
 def _step_dir(run_dir: Path, step: int) -> Path:
@@ -74,17 +141,7 @@ def save_checkpoint(
     tmp = final.with_name(f".tmp-{final.name}-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     write_ours(cfg, weights, tmp, extra)
-    payload = {
-        "step": state.step,
-        "best": state.best,
-        "optimizer": state.optimizer,
-        "ema": state.ema,
-        "rng": state.rng,
-        "window": state.window,
-        "objective": state.objective,
-        "cuda_rng": state.cuda_rng,
-    }
-    atomic_write(tmp / STATE_FILE, lambda p: torch.save(_on_cpu(payload), p))
+    state.write(tmp / STATE_FILE)
     shutil.rmtree(final, ignore_errors=True)  # a re-save of the same step (SIGTERM after a save)
     os.replace(tmp, final)
     for old in checkpoints(run_dir)[:-keep_last]:
@@ -110,20 +167,7 @@ def load_checkpoint(path: Path, cfg: ModelConfig) -> tuple[dict[str, Tensor], Tr
     saved, weights, _ = read_ours(path)
     if saved != cfg:
         raise CheckpointError(f"{path} holds a different model than this run's config")
-    payload = torch.load(_exists(path / STATE_FILE), map_location="cpu", weights_only=True)
-    try:
-        state = TrainState(
-            step=int(payload["step"]),
-            best=float(payload["best"]),
-            optimizer=payload["optimizer"],
-            ema=payload["ema"],
-            rng=payload["rng"],
-            window=payload["window"],
-            objective=payload.get("objective"),
-            cuda_rng=payload.get("cuda_rng"),  # absent from checkpoints written before it
-        )
-    except (KeyError, TypeError) as e:
-        raise CheckpointError(f"{path / STATE_FILE} is not a vitkit training state: {e}") from None
+    state = TrainState.read(path / STATE_FILE)
     return weights, state
 
 

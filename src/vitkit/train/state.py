@@ -19,7 +19,6 @@ either the previous checkpoint or the new one, never half of one.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
@@ -29,7 +28,13 @@ import torch
 from torch import Tensor, nn
 
 from ..config import ModelConfig
-from ..io.checkpoint import CheckpointError, atomic_write, read_ours, write_ours
+from ..io.checkpoint import (
+    CheckpointError,
+    atomic_directory,
+    atomic_write,
+    read_ours,
+    write_ours,
+)
 from . import distributed
 
 STATE_FILE = "state.pt"
@@ -137,13 +142,10 @@ def save_checkpoint(
 ) -> Path:
     """Write ``checkpoints/step_N`` (the model ``cfg`` with ``weights``, and ``state``)
     atomically, then drop all but the ``keep_last`` newest."""
-    final = _step_dir(run_dir, state.step)
-    tmp = final.with_name(f".tmp-{final.name}-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    write_ours(cfg, weights, tmp, extra)
-    state.write(tmp / STATE_FILE)
-    shutil.rmtree(final, ignore_errors=True)  # a re-save of the same step (SIGTERM after a save)
-    os.replace(tmp, final)
+    final = _step_dir(run_dir, state.step)  # may exist: a re-save (SIGTERM after a save)
+    with atomic_directory(final) as tmp:
+        write_ours(cfg, weights, tmp, extra)
+        state.write(tmp / STATE_FILE)
     for old in checkpoints(run_dir)[:-keep_last]:
         shutil.rmtree(old, ignore_errors=True)
     return final
@@ -178,7 +180,8 @@ def _exists(path: Path) -> Path:
 
 
 def remove_partial_writes(run_dir: Path) -> None:
-    """Delete temporary directories left by a process killed while saving."""
+    """Delete temporary directories left by a process killed while saving
+    (``atomic_directory``'s)."""
     for parent in (run_dir, run_dir / CHECKPOINTS):
         if parent.is_dir():
             for tmp in parent.glob(".tmp-*"):
@@ -188,12 +191,10 @@ def remove_partial_writes(run_dir: Path) -> None:
 def save_best(
     run_dir: Path, cfg: ModelConfig, weights: dict[str, Tensor], extra: dict[str, Any]
 ) -> Path:
+    """Write the weights with the best test accuracy so far to ``best/``, atomically."""
     best = run_dir / "best"
-    tmp = run_dir / f".tmp-best-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    write_ours(cfg, weights, tmp, extra)
-    shutil.rmtree(best, ignore_errors=True)
-    os.replace(tmp, best)
+    with atomic_directory(best) as tmp:
+        write_ours(cfg, weights, tmp, extra)
     return best
 
 

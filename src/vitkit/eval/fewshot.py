@@ -39,6 +39,7 @@ from torch import Tensor, nn
 from torch.utils.data import Subset
 
 from ..data import Batches
+from ..runtime.mode import eval_mode
 from .metrics import model_device
 
 log = logging.getLogger(__name__)
@@ -67,15 +68,11 @@ def extract_features(
     afterwards. Returns float32 features (N, D) and int64 labels (N,), in the batches' order.
     """
     device = model_device(model)
-    was_training = model.training
-    model.eval()
     features, labels = [], []
-    try:
+    with eval_mode(model):
         for images, y in batches:  # (B, C, H, W), (B,)
             features.append(_forward_pre_logits(model, images, device, bf16))  # (B, D)
             labels.append(torch.as_tensor(y, dtype=torch.int64).cpu())
-    finally:
-        model.train(was_training)
     if not features:
         raise ValueError("no batches to extract features from: the iterable was empty")
     # concatenated outside inference mode, so callers get ordinary tensors

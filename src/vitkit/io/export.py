@@ -1,4 +1,4 @@
-"""ONNX export of a vitkit model, and its check against PyTorch (issue 5, item 6 "Deployment").
+"""ONNX export of a vitkit model, and its check against PyTorch.
 
 The graph takes ``images`` (B, C, S, S) float32 in [-1, 1] (the checkpoint's preprocessing is the
 caller's) with a dynamic batch B, and returns ``logits`` (B, K), or ``features`` (B, R or D), the

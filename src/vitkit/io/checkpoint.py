@@ -160,9 +160,11 @@ def atomic_write(path: Path, write: Any) -> None:
 def atomic_directory(path: Path) -> Iterator[Path]:
     """A fresh temporary sibling of directory ``path`` to fill; when the block ends without error
     it becomes ``path`` by a rename, so a reader (or a run killed at any moment) finds the previous
-    directory whole or the new one whole, never a mix. An existing ``path`` is moved aside only
-    then, and deleted once the new one is in place; on error the temporary is deleted. Temporary
-    names start with ``.tmp-`` (a killed process's leftovers are found by that prefix)."""
+    directory whole or the new one whole, never a mix (or, for the instant between two renames
+    when one replaces the other, neither). An existing ``path`` is moved aside only then, and
+    deleted once the new one is in place; on error the temporary is deleted and the old one
+    stays. Temporary names start with ``.tmp-`` (a killed process's leftovers are found by that
+    prefix). The writer fsyncs what it writes, if it must (``atomic_write`` does)."""
     if path.exists() and not path.is_dir():
         raise ValueError(f"{path} exists and is not a directory")
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -176,6 +178,8 @@ def atomic_directory(path: Path) -> Iterator[Path]:
             os.replace(path, old)
         os.replace(tmp, path)
     except BaseException:
+        if old.exists() and not path.exists():  # the second rename failed: put the old one back
+            os.replace(old, path)
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     shutil.rmtree(old, ignore_errors=True)

@@ -7,9 +7,9 @@ A run directory holds::
     checkpoints/step_00001200/   model.safetensors + config.json (our format) + state.pt
     best/                        the weights with the best test accuracy so far (our format)
 
-``state.pt`` holds the optimizer, the EMA weights, the objective's own weights (masked patch
-prediction), the step, the best score and the global RNG state (dropout), with the GPU's when the
-run computes on CUDA; it is read with ``torch.load(weights_only=True)``. Every tensor is written
+``state.pt`` holds ``TrainState``'s fields: the optimizer, the EMA weights, the objective's own
+weights (masked patch prediction), the step, the best score, the log window's running sums and
+the global RNG state (dropout), with the GPU's when the run computes on CUDA; it is read with ``torch.load(weights_only=True)``. Every tensor is written
 from the CPU, so a checkpoint does not depend on the device that wrote it. The data position needs
 no storage: batch order and augmentation are functions of (seed, epoch, batch). A checkpoint
 directory is written under a temporary name and renamed, so a run killed at any moment leaves

@@ -1,7 +1,7 @@
 """Speed and memory of vitkit against timm, transformers and torchvision: one process, one run,
-the same inputs, the contenders alternating (issue 5).
+the same inputs, the contenders alternating.
 
-    .venv/bin/python benchmarks/throughput.py          # quick default: issue 5's target rows
+    .venv/bin/python benchmarks/throughput.py          # quick default: the rows with speed targets
     .venv/bin/python benchmarks/throughput.py --full --out full.md --json full.json
     .venv/bin/python benchmarks/throughput.py --models ViT-B/16 --tasks infer --batch 1 32 --compile
     .venv/bin/python benchmarks/throughput.py --device cuda --models ViT-B/16 --tasks train --compile
@@ -22,8 +22,8 @@ Rows are model x task x precision x batch x contender:
 Method. For each (model, task, precision, batch) the contenders are built, warmed up, and then timed
 in rounds: each round times every contender for ``iters`` iterations, the order rotated by one per
 round, so drift of a shared machine hits all alike. Half the rounds run on contenders built in the
-opposite order (where weights land in memory moved matmul speed by ~5% in issue 2: the model built
-second ran slower, whichever it was). Each timing gives one images/s sample; the table shows the
+opposite order (where weights land in memory can move matmul speed by ~5%: the model built second
+ran slower, whichever it was; benchmarks/RESULTS.md). Each timing gives one images/s sample; the table shows the
 median and min-max over rounds, the median over rounds of the per-round ratio to timm (eager
 contenders against ``timm``, compiled ones against ``timm-compiled``), and the median as a
 fraction of the matmul peak this run measures at that precision (square matrices of
@@ -83,7 +83,7 @@ FMNIST = "fmnist"
 TASKS = ("infer", "train")
 PRECISIONS = ("fp32", "bf16")
 FULL_MODELS = ("ViT-Ti/16", "ViT-S/16", "ViT-B/16", FMNIST)
-# The quick default: the rows issue 5 sets targets on.
+# The quick default: the rows with speed targets (benchmarks/RESULTS.md).
 QUICK = (("ViT-B/16", "infer"), ("ViT-S/16", "train"), (FMNIST, "train"))
 # torchvision's builders, by the vitkit preset they implement (random weights: torchvision's layout
 # is not timm's, so these rows have speed but no logit check).

@@ -6,7 +6,7 @@
 Every run is a plain ``vitkit`` command with its own directory under ``runs/studies/``; a finished
 run's numbers go to ``studies/results.json`` (kept in git, read by ``studies/plots.py``) and it is
 skipped next time. A run killed half-way resumes from its last checkpoint when the script is run
-again (the loop's exact resume), so the studies can span several sessions. Wall times are measured
+again (the loop's exact resume), so the studies can be run in several sittings. Wall times are measured
 on a 2-core machine shared with other work: read them as rough costs, not benchmarks.
 """
 
@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "studies" / "results.json"
 RUNS = ROOT / "runs" / "studies"
-# the `fmnist` recipe's run (`make run` before issue 5); studies d and e look into its best weights
+# the `fmnist` recipe's run (the main job's model); studies d and e look into its best weights
 MAIN_JOB = ROOT / "runs" / "fmnist"
 FIGURES = "docs/reproduction"
 

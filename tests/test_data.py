@@ -29,6 +29,7 @@ from vitkit.data import (
     random_crop_flip,
     read_idx,
     split_holdout,
+    subset,
     synthetic,
     to_float,
 )
@@ -295,6 +296,16 @@ def test_balanced_subset_counts_and_determinism() -> None:
         balanced_subset(uneven, per_class=3, seed=0)
     with pytest.raises(ValueError, match="exactly one"):
         balanced_subset(ds, per_class=1, fraction=0.5, seed=0)
+
+
+def test_subset_keeps_a_datasets_own_kind_and_wraps_others() -> None:
+    ds = synthetic(num_classes=4, per_class=3, image_size=8, channels=1)
+    idx = torch.tensor([5, 0, 7])
+    own = subset(ds, idx)  # the dataset's own subset: labels and classes kept
+    assert isinstance(own, ArrayDataset) and own.labels.tolist() == ds.labels[idx].tolist()
+    plain = [ds[i] for i in range(len(ds))]  # a dataset without ``subset``
+    wrapped = subset(plain, idx)
+    assert [wrapped[i][1] for i in range(len(wrapped))] == ds.labels[idx].tolist()
 
 
 def test_split_holdout_is_a_class_balanced_partition() -> None:

@@ -55,6 +55,40 @@ def test_save_leaves_no_temporary_files(tmp_path) -> None:
     assert sorted(os.listdir(tmp_path)) == ["config.json", "model.safetensors"]
 
 
+def test_atomic_directory_replaces_whole_or_not_at_all(tmp_path, monkeypatch) -> None:
+    from vitkit.io.checkpoint import atomic_directory
+
+    target = tmp_path / "out"
+    for version in ("one", "two"):  # a new directory, then one that replaces it
+        with atomic_directory(target) as tmp:
+            assert tmp.parent == tmp_path and tmp.name.startswith(".tmp-")
+            assert not target.exists() or (target / "v").read_text() != version  # not yet
+            (tmp / "v").write_text(version)
+        assert os.listdir(tmp_path) == ["out"] and os.listdir(target) == ["v"]
+        assert (target / "v").read_text() == version
+    with pytest.raises(RuntimeError, match="killed"), atomic_directory(target) as tmp:
+        (tmp / "v").write_text("three")
+        raise RuntimeError("killed mid-write")
+    assert os.listdir(tmp_path) == ["out"] and (target / "v").read_text() == "two"
+    real_replace, calls = os.replace, []
+
+    def second_rename_fails(src, dst) -> None:
+        calls.append(dst)
+        if len(calls) == 2:  # the old one is aside, the new one cannot take its place
+            raise OSError("disk gone")
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", second_rename_fails)
+    with pytest.raises(OSError, match="disk gone"), atomic_directory(target) as tmp:
+        (tmp / "v").write_text("three")
+    monkeypatch.undo()
+    assert os.listdir(tmp_path) == ["out"] and (target / "v").read_text() == "two"
+    (tmp_path / "file").write_text("")
+    with pytest.raises(ValueError, match="not a directory"), atomic_directory(tmp_path / "file"):
+        pass
+    assert sorted(os.listdir(tmp_path)) == ["file", "out"]
+
+
 def test_our_keys_load_into_timm(tmp_path) -> None:
     model = randomized(tiny())
     peer = timm.models.vision_transformer.VisionTransformer(

@@ -1,4 +1,5 @@
-"""vitkit.runtime: the allocator the command line sets up, and the fast inference path."""
+"""vitkit.runtime: the allocator the command line sets up, the fast inference path, and the
+eval mode every evaluation uses."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from helpers import randomize, tiny
 from vitkit.runtime import inference
 from vitkit.runtime.allocator import SWITCH_ENV, find_jemalloc
 from vitkit.runtime.inference import OneDNNLinear, onednn_speedup, optimize_for_inference
+from vitkit.runtime.mode import eval_mode
 
 PROBE = (
     "from vitkit.runtime.allocator import preload_jemalloc; preload_jemalloc(); "
@@ -85,3 +87,14 @@ def test_auto_takes_onednn_only_where_it_is_clearly_faster_in_fp32(
     monkeypatch.setattr(inference, "onednn_speedup", lambda model: speedup)
     model = vitkit.create_model(tiny())
     assert inference.choose_backend(model, bf16=bf16) == chosen
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_eval_mode_gives_the_mode_back_even_on_error(training: bool) -> None:
+    model = vitkit.create_model(tiny(dropout_rate=0.1)).train(training)
+    with eval_mode(model) as inside:
+        assert inside is model and not any(m.training for m in model.modules())
+    assert all(m.training == training for m in model.modules())
+    with pytest.raises(RuntimeError), eval_mode(model):
+        raise RuntimeError("a failed evaluation")
+    assert all(m.training == training for m in model.modules())

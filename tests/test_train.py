@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import shutil
 import signal
 import subprocess
 import sys
@@ -99,6 +100,72 @@ def test_sigterm_saves_then_resume_equals_uninterrupted(
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err
     assert metrics(tmp_path) == metrics(uninterrupted)
+
+
+# A run stopped after its step-2 checkpoint, written by the code of commit 7b42c39 (before the
+# training state became one class), and the deterministic log of that code's uninterrupted run:
+#   vitkit train --recipe smoke --set train.duration=6st --set train.save_every=2st
+#     --set train.log_every=3st --set train.eval_every=6st --set model.dropout_rate=0.1
+#     --set model.hidden_size=16 --set model.mlp_dim=32 --set train.ema=0.9 --set train.mixup=0.2
+#     --set train.keep_last=3 --set train.device=cpu --run-dir RUN
+# (then run/ keeps RUN's config.json and checkpoints/step_00000002 only).
+OLD_RUN = Path(__file__).parent / "data" / "resume_v1"
+
+
+def _structure(value: object) -> object:
+    """The keys of nested dicts (and the type of anything else), for comparing file layouts."""
+    if isinstance(value, dict):
+        return {k: _structure(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_structure(v) for v in value]
+    return type(value).__name__
+
+
+def test_resumes_a_checkpoint_of_the_previous_state_format(tmp_path: Path) -> None:
+    """Today's code resumes the old run and logs what the old code logged uninterrupted (dropout,
+    mixup, EMA, Adam's moments and the log window straddling the checkpoint all carried over), and
+    writes ``state.pt`` with the old one's layout."""
+    from vitkit.config import RunConfig
+
+    run_dir = Path(shutil.copytree(OLD_RUN / "run", tmp_path / "run"))
+    run = RunConfig.from_dict(json.loads((run_dir / "config.json").read_text()))
+    train(run, run_dir, progress=False)
+    expected = [
+        json.loads(line) for line in (OLD_RUN / "uninterrupted.jsonl").read_text().splitlines()
+    ]
+    got = metrics(run_dir)
+    assert [(r["step"], r.get("split")) for r in got] == [
+        (r["step"], r.get("split")) for r in expected
+    ]
+    for ours, theirs in zip(got, expected, strict=True):  # other CPUs may round differently
+        numbers = {k: v for k, v in theirs.items() if k != "split"}
+        assert {k: ours[k] for k in numbers} == pytest.approx(numbers, rel=1e-4)
+    old, new = (
+        torch.load(run_dir / "checkpoints" / f"step_{s:08d}" / "state.pt", weights_only=True)
+        for s in (2, 6)
+    )
+    assert _structure(new) == _structure(old)
+    assert list(new) == list(old)  # the same keys in the same order
+
+
+def test_train_state_reads_older_payloads_and_refuses_incomplete_ones(tmp_path: Path) -> None:
+    from vitkit.errors import CheckpointError
+    from vitkit.train.state import TrainState
+
+    state = TrainState.read(OLD_RUN / "run" / "checkpoints" / "step_00000002" / "state.pt")
+    state.write(tmp_path / "state.pt")  # a round trip keeps every field
+    again = TrainState.read(tmp_path / "state.pt")
+    assert again.step == 2 and again.window == state.window and torch.equal(again.rng, state.rng)
+    payload = torch.load(tmp_path / "state.pt", weights_only=True)
+    for optional in ("objective", "cuda_rng"):  # fields added later: absent from older files
+        del payload[optional]
+    torch.save(payload, tmp_path / "older.pt")
+    older = TrainState.read(tmp_path / "older.pt")
+    assert older.objective is None and older.cuda_rng is None and older.step == 2
+    del payload["rng"]
+    torch.save(payload, tmp_path / "broken.pt")
+    with pytest.raises(CheckpointError, match="not a vitkit training state: 'rng'"):
+        TrainState.read(tmp_path / "broken.pt")
 
 
 def test_loss_falls_and_checkpoints_are_ours(tmp_path: Path) -> None:

@@ -397,7 +397,7 @@ def _fewshot(args: argparse.Namespace) -> None:
 def _inspect(args: argparse.Namespace) -> None:
     import torch
 
-    from .data import Batches
+    from .data import Batches, subset
     from .inspect import inspect_model
 
     if args.num_images < 1 or args.max_maps < 1:
@@ -414,7 +414,7 @@ def _inspect(args: argparse.Namespace) -> None:
         _, test_set, classes = _splits(args.data, args.data_dir, model.cfg)
         n = min(args.num_images, len(test_set))
         batches = Batches(
-            test_set.subset(torch.arange(n)) if hasattr(test_set, "subset") else test_set,
+            subset(test_set, torch.arange(n)),
             batch_size=256,
             train=False,
             image_size=model.cfg.image_size,

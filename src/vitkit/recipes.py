@@ -48,14 +48,14 @@ def fmnist_vit() -> ModelConfig:
 
 @recipe
 def fmnist() -> RunConfig:
-    """A plain ViT trained from scratch on Fashion-MNIST: the main job until issue 5 (now
-    ``fmnist-speed``, this model trained for time to accuracy), and the base of
-    docs/REPRODUCTION.md's studies.
+    """A plain ViT trained from scratch on Fashion-MNIST: the model of the main job
+    (``fmnist-speed`` trains it for time to accuracy), and the base of docs/REPRODUCTION.md's
+    studies.
 
     Command: ``vitkit train --recipe fmnist --run-dir runs/fmnist``.
-    Measured (2-core Xeon, torch 2.14.1, 2026-11-22, with the unfused AdamW of that day): 89.12%
-    test accuracy, 10.6 min from process start to the final evaluation (8 epochs at ~800
-    images/s). Paper-style references for a plain ViT on Fashion-MNIST: 91-93.5% after 100-200
+    Measured (2-core Xeon, torch 2.14.1): 89.12% test accuracy, 10.6 min from process start to
+    the final evaluation (8 epochs at ~800 images/s, with an unfused AdamW; the fused one vitkit
+    uses makes the eager step ~5% faster, benchmarks/RESULTS.md). Paper-style references for a plain ViT on Fashion-MNIST: 91-93.5% after 100-200
     epochs (PAPER.md B1).
     """
     return RunConfig(
@@ -77,11 +77,11 @@ def fmnist() -> RunConfig:
 
 @recipe
 def fmnist_speed() -> RunConfig:
-    """The main job (``make run``) since issue 5: the ``fmnist`` recipe's ViT (7x7 patches, 6
+    """The main job (``make run``): the ``fmnist`` recipe's ViT (7x7 patches, 6
     layers of width 128), trained for time to accuracy; the clock runs from process start,
     evaluations included.
 
-    What issue 5's measurements put in it (benchmarks/RESULTS.md, "Time to accuracy"): Muon for
+    What the measurements put in it (benchmarks/RESULTS.md, "Time to accuracy"): Muon for
     the blocks' weight matrices (AdamW for the rest), which learns in 4 epochs what AdamW learns in
     10; weight decay 0.5 (0.8 points more than 0.05 after 10 epochs: the training accuracy ran
     to 98% while the test accuracy stalled, and unlike crops, dropout or stochastic depth, decay
@@ -92,10 +92,10 @@ def fmnist_speed() -> RunConfig:
     fits in 15 minutes here.
 
     Command: ``vitkit train --recipe fmnist-speed --run-dir runs/fmnist-speed``.
-    Measured (2-core Xeon, torch 2.14.1, 2026-11-22, compilation cache empty): 90.27% test
+    Measured (2-core Xeon, torch 2.14.1, compilation cache empty): 90.27% test
     accuracy 7.6 min after the process started, 91.17% at 10.3 min, 91.62% at the end, 14.0 min
-    (one view: 90% at 8.9 min, 91.09% at the end). Issue 5 asks for 90% within 10 minutes and 91%
-    at 15: both met. The log is in benchmarks/RESULTS.md.
+    (one view: 90% at 8.9 min, 91.09% at the end): 90% within 10 minutes and 91% within 15, the
+    recipe's targets. The log is in benchmarks/RESULTS.md.
     """
     run = fmnist()
     return dataclasses.replace(
@@ -121,7 +121,7 @@ def fmnist_long() -> RunConfig:
     """The main job's ViT trained longer, with random crops: the best a plain ViT reaches here.
 
     Command: ``vitkit train --recipe fmnist-long --run-dir runs/fmnist-long``.
-    Measured (same machine, 2026-11-22): 90.56% test accuracy after 30 epochs, 51.4 min. Plain ViTs
+    Measured (same machine): 90.56% test accuracy after 30 epochs, 51.4 min. Plain ViTs
     trained 100-200 epochs elsewhere report 91-93.5% (PAPER.md B1); patches of 4 would help, at
     four times the cost.
     """

@@ -17,7 +17,7 @@ from .cifar import cifar
 from .fashion_mnist import fashion_mnist, read_idx
 from .folder import ImageFolderDataset, UnreadableImageWarning
 from .loader import Batches
-from .splits import balanced_subset, split_holdout
+from .splits import balanced_subset, split_holdout, subset
 from .synthetic import synthetic
 from .transforms import (
     Preprocess,
@@ -49,6 +49,7 @@ __all__ = [
     "read_idx",
     "resize",
     "split_holdout",
+    "subset",
     "synthetic",
     "to_float",
 ]

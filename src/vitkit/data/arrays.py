@@ -68,12 +68,6 @@ class ArrayDataset:
         """One example: a uint8 image (C, H, W) and its label."""
         return self.images[index], int(self.labels[index])
 
-    @property
-    def image_shape(self) -> tuple[int, int, int]:
-        """(C, H, W) of every image."""
-        _, C, H, W = self.images.shape
-        return C, H, W
-
     def subset(self, indices: Tensor | Sequence[int]) -> ArrayDataset:
         """The examples at ``indices`` (copied), in that order, with the same class list."""
         idx = as_indices(indices, len(self))

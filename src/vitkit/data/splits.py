@@ -12,10 +12,11 @@ A dataset here is anything with ``labels`` (int64 (N,)) and ``classes`` (a list 
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 from torch import Tensor
+from torch.utils.data import Subset
 
 
 class Labelled(Protocol):
@@ -31,6 +32,14 @@ def _labels(dataset: Labelled) -> Tensor:
             f"found {type(dataset).__name__}"
         )
     return labels
+
+
+def subset(dataset: Any, indices: Tensor) -> Any:
+    """The examples of ``dataset`` at ``indices``, in that order: the dataset's own ``subset``
+    (which keeps ``labels`` and ``classes``) when it has one, else a ``torch.utils.data.Subset``."""
+    if hasattr(dataset, "subset"):
+        return dataset.subset(indices)
+    return Subset(dataset, indices.tolist())
 
 
 def balanced_subset(

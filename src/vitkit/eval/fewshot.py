@@ -36,9 +36,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.utils.data import Subset
 
-from ..data import Batches
+from ..data import Batches, subset
+from ..runtime.mode import eval_mode
 from .metrics import model_device
 
 log = logging.getLogger(__name__)
@@ -67,15 +67,11 @@ def extract_features(
     afterwards. Returns float32 features (N, D) and int64 labels (N,), in the batches' order.
     """
     device = model_device(model)
-    was_training = model.training
-    model.eval()
     features, labels = [], []
-    try:
+    with eval_mode(model):
         for images, y in batches:  # (B, C, H, W), (B,)
             features.append(_forward_pre_logits(model, images, device, bf16))  # (B, D)
             labels.append(torch.as_tensor(y, dtype=torch.int64).cpu())
-    finally:
-        model.train(was_training)
     if not features:
         raise ValueError("no batches to extract features from: the iterable was empty")
     # concatenated outside inference mode, so callers get ordinary tensors
@@ -326,15 +322,12 @@ def fewshot_model(
     subsets = _subsets(labels, shots, seeds, num_classes)
     used = torch.cat(list(subsets.values())).unique()  # (M,) sorted dataset indices
     log.info("few-shot: features of %d of %d training examples", len(used), len(labels))
-    subset = (
-        train_set.subset(used) if hasattr(train_set, "subset") else Subset(train_set, used.tolist())
-    )
 
     def features(dataset: Any) -> tuple[Tensor, Tensor]:
         batches = Batches(dataset, batch_size=batch_size, train=False, image_size=image_size)
         return extract_features(model, batches.epoch(0), bf16=bf16)
 
-    train_x, train_y = features(subset)  # (M, D), (M,)
+    train_x, train_y = features(subset(train_set, used))  # (M, D), (M,)
     assert torch.equal(train_y, labels[used]), "the subset's labels disagree with the dataset's"
     test_x, test_y = features(test_set)  # (T, D), (T,)
     _check_labels(test_y, num_classes, "test labels")

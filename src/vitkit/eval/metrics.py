@@ -9,6 +9,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..runtime.mode import eval_mode
+
 
 def model_device(model: nn.Module) -> torch.device:
     """Where ``model`` computes: the device of its parameters (the CPU when it has none).
@@ -34,29 +36,28 @@ def evaluate(
     ``accuracy_one_view`` adds the unflipped images' own accuracy. ``reduce`` sums a tensor over
     processes when each evaluates its part of the batches (data parallelism)."""
     device = model_device(model)
-    was_training = model.training
-    model.eval()
     confusion = torch.zeros(num_classes, num_classes, dtype=torch.long, device=device)
     loss_sum, top5_hits, one_view_hits, count = 0.0, 0, 0, 0
-    for images, labels in batches:
-        images, labels = images.to(device, non_blocking=True), labels.to(device, non_blocking=True)
-        if flip:  # one forward pass over both views: (2B, C, H, W)
-            images = torch.cat([images, images.flip(-1)])
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
-            logits = model(images).float()  # (B, K), or (2B, K) with flip
-        if flip:
-            views = logits.log_softmax(1).unflatten(0, (2, -1))  # (2, B, K)
-            one_view_hits += (views[0].argmax(dim=1) == labels).sum().item()
-            # the log of the mean probability: the averaged prediction's loss, top-5 and argmax
-            logits = torch.logsumexp(views, dim=0) - math.log(2)  # (B, K)
-        loss_sum += F.cross_entropy(logits, labels, reduction="sum").item()
-        k = min(5, num_classes)
-        top5_hits += (logits.topk(k, dim=1).indices == labels[:, None]).any(dim=1).sum().item()
-        confusion += torch.bincount(
-            labels * num_classes + logits.argmax(dim=1), minlength=num_classes * num_classes
-        ).reshape(num_classes, num_classes)
-        count += labels.numel()
-    model.train(was_training)
+    with eval_mode(model):
+        for images, labels in batches:
+            images = images.to(device, non_blocking=True)
+            labels = labels.to(device, non_blocking=True)
+            if flip:  # one forward pass over both views: (2B, C, H, W)
+                images = torch.cat([images, images.flip(-1)])
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+                logits = model(images).float()  # (B, K), or (2B, K) with flip
+            if flip:
+                views = logits.log_softmax(1).unflatten(0, (2, -1))  # (2, B, K)
+                one_view_hits += (views[0].argmax(dim=1) == labels).sum().item()
+                # the log of the mean probability: the averaged prediction's loss, top-5, argmax
+                logits = torch.logsumexp(views, dim=0) - math.log(2)  # (B, K)
+            loss_sum += F.cross_entropy(logits, labels, reduction="sum").item()
+            k = min(5, num_classes)
+            top5_hits += (logits.topk(k, dim=1).indices == labels[:, None]).any(dim=1).sum().item()
+            confusion += torch.bincount(
+                labels * num_classes + logits.argmax(dim=1), minlength=num_classes * num_classes
+            ).reshape(num_classes, num_classes)
+            count += labels.numel()
     if reduce is not None:
         confusion = reduce(confusion)
         totals = reduce(

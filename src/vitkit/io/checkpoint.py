@@ -2,8 +2,9 @@
 
 Our format is a directory holding ``model.safetensors`` (timm's key layout) and ``config.json``
 (``{"format": "vitkit", "version": 1, "model": {...ModelConfig...}, ...extra}``), so a checkpoint
-rebuilds its model without the preset registry. Files are written to a temporary name and renamed,
-so a reader never sees half a file.
+rebuilds its model without the preset registry. Files and directories are written under a
+temporary name and renamed (``atomic_write``, ``atomic_directory``), so a reader never sees half of
+one.
 
 Nothing here runs code from a file: safetensors, ``np.load(allow_pickle=False)`` and
 ``torch.load(weights_only=True)`` only; a pickle that holds objects is refused.
@@ -14,9 +15,12 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import shutil
 import tempfile
+import uuid
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -150,6 +154,35 @@ def atomic_write(path: Path, write: Any) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+@contextmanager
+def atomic_directory(path: Path) -> Iterator[Path]:
+    """A fresh temporary sibling of directory ``path`` to fill; when the block ends without error
+    it becomes ``path`` by a rename, so a reader (or a run killed at any moment) finds the previous
+    directory whole or the new one whole, never a mix (or, for the instant between two renames
+    when one replaces the other, neither). An existing ``path`` is moved aside only then, and
+    deleted once the new one is in place; on error the temporary is deleted and the old one
+    stays. Temporary names start with ``.tmp-`` (a killed process's leftovers are found by that
+    prefix). The writer fsyncs what it writes, if it must (``atomic_write`` does)."""
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"{path} exists and is not a directory")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # mkdir, not mkdtemp, so the umask applies; a rename is atomic within one filesystem
+    tmp = path.with_name(f".tmp-{path.name}-{uuid.uuid4().hex[:8]}")
+    old = tmp.with_name(f"{tmp.name}-old")
+    tmp.mkdir()
+    try:
+        yield tmp
+        if path.exists():
+            os.replace(path, old)
+        os.replace(tmp, path)
+    except BaseException:
+        if old.exists() and not path.exists():  # the second rename failed: put the old one back
+            os.replace(old, path)
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def write_ours(

@@ -1,4 +1,4 @@
-"""ONNX export of a vitkit model, and its check against PyTorch (issue 5, item 6 "Deployment").
+"""ONNX export of a vitkit model, and its check against PyTorch.
 
 The graph takes ``images`` (B, C, S, S) float32 in [-1, 1] (the checkpoint's preprocessing is the
 caller's) with a dynamic batch B, and returns ``logits`` (B, K), or ``features`` (B, R or D), the
@@ -14,16 +14,16 @@ as a dependency and a few seconds per export.
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import os
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import torch
 from torch import Tensor, nn
+
+from ..runtime.mode import eval_mode
 
 # The exporter needs onnx and onnxscript, the check onnxruntime; the extra installs all three.
 _ONNX_MODULES = ("onnx", "onnxscript", "onnxruntime")
@@ -39,16 +39,6 @@ def require_onnx() -> None:
             missing.append(name)
     if missing:
         raise ImportError(f"ONNX export needs {', '.join(missing)}: pip install 'vitkit[export]'")
-
-
-@contextlib.contextmanager
-def _eval_mode(model: nn.Module) -> Iterator[nn.Module]:
-    """The model in eval mode (no dropout, no drop-path), its own mode restored afterwards."""
-    training = model.training
-    try:
-        yield model.eval()
-    finally:
-        model.train(training)
 
 
 def _device(model: nn.Module) -> torch.device:
@@ -85,7 +75,7 @@ def export_onnx(
         batch_size, cfg.in_chans, cfg.image_size, cfg.image_size, device=_device(model)
     )  # (B, C, S, S)
     output = "logits" if cfg.num_classes else "features"
-    with _eval_mode(model):
+    with eval_mode(model):
         program = torch.onnx.export(
             model,
             (images,),
@@ -125,7 +115,7 @@ def verify_onnx(model: nn.Module, path: str | os.PathLike, images: Tensor) -> fl
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     (name,) = [i.name for i in session.get_inputs()]
     (got,) = session.run(None, {name: images.detach().to("cpu", torch.float32).numpy()})
-    with _eval_mode(model), torch.inference_mode():
+    with eval_mode(model), torch.inference_mode():
         want = model(images.to(_device(model))).float().cpu().numpy()  # (B, K) or (B, R)
     if got.shape != want.shape:
         raise ValueError(f"{path} returns shape {got.shape} where the model returns {want.shape}")

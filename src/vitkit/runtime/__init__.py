@@ -1,2 +1,4 @@
-"""How vitkit runs fast on a given machine: the process's memory allocator (``allocator``) and
-the fast inference path (``inference``). Nothing here changes what a model computes."""
+"""How vitkit runs models: the process's memory allocator (``allocator``), the fast inference path
+(``inference``), a module's eval mode for a block (``mode``) and the process clock (``clock``).
+Nothing here changes what a model's weights compute. Imports only torch, so every part of vitkit
+may use it."""

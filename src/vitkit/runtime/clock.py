@@ -1,5 +1,5 @@
-"""Time since the process started, the clock of time-to-accuracy (issue 5: "time counts from
-process start, evaluation passes included")."""
+"""Time since the process started, the clock of time-to-accuracy: it counts from process start,
+evaluation passes included."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The fast inference path: one call turns a model into a function of images that computes the same
-logits faster (issue 5).
+logits faster.
 
 Two ways to get there, both the same mathematics (fp32 logits match eager ones to rounding: the
 tests hold them to 1e-4, the harness reports the difference):
@@ -14,8 +14,8 @@ tests hold them to 1e-4, the harness reports the difference):
 - ``onednn``: every linear layer's weight packed once for oneDNN (as ``torch.utils.mkldnn`` does),
   the rest eager, no compilation. fp32 matrix products on CPU go through MKL in eager PyTorch and
   in Inductor, and MKL runs a generic code path on AMD's CPUs, where oneDNN's is about twice as
-  fast (issue 5 measured ViT-B/16 at 8.7 img/s against 4.3 on 2 EPYC cores); on Intel's, MKL is
-  the faster (``benchmarks/RESULTS.md``).
+  fast (ViT-B/16 at 8.7 img/s against 4.3 on 2 EPYC cores); on Intel's, MKL is the faster
+  (``benchmarks/RESULTS.md``).
 
 ``backend="auto"`` measures, once, the model's widest fp32 product both ways on this machine and
 takes ``onednn`` where it is at least 1.2x faster, else ``inductor``. The returned function keeps

@@ -6,10 +6,17 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.utils.data import Subset
 
 from ..config import DataConfig, ModelConfig
-from ..data import Batches, ImageFolderDataset, balanced_subset, cifar, fashion_mnist, synthetic
+from ..data import (
+    Batches,
+    ImageFolderDataset,
+    balanced_subset,
+    cifar,
+    fashion_mnist,
+    subset,
+    synthetic,
+)
 
 
 def _split(name: str, data_dir: str | None, split: str, model: ModelConfig, seed: int) -> Any:
@@ -44,9 +51,7 @@ def build_datasets(cfg: DataConfig, model: ModelConfig, *, seed: int) -> tuple[A
     _check_channels(train, cfg.dataset, model)
     if cfg.per_class is not None:
         indices = balanced_subset(train, per_class=cfg.per_class, seed=seed)
-        train = (
-            train.subset(indices) if hasattr(train, "subset") else Subset(train, indices.tolist())
-        )
+        train = subset(train, indices)
     return train, test, classes
 
 

@@ -53,6 +53,7 @@ from .objectives import MaskedPatchPrediction, Objective, evaluate_mpp
 from .optim import build_optimizer, learning_rate, set_learning_rate
 from .report import write_report
 from .state import (
+    LiveRun,
     TrainState,
     check_run_dir,
     checkpoints,
@@ -241,20 +242,13 @@ def train(run: RunConfig, run_dir: str | Path, *, progress: bool = True) -> dict
     averaged = ema if ema is not None else model  # what is evaluated and kept as best
     sharded = distributed.is_distributed() and tc.parallel == "fsdp"
     average = _Average(ema, model, tc.ema, fixed=not sharded) if ema is not None else None
+    live = LiveRun(objective=objective, optimizer=optimizer, ema=ema, mpp=mpp, device=device)
     step, best, window = 0, -1.0, _Window()
     if last:
         weights, state = load_checkpoint(last[-1], model.cfg)
         distributed.load_model_state(model, weights)
-        distributed.load_optimizer_state(objective, optimizer, state.optimizer)
-        if ema is not None and state.ema is not None:
-            distributed.load_model_state(ema, state.ema)
-        if mpp is not None:
-            distributed.load_model_state(mpp, state.objective)
-        torch.set_rng_state(state.rng)
-        if device.type == "cuda" and state.cuda_rng is not None:  # none from a CPU run
-            torch.cuda.set_rng_state(state.cuda_rng, device)
-        step, best = state.step, state.best
-        window = _Window(**state.window)
+        state.restore(live)
+        step, best, window = state.step, state.best, _Window(**state.window)
         log.info("resumed %s at step %d", last[-1], step)
     if main:
         truncate_metrics(run_dir / "metrics.jsonl", step)
@@ -392,16 +386,7 @@ def train(run: RunConfig, run_dir: str | Path, *, progress: bool = True) -> dict
                         save_best(run_dir, model.cfg, weights, extra)
             if cadence.save(step) or stopping:  # every process gathers, rank 0 writes
                 weights = distributed.model_state(model)
-                state = TrainState(
-                    step=step,
-                    best=best,
-                    optimizer=distributed.optimizer_state(objective, optimizer),
-                    ema=distributed.model_state(ema) if ema is not None else None,
-                    rng=torch.get_rng_state(),
-                    cuda_rng=torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
-                    window=window.sums(),
-                    objective=distributed.model_state(mpp) if mpp is not None else None,
-                )
+                state = TrainState.capture(live, step=step, best=best, window=window.sums())
                 if main:
                     save_checkpoint(
                         run_dir, model.cfg, weights, state, extra=extra, keep_last=tc.keep_last

@@ -20,6 +20,7 @@ from torch import Tensor, nn
 
 from ..config import ModelConfig
 from ..eval.metrics import model_device
+from ..runtime.mode import eval_mode
 
 
 def classification(
@@ -172,21 +173,17 @@ def evaluate_mpp(
     ``reduce`` sums a tensor over processes when each evaluates its part of the batches (each
     then draws its own corruption)."""
     device = model_device(model)
-    was_training = model.training
-    model.eval()
     loss_sum, hits, count = 0.0, 0.0, 0
-    try:
-        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-            torch.manual_seed(seed)
-            for images, _ in batches:
-                out = objective(model, images.to(device, non_blocking=True))
-                n = int(out["patches"])
-                if n:  # a process's empty part of the last batch: its mean loss is NaN
-                    loss_sum += out["loss"].item() * n
-                    hits += out["accuracy"].item() * n
-                    count += n
-    finally:
-        model.train(was_training)
+    cuda = [device] if device.type == "cuda" else []
+    with eval_mode(model), torch.random.fork_rng(devices=cuda):
+        torch.manual_seed(seed)
+        for images, _ in batches:
+            out = objective(model, images.to(device, non_blocking=True))
+            n = int(out["patches"])
+            if n:  # a process's empty part of the last batch: its mean loss is NaN
+                loss_sum += out["loss"].item() * n
+                hits += out["accuracy"].item() * n
+                count += n
     if reduce is not None:
         totals = reduce(torch.tensor([loss_sum, hits, count], dtype=torch.float64))
         loss_sum, hits, count = totals[0].item(), totals[1].item(), int(totals[2])

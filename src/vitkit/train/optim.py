@@ -53,7 +53,7 @@ class Muon(torch.optim.Muon):
     checkpoints load either way. 1.10x the Fashion-MNIST ViT's training step on 2 CPU cores
     (benchmarks/RESULTS.md)."""
 
-    def __init__(self, params: Any, *, lr: float, momentum: float, weight_decay: float = 0.1):
+    def __init__(self, params: Any, *, lr: float, momentum: float, weight_decay: float):
         super().__init__(
             params,
             lr=lr,
@@ -213,7 +213,8 @@ def build_optimizer(
     )
     if not muon_groups:
         return adamw
-    return MuonWithAdamW(Muon(muon_groups, lr=cfg.lr, momentum=cfg.momentum), adamw)
+    muon = Muon(muon_groups, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+    return MuonWithAdamW(muon, adamw)
 
 
 def learning_rate(step: int, *, cfg: OptimConfig, total_steps: int, warmup_steps: int) -> float:

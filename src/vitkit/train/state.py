@@ -7,9 +7,9 @@ A run directory holds::
     checkpoints/step_00001200/   model.safetensors + config.json (our format) + state.pt
     best/                        the weights with the best test accuracy so far (our format)
 
-``state.pt`` holds the optimizer, the EMA weights, the objective's own weights (masked patch
-prediction), the step, the best score and the global RNG state (dropout), with the GPU's when the
-run computes on CUDA; it is read with ``torch.load(weights_only=True)``. Every tensor is written
+``state.pt`` holds ``TrainState``'s fields: the optimizer, the EMA weights, the objective's own
+weights (masked patch prediction), the step, the best score, the log window's running sums and
+the global RNG state (dropout), with the GPU's when the run computes on CUDA; it is read with ``torch.load(weights_only=True)``. Every tensor is written
 from the CPU, so a checkpoint does not depend on the device that wrote it. The data position needs
 no storage: batch order and augmentation are functions of (seed, epoch, batch). A checkpoint
 directory is written under a temporary name and renamed, so a run killed at any moment leaves
@@ -19,24 +19,47 @@ either the previous checkpoint or the new one, never half of one.
 from __future__ import annotations
 
 import json
-import os
 import shutil
-from dataclasses import dataclass
+from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from ..config import ModelConfig
-from ..io.checkpoint import CheckpointError, atomic_write, read_ours, write_ours
+from ..io.checkpoint import (
+    CheckpointError,
+    atomic_directory,
+    atomic_write,
+    read_ours,
+    write_ours,
+)
+from . import distributed
 
 STATE_FILE = "state.pt"
 CHECKPOINTS = "checkpoints"
 
 
+@dataclass(frozen=True)
+class LiveRun:
+    """The objects of a running training whose state a checkpoint keeps besides the model's
+    weights (``model.safetensors``)."""
+
+    objective: nn.Module  # the model with its objective: what the optimizer's state is keyed by
+    optimizer: Any  # torch.optim.Optimizer or MuonWithAdamW
+    ema: nn.Module | None
+    mpp: nn.Module | None  # masked patch prediction's mask embedding and head
+    device: torch.device
+
+
 @dataclass
 class TrainState:
+    """Everything a resumed run needs besides the model's weights: ``state.pt``, whose keys are
+    these fields, in this order. A field with a default may be absent from a checkpoint written
+    before it existed. ``capture`` and ``restore`` are the only places that read and write the
+    live run's objects."""
+
     step: int
     best: float
     optimizer: dict[str, Any]
@@ -45,6 +68,55 @@ class TrainState:
     window: dict[str, float]  # the running sums of the log window, so resumed logs match
     objective: dict[str, Tensor] | None = None  # masked patch prediction's mask embedding and head
     cuda_rng: Tensor | None = None  # the GPU's RNG (dropout, masks) when the run computes on CUDA
+
+    @classmethod
+    def capture(
+        cls, run: LiveRun, *, step: int, best: float, window: dict[str, float]
+    ) -> TrainState:
+        """The state of ``run`` after ``step`` steps (every process gathers its shards)."""
+        return cls(
+            step=step,
+            best=best,
+            optimizer=distributed.optimizer_state(run.objective, run.optimizer),
+            ema=distributed.model_state(run.ema) if run.ema is not None else None,
+            rng=torch.get_rng_state(),
+            window=window,
+            objective=distributed.model_state(run.mpp) if run.mpp is not None else None,
+            cuda_rng=torch.cuda.get_rng_state(run.device) if run.device.type == "cuda" else None,
+        )
+
+    def restore(self, run: LiveRun) -> None:
+        """Load this state into ``run``'s optimizer, EMA and objective, and set the global RNG;
+        ``step``, ``best`` and ``window`` are the caller's to take."""
+        distributed.load_optimizer_state(run.objective, run.optimizer, self.optimizer)
+        if run.ema is not None and self.ema is not None:
+            distributed.load_model_state(run.ema, self.ema)
+        if run.mpp is not None:
+            distributed.load_model_state(run.mpp, self.objective)
+        torch.set_rng_state(self.rng)
+        if run.device.type == "cuda" and self.cuda_rng is not None:  # none from a CPU run
+            torch.cuda.set_rng_state(self.cuda_rng, run.device)
+
+    def write(self, path: Path) -> None:
+        """Write ``state.pt`` atomically, every tensor from the CPU."""
+        payload = {f.name: getattr(self, f.name) for f in fields(self)}
+        atomic_write(path, lambda p: torch.save(_on_cpu(payload), p))
+
+    @classmethod
+    def read(cls, path: Path) -> TrainState:
+        """Read ``state.pt`` with ``torch.load(weights_only=True)``."""
+        payload = torch.load(_exists(path), map_location="cpu", weights_only=True)
+        try:
+            missing = [
+                f.name for f in fields(cls) if f.default is MISSING and f.name not in payload
+            ]
+            if missing:
+                raise KeyError(", ".join(missing))
+            state = cls(**{f.name: payload[f.name] for f in fields(cls) if f.name in payload})
+            state.step, state.best = int(state.step), float(state.best)
+        except (KeyError, TypeError, ValueError) as e:
+            raise CheckpointError(f"{path} is not a vitkit training state: {e}") from None
+        return state
 
 
 def _step_dir(run_dir: Path, step: int) -> Path:
@@ -70,23 +142,10 @@ def save_checkpoint(
 ) -> Path:
     """Write ``checkpoints/step_N`` (the model ``cfg`` with ``weights``, and ``state``)
     atomically, then drop all but the ``keep_last`` newest."""
-    final = _step_dir(run_dir, state.step)
-    tmp = final.with_name(f".tmp-{final.name}-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    write_ours(cfg, weights, tmp, extra)
-    payload = {
-        "step": state.step,
-        "best": state.best,
-        "optimizer": state.optimizer,
-        "ema": state.ema,
-        "rng": state.rng,
-        "window": state.window,
-        "objective": state.objective,
-        "cuda_rng": state.cuda_rng,
-    }
-    atomic_write(tmp / STATE_FILE, lambda p: torch.save(_on_cpu(payload), p))
-    shutil.rmtree(final, ignore_errors=True)  # a re-save of the same step (SIGTERM after a save)
-    os.replace(tmp, final)
+    final = _step_dir(run_dir, state.step)  # may exist: a re-save (SIGTERM after a save)
+    with atomic_directory(final) as tmp:
+        write_ours(cfg, weights, tmp, extra)
+        state.write(tmp / STATE_FILE)
     for old in checkpoints(run_dir)[:-keep_last]:
         shutil.rmtree(old, ignore_errors=True)
     return final
@@ -110,20 +169,7 @@ def load_checkpoint(path: Path, cfg: ModelConfig) -> tuple[dict[str, Tensor], Tr
     saved, weights, _ = read_ours(path)
     if saved != cfg:
         raise CheckpointError(f"{path} holds a different model than this run's config")
-    payload = torch.load(_exists(path / STATE_FILE), map_location="cpu", weights_only=True)
-    try:
-        state = TrainState(
-            step=int(payload["step"]),
-            best=float(payload["best"]),
-            optimizer=payload["optimizer"],
-            ema=payload["ema"],
-            rng=payload["rng"],
-            window=payload["window"],
-            objective=payload.get("objective"),
-            cuda_rng=payload.get("cuda_rng"),  # absent from checkpoints written before it
-        )
-    except (KeyError, TypeError) as e:
-        raise CheckpointError(f"{path / STATE_FILE} is not a vitkit training state: {e}") from None
+    state = TrainState.read(path / STATE_FILE)
     return weights, state
 
 
@@ -134,7 +180,8 @@ def _exists(path: Path) -> Path:
 
 
 def remove_partial_writes(run_dir: Path) -> None:
-    """Delete temporary directories left by a process killed while saving."""
+    """Delete temporary directories left by a process killed while saving
+    (``atomic_directory``'s)."""
     for parent in (run_dir, run_dir / CHECKPOINTS):
         if parent.is_dir():
             for tmp in parent.glob(".tmp-*"):
@@ -144,12 +191,10 @@ def remove_partial_writes(run_dir: Path) -> None:
 def save_best(
     run_dir: Path, cfg: ModelConfig, weights: dict[str, Tensor], extra: dict[str, Any]
 ) -> Path:
+    """Write the weights with the best test accuracy so far to ``best/``, atomically."""
     best = run_dir / "best"
-    tmp = run_dir / f".tmp-best-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    write_ours(cfg, weights, tmp, extra)
-    shutil.rmtree(best, ignore_errors=True)
-    os.replace(tmp, best)
+    with atomic_directory(best) as tmp:
+        write_ours(cfg, weights, tmp, extra)
     return best
 
 

@@ -49,8 +49,6 @@ safetensors (or a tensor-only ``pytorch_model.bin``).
 from __future__ import annotations
 
 import os
-import shutil
-import uuid
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -63,6 +61,7 @@ from ...errors import MissingFileError
 from ...model import VisionTransformer
 from ..checkpoint import (
     CheckpointError,
+    atomic_directory,
     check_state_dict,
     load_state_dict_strict,
     read_json,
@@ -467,14 +466,6 @@ def write_hf(
             raise ValueError(f"{directory} exists and is not a directory")
         hf_model.save_pretrained(directory)
         return directory
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    # A fresh sibling (mkdir, not mkdtemp, so the umask applies): rename is atomic on one filesystem.
-    tmp = directory.parent / f".{directory.name}.{uuid.uuid4().hex[:8]}.tmp"
-    tmp.mkdir()
-    try:
+    with atomic_directory(directory) as tmp:
         hf_model.save_pretrained(tmp)
-        os.rename(tmp, directory)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return directory

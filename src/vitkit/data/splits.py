@@ -18,6 +18,8 @@ import torch
 from torch import Tensor
 from torch.utils.data import Subset
 
+from ..errors import ConfigError, DataError
+
 
 class Labelled(Protocol):
     labels: Tensor
@@ -27,7 +29,7 @@ class Labelled(Protocol):
 def _labels(dataset: Labelled) -> Tensor:
     labels = getattr(dataset, "labels", None)
     if not isinstance(labels, Tensor) or not hasattr(dataset, "classes"):
-        raise ValueError(
+        raise DataError(
             f"expected a dataset with `labels` (a tensor) and `classes`, "
             f"found {type(dataset).__name__}"
         )
@@ -55,14 +57,14 @@ def balanced_subset(
     examples are skipped). Raises ``ValueError`` naming the class when one has too few examples.
     """
     if (per_class is None) == (fraction is None):
-        raise ValueError(
+        raise ConfigError(
             f"give exactly one of per_class and fraction, found per_class={per_class!r}, "
             f"fraction={fraction!r}"
         )
     if per_class is not None and (not isinstance(per_class, int) or per_class < 1):
-        raise ValueError(f"per_class={per_class!r} is not valid: expected a positive integer")
+        raise ConfigError(f"per_class={per_class!r} is not valid: expected a positive integer")
     if fraction is not None and not 0.0 < fraction <= 1.0:
-        raise ValueError(f"fraction={fraction!r} is not valid: expected a number in (0, 1]")
+        raise ConfigError(f"fraction={fraction!r} is not valid: expected a number in (0, 1]")
     labels = _labels(dataset)
     g = torch.Generator().manual_seed(seed)
     chosen = []
@@ -72,7 +74,7 @@ def balanced_subset(
         if per_class is not None:
             take = per_class
             if n < take:
-                raise ValueError(
+                raise DataError(
                     f"class {k} ({name!r}) has {n} examples, fewer than per_class={per_class}"
                 )
         else:
@@ -80,7 +82,7 @@ def balanced_subset(
                 continue
             take = round(fraction * n)
             if take == 0:
-                raise ValueError(
+                raise DataError(
                     f"fraction={fraction} of class {k} ({name!r}, {n} examples) is no example; "
                     "use a larger fraction or per_class"
                 )
@@ -91,7 +93,7 @@ def balanced_subset(
 def split_holdout(dataset: Labelled, fraction: float, seed: int) -> tuple[Tensor, Tensor]:
     """(train indices, held-out indices): ``fraction`` of every class held out, the rest kept."""
     if not 0.0 < fraction < 1.0:
-        raise ValueError(f"fraction={fraction!r} is not valid: expected a number in (0, 1)")
+        raise ConfigError(f"fraction={fraction!r} is not valid: expected a number in (0, 1)")
     held = balanced_subset(dataset, fraction=fraction, seed=seed)
     keep = torch.ones(len(_labels(dataset)), dtype=torch.bool)
     keep[held] = False

@@ -38,6 +38,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..data import Batches, subset
+from ..errors import ConfigError
 from ..runtime.mode import eval_mode
 from .metrics import model_device
 
@@ -73,19 +74,19 @@ def extract_features(
             features.append(_forward_pre_logits(model, images, device, bf16))  # (B, D)
             labels.append(torch.as_tensor(y, dtype=torch.int64).cpu())
     if not features:
-        raise ValueError("no batches to extract features from: the iterable was empty")
+        raise ConfigError("no batches to extract features from: the iterable was empty")
     # concatenated outside inference mode, so callers get ordinary tensors
     return torch.cat(features), torch.cat(labels)  # (N, D), (N,)
 
 
 def _check_labels(labels: Tensor, num_classes: int, what: str) -> None:
     if labels.ndim != 1 or labels.dtype != torch.int64:
-        raise ValueError(
+        raise ConfigError(
             f"{what} must be an int64 tensor (N,), found {labels.dtype} of shape "
             f"{tuple(labels.shape)}"
         )
     if labels.numel() and (labels.min() < 0 or labels.max() >= num_classes):
-        raise ValueError(
+        raise ConfigError(
             f"{what} must lie in [0, {num_classes}) for num_classes={num_classes}, found values "
             f"from {int(labels.min())} to {int(labels.max())}"
         )
@@ -93,7 +94,7 @@ def _check_labels(labels: Tensor, num_classes: int, what: str) -> None:
 
 def _check_positive_int(name: str, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name}={value!r} is not valid: expected a positive integer")
+        raise ConfigError(f"{name}={value!r} is not valid: expected a positive integer")
 
 
 def fewshot_indices(
@@ -108,7 +109,7 @@ def fewshot_indices(
     """
     _check_positive_int("shots", shots)
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ValueError(f"seed={seed!r} is not valid: expected an integer >= 0")
+        raise ConfigError(f"seed={seed!r} is not valid: expected an integer >= 0")
     if num_classes is None:
         num_classes = int(labels.max()) + 1 if labels.numel() else 0
     _check_positive_int("num_classes", num_classes)
@@ -121,7 +122,7 @@ def fewshot_indices(
     chosen = []
     for k, members in enumerate(by_class):
         if len(members) < shots:
-            raise ValueError(
+            raise ConfigError(
                 f"class {k} has {len(members)} training examples, fewer than shots={shots}"
             )
         chosen.append(members[torch.randperm(len(members), generator=g)[:shots]])
@@ -135,7 +136,7 @@ def solve_ridge(x: Tensor, y: Tensor, l2: float, *, dual: bool | None = None) ->
     takes the smaller system (dual when N < D), as big_vision does.
     """
     if not l2 > 0:
-        raise ValueError(f"l2={l2!r} is not valid: expected a number > 0")
+        raise ConfigError(f"l2={l2!r} is not valid: expected a number > 0")
     x, y = x.double(), y.double()  # (N, D), (N, C)
     N, D = x.shape
     if dual is None:
@@ -182,9 +183,9 @@ def ridge_classifier(
     """Fit the closed-form least-squares classifier of big_vision's fewshot_lsr to features
     ``x`` (N, D) with int64 ``labels`` (N,): targets 2·onehot - 1, ridge strength ``l2``."""
     if x.ndim != 2 or len(x) == 0:
-        raise ValueError(f"x must be a non-empty (N, D) tensor, found shape {tuple(x.shape)}")
+        raise ConfigError(f"x must be a non-empty (N, D) tensor, found shape {tuple(x.shape)}")
     if labels.shape != x.shape[:1]:
-        raise ValueError(
+        raise ConfigError(
             f"labels must have shape ({len(x)},) to match x, found {tuple(labels.shape)}"
         )
     _check_positive_int("num_classes", num_classes)
@@ -199,11 +200,11 @@ def ridge_classifier(
 
 def _check_shots_seeds(shots: Sequence[int], seeds: int) -> None:
     if not shots:
-        raise ValueError("shots must name at least one shot count, found none")
+        raise ConfigError("shots must name at least one shot count, found none")
     for k in shots:
         _check_positive_int("shots", k)
     if len(set(shots)) != len(shots):
-        raise ValueError(f"shots={tuple(shots)} repeats a shot count")
+        raise ConfigError(f"shots={tuple(shots)} repeats a shot count")
     _check_positive_int("seeds", seeds)
 
 
@@ -263,13 +264,13 @@ def fewshot_evaluate(
     _check_positive_int("num_classes", num_classes)
     for name, x, y in (("train", train_x, train_y), ("test", test_x, test_y)):
         if x.ndim != 2 or y.shape != x.shape[:1]:
-            raise ValueError(
+            raise ConfigError(
                 f"{name} features must be (N, D) with labels (N,), found "
                 f"{tuple(x.shape)} and {tuple(y.shape)}"
             )
         _check_labels(y, num_classes, f"{name} labels")
     if train_x.shape[1] != test_x.shape[1]:
-        raise ValueError(
+        raise ConfigError(
             f"train and test features differ in width: {train_x.shape[1]} and {test_x.shape[1]}"
         )
     subsets = _subsets(train_y, shots, seeds, num_classes)
@@ -317,7 +318,7 @@ def fewshot_model(
     _check_shots_seeds(shots, seeds)
     labels = _dataset_labels(train_set)  # (N,)
     if not len(labels):
-        raise ValueError("the training set is empty: few-shot evaluation needs labelled examples")
+        raise ConfigError("the training set is empty: few-shot evaluation needs labelled examples")
     num_classes = _num_classes(train_set, labels)
     subsets = _subsets(labels, shots, seeds, num_classes)
     used = torch.cat(list(subsets.values())).unique()  # (M,) sorted dataset indices

@@ -29,7 +29,7 @@ import torch
 from torch import Tensor, nn
 
 from ..config import ConfigError, ModelConfig
-from ..errors import CheckpointError, MissingFileError
+from ..errors import CheckpointError, MissingFileError, UserFileError
 
 FORMAT_NAME = "vitkit"
 FORMAT_VERSION = 1
@@ -166,7 +166,7 @@ def atomic_directory(path: Path) -> Iterator[Path]:
     stays. Temporary names start with ``.tmp-`` (a killed process's leftovers are found by that
     prefix). The writer fsyncs what it writes, if it must (``atomic_write`` does)."""
     if path.exists() and not path.is_dir():
-        raise ValueError(f"{path} exists and is not a directory")
+        raise UserFileError(f"{path} exists and is not a directory")
     path.parent.mkdir(parents=True, exist_ok=True)
     # mkdir, not mkdtemp, so the umask applies; a rename is atomic within one filesystem
     tmp = path.with_name(f".tmp-{path.name}-{uuid.uuid4().hex[:8]}")
@@ -196,7 +196,7 @@ def write_ours(
 
     directory = Path(directory)
     if directory.exists() and not directory.is_dir():
-        raise ValueError(f"{directory} exists and is not a directory: our format is a directory")
+        raise UserFileError(f"{directory} exists and is not a directory: our format is a directory")
     tensors = {k: v.detach().to("cpu").contiguous() for k, v in state.items()}
     meta = {
         "format": FORMAT_NAME,

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from ..errors import CheckpointError, ConfigError, MissingExtraError, UserFileError
 from ..runtime.mode import eval_mode
 
 # The exporter needs onnx and onnxscript, the check onnxruntime; the extra installs all three.
@@ -30,7 +31,8 @@ _ONNX_MODULES = ("onnx", "onnxscript", "onnxruntime")
 
 
 def require_onnx() -> None:
-    """Raise ``ImportError`` naming the extra to install when an ONNX package is missing."""
+    """Raise ``MissingExtraError`` (an ``ImportError``) naming the extra to install when an ONNX
+    package is missing."""
     missing = []
     for name in _ONNX_MODULES:
         try:
@@ -38,7 +40,7 @@ def require_onnx() -> None:
         except ImportError:
             missing.append(name)
     if missing:
-        raise ImportError(f"ONNX export needs {', '.join(missing)}: pip install 'vitkit[export]'")
+        raise MissingExtraError("ONNX export", "export", ", ".join(missing))
 
 
 def _device(model: nn.Module) -> torch.device:
@@ -64,10 +66,10 @@ def export_onnx(
     """
     require_onnx()
     if batch_size < 1:
-        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        raise ConfigError(f"batch_size must be at least 1, got {batch_size}")
     path = Path(path)
     if path.is_dir():
-        raise ValueError(
+        raise UserFileError(
             f"{path} is a directory: the ONNX output is a file, e.g. {path}/model.onnx"
         )
     cfg = model.cfg
@@ -118,5 +120,7 @@ def verify_onnx(model: nn.Module, path: str | os.PathLike, images: Tensor) -> fl
     with eval_mode(model), torch.inference_mode():
         want = model(images.to(_device(model))).float().cpu().numpy()  # (B, K) or (B, R)
     if got.shape != want.shape:
-        raise ValueError(f"{path} returns shape {got.shape} where the model returns {want.shape}")
+        raise CheckpointError(
+            f"{path} returns shape {got.shape} where the model returns {want.shape}"
+        )
     return float(np.abs(got - want).max())

@@ -44,6 +44,7 @@ from torch import Tensor, nn
 from ..config import RunConfig
 from ..data import Batches, Preprocess
 from ..data.loader import derive_seed
+from ..errors import ConfigError
 from ..model import build_model
 from ..runtime.clock import process_seconds
 from . import distributed
@@ -169,11 +170,11 @@ def train(run: RunConfig, run_dir: str | Path, *, progress: bool = True) -> dict
     # ---- data: every process walks the same global batches and keeps its part of each
     train_set, test_set, classes = build_datasets(run.data, run.model, seed=tc.seed)
     if tc.objective == "classification" and len(classes) != run.model.num_classes:
-        raise ValueError(
+        raise ConfigError(
             f"model.num_classes={run.model.num_classes} but the dataset has {len(classes)} classes"
         )
     if tc.batch_size % world:
-        raise ValueError(
+        raise ConfigError(
             f"train.batch_size={tc.batch_size} is the global batch: it must split evenly across "
             f"the {world} processes"
         )
@@ -199,7 +200,7 @@ def train(run: RunConfig, run_dir: str | Path, *, progress: bool = True) -> dict
     )
     steps_per_epoch = train_batches.steps_per_epoch // tc.accum_steps
     if steps_per_epoch < 1:
-        raise ValueError(
+        raise ConfigError(
             f"an epoch has {train_batches.steps_per_epoch} batches of {tc.batch_size}, fewer than "
             f"train.accum_steps={tc.accum_steps}"
         )

@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..config import ModelConfig
+from ..errors import ConfigError
 from ..eval.metrics import model_device
 from ..runtime.mode import eval_mode
 
@@ -97,7 +98,7 @@ class MaskedPatchPrediction(nn.Module):
     def __init__(self, cfg: ModelConfig, *, bits: int = 3, rate: float = 0.5) -> None:
         super().__init__()
         if cfg.arch != "vit" or cfg.resnet is not None:
-            raise ValueError(
+            raise ConfigError(
                 "masked patch prediction needs a plain ViT: a hybrid's ResNet would see the masked "
                 "patches' pixels through its neighbours"
             )

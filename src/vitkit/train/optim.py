@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from ..config import OptimConfig
+from ..errors import CheckpointError, ConfigError
 
 
 def param_groups(weight_decay: float, *modules: nn.Module) -> list[dict]:
@@ -65,10 +66,10 @@ class Muon(torch.optim.Muon):
     @torch.no_grad()
     def step(self, closure: Any = None) -> None:
         if closure is not None:
-            raise ValueError("vitkit's Muon takes no closure")
+            raise ConfigError("vitkit's Muon takes no closure")
         for group in self.param_groups:
             if group["adjust_lr_fn"] != "match_rms_adamw":
-                raise ValueError(
+                raise CheckpointError(
                     f"Muon's adjust_lr_fn is {group['adjust_lr_fn']!r}: vitkit's batched Muon "
                     "implements 'match_rms_adamw' only"
                 )
@@ -151,7 +152,7 @@ class MuonWithAdamW:
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         groups, offset = list(state_dict["param_groups"]), 0
         if len(groups) != len(self.param_groups):
-            raise ValueError(
+            raise CheckpointError(
                 f"the optimizer state has {len(groups)} parameter groups, Muon with AdamW has "
                 f"{len(self.param_groups)}: it was written by another optimizer (optim.name)"
             )
@@ -193,7 +194,7 @@ def build_optimizer(
     if cfg.name == "muon":
         matrices = muon_matrices(model)
         if not matrices:
-            raise ValueError(
+            raise ConfigError(
                 "optim.name='muon' found no transformer weight matrices in the model "
                 f"({type(model).__name__}): use 'adam'"
             )

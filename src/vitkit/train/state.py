@@ -214,7 +214,7 @@ def check_run_dir(run_dir: Path, config: dict[str, Any], *, write: bool = True) 
         try:  # through the dataclasses: fields added since (with defaults) are not differences
             saved = RunConfig.from_dict(json.loads(path.read_text())).to_dict()
         except (ConfigError, json.JSONDecodeError) as e:
-            raise ValueError(f"{path} is not a vitkit run config: {e}") from None
+            raise CheckpointError(f"{path} is not a vitkit run config: {e}") from None
         saved["train"].update({k: config["train"][k] for k in PLACEMENT})
         if saved != config:
             changed = sorted(
@@ -224,7 +224,7 @@ def check_run_dir(run_dir: Path, config: dict[str, Any], *, write: bool = True) 
                 for k in set(config[section]) | set(saved.get(section, {}))
                 if config[section].get(k) != saved.get(section, {}).get(k)
             ) or sorted(k for k in config if config.get(k) != saved.get(k))
-            raise ValueError(
+            raise ConfigError(
                 f"{run_dir} holds a run with a different config ({', '.join(changed)} differ): "
                 "use another --run-dir, or delete that directory to start over"
             )

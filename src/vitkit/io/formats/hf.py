@@ -57,7 +57,7 @@ import torch
 from torch import Tensor, nn
 
 from ...config import ConfigError, ModelConfig
-from ...errors import MissingFileError
+from ...errors import MissingExtraError, MissingFileError, UserFileError
 from ...model import VisionTransformer
 from ..checkpoint import (
     CheckpointError,
@@ -403,17 +403,15 @@ def write_hf(
         raise ConfigError("cannot write this model as a Hugging Face ViT: " + "; ".join(reasons))
     if class_names is not None:
         if len(class_names) != cfg.num_classes:
-            raise ValueError(
+            raise ConfigError(
                 f"{len(class_names)} class_names for a model with num_classes={cfg.num_classes}"
             )
         if len(set(class_names)) != len(class_names):
-            raise ValueError("class_names must be distinct (they become HF's label2id)")
+            raise ConfigError("class_names must be distinct (they become HF's label2id)")
     try:
         from transformers import ViTConfig, ViTForImageClassification, ViTModel
     except ImportError as e:
-        raise ImportError(
-            "writing a Hugging Face directory needs transformers: pip install 'vitkit[hf]'"
-        ) from e
+        raise MissingExtraError("writing a Hugging Face directory", "hf", "transformers") from e
 
     labels: dict[str, Any] = {}
     if class_names:
@@ -447,7 +445,7 @@ def write_hf(
         hf_model = ViTModel(hf_config, add_pooling_layer=cfg.representation_size is not None)
         pooler = getattr(hf_model, "pooler", None)
         if pooler is not None and pooler.dense.out_features != cfg.representation_size:
-            raise ValueError(
+            raise ConfigError(
                 f"representation_size={cfg.representation_size} != hidden_size="
                 f"{cfg.hidden_size}: this transformers' ViT pooler has no pooler_output_size; "
                 "upgrade transformers"
@@ -463,7 +461,7 @@ def write_hf(
     directory = Path(directory)
     if directory.exists():
         if not directory.is_dir():
-            raise ValueError(f"{directory} exists and is not a directory")
+            raise UserFileError(f"{directory} exists and is not a directory")
         hf_model.save_pretrained(directory)
         return directory
     with atomic_directory(directory) as tmp:

@@ -17,6 +17,7 @@ from ..data import (
     subset,
     synthetic,
 )
+from ..errors import ConfigError
 
 
 def _split(name: str, data_dir: str | None, split: str, model: ModelConfig, seed: int) -> Any:
@@ -26,7 +27,7 @@ def _split(name: str, data_dir: str | None, split: str, model: ModelConfig, seed
         return cifar(split, data_dir, num_classes=int(name[5:]))
     if name == "folder":
         if not data_dir:
-            raise ValueError("dataset 'folder' needs its root: --data-dir (or data.data_dir)")
+            raise ConfigError("dataset 'folder' needs its root: --data-dir (or data.data_dir)")
         if split == "test":
             split = "val" if (Path(data_dir) / "val").is_dir() else "test"
         return ImageFolderDataset(data_dir, split, mode="L" if model.in_chans == 1 else "RGB")
@@ -40,7 +41,7 @@ def _split(name: str, data_dir: str | None, split: str, model: ModelConfig, seed
         )
         cut = 32 * model.num_classes  # labels cycle through the classes: every prefix is balanced
         return data.subset(torch.arange(cut) if split == "train" else torch.arange(cut, len(data)))
-    raise ValueError(f"unknown dataset {name!r}")
+    raise ConfigError(f"unknown dataset {name!r}")
 
 
 def build_datasets(cfg: DataConfig, model: ModelConfig, *, seed: int) -> tuple[Any, Any, list[str]]:
@@ -58,7 +59,7 @@ def build_datasets(cfg: DataConfig, model: ModelConfig, *, seed: int) -> tuple[A
 def _check_channels(dataset: Any, name: str, model: ModelConfig) -> None:
     channels = dataset[0][0].shape[0]
     if channels != model.in_chans:
-        raise ValueError(
+        raise ConfigError(
             f"model.in_chans={model.in_chans} but {name} images have {channels} channels"
         )
 

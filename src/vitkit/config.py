@@ -41,16 +41,16 @@ def _positive_int(name: str, value: Any) -> None:
     )
 
 
-def image_size_of(value: Any, name: str = "image_size") -> int | tuple[int, int]:
+def image_size_of(value: Any) -> int | tuple[int, int]:
     """``value`` as an image size: a positive int, or a (height, width) pair of them (a list is
-    taken as a pair, since JSON has no tuples); a square pair becomes its int. ``ConfigError``
-    naming ``name`` otherwise."""
+    taken as a pair, since JSON has no tuples); a square pair becomes its int. A ``ConfigError``
+    otherwise."""
     pair = isinstance(value, (tuple, list))
     sides = tuple(value) if pair else (value,)
     _check(
         len(sides) == (2 if pair else 1)
         and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in sides),
-        name,
+        "image_size",
         value,
         "a positive integer or a (height, width) pair of them",
     )

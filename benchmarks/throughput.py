@@ -160,7 +160,7 @@ def build_timm(subject: Subject, precision: str) -> nn.Module | None:
     else:
         cfg = subject.cfg
         model = timm.models.vision_transformer.VisionTransformer(
-            img_size=cfg.image_size,
+            img_size=cfg.image_hw,
             patch_size=cfg.patch_size,
             in_chans=cfg.in_chans,
             num_classes=cfg.num_classes,
@@ -476,7 +476,7 @@ def measure(
     """
     cfg = subject.cfg
     gen = torch.Generator().manual_seed(1)
-    x = torch.randn(batch, cfg.in_chans, cfg.image_size, cfg.image_size, generator=gen).to(device)
+    x = torch.randn(batch, cfg.in_chans, *cfg.image_hw, generator=gen).to(device)  # (B, C, H, W)
     y = torch.randint(0, cfg.num_classes, (batch,), generator=gen).to(device)
     reference = None
     if task == "infer":  # the reference path: vitkit eager fp32

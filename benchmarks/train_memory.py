@@ -50,10 +50,10 @@ def main() -> None:
             if checkpointing:
                 checkpoint_blocks(model.blocks)
             optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-            size, classes = model.cfg.image_size, model.cfg.num_classes
+            (h, w), classes = model.cfg.image_hw, model.cfg.num_classes
             mib, seconds = [], 0.0
             for b in args.batch:
-                x = torch.randn(b, model.cfg.in_chans, size, size, device=device)
+                x = torch.randn(b, model.cfg.in_chans, h, w, device=device)
                 y = torch.randint(0, classes, (b,), device=device)
                 step = partial(train_step, model, optimizer, x, y)
                 step()  # warm-up: Adam's state is resting from here on

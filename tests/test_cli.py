@@ -66,6 +66,24 @@ def test_summary_of_preset(capsys) -> None:
     assert "parameters   76,712" in capsys.readouterr().out
 
 
+def test_summary_and_convert_at_height_by_width(tmp_path, capsys) -> None:
+    from helpers import tiny
+
+    vitkit.save(vitkit.create_model(tiny()), tmp_path / "square")
+    args = ["convert", str(tmp_path / "square"), str(tmp_path / "wide"), "--image-size", "24x48"]
+    assert main(args) == 0
+    assert capsys.readouterr().out.rstrip().endswith("parameters, 24x48px")
+    assert vitkit.load(tmp_path / "wide").cfg.image_size == (24, 48)
+    assert main(["summary", str(tmp_path / "wide")]) == 0
+    out = capsys.readouterr().out
+    assert "per image at 24x48" in out and "tokens       3x6 patches + 1 class token" in out
+    assert "forward      (1, 3, 24, 48) -> (1, 10)" in out
+    assert (
+        main(["convert", str(tmp_path / "square"), str(tmp_path / "x"), "--image-size", "24x"]) == 2
+    )
+    assert "--image-size '24x': expected S or HxW" in capsys.readouterr().err
+
+
 def test_user_errors_are_one_line() -> None:
     for args, needle in [
         (["summary", "ViT-Q/16"], "unknown model 'ViT-Q/16'"),

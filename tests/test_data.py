@@ -13,6 +13,7 @@ import pytest
 import torch
 from PIL import Image
 
+from vitkit.config import ConfigError
 from vitkit.data import (
     ArrayDataset,
     Batches,
@@ -412,6 +413,17 @@ def test_to_float_and_preprocess() -> None:
     assert preprocess_for_inference(rgb, gray).shape == (1, 4, 4)
 
 
+def test_preprocess_at_height_by_width() -> None:
+    pre = Preprocess(image_size=(24, 48), in_chans=3)
+    assert pre.to_dict()["image_size"] == [24, 48]  # as the checkpoint's config.json holds it
+    assert Preprocess.from_dict(pre.to_dict()) == pre
+    assert Preprocess(image_size=[8, 8]).image_size == 8  # a square pair is its int
+    out = preprocess_for_inference(Image.new("RGB", (40, 30), (255, 0, 0)), pre)
+    assert out.shape == (3, 24, 48) and torch.all(out[0] == 1.0)
+    with pytest.raises(ConfigError, match=r"image_size=\(24, 0\) is not valid"):
+        Preprocess(image_size=(24, 0))
+
+
 # ---------------------------------------------------------------- batching
 
 
@@ -484,6 +496,32 @@ def test_batches_image_folder_resume_and_workers(folder: Path) -> None:
     assert [y.tolist() for _, y in evaluation] == [[0, 0, 0, 1], [1, 1]]
     with pytest.raises(ValueError, match="image_size is required"):
         Batches(ds, batch_size=2, train=False)
+
+
+def test_non_square_batches_on_both_paths(folder: Path) -> None:
+    ds = synthetic(num_classes=2, per_class=4, image_size=(6, 10), channels=3)
+    assert ds.images.shape == (8, 3, 6, 10)
+    in_memory = [
+        Batches(ds, batch_size=4, train=True, image_size=(8, 12), inception_crop=True),
+        Batches(ds, batch_size=4, train=True, image_size=(8, 12), crop_padding=2, flip=True),
+        Batches(ds, batch_size=4, train=False, image_size=(8, 12)),
+        Batches(ds, batch_size=4, train=True, crop_padding=2),  # the dataset's own 6x10
+    ]
+    for loader, hw in zip(in_memory, [(8, 12)] * 3 + [(6, 10)], strict=True):
+        assert [tuple(x.shape) for x, _ in loader.epoch(0)] == [(4, 3, *hw)] * 2
+    images = ImageFolderDataset(folder, "train")  # 6 images of several sizes
+    per_sample = [
+        Batches(images, batch_size=3, train=True, image_size=(8, 12), inception_crop=True),
+        Batches(images, batch_size=3, train=True, image_size=(8, 12), crop_padding=1),
+        Batches(images, batch_size=3, train=False, image_size=(8, 12)),
+    ]
+    for loader in per_sample:
+        assert [tuple(x.shape) for x, _ in loader.epoch(0)] == [(3, 3, 8, 12)] * 2
+    # batches of 5 and 1 split over 2 processes: the first process's last part is empty
+    shard = Batches(images, batch_size=5, train=False, image_size=(8, 12), shard=(0, 2))
+    assert [tuple(x.shape) for x, _ in shard.epoch(0)] == [(2, 3, 8, 12), (0, 3, 8, 12)]
+    with pytest.raises(ConfigError, match=r"image_size=\(8, 12, 1\) is not valid"):
+        Batches(ds, batch_size=4, train=False, image_size=(8, 12, 1))
 
 
 class _SameImage:

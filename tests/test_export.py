@@ -28,7 +28,7 @@ from vitkit.model import build_model
 
 def images(batch: int, cfg: ModelConfig) -> torch.Tensor:
     g = torch.Generator().manual_seed(batch)
-    return torch.rand(batch, cfg.in_chans, cfg.image_size, cfg.image_size, generator=g) * 2 - 1
+    return torch.rand(batch, cfg.in_chans, *cfg.image_hw, generator=g) * 2 - 1
 
 
 def check_onnx_equals_torch(model: nn.Module, path: Path) -> None:
@@ -39,12 +39,7 @@ def check_onnx_equals_torch(model: nn.Module, path: Path) -> None:
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     (inp,), (out,) = session.get_inputs(), session.get_outputs()
     width = cfg.num_classes or cfg.representation_size or cfg.hidden_size
-    assert inp.name == "images" and inp.shape == [
-        "batch",
-        cfg.in_chans,
-        cfg.image_size,
-        cfg.image_size,
-    ]
+    assert inp.name == "images" and inp.shape == ["batch", cfg.in_chans, *cfg.image_hw]
     assert out.name == ("logits" if cfg.num_classes else "features")
     assert out.shape == ["batch", width]
     for batch in (1, 3):
@@ -89,6 +84,15 @@ def test_cli_export_end_to_end(tmp_path, capsys) -> None:
     assert str(out) in line and " MB)" in line and "batches of 2 and 5" in line
     assert float(re.search(r"= (\S+) on batches", line).group(1)) < 1e-4
     check_onnx_equals_torch(model, out)
+
+
+def test_non_square_model_through_the_cli(tmp_path, capsys) -> None:
+    model = randomize(build_model(tiny(image_size=(16, 40))))  # a 2x5 grid
+    ckpt = vitkit.save(model, tmp_path / "ckpt")
+    out = tmp_path / "wide.onnx"
+    assert main(["export", str(ckpt), "--onnx", str(out)]) == 0
+    assert "batches of 2 and 5" in capsys.readouterr().out
+    check_onnx_equals_torch(model, out)  # its input is (batch, 3, 16, 40)
 
 
 def test_cli_errors_are_one_line(tmp_path, capsys, monkeypatch) -> None:

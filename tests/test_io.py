@@ -13,7 +13,7 @@ from safetensors.torch import save_file
 
 import vitkit
 from helpers import randomize, tiny
-from vitkit.config import ModelConfig
+from vitkit.config import ConfigError, ModelConfig
 from vitkit.io.checkpoint import CheckpointError
 from vitkit.model import VisionTransformer
 
@@ -132,6 +132,23 @@ def test_load_at_another_image_size(tmp_path) -> None:
     torch.testing.assert_close(bigger.pos_embed, model.pos_embed)
     with pytest.raises(ValueError, match="not a multiple"):
         vitkit.load(tmp_path, image_size=50)
+
+
+def test_load_at_a_non_square_image_size(tmp_path) -> None:
+    model = randomized(tiny())  # 32x32 images, 8 px patches: a 4x4 grid
+    vitkit.save(model, tmp_path)
+    wide = vitkit.load(tmp_path, image_size=(24, 48))
+    assert wide.cfg.image_size == (24, 48) and wide.pos_embed.shape == (1, 1 + 3 * 6, 64)
+    model.resize_pos_embed((3, 6))  # the same resize, by hand
+    assert wide.cfg == model.cfg
+    x = torch.randn(2, 3, 24, 48, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert torch.equal(wide(x), model(x))
+    assert vitkit.load(tmp_path, image_size=(40, 40)).cfg.image_size == 40  # a square pair
+    with pytest.raises(ConfigError, match=r"image_size=\(24, 50\) is not a multiple .* 8"):
+        vitkit.load(tmp_path, image_size=(24, 50))
+    with pytest.raises(ConfigError, match=r"image_size=\(24, 48, 8\) is not valid"):
+        vitkit.load(tmp_path, image_size=(24, 48, 8))
 
 
 def test_mismatched_checkpoint_lists_everything(tmp_path) -> None:

@@ -200,15 +200,50 @@ def test_flops_match_torch_flop_counter() -> None:
             num_classes=5,
             classifier="map",
         ),
+        ModelConfig(  # non-square: a 2x5 grid
+            image_size=(16, 40),
+            patch_size=8,
+            hidden_size=64,
+            num_layers=1,
+            num_heads=4,
+            mlp_dim=96,
+            num_classes=5,
+        ),
+        ModelConfig(  # non-square hybrid: the backbone's height and width halve separately
+            image_size=(32, 48),
+            patch_size=1,
+            hidden_size=32,
+            num_layers=1,
+            num_heads=2,
+            mlp_dim=64,
+            num_classes=3,
+            resnet=vitkit.ResNetConfig(num_layers=(1, 1), width_factor=0.5),
+        ),
     ):
         model = VisionTransformer(cfg).eval()
         counter = FlopCounterMode(display=False)
         # The explicit attention path, and SDPA's math backend for the MAP head's attention: the
         # counter sees their matmuls (it has no count for the fused CPU kernel).
         with counter, torch.no_grad(), sdpa_kernel(SDPBackend.MATH):
-            model.intermediates(torch.randn(1, 3, cfg.image_size, cfg.image_size), attention=True)
+            model.intermediates(torch.randn(1, 3, *cfg.image_hw), attention=True)
         assert count_flops(cfg) == counter.get_total_flops()
 
 
 def test_vit_b16_gflops() -> None:
     assert round(count_flops(get_config("ViT-B/16")) / 1e9, 1) == 35.1
+
+
+def test_flops_of_a_non_square_grid_count_its_tokens() -> None:
+    # A plain ViT's cost depends on the image only through its token count: a 2x8 grid costs
+    # what a 4x4 grid does; an (H, W) given to count_flops counts as that config's image_size.
+    square = ModelConfig(
+        image_size=32, patch_size=8, hidden_size=64, num_layers=2, num_heads=4, mlp_dim=96
+    )
+    wide = dataclasses.replace(square, image_size=(16, 64))
+    assert wide.grid == (2, 8) and count_flops(wide) == count_flops(square)
+    assert count_flops(square, (16, 64)) == count_flops(wide)
+    tall = dataclasses.replace(square, image_size=(64, 24))  # 8x3 = 24 tokens, 25 with the class
+    t, D, M, L = 25, 64, 96, 2
+    per_block = t * D * 3 * D + 2 * t * t * D + t * D * D + 2 * t * D * M
+    macs = 24 * 8 * 8 * 3 * D + L * per_block + D * 1000
+    assert count_flops(tall) == 2 * macs

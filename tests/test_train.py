@@ -217,6 +217,42 @@ def test_finetune_eval_predict_end_to_end(tmp_path: Path) -> None:
     )
 
 
+def test_non_square_run_finetunes_evaluates_and_predicts_at_another_size(tmp_path: Path) -> None:
+    from vitkit.config import replace
+
+    run = replace(get_recipe("smoke"), {"model.image_size": (16, 24), "train.device": "cpu"})
+    train(run, tmp_path / "pre", progress=False)  # synthetic 16x24 images, a 4x6 grid
+    pre = tmp_path / "pre" / "best"
+    assert vitkit.load(pre).pos_embed.shape == (1, 1 + 4 * 6, 32)
+    assert json.loads((pre / "config.json").read_text())["preprocess"]["image_size"] == [16, 24]
+    ft = tmp_path / "ft"
+    proc = subprocess.run(
+        [sys.executable, "-m", "vitkit", "finetune", "--init-from", str(pre), "--recipe", "smoke",
+         "--set", "model.image_size=(24,32)", "--set", "train.device=cpu",
+         "--set", "train.duration=4st", "--run-dir", str(ft), "--no-progress"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    model = vitkit.load(ft / "best")
+    assert model.cfg.image_size == (24, 32) and model.pos_embed.shape == (1, 1 + 6 * 8, 32)
+    meta = json.loads((ft / "best" / "config.json").read_text())
+    assert meta["preprocess"]["image_size"] == [24, 32]  # what predict resizes images to
+    proc = subprocess.run(
+        [sys.executable, "-m", "vitkit", "eval", str(ft / "best"), "--data", "synthetic"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0 and "top-1" in proc.stdout and "class_3" in proc.stdout, proc.stderr
+    from PIL import Image
+
+    Image.new("RGB", (40, 30), (200, 10, 10)).save(tmp_path / "red.png")
+    proc = subprocess.run(
+        [sys.executable, "-m", "vitkit", "predict", str(ft / "best"), str(tmp_path / "red.png"), "--top", "2"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("class_") == 2
+
+
 def test_finetune_starts_from_pretrained_with_zero_head(tmp_path: Path) -> None:
     pre = get_recipe("smoke")
     train(pre, tmp_path / "pre", progress=False)

@@ -52,7 +52,7 @@ def _presets(args: argparse.Namespace) -> None:
             params = VisionTransformer(cfg).num_params()
         aliases = ", ".join(PRESETS[name].aliases)
         rows.append(
-            (name, f"{params:,}", f"{count_flops(cfg) / 1e9:.2f}", str(cfg.image_size), aliases)
+            (name, f"{params:,}", f"{count_flops(cfg) / 1e9:.2f}", _resolution(cfg), aliases)
         )
     header = ("model", "params", "GFLOPs", "res", "aliases")
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(4)]
@@ -61,6 +61,12 @@ def _presets(args: argparse.Namespace) -> None:
             c.rjust(w) for c, w in zip(row[1:4], widths[1:], strict=True)
         ]
         print("  ".join([*cells, row[4]]))
+
+
+def _resolution(cfg: Any) -> str:
+    """A config's image size as printed: '224' for a square, 'HxW' otherwise."""
+    h, w = cfg.image_hw
+    return str(h) if h == w else f"{h}x{w}"
 
 
 def _summary(args: argparse.Namespace) -> None:
@@ -80,16 +86,11 @@ def _summary(args: argparse.Namespace) -> None:
         print(f"  {key:<24} {value}")
     print(f"parameters   {model.num_params():,}")
     if cfg.arch == "vit":  # the FLOP count and the token grid are the transformer's
-        print(
-            f"GFLOPs       {count_flops(cfg) / 1e9:.2f} per image at "
-            f"{cfg.image_size}x{cfg.image_size}"
-        )
-        print(
-            f"tokens       {cfg.grid_size}x{cfg.grid_size} patches + "
-            f"{cfg.num_prefix_tokens} class token"
-        )
+        (h, w), (gh, gw) = cfg.image_hw, cfg.grid
+        print(f"GFLOPs       {count_flops(cfg) / 1e9:.2f} per image at {h}x{w}")
+        print(f"tokens       {gh}x{gw} patches + {cfg.num_prefix_tokens} class token")
     with torch.inference_mode():
-        x = torch.randn(1, cfg.in_chans, cfg.image_size, cfg.image_size)
+        x = torch.randn(1, cfg.in_chans, *cfg.image_hw)  # (1, C, H, W)
         out = model.eval()(x)
     print(f"forward      {tuple(x.shape)} -> {tuple(out.shape)}")
 
@@ -97,11 +98,24 @@ def _summary(args: argparse.Namespace) -> None:
 def _convert(args: argparse.Namespace) -> None:
     from .io.api import load, save
 
-    model = load(args.src, image_size=args.image_size, num_heads=args.num_heads, posemb=args.posemb)
+    size = None if args.image_size is None else _image_size_arg(args.image_size)
+    model = load(args.src, image_size=size, num_heads=args.num_heads, posemb=args.posemb)
     out = save(model, args.dst, format=args.format)
     print(
-        f"wrote {out} ({args.format}): {model.num_params():,} parameters, {model.cfg.image_size}px"
+        f"wrote {out} ({args.format}): {model.num_params():,} parameters, "
+        f"{_resolution(model.cfg)}px"
     )
+
+
+def _image_size_arg(text: str) -> int | tuple[int, int]:
+    """``--image-size``: 'S' for S x S images, or 'HxW'."""
+    try:
+        sides = tuple(int(side) for side in text.lower().split("x"))
+    except ValueError:
+        sides = ()
+    if len(sides) not in (1, 2):
+        raise VitkitError(f"--image-size {text!r}: expected S or HxW, e.g. 384 or 384x512")
+    return sides[0] if len(sides) == 1 else (sides[0], sides[1])
 
 
 def _export(args: argparse.Namespace) -> None:
@@ -123,7 +137,7 @@ def _export(args: argparse.Namespace) -> None:
         verify_onnx(
             model,
             out,
-            torch.rand(n, cfg.in_chans, cfg.image_size, cfg.image_size, generator=g) * 2 - 1,
+            torch.rand(n, cfg.in_chans, *cfg.image_hw, generator=g) * 2 - 1,  # (n, C, H, W)
         )
         for n in sizes
     )
@@ -325,7 +339,7 @@ def _checkpoint(path: str) -> tuple[Any, list[str], Any]:
 
 
 def _read_image(path: str, preprocess: Any) -> Any:
-    """An image file -> the float tensor (1, C, S, S) the model takes."""
+    """An image file -> the float tensor (1, C, H, W) the model takes."""
     from PIL import Image, UnidentifiedImageError
 
     from .data import preprocess_for_inference
@@ -345,7 +359,7 @@ def _predict(args: argparse.Namespace) -> None:
     model, names, preprocess = _checkpoint(args.checkpoint)
     model = _fast(model, args.fast)
     for path in args.images:
-        x = _read_image(path, preprocess)  # (1, C, S, S)
+        x = _read_image(path, preprocess)  # (1, C, H, W)
         with torch.inference_mode():
             probs = model(x).softmax(dim=-1)[0]
         top = probs.topk(min(args.top, probs.numel()))
@@ -578,7 +592,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("src", help="official/big_vision .npz, timm .pth/.safetensors, HF or vitkit dir")
     p.add_argument("dst", help="output directory")
     p.add_argument("--format", choices=("vitkit", "hf"), default="vitkit", help="output format")
-    p.add_argument("--image-size", type=int, default=None, help="resize position embeddings")
+    p.add_argument(
+        "--image-size",
+        default=None,
+        metavar="S|HxW",
+        help="resize position embeddings to S x S or H x W images",
+    )
     p.add_argument(
         "--num-heads", type=int, default=None, help="heads, if the checkpoint lacks them"
     )

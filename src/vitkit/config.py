@@ -41,10 +41,10 @@ def _positive_int(name: str, value: Any) -> None:
     )
 
 
-def _image_size(cfg: Any) -> None:
-    """``image_size``: a positive int, or a (height, width) pair of them (a list is taken as a
-    pair, since JSON has no tuples); a square pair is stored as its int."""
-    value = cfg.image_size
+def image_size_of(value: Any) -> int | tuple[int, int]:
+    """``value`` as an image size: a positive int, or a (height, width) pair of them (a list is
+    taken as a pair, since JSON has no tuples); a square pair becomes its int. A ``ConfigError``
+    otherwise."""
     pair = isinstance(value, (tuple, list))
     sides = tuple(value) if pair else (value,)
     _check(
@@ -54,8 +54,17 @@ def _image_size(cfg: Any) -> None:
         value,
         "a positive integer or a (height, width) pair of them",
     )
-    if pair:  # frozen dataclass: normalised once, here
-        object.__setattr__(cfg, "image_size", sides[0] if sides[0] == sides[1] else sides)
+    return sides[0] if len(set(sides)) == 1 else sides
+
+
+def size_hw(size: int | tuple[int, int]) -> tuple[int, int]:
+    """An image size (an int for a square, or a pair) as (height, width)."""
+    return (size, size) if isinstance(size, int) else (size[0], size[1])
+
+
+def _image_size(cfg: Any) -> None:
+    """``image_size`` checked and normalised (``image_size_of``) on a frozen dataclass."""
+    object.__setattr__(cfg, "image_size", image_size_of(cfg.image_size))
 
 
 def _rate(name: str, value: Any) -> None:
@@ -268,8 +277,7 @@ class ModelConfig:
     @property
     def image_hw(self) -> tuple[int, int]:
         """``image_size`` as (height, width)."""
-        size = self.image_size
-        return (size, size) if isinstance(size, int) else size
+        return size_hw(self.image_size)
 
     @property
     def grid(self) -> tuple[int, int]:
@@ -695,8 +703,10 @@ __all__ = [
     "RunConfig",
     "TrainConfig",
     "from_dict",
+    "image_size_of",
     "parse_duration",
     "parse_set",
     "replace",
+    "size_hw",
     "to_dict",
 ]

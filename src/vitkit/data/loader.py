@@ -36,6 +36,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
+from ..config import image_size_of, size_hw
 from . import transforms
 from .arrays import ArrayDataset
 from .transforms import inception_crop, random_crop_flip, resize, to_float
@@ -58,7 +59,7 @@ def generator(*keys: int) -> torch.Generator:
 class Augment:
     """Training augmentation of uint8 images (B, C, H, W), one generator for the whole call."""
 
-    image_size: int | None
+    image_size: int | tuple[int, int] | None  # (height, width), or an int for a square
     crop_padding: int
     flip: bool
     inception_crop: bool
@@ -67,10 +68,10 @@ class Augment:
     def __call__(self, images: Tensor, g: torch.Generator) -> Tensor:
         if self.inception_crop:
             size = self.image_size or tuple(images.shape[-2:])
-            crops = [inception_crop(im, size, generator=g) for im in images]  # B x (C, S, S)
-            images = torch.stack(crops)  # (B, C, S, S)
+            crops = [inception_crop(im, size, generator=g) for im in images]  # B x (C, S_h, S_w)
+            images = torch.stack(crops)  # (B, C, S_h, S_w)
         elif self.image_size is not None:
-            images = resize(images, self.image_size)  # (B, C, S, S)
+            images = resize(images, self.image_size)  # (B, C, S_h, S_w)
         if self.crop_padding or self.flip:
             images = random_crop_flip(
                 images, padding=self.crop_padding, flip=self.flip, generator=g
@@ -81,10 +82,12 @@ class Augment:
 
 
 class _Transformed(Dataset):
-    """Per-sample path: item (epoch, index) -> (uint8 (C, S, S), label), augmented from its own
-    generator when training."""
+    """Per-sample path: item (epoch, index) -> (uint8 (C, S_h, S_w), label), augmented from its
+    own generator when training."""
 
-    def __init__(self, dataset: Any, seed: int, image_size: int, augment: Augment | None) -> None:
+    def __init__(
+        self, dataset: Any, seed: int, image_size: int | tuple[int, int], augment: Augment | None
+    ) -> None:
         self.dataset = dataset
         self.seed = seed
         self.image_size = image_size
@@ -103,7 +106,7 @@ class _Transformed(Dataset):
 
 
 def _collate(items: list[tuple[Tensor, int]]) -> tuple[Tensor, Tensor]:
-    images = torch.stack([image for image, _ in items])  # (B, C, S, S) uint8
+    images = torch.stack([image for image, _ in items])  # (B, C, S_h, S_w) uint8
     return images, torch.tensor([label for _, label in items], dtype=torch.int64)
 
 
@@ -112,8 +115,9 @@ class Batches:
 
     ``train=True``: a fresh order each epoch, augmentation as asked, ``drop_last`` by default (every
     step sees a full batch). ``train=False``: dataset order, no augmentation, the last partial batch
-    kept. ``image_size`` resizes (required for datasets whose images vary in size); ``None`` keeps an
-    ``ArrayDataset``'s own size. ``num_workers`` applies to the per-sample path only.
+    kept. ``image_size`` (an int, or (height, width)) is the output size: images are resized to it,
+    or inception-cropped to it when training (required for datasets whose images vary in size);
+    ``None`` keeps an ``ArrayDataset``'s own size. ``num_workers`` applies to the per-sample path only.
     ``shard=(rank, world)`` serves process ``rank``'s part of every batch (training batches must
     split evenly; the last evaluation batch may leave a process an empty part); ``steps_per_epoch``
     counts whole batches.
@@ -126,7 +130,7 @@ class Batches:
         batch_size: int,
         train: bool,
         seed: int = 0,
-        image_size: int | None = None,
+        image_size: int | tuple[int, int] | None = None,
         crop_padding: int = 0,
         flip: bool = False,
         inception_crop: bool = False,
@@ -139,8 +143,8 @@ class Batches:
             raise ValueError(f"batch_size={batch_size!r} is not valid: expected a positive integer")
         if not isinstance(seed, int) or seed < 0:
             raise ValueError(f"seed={seed!r} is not valid: expected an integer >= 0")
-        if image_size is not None and (not isinstance(image_size, int) or image_size < 1):
-            raise ValueError(f"image_size={image_size!r} is not valid: expected a positive integer")
+        if image_size is not None:
+            image_size = image_size_of(image_size)
         if not isinstance(crop_padding, int) or crop_padding < 0:
             raise ValueError(
                 f"crop_padding={crop_padding!r} is not valid: expected an integer >= 0"
@@ -242,7 +246,7 @@ class Batches:
             images = self.augment(images, generator(self.seed, _BATCH, epoch, b))[part]
             labels = labels[part]
         elif self.image_size is not None:
-            images = resize(images, self.image_size)  # (B, C, S, S)
+            images = resize(images, self.image_size)  # (B, C, S_h, S_w)
         return to_float(images), labels
 
     def _load(self, spans: list[Tensor], epoch: int) -> Iterator[tuple[Tensor, Tensor]]:
@@ -264,5 +268,5 @@ class Batches:
         for images, labels in loader:
             yield to_float(images), labels
         if empty:
-            S, C = self.image_size, self.dataset[0][0].shape[0]
-            yield torch.empty(0, C, S, S), torch.empty(0, dtype=torch.int64)
+            (H, W), C = size_hw(self.image_size), self.dataset[0][0].shape[0]
+            yield torch.empty(0, C, H, W), torch.empty(0, dtype=torch.int64)

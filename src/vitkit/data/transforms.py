@@ -30,7 +30,7 @@ from torch import Tensor
 from torchvision.transforms import v2
 from torchvision.transforms.v2 import functional as TF
 
-from ..config import from_dict, to_dict
+from ..config import from_dict, image_size_of, to_dict
 
 _INTERPOLATION = {
     "bilinear": TF.InterpolationMode.BILINEAR,
@@ -194,18 +194,15 @@ class Preprocess:
     ``'minus_one_to_one'`` is (x - 127.5) / 127.5, the official code's (and timm's 0.5/0.5).
     """
 
-    image_size: int
+    image_size: int | tuple[int, int]  # (height, width) for non-square images, as the model's
     in_chans: int = 3
     normalization: str = "minus_one_to_one"
     resize: str = "bilinear"
     antialias: bool = True
 
-    def __post_init__(self) -> None:
-        for name in ("image_size", "in_chans"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name}={value!r} is not valid: expected a positive integer")
-        if self.in_chans not in (1, 3):
+    def __post_init__(self) -> None:  # frozen: the size is normalised once, here
+        object.__setattr__(self, "image_size", image_size_of(self.image_size))
+        if type(self.in_chans) is not int or self.in_chans not in (1, 3):
             raise ValueError(f"in_chans={self.in_chans!r} is not valid: expected 1 or 3")
         if self.normalization not in _NORMALIZATIONS:
             raise ValueError(
@@ -228,7 +225,8 @@ class Preprocess:
 
 
 def preprocess_for_inference(image: Image.Image | Tensor, preprocess: Preprocess) -> Tensor:
-    """A PIL image or uint8 tensor (C, H, W) -> the float (in_chans, S, S) a model takes."""
+    """A PIL image or uint8 tensor (C, H, W) -> the float (in_chans, S_h, S_w) a model takes,
+    resized to ``preprocess.image_size`` (S_h, S_w)."""
     if isinstance(image, Image.Image):
         pixels = pil_to_tensor(image, "L" if preprocess.in_chans == 1 else "RGB")
     else:
@@ -247,5 +245,5 @@ def preprocess_for_inference(image: Image.Image | Tensor, preprocess: Preprocess
         preprocess.image_size,
         interpolation=preprocess.resize,
         antialias=preprocess.antialias,
-    )  # (C, S, S)
+    )  # (C, S_h, S_w)
     return to_float(pixels)

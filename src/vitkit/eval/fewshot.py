@@ -304,7 +304,7 @@ def fewshot_model(
     shots: Sequence[int] = SHOTS,
     seeds: int = 3,
     l2: float = L2,
-    image_size: int | None,
+    image_size: int | tuple[int, int] | None,
     batch_size: int = 256,
     bf16: bool = False,
 ) -> dict[int, dict]:

@@ -17,8 +17,8 @@ from typing import Any, Literal
 import numpy as np
 from torch import Tensor, nn
 
-from ..config import ModelConfig
-from ..errors import MissingFileError
+from ..config import ModelConfig, image_size_of, size_hw
+from ..errors import ConfigError, MissingFileError
 from ..model import ResNetClassifier, VisionTransformer, build_model
 from .checkpoint import (
     CheckpointError,
@@ -131,7 +131,7 @@ def read(
 def load(
     source: Source,
     *,
-    image_size: int | None = None,
+    image_size: int | tuple[int, int] | None = None,
     num_heads: int | None = None,
     posemb: Literal["learn", "sincos2d", "none"] | None = None,
 ) -> VisionTransformer:
@@ -140,8 +140,9 @@ def load(
     Args:
         source: a path (our directory, a Hugging Face directory, ``.npz``, ``.safetensors``,
             ``.pth``/``.pt``/``.bin``), a state dict, or a vitkit / timm / transformers model.
-        image_size: resize the position embeddings to this resolution (2D bilinear interpolation
-            of the grid with corners aligned, as the official ``scipy.ndimage.zoom(order=1)``).
+        image_size: resize the position embeddings to this resolution, an int or (height,
+            width) (2D bilinear interpolation of the grid with corners aligned, height and width
+            separately, as the official ``scipy.ndimage.zoom(order=1)``).
         num_heads: the number of heads, for state dicts that do not record it (timm's fused qkv)
             and match no preset.
         posemb: for big_vision checkpoints that store no position embedding ('sincos2d' default).
@@ -150,13 +151,16 @@ def load(
     model = build_model(cfg)  # a ViT, or the ResNet baseline (arch='resnet') from our format
     name = str(source) if isinstance(source, (str, os.PathLike)) else "checkpoint"
     load_state_dict_strict(model, state, source=name)
-    if image_size is not None and image_size != cfg.image_size and cfg.arch == "vit":
+    if image_size is not None and cfg.arch == "vit":
+        h, w = size_hw(image_size_of(image_size))
         stride = cfg.total_stride
-        if image_size % stride:
-            raise ValueError(
-                f"image_size={image_size} is not a multiple of the model's patch stride {stride}"
+        if h % stride or w % stride:
+            raise ConfigError(
+                f"image_size={image_size!r} is not a multiple of the model's patch stride "
+                f"{stride}: expected each side (height, width) divisible by it"
             )
-        model.resize_pos_embed(image_size // stride)
+        if (h, w) != cfg.image_hw:
+            model.resize_pos_embed((h // stride, w // stride))
     return model.eval()
 
 

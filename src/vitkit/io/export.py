@@ -1,8 +1,9 @@
 """ONNX export of a vitkit model, and its check against PyTorch.
 
-The graph takes ``images`` (B, C, S, S) float32 in [-1, 1] (the checkpoint's preprocessing is the
-caller's) with a dynamic batch B, and returns ``logits`` (B, K), or ``features`` (B, R or D), the
-pre-logits representation, for a model without a head (``num_classes == 0``).
+The graph takes ``images`` (B, C, H, W) float32 in [-1, 1], (H, W) the model's ``image_size`` (the
+checkpoint's preprocessing is the caller's), with a dynamic batch B, and returns ``logits`` (B, K),
+or ``features`` (B, R or D), the pre-logits representation, for a model without a head
+(``num_classes == 0``).
 
 We use the ``torch.export``-based exporter (``dynamo=True``), not the TorchScript one. Both give
 the same numbers here, including for ``F.scaled_dot_product_attention`` (decomposed into MatMul and
@@ -74,8 +75,8 @@ def export_onnx(
         )
     cfg = model.cfg
     images = torch.zeros(
-        batch_size, cfg.in_chans, cfg.image_size, cfg.image_size, device=_device(model)
-    )  # (B, C, S, S)
+        batch_size, cfg.in_chans, *cfg.image_hw, device=_device(model)
+    )  # (B, C, H, W)
     output = "logits" if cfg.num_classes else "features"
     with eval_mode(model):
         program = torch.onnx.export(
@@ -109,7 +110,7 @@ def export_onnx(
 
 
 def verify_onnx(model: nn.Module, path: str | os.PathLike, images: Tensor) -> float:
-    """Max absolute difference between onnxruntime's (CPU) outputs for ``images`` (B, C, S, S) and
+    """Max absolute difference between onnxruntime's (CPU) outputs for ``images`` (B, C, H, W) and
     ``model``'s."""
     require_onnx()
     import onnxruntime as ort

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from ..config import ModelConfig
+from ..config import ModelConfig, image_size_of, size_hw
 
 
 def _resnet_macs(cfg: ModelConfig, h: int, w: int) -> tuple[int, int, int]:
@@ -31,10 +31,10 @@ def _resnet_macs(cfg: ModelConfig, h: int, w: int) -> tuple[int, int, int]:
     return macs, h, w
 
 
-def count_flops(cfg: ModelConfig, image_size: int | None = None) -> int:
-    """FLOPs of one image's forward pass at ``image_size`` (default: the config's)."""
-    size = image_size or cfg.image_size
-    h = w = size
+def count_flops(cfg: ModelConfig, image_size: int | tuple[int, int] | None = None) -> int:
+    """FLOPs of one image's forward pass at ``image_size``, an int or (height, width) (default:
+    the config's)."""
+    h, w = size_hw(image_size_of(image_size or cfg.image_size))
     macs = 0
     cin = cfg.in_chans
     if cfg.resnet is not None:
@@ -42,7 +42,7 @@ def count_flops(cfg: ModelConfig, image_size: int | None = None) -> int:
         macs += backbone
         cin = cfg.resnet.out_channels
     P, D, M = cfg.patch_size, cfg.hidden_size, cfg.mlp_dim
-    n = (h // P) * (w // P)
+    n = (h // P) * (w // P)  # gh * gw patches
     t = n + cfg.num_prefix_tokens
     macs += n * P * P * cin * D  # patch embedding
     per_block = t * D * 3 * D + 2 * t * t * D + t * D * D + 2 * t * D * M

@@ -37,6 +37,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
 from ..config import image_size_of, size_hw
+from ..errors import ConfigError, DataError
 from . import transforms
 from .arrays import ArrayDataset
 from .transforms import inception_crop, random_crop_flip, resize, to_float
@@ -140,32 +141,34 @@ class Batches:
         shard: tuple[int, int] = (0, 1),
     ) -> None:
         if not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size={batch_size!r} is not valid: expected a positive integer")
+            raise ConfigError(
+                f"batch_size={batch_size!r} is not valid: expected a positive integer"
+            )
         if not isinstance(seed, int) or seed < 0:
-            raise ValueError(f"seed={seed!r} is not valid: expected an integer >= 0")
+            raise ConfigError(f"seed={seed!r} is not valid: expected an integer >= 0")
         if image_size is not None:
             image_size = image_size_of(image_size)
         if not isinstance(crop_padding, int) or crop_padding < 0:
-            raise ValueError(
+            raise ConfigError(
                 f"crop_padding={crop_padding!r} is not valid: expected an integer >= 0"
             )
         if inception_crop and crop_padding:
-            raise ValueError(
+            raise ConfigError(
                 f"inception_crop=True and crop_padding={crop_padding}: choose one way of cropping"
             )
         if not train and (crop_padding or flip or inception_crop or rand_augment):
-            raise ValueError(
+            raise ConfigError(
                 "augmentation (crop_padding, flip, inception_crop) is for training; "
                 f"found it with train=False (crop_padding={crop_padding}, flip={flip}, "
                 f"inception_crop={inception_crop})"
             )
         rank, world = shard
         if not 0 <= rank < world:
-            raise ValueError(
+            raise ConfigError(
                 f"shard={shard!r} is not valid: expected (rank, world) with 0 <= rank < world"
             )
         if batch_size < world or (train and batch_size % world):
-            raise ValueError(
+            raise ConfigError(
                 f"batch_size={batch_size} does not split "
                 f"{'evenly ' if train else ''}across {world} processes"
             )
@@ -179,15 +182,15 @@ class Batches:
         self.drop_last = train if drop_last is None else drop_last
         self.in_memory = isinstance(dataset, ArrayDataset)
         if not self.in_memory and image_size is None:
-            raise ValueError(
+            raise ConfigError(
                 f"image_size is required for a {type(dataset).__name__} (its images vary in size); "
                 "found None"
             )
         n = len(dataset)
         if n == 0:
-            raise ValueError("the dataset is empty")
+            raise DataError("the dataset is empty")
         if self.drop_last and batch_size > n:
-            raise ValueError(
+            raise ConfigError(
                 f"batch_size={batch_size} is larger than the dataset ({n} examples) and "
                 "drop_last=True: an epoch would hold no batch"
             )
@@ -211,9 +214,9 @@ class Batches:
     def epoch(self, epoch: int, start: int = 0) -> Iterator[tuple[Tensor, Tensor]]:
         """Batches ``start``, ..., ``steps_per_epoch - 1`` of ``epoch``."""
         if not isinstance(epoch, int) or epoch < 0:
-            raise ValueError(f"epoch={epoch!r} is not valid: expected an integer >= 0")
+            raise ConfigError(f"epoch={epoch!r} is not valid: expected an integer >= 0")
         if not 0 <= start <= self.steps_per_epoch:
-            raise ValueError(
+            raise ConfigError(
                 f"start={start!r} is not valid: expected 0 <= start <= {self.steps_per_epoch} "
                 "(steps per epoch)"
             )

@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from ..config import image_size_of, size_hw
+from ..errors import ConfigError
 from .arrays import ArrayDataset
 
 
@@ -36,7 +37,7 @@ def synthetic(
         ("channels", channels),
     ):
         if not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name}={value!r} is not valid: expected a positive integer")
+            raise ConfigError(f"{name}={value!r} is not valid: expected a positive integer")
     H, W = size_hw(image_size_of(image_size))
     g = torch.Generator().manual_seed(seed)
     coarse = torch.rand(num_classes, channels, 4, 4, generator=g)  # (K, C, 4, 4)

@@ -31,6 +31,7 @@ from torchvision.transforms import v2
 from torchvision.transforms.v2 import functional as TF
 
 from ..config import from_dict, image_size_of, to_dict
+from ..errors import ConfigError, DataError
 
 _INTERPOLATION = {
     "bilinear": TF.InterpolationMode.BILINEAR,
@@ -43,7 +44,7 @@ _SIXTEEN_BIT_MODES = ("I;16", "I;16B", "I;16L", "I")
 def _pair(size: int | tuple[int, int]) -> list[int]:
     h, w = (size, size) if isinstance(size, int) else size
     if h < 1 or w < 1:
-        raise ValueError(f"size={size!r} is not valid: expected positive integer(s)")
+        raise ConfigError(f"size={size!r} is not valid: expected positive integer(s)")
     return [int(h), int(w)]
 
 
@@ -55,7 +56,7 @@ def pil_to_tensor(image: Image.Image, mode: str = "RGB") -> Tensor:
     clip every value above 255 to white).
     """
     if mode not in ("RGB", "L"):
-        raise ValueError(f"mode={mode!r} is not valid: expected 'RGB' or 'L'")
+        raise ConfigError(f"mode={mode!r} is not valid: expected 'RGB' or 'L'")
     if image.mode in _SIXTEEN_BIT_MODES:
         wide = np.asarray(image, dtype=np.int64)  # (H, W), 0..65535
         image = Image.fromarray((wide.clip(0, 65535) // 257).astype(np.uint8))
@@ -82,9 +83,9 @@ def random_crop_flip(
     options, so a batch's crops do not depend on ``flip``.
     """
     if images.ndim != 4:
-        raise ValueError(f"expected a batch (B, C, H, W), found shape {tuple(images.shape)}")
+        raise ConfigError(f"expected a batch (B, C, H, W), found shape {tuple(images.shape)}")
     if not isinstance(padding, int) or padding < 0:
-        raise ValueError(f"padding={padding!r} is not valid: expected an integer >= 0")
+        raise ConfigError(f"padding={padding!r} is not valid: expected an integer >= 0")
     B, C, H, W = images.shape
     top = torch.randint(0, 2 * padding + 1, (B,), generator=generator)  # (B,)
     left = torch.randint(0, 2 * padding + 1, (B,), generator=generator)  # (B,)
@@ -111,7 +112,7 @@ def resize(
 ) -> Tensor:
     """Resize (C, H, W) or (B, C, H, W) images to exactly ``size`` (aspect ratio not kept)."""
     if interpolation not in _INTERPOLATION:
-        raise ValueError(
+        raise ConfigError(
             f"interpolation={interpolation!r} is not valid: expected one of {sorted(_INTERPOLATION)}"
         )
     hw = _pair(size)
@@ -165,7 +166,7 @@ def inception_crop(
 ) -> Tensor:
     """The official fine-tuning crop: a random box (``crop_box``) resized to ``size``; (C, H, W)."""
     if not 0.0 < area[0] <= area[1] <= 1.0:
-        raise ValueError(f"area={area!r} is not valid: expected 0 < min <= max <= 1")
+        raise ConfigError(f"area={area!r} is not valid: expected 0 < min <= max <= 1")
     top, left, h, w = crop_box(
         image.shape[-2], image.shape[-1], area=area, ratio=ratio, generator=generator
     )
@@ -203,17 +204,17 @@ class Preprocess:
     def __post_init__(self) -> None:  # frozen: the size is normalised once, here
         object.__setattr__(self, "image_size", image_size_of(self.image_size))
         if type(self.in_chans) is not int or self.in_chans not in (1, 3):
-            raise ValueError(f"in_chans={self.in_chans!r} is not valid: expected 1 or 3")
+            raise ConfigError(f"in_chans={self.in_chans!r} is not valid: expected 1 or 3")
         if self.normalization not in _NORMALIZATIONS:
-            raise ValueError(
+            raise ConfigError(
                 f"normalization={self.normalization!r} is not valid: expected one of {_NORMALIZATIONS}"
             )
         if self.resize not in _INTERPOLATION:
-            raise ValueError(
+            raise ConfigError(
                 f"resize={self.resize!r} is not valid: expected one of {sorted(_INTERPOLATION)}"
             )
         if not isinstance(self.antialias, bool):
-            raise ValueError(f"antialias={self.antialias!r} is not valid: expected True or False")
+            raise ConfigError(f"antialias={self.antialias!r} is not valid: expected True or False")
 
     def to_dict(self) -> dict[str, Any]:
         return to_dict(self)
@@ -231,7 +232,7 @@ def preprocess_for_inference(image: Image.Image | Tensor, preprocess: Preprocess
         pixels = pil_to_tensor(image, "L" if preprocess.in_chans == 1 else "RGB")
     else:
         if image.dtype != torch.uint8 or image.ndim != 3 or image.shape[0] not in (1, 3):
-            raise ValueError(
+            raise DataError(
                 "expected a PIL image or a uint8 tensor (C, H, W) with C = 1 or 3, "
                 f"found {image.dtype} of shape {tuple(image.shape)}"
             )

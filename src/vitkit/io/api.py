@@ -176,7 +176,7 @@ def save(
     if not isinstance(model, (VisionTransformer, ResNetClassifier)):
         raise TypeError(f"save expects a vitkit model, got {type(model).__name__}")
     if format == "hf" and model.cfg.arch != "vit":
-        raise ValueError("format='hf' holds Vision Transformers only; save a ResNet as 'vitkit'")
+        raise ConfigError("format='hf' holds Vision Transformers only; save a ResNet as 'vitkit'")
     if format == "vitkit":
         extra = {"class_names": list(class_names)} if class_names else None
         return write_ours(model.cfg, model.state_dict(), path, extra)
@@ -184,4 +184,4 @@ def save(
         from .formats.hf import write_hf
 
         return write_hf(model, path, class_names=class_names)
-    raise ValueError(f"format={format!r} is not known: expected 'vitkit' or 'hf'")
+    raise ConfigError(f"format={format!r} is not known: expected 'vitkit' or 'hf'")

@@ -44,7 +44,7 @@ from torch import Tensor, nn
 from ..config import RunConfig
 from ..data import Batches, Preprocess
 from ..data.loader import derive_seed
-from ..errors import ConfigError
+from ..errors import ConfigError, VitkitError
 from ..model import build_model
 from ..runtime.clock import process_seconds
 from . import distributed
@@ -81,8 +81,8 @@ class StoppedError(Exception):
         self.signum = signum
 
 
-class DivergedError(ValueError):
-    """The loss became NaN or infinite."""
+class DivergedError(VitkitError):
+    """The loss became NaN or infinite: a setting to change (learning rate, clipping)."""
 
 
 @dataclass

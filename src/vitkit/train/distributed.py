@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -174,7 +174,7 @@ def barrier() -> None:
         dist.barrier()
 
 
-def checkpoint_blocks(blocks: Sequence[nn.Module]) -> None:
+def checkpoint_blocks(blocks: Iterable[nn.Module]) -> None:
     """Activation checkpointing per block: each block's activations are recomputed in the
     backward pass instead of kept (about one block's worth kept instead of all of them, for one
     more forward). The composable API leaves parameter names unchanged (a wrapper would add

@@ -455,9 +455,7 @@ def write_hf(
     state: dict[str, Tensor] = {}
     for name, hf in _crosswalk(cfg, layout, prefix):
         state.update(zip(hf, ours[name].detach().cpu().chunk(len(hf), dim=0), strict=True))
-    # transformers types PreTrainedModel.to through functools.wraps, whose _Wrapped drops the bound
-    # self: mypy takes the dtype for self
-    hf_model.to(next(model.parameters()).dtype)  # type: ignore[arg-type]
+    hf_model.to(next(model.parameters()).dtype)
     load_state_dict_strict(hf_model, state, source="converted vitkit state")
 
     directory = Path(directory)

@@ -42,10 +42,11 @@ test: $(STAMP) $(FMNIST) $(JEMALLOC) lint
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks studies
 	$(BIN)/ruff format --check src tests benchmarks studies
+	$(BIN)/mypy
 
 format: $(STAMP)
 	$(BIN)/ruff format src tests benchmarks studies
 	$(BIN)/ruff check --fix src tests benchmarks studies
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache src/*.egg-info
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache src/*.egg-info

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from .errors import UserFileError, VitkitError
 
 if TYPE_CHECKING:
-    from .config import RunConfig
+    from .config import Dataset, RunConfig
 
 EXAMPLES = {
     "train": "vitkit train --recipe fmnist --run-dir runs/fmnist --set train.duration=2ep",
@@ -370,7 +370,7 @@ def _predict(args: argparse.Namespace) -> None:
         print(f"{path}: {ranked}")
 
 
-def _splits(dataset: str, data_dir: str | None, cfg: Any) -> tuple[Any, Any, list[str]]:
+def _splits(dataset: Dataset, data_dir: str | None, cfg: Any) -> tuple[Any, Any, list[str]]:
     """The train and test splits of a dataset by name, checked against the model's channels."""
     from .config import DataConfig
     from .train.data import build_datasets

@@ -342,7 +342,7 @@ def _nested_class(hint: Any) -> type | None:
     args = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
     for arg in args:
         if dataclasses.is_dataclass(arg):
-            return arg  # type: ignore[return-value]
+            return arg  # type: ignore[return-value]  # is_dataclass narrows to the instance type too
     return None
 
 
@@ -352,6 +352,7 @@ def from_dict(cls: type[C], data: Mapping[str, Any], *, where: str = "") -> C:
         raise ConfigError(
             f"{where or cls.__name__}: expected a mapping, found {type(data).__name__}"
         )
+    # C is any config dataclass; a TypeVar cannot be bound to "a dataclass type" for mypy
     names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
     hints = _field_types(cls)
     kwargs: dict[str, Any] = {}
@@ -368,7 +369,7 @@ def from_dict(cls: type[C], data: Mapping[str, Any], *, where: str = "") -> C:
         kwargs[key] = value
     missing = [
         f.name
-        for f in dataclasses.fields(cls)  # type: ignore[arg-type]
+        for f in dataclasses.fields(cls)  # type: ignore[arg-type]  # as above
         if f.name not in kwargs
         and f.default is dataclasses.MISSING
         and f.default_factory is dataclasses.MISSING

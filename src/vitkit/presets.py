@@ -15,6 +15,7 @@ import fnmatch
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 from .config import ConfigError, ModelConfig, ResNetConfig
 
@@ -108,27 +109,27 @@ def _registry() -> dict[str, Preset]:
             word = SIZE_WORDS[size]
             short = f"vit_{size.lower()}{patch}"
             timm = f"vit_{word}_patch{patch}_224"
-            add(f"ViT-{size}/{patch}", lambda s=size, p=patch: _pure(s, p), (short, timm))
+            add(f"ViT-{size}/{patch}", partial(_pure, size, patch), (short, timm))
             if 384 % patch:
                 continue  # /14 models fine-tune at 518 instead [P Table 2]; build with image_size=
             add(
                 f"ViT-{size}/{patch}-384",
-                lambda s=size, p=patch: _pure(s, p, image_size=384),
+                partial(_pure, size, patch, image_size=384),
                 (f"{short}_384", f"vit_{word}_patch{patch}_384"),
             )
     for size, patch in (("S", 16), ("S", 32), ("B", 16), ("B", 32)):
         add(
             f"ViT-{size}/{patch}-gap-norep",
-            lambda s=size, p=patch: _pure(s, p, gap=True),
+            partial(_pure, size, patch, gap=True),
             (f"vit_{size.lower()}{patch}_gap",),
         )
     add("ViT-mu/16", lambda: _pure("mu", 16), ("vit_mu16",))
     for name in HYBRIDS:
         short = name.lower().replace("+vit-", "_vit_").replace("/", "")  # r50_vit_b16
-        timm = TIMM_HYBRIDS.get(name)
-        add(name, lambda n=name: _hybrid(n), (short, f"{timm}_224") if timm else (short,))
-        if timm:
-            add(f"{name}-384", lambda n=name: _hybrid(n, 384), (f"{short}_384", f"{timm}_384"))
+        timm_name = TIMM_HYBRIDS.get(name)
+        add(name, partial(_hybrid, name), (short, f"{timm_name}_224") if timm_name else (short,))
+        if timm_name:
+            add(f"{name}-384", partial(_hybrid, name, 384), (f"{short}_384", f"{timm_name}_384"))
     return reg
 
 

@@ -18,6 +18,7 @@ from .config import (
     OptimConfig,
     ResNetConfig,
     RunConfig,
+    Schedule,
     TrainConfig,
 )
 from .presets import get_config
@@ -217,7 +218,7 @@ def finetune_paper() -> RunConfig:
 
 
 def _pretrain(
-    preset: str, *, lr: float, wd: float, dropout: float, schedule: str, epochs: int
+    preset: str, *, lr: float, wd: float, dropout: float, schedule: Schedule, epochs: int
 ) -> RunConfig:
     return RunConfig(
         model=dataclasses.replace(
@@ -229,7 +230,7 @@ def _pretrain(
             weight_decay=wd,
             grad_clip=1.0,
             schedule=schedule,
-            warmup="10000st",  # type: ignore[arg-type]
+            warmup="10000st",
             end_lr=1e-5 if schedule == "linear" else 0.0,
         ),
         train=TrainConfig(duration=f"{epochs}ep", batch_size=64, accum_steps=64),  # 4096 per update

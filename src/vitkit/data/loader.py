@@ -68,7 +68,7 @@ class Augment:
 
     def __call__(self, images: Tensor, g: torch.Generator) -> Tensor:
         if self.inception_crop:
-            size = self.image_size or tuple(images.shape[-2:])
+            size = self.image_size or (images.shape[-2], images.shape[-1])
             crops = [inception_crop(im, size, generator=g) for im in images]  # B x (C, S_h, S_w)
             images = torch.stack(crops)  # (B, C, S_h, S_w)
         elif self.image_size is not None:

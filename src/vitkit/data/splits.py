@@ -78,6 +78,7 @@ def balanced_subset(
                     f"class {k} ({name!r}) has {n} examples, fewer than per_class={per_class}"
                 )
         else:
+            assert fraction is not None  # exactly one of the two, checked above
             if n == 0:
                 continue
             take = round(fraction * n)

@@ -35,10 +35,11 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
 from ..data import Batches, subset
 from ..errors import ConfigError
+from ..model import ResNetClassifier, VisionTransformer
 from ..runtime.mode import eval_mode
 from .metrics import model_device
 
@@ -52,7 +53,7 @@ STD_EPS = 1e-5
 
 @torch.inference_mode()
 def _forward_pre_logits(
-    model: nn.Module, images: Tensor, device: torch.device, bf16: bool
+    model: VisionTransformer | ResNetClassifier, images: Tensor, device: torch.device, bf16: bool
 ) -> Tensor:
     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
         features = model.intermediates(images.to(device))["pre_logits"]  # (B, D)
@@ -60,7 +61,10 @@ def _forward_pre_logits(
 
 
 def extract_features(
-    model: nn.Module, batches: Iterable[tuple[Tensor, Tensor]], *, bf16: bool = False
+    model: VisionTransformer | ResNetClassifier,
+    batches: Iterable[tuple[Tensor, Tensor]],
+    *,
+    bf16: bool = False,
 ) -> tuple[Tensor, Tensor]:
     """Frozen ``pre_logits`` features of every image in ``batches`` (float images, labels).
 
@@ -297,7 +301,7 @@ def check_shots(train_set: Any, shots: Sequence[int]) -> None:
 
 
 def fewshot_model(
-    model: nn.Module,
+    model: VisionTransformer | ResNetClassifier,
     train_set: Any,
     test_set: Any,
     *,

@@ -11,6 +11,7 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -109,7 +110,9 @@ def inspect_model(
     if cfg.resnet is None:
         filters = embedding_filters(model)
         k, C, P, _ = filters["components"].shape
-        np.savez(out / "embedding_filters.npz", **{n: t.numpy() for n, t in filters.items()})
+        # Any: mypy cannot tell that no key is np.savez's allow_pickle (a bool)
+        arrays: dict[str, Any] = {n: t.numpy() for n, t in filters.items()}
+        np.savez(out / "embedding_filters.npz", **arrays)
         keep(out / "embedding_filters.npz")
         keep(
             plot_filters(

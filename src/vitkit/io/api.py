@@ -134,7 +134,7 @@ def load(
     image_size: int | tuple[int, int] | None = None,
     num_heads: int | None = None,
     posemb: Literal["learn", "sincos2d", "none"] | None = None,
-) -> VisionTransformer:
+) -> VisionTransformer | ResNetClassifier:
     """Build the model a checkpoint implies and load its weights strictly; returns it in eval mode.
 
     Args:
@@ -151,7 +151,7 @@ def load(
     model = build_model(cfg)  # a ViT, or the ResNet baseline (arch='resnet') from our format
     name = str(source) if isinstance(source, (str, os.PathLike)) else "checkpoint"
     load_state_dict_strict(model, state, source=name)
-    if image_size is not None and cfg.arch == "vit":
+    if image_size is not None and isinstance(model, VisionTransformer):
         h, w = size_hw(image_size_of(image_size))
         stride = cfg.total_stride
         if h % stride or w % stride:
@@ -165,7 +165,7 @@ def load(
 
 
 def save(
-    model: VisionTransformer,
+    model: VisionTransformer | ResNetClassifier,
     path: str | os.PathLike,
     *,
     format: Literal["vitkit", "hf"] = "vitkit",
@@ -175,13 +175,16 @@ def save(
     ``config.json``), or a Hugging Face ``save_pretrained`` directory with ``format='hf'``."""
     if not isinstance(model, (VisionTransformer, ResNetClassifier)):
         raise TypeError(f"save expects a vitkit model, got {type(model).__name__}")
-    if format == "hf" and model.cfg.arch != "vit":
-        raise ConfigError("format='hf' holds Vision Transformers only; save a ResNet as 'vitkit'")
     if format == "vitkit":
         extra = {"class_names": list(class_names)} if class_names else None
         return write_ours(model.cfg, model.state_dict(), path, extra)
     if format == "hf":
         from .formats.hf import write_hf
+
+        if not isinstance(model, VisionTransformer):
+            raise ConfigError(
+                "format='hf' holds Vision Transformers only; save a ResNet as 'vitkit'"
+            )
 
         return write_hf(model, path, class_names=class_names)
     raise ConfigError(f"format={format!r} is not known: expected 'vitkit' or 'hf'")

@@ -25,6 +25,7 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import CheckpointError, ConfigError, MissingExtraError, UserFileError
+from ..model import ResNetClassifier, VisionTransformer
 from ..runtime.mode import eval_mode
 
 # The exporter needs onnx and onnxscript, the check onnxruntime; the extra installs all three.
@@ -49,7 +50,7 @@ def _device(model: nn.Module) -> torch.device:
 
 
 def export_onnx(
-    model: nn.Module,
+    model: VisionTransformer | ResNetClassifier,
     path: str | os.PathLike,
     *,
     batch_size: int = 2,
@@ -95,6 +96,7 @@ def export_onnx(
     # must be saved under its final name, which a temporary directory allows.
     with tempfile.TemporaryDirectory(prefix=f".{path.name}.", dir=path.parent) as tmp:
         staged = Path(tmp) / path.name
+        assert program is not None  # None only from the legacy exporter (dynamo=False)
         program.save(staged, external_data=external_data)
         staged_data = staged.with_name(data.name)
         external = staged_data.exists()

@@ -30,6 +30,7 @@ class PatchEmbed(nn.Module):
         if self.backbone is not None:
             self.backbone.reset_parameters()
         lecun_normal_(self.proj.weight)
+        assert self.proj.bias is not None  # built with one
         nn.init.zeros_(self.proj.bias)
 
     def grid(self, height: int, width: int) -> tuple[int, int]:

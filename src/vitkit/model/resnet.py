@@ -179,6 +179,7 @@ class ResNetClassifier(nn.Module):
         if representation_size is not None:
             raise ConfigError("a ResNet baseline has no pre-logits layer (representation_size)")
         device = next(self.parameters()).device
+        assert self.cfg.resnet is not None  # checked in __init__
         self.head = new_head(self.cfg.resnet.out_channels, num_classes).to(device)
         self.cfg = dataclasses.replace(self.cfg, num_classes=num_classes)
 

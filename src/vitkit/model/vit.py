@@ -44,6 +44,7 @@ class VisionTransformer(nn.Module):
         self.patch_embed = PatchEmbed(cfg)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, D)) if cfg.classifier == "token" else None
         grid = cfg.grid
+        self.pos_embed: Tensor | None  # a parameter, a buffer (sincos2d) or none
         if cfg.posemb == "learn":
             self.pos_embed = nn.Parameter(
                 torch.zeros(1, cfg.num_prefix_tokens + grid[0] * grid[1], D)
@@ -96,8 +97,10 @@ class VisionTransformer(nn.Module):
         if isinstance(self.pos_embed, nn.Parameter):
             nn.init.normal_(self.pos_embed, std=0.02)
         for block in self.blocks:
+            assert isinstance(block, Block)
             block.reset_parameters()
-        self.norm.reset_parameters()
+        if isinstance(self.norm, nn.LayerNorm):  # not pruned (prune_norm: the identity)
+            self.norm.reset_parameters()
         if self.attn_pool is not None:
             self.attn_pool.reset_parameters()
         if self.pre_logits is not None:
@@ -162,11 +165,13 @@ class VisionTransformer(nn.Module):
         own = grid == self.cfg.grid
         if self.cfg.posemb == "sincos2d":
             pe = self.pos_embed if own else sincos2d(grid, x.shape[-1]).to(x.device)
+            assert pe is not None  # the buffer of posemb='sincos2d'
             x = x + pe  # (B, N, D); the class token gets no posemb (big_vision)
         if self.cls_token is not None:
             x = torch.cat([self.cls_token.expand(B, -1, -1), x], dim=1)  # (B, T, D)
         if self.cfg.posemb == "learn":
             pe = self.pos_embed if own else self._resized_pos_embed(grid, self.cfg.grid)
+            assert pe is not None  # the parameter of posemb='learn'
             x = x + pe  # (B, T, D)
         return self.pos_drop(x)
 

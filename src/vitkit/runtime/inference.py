@@ -49,6 +49,7 @@ class FrozenInference(nn.Module):
         self.backend = backend
         self.bf16 = bf16
         self.model = model.eval()
+        self.run: Callable[[Tensor], Tensor]
         if backend == "onednn":  # a copy: the caller's model keeps its own layers
             self.model = _pack_linears(copy.deepcopy(self.model))
             self.run = self.model

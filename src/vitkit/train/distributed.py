@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -174,7 +174,7 @@ def barrier() -> None:
         dist.barrier()
 
 
-def checkpoint_blocks(blocks: Sequence[nn.Module]) -> None:
+def checkpoint_blocks(blocks: Iterable[nn.Module]) -> None:
     """Activation checkpointing per block: each block's activations are recomputed in the
     backward pass instead of kept (about one block's worth kept instead of all of them, for one
     more forward). The composable API leaves parameter names unchanged (a wrapper would add
@@ -261,7 +261,9 @@ def model_state(module: nn.Module) -> dict[str, Tensor]:
         return module.state_dict()
     from torch.distributed.checkpoint.state_dict import get_model_state_dict
 
-    return get_model_state_dict(module, options=_full_options(cpu_offload=True))
+    # torch types the values as any state (DTensor, ShardedTensor, ...); a full state is tensors
+    weights: dict[str, Any] = get_model_state_dict(module, options=_full_options(cpu_offload=True))
+    return weights
 
 
 def load_model_state(module: nn.Module, weights: dict[str, Tensor]) -> None:
@@ -271,7 +273,8 @@ def load_model_state(module: nn.Module, weights: dict[str, Tensor]) -> None:
         return
     from torch.distributed.checkpoint.state_dict import set_model_state_dict
 
-    set_model_state_dict(module, weights, options=_full_options(strict=True))
+    full: dict[str, Any] = weights  # torch asks for a dict of its wider value type (invariant)
+    set_model_state_dict(module, full, options=_full_options(strict=True))
 
 
 def optimizer_state(module: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
@@ -282,7 +285,9 @@ def optimizer_state(module: nn.Module, optimizer: torch.optim.Optimizer) -> dict
     from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
 
     optimizers = getattr(optimizer, "optimizers", optimizer)  # Muon with AdamW: both
-    full = get_optimizer_state_dict(module, optimizers, options=_full_options(cpu_offload=True))
+    full: dict[str, Any] = get_optimizer_state_dict(
+        module, optimizers, options=_full_options(cpu_offload=True)
+    )
     if not full:
         return {}
     names = [name for group in full["param_groups"] for name in group["params"]]
@@ -308,7 +313,7 @@ def load_optimizer_state(
 
     name_of = {id(p): name for name, p in module.named_parameters()}
     names = [name_of[id(p)] for group in optimizer.param_groups for p in group["params"]]
-    full = {
+    full: dict[str, Any] = {
         "state": {names[i]: s for i, s in state["state"].items()},
         "param_groups": [
             {**group, "params": [names[i] for i in group["params"]]}

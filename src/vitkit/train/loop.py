@@ -45,7 +45,7 @@ from ..config import RunConfig
 from ..data import Batches, Preprocess
 from ..data.loader import derive_seed
 from ..errors import ConfigError, VitkitError
-from ..model import build_model
+from ..model import ResNetClassifier, VisionTransformer, build_model
 from ..runtime.clock import process_seconds
 from . import distributed
 from .cadence import Cadence
@@ -56,6 +56,7 @@ from .report import write_report
 from .state import (
     LiveRun,
     TrainState,
+    WindowSums,
     check_run_dir,
     checkpoints,
     load_checkpoint,
@@ -96,7 +97,7 @@ class _Window:
     images: int = 0
     t: float = field(default_factory=time.perf_counter)
 
-    def sums(self) -> dict[str, float]:
+    def sums(self) -> WindowSums:
         return {"loss": self.loss, "accuracy": self.accuracy, "n": self.n, "images": self.images}
 
 
@@ -139,7 +140,7 @@ class _Average:
         torch._foreach_lerp_(averages, weights, 1 - decay)  # e += (1 - decay) (w - e)
 
 
-def init_from_pretrained(run: RunConfig) -> nn.Module:
+def init_from_pretrained(run: RunConfig) -> VisionTransformer | ResNetClassifier:
     """Pre-trained weights for fine-tuning [P App. B.1.1]: drop the whole head (pre-logits too),
     attach a zero-initialised one, and 2D-interpolate the position embeddings to the new grid."""
     from ..io.api import load
@@ -222,6 +223,7 @@ def train(run: RunConfig, run_dir: str | Path, *, progress: bool = True) -> dict
     mpp = MaskedPatchPrediction(run.model).to(device) if tc.objective == "mpp" else None
     ema = copy.deepcopy(model).eval() if tc.ema else None
     if tc.activation_checkpointing:
+        assert isinstance(model, VisionTransformer)  # RunConfig: a ViT's option only
         distributed.checkpoint_blocks(model.blocks)
     objective = Objective(
         model,
@@ -242,7 +244,9 @@ def train(run: RunConfig, run_dir: str | Path, *, progress: bool = True) -> dict
     trained = list(objective.parameters())
     averaged = ema if ema is not None else model  # what is evaluated and kept as best
     sharded = distributed.is_distributed() and tc.parallel == "fsdp"
-    average = _Average(ema, model, tc.ema, fixed=not sharded) if ema is not None else None
+    average = (
+        _Average(ema, model, tc.ema, fixed=not sharded) if ema is not None and tc.ema else None
+    )
     live = LiveRun(objective=objective, optimizer=optimizer, ema=ema, mpp=mpp, device=device)
     step, best, window = 0, -1.0, _Window()
     if last:
@@ -408,7 +412,9 @@ def _scalars(result: dict[str, Any]) -> dict[str, float]:
     """The numbers of an evaluation that go to metrics.jsonl: loss, accuracy, top5 (when
     classifying), ``accuracy_one_view`` (with ``data.test_flip``: the accuracy without the mirror
     images) and ``fewshot_<k>shot`` (mean over seeds) when few-shot evaluation is on."""
-    out = {k: result[k] for k in ("loss", "accuracy", "accuracy_one_view", "top5") if k in result}
+    out: dict[str, float] = {
+        k: result[k] for k in ("loss", "accuracy", "accuracy_one_view", "top5") if k in result
+    }
     for shots, acc in result.get("fewshot", {}).items():
         out[f"fewshot_{shots}shot"] = acc["mean"]
     return out

@@ -21,11 +21,17 @@ from torch import Tensor, nn
 from ..config import ModelConfig
 from ..errors import ConfigError
 from ..eval.metrics import model_device
+from ..model.vit import VisionTransformer
 from ..runtime.mode import eval_mode
 
 
 def classification(
-    model: nn.Module, images: Tensor, labels: Tensor, *, label_smoothing: float, mixup: float = 0.0
+    model: Callable[[Tensor], Tensor],
+    images: Tensor,
+    labels: Tensor,
+    *,
+    label_smoothing: float,
+    mixup: float = 0.0,
 ) -> dict[str, Tensor]:
     """Cross-entropy on ``model(images)``; with ``mixup`` > 0 the batch is blended with a shuffled
     copy of itself, weight λ ~ Beta(mixup, mixup), and so are the targets. The random draws use the
@@ -111,6 +117,7 @@ class MaskedPatchPrediction(nn.Module):
         nn.init.zeros_(self.head.bias)
 
     def forward(self, model: nn.Module, images: Tensor) -> dict[str, Tensor]:
+        assert isinstance(model, VisionTransformer)  # a plain ViT, checked in __init__
         targets = patch_colours(images, self.patch, self.bits)  # (B, N)
         tokens = model.embed_patches(images)  # (B, N, D)
         tokens, chosen, _ = corrupt(tokens, self.mask_token, rate=self.rate)

@@ -16,7 +16,8 @@ matrices.
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Callable
+from typing import Any, overload
 
 import torch
 from torch import nn
@@ -29,11 +30,13 @@ def param_groups(weight_decay: float, *modules: nn.Module) -> list[dict]:
     """Two groups: weights that decay, and the model's ``no_weight_decay()`` names that do not.
     Further modules (an objective's own parameters) follow the same rule, or decay their >= 2-D
     tensors when they name none."""
-    decay, no_decay = [], []
+    decay: list[nn.Parameter] = []
+    no_decay: list[nn.Parameter] = []
     for module in modules:
+        no_weight_decay = getattr(module, "no_weight_decay", None)
         skip = (
-            module.no_weight_decay()
-            if hasattr(module, "no_weight_decay")
+            no_weight_decay()
+            if no_weight_decay is not None
             else {n for n, p in module.named_parameters() if p.ndim <= 1}
         )
         for name, p in module.named_parameters():
@@ -63,8 +66,14 @@ class Muon(torch.optim.Muon):
             adjust_lr_fn="match_rms_adamw",
         )
 
+    @overload
+    def step(self, closure: None = None) -> None: ...
+
+    @overload
+    def step(self, closure: Callable[[], float]) -> float: ...
+
     @torch.no_grad()
-    def step(self, closure: Any = None) -> None:
+    def step(self, closure: Callable[[], float] | None = None) -> float | None:
         if closure is not None:
             raise ConfigError("vitkit's Muon takes no closure")
         for group in self.param_groups:
@@ -79,11 +88,11 @@ class Muon(torch.optim.Muon):
                 if p.grad is not None:
                     by_shape.setdefault(tuple(p.shape), []).append(p)
             for shape, params in by_shape.items():
-                grads = [p.grad for p in params]
+                grads = [p.grad for p in params if p.grad is not None]  # all: by_shape has no other
                 buffers = []
-                for p in params:
+                for p, grad in zip(params, grads, strict=True):
                     if "momentum_buffer" not in self.state[p]:
-                        self.state[p]["momentum_buffer"] = torch.zeros_like(p.grad)
+                        self.state[p]["momentum_buffer"] = torch.zeros_like(grad)
                     buffers.append(self.state[p]["momentum_buffer"])
                 torch._foreach_lerp_(buffers, grads, 1 - momentum)
                 update = torch.stack(buffers)  # (N, rows, columns)
@@ -95,6 +104,7 @@ class Muon(torch.optim.Muon):
                 torch._foreach_mul_(params, 1 - lr * group["weight_decay"])
                 scale = 0.2 * math.sqrt(max(shape))  # Moonshot's rule: AdamW's update size
                 torch._foreach_add_(params, list(update.unbind(0)), alpha=-lr * scale)
+        return None
 
 
 def orthogonalize(
@@ -236,6 +246,6 @@ def learning_rate(step: int, *, cfg: OptimConfig, total_steps: int, warmup_steps
     return cfg.end_lr + (cfg.lr - cfg.end_lr) * shape
 
 
-def set_learning_rate(optimizer: torch.optim.Optimizer, lr: float) -> None:
+def set_learning_rate(optimizer: torch.optim.Optimizer | MuonWithAdamW, lr: float) -> None:
     for group in optimizer.param_groups:
         group["lr"] = lr

@@ -22,7 +22,7 @@ import json
 import shutil
 from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import torch
 from torch import Tensor, nn
@@ -53,6 +53,15 @@ class LiveRun:
     device: torch.device
 
 
+class WindowSums(TypedDict):
+    """The log window's running sums (``_Window`` in loop.py), as checkpoints keep them."""
+
+    loss: float
+    accuracy: float
+    n: int
+    images: int
+
+
 @dataclass
 class TrainState:
     """Everything a resumed run needs besides the model's weights: ``state.pt``, whose keys are
@@ -65,14 +74,12 @@ class TrainState:
     optimizer: dict[str, Any]
     ema: dict[str, Tensor] | None
     rng: Tensor
-    window: dict[str, float]  # the running sums of the log window, so resumed logs match
+    window: WindowSums  # the running sums of the log window, so resumed logs match
     objective: dict[str, Tensor] | None = None  # masked patch prediction's mask embedding and head
     cuda_rng: Tensor | None = None  # the GPU's RNG (dropout, masks) when the run computes on CUDA
 
     @classmethod
-    def capture(
-        cls, run: LiveRun, *, step: int, best: float, window: dict[str, float]
-    ) -> TrainState:
+    def capture(cls, run: LiveRun, *, step: int, best: float, window: WindowSums) -> TrainState:
         """The state of ``run`` after ``step`` steps (every process gathers its shards)."""
         return cls(
             step=step,
@@ -92,6 +99,7 @@ class TrainState:
         if run.ema is not None and self.ema is not None:
             distributed.load_model_state(run.ema, self.ema)
         if run.mpp is not None:
+            assert self.objective is not None  # a run with masked patch prediction saves it
             distributed.load_model_state(run.mpp, self.objective)
         torch.set_rng_state(self.rng)
         if run.device.type == "cuda" and self.cuda_rng is not None:  # none from a CPU run

@@ -133,7 +133,7 @@ def looks_like_hf_state(keys: Iterable[str]) -> bool:
 
 def _crosswalk(cfg: ModelConfig, layout: str, prefix: str) -> list[tuple[str, tuple[str, ...]]]:
     """(vitkit name, HF names) for every tensor of ``cfg``; more than one HF name = fused qkv."""
-    modules = [
+    modules: list[tuple[str, tuple[str, ...]]] = [
         ("patch_embed.proj", (prefix + "embeddings.patch_embeddings.projection",)),
         ("norm", (prefix + "layernorm",)),
     ]
@@ -147,7 +147,7 @@ def _crosswalk(cfg: ModelConfig, layout: str, prefix: str) -> list[tuple[str, tu
         modules.append(("pre_logits.fc", (prefix + "pooler.dense",)))
     if cfg.num_classes:
         modules.append(("head", ("classifier",)))  # outside the backbone: never prefixed
-    pairs = [
+    pairs: list[tuple[str, tuple[str, ...]]] = [
         ("cls_token", (prefix + "embeddings.cls_token",)),
         ("pos_embed", (prefix + "embeddings.position_embeddings",)),
     ]
@@ -234,7 +234,7 @@ def _model_config(
             classifier="token",
             representation_size=representation_size,
             posemb="learn",
-            act=_ACTS[act],  # type: ignore[arg-type]
+            act=_ACTS[act],  # type: ignore[arg-type]  # a str; ModelConfig checks the Activation
             layer_norm_eps=eps,
         )
     except ConfigError as e:
@@ -440,7 +440,7 @@ def write_hf(
         **labels,
     )
     if cfg.num_classes:
-        hf_model: nn.Module = ViTForImageClassification(hf_config)
+        hf_model: ViTForImageClassification | ViTModel = ViTForImageClassification(hf_config)
     else:
         hf_model = ViTModel(hf_config, add_pooling_layer=cfg.representation_size is not None)
         pooler = getattr(hf_model, "pooler", None)
@@ -452,7 +452,7 @@ def write_hf(
             )
     layout, prefix = _layout_and_prefix(hf_model.state_dict())
     ours = model.state_dict()
-    state = {}
+    state: dict[str, Tensor] = {}
     for name, hf in _crosswalk(cfg, layout, prefix):
         state.update(zip(hf, ours[name].detach().cpu().chunk(len(hf), dim=0), strict=True))
     hf_model.to(next(model.parameters()).dtype)

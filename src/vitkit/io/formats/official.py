@@ -42,7 +42,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from ...config import ConfigError, ModelConfig, ResNetConfig
+from ...config import Classifier, ConfigError, ModelConfig, ResNetConfig
 from ...model.posemb import grid_of
 from ..checkpoint import CheckpointError
 
@@ -176,7 +176,7 @@ def _infer(w: _Arrays, posemb: str | None) -> tuple[ModelConfig, tuple[str, ...]
     H = w.shape(query, 3 + stacked)[-2]  # (D, H, Dh)
     mlp_dim = w.shape(dense0, 2 + stacked)[-1]  # (D, M)
     has_map = any(k.startswith(f"{MAP_HEAD}/") for k in w.keys)
-    classifier = "token" if "cls" in w else "map" if has_map else "gap"
+    classifier: Classifier = "token" if "cls" in w else "map" if has_map else "gap"
     map_query = f"{MAP_ATTENTION}/query/kernel"
     if classifier == "map" and map_query in w:
         map_heads = w.shape(map_query, 3)[1]  # (D, H, Dh); the converted (D, D) has no split
@@ -218,7 +218,7 @@ def _infer(w: _Arrays, posemb: str | None) -> tuple[ModelConfig, tuple[str, ...]
             in_chans=in_chans,
             classifier=classifier,
             representation_size=_width(w, "pre_logits"),
-            posemb=kind,  # type: ignore[arg-type]
+            posemb=kind,  # type: ignore[arg-type]  # a str; ModelConfig checks it is a Posemb
             act="gelu_tanh",
             layer_norm_eps=1e-6,
             resnet=resnet,

@@ -139,6 +139,7 @@ def read_timm(
             mlp_dim=mlp,
             num_classes=num_classes,
             in_chans=in_chans,
+            # classifier and act are strs read from the checkpoint; ModelConfig checks their values
             classifier=classifier,  # type: ignore[arg-type]
             representation_size=rep,
             act=act,  # type: ignore[arg-type]

@@ -186,6 +186,25 @@ def test_loss_falls_and_checkpoints_are_ours(tmp_path: Path) -> None:
     ]
 
 
+def _evaluates_and_predicts(checkpoint: Path, tmp_path: Path) -> str:
+    """``vitkit eval`` of ``checkpoint`` on synthetic images, then ``vitkit predict`` of a 40x30
+    image file with the top 2 classes; returns predict's output."""
+    from PIL import Image
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "vitkit", "eval", str(checkpoint), "--data", "synthetic"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0 and "top-1" in proc.stdout and "class_3" in proc.stdout, proc.stderr
+    Image.new("RGB", (40, 30), (200, 10, 10)).save(tmp_path / "red.png")
+    proc = subprocess.run(
+        [sys.executable, "-m", "vitkit", "predict", str(checkpoint), str(tmp_path / "red.png"), "--top", "2"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
 def test_finetune_eval_predict_end_to_end(tmp_path: Path) -> None:
     pre = tmp_path / "pre"
     assert cli("--recipe", "smoke", "--run-dir", str(pre), "--no-progress").wait(timeout=300) == 0
@@ -198,23 +217,8 @@ def test_finetune_eval_predict_end_to_end(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     model = vitkit.load(ft / "best")
     assert model.cfg.image_size == 24 and model.pos_embed.shape == (1, 1 + 36, 32)
-    proc = subprocess.run(
-        [sys.executable, "-m", "vitkit", "eval", str(ft / "best"), "--data", "synthetic"],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert proc.returncode == 0 and "top-1" in proc.stdout and "class_3" in proc.stdout, proc.stderr
-    from PIL import Image
-
-    Image.new("RGB", (40, 30), (200, 10, 10)).save(tmp_path / "red.png")
-    proc = subprocess.run(
-        [sys.executable, "-m", "vitkit", "predict", str(ft / "best"), str(tmp_path / "red.png"), "--top", "2"],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
-    assert (
-        proc.stdout.startswith(f"{tmp_path / 'red.png'}: class_")
-        and proc.stdout.count("class_") == 2
-    )
+    out = _evaluates_and_predicts(ft / "best", tmp_path)
+    assert out.startswith(f"{tmp_path / 'red.png'}: class_") and out.count("class_") == 2
 
 
 def test_non_square_run_finetunes_evaluates_and_predicts_at_another_size(tmp_path: Path) -> None:
@@ -237,20 +241,7 @@ def test_non_square_run_finetunes_evaluates_and_predicts_at_another_size(tmp_pat
     assert model.cfg.image_size == (24, 32) and model.pos_embed.shape == (1, 1 + 6 * 8, 32)
     meta = json.loads((ft / "best" / "config.json").read_text())
     assert meta["preprocess"]["image_size"] == [24, 32]  # what predict resizes images to
-    proc = subprocess.run(
-        [sys.executable, "-m", "vitkit", "eval", str(ft / "best"), "--data", "synthetic"],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert proc.returncode == 0 and "top-1" in proc.stdout and "class_3" in proc.stdout, proc.stderr
-    from PIL import Image
-
-    Image.new("RGB", (40, 30), (200, 10, 10)).save(tmp_path / "red.png")
-    proc = subprocess.run(
-        [sys.executable, "-m", "vitkit", "predict", str(ft / "best"), str(tmp_path / "red.png"), "--top", "2"],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.count("class_") == 2
+    assert _evaluates_and_predicts(ft / "best", tmp_path).count("class_") == 2
 
 
 def test_finetune_starts_from_pretrained_with_zero_head(tmp_path: Path) -> None:

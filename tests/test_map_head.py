@@ -149,3 +149,5 @@ def test_inspect_a_map_model(tmp_path) -> None:
     model = randomize(VisionTransformer(tiny(classifier="map")), std=0.05)
     written = inspect_model(model, torch.rand(3, 3, 32, 32) * 2 - 1, tmp_path, max_maps=2)
     assert {"index.html", "attention_rollout.png", "attention_distance.png"} <= set(written)
+    page = (tmp_path / "index.html").read_text()
+    assert "MAP model: no class token" in page and "GAP model" not in page  # says what it drew

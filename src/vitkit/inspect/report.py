@@ -207,11 +207,12 @@ def inspect_model(
             titles=titles[:num_maps] if titles else None,
         )
     )
-    source = (
-        "the class token's row"
-        if prefix
-        else "the mean of the patch rows (GAP model: no class token)"
-    )
+    if prefix:
+        source = "the class token's row"
+    elif cfg.classifier == "map":  # the MAP probe's own attention is not in the rollout
+        source = "the mean of the patch rows (MAP model: no class token; an approximation of what the attention-pooling head reads)"
+    else:
+        source = "the mean of the patch rows (GAP model: no class token)"
     caption = (
         f"Attention rollout for the first {num_maps} image(s): attention averaged over heads, the "
         "identity added for the residual path, rows renormalised, multiplied across all "

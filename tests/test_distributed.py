@@ -69,7 +69,7 @@ def assert_same_weights(got: Path, expected: Path, *, muon: bool = False) -> Non
     O (entries at most its largest singular value, 1.2: ``orthogonalize``) may then round to the
     neighbouring bf16 value, one ulp = 2^-7 of an entry. Each step scales O by lr x 0.2 x
     sqrt(max(rows, columns)), so the weights may differ by the sum over steps of
-    lr x 0.2 x sqrt(max(rows, columns)) x 1.2 x 2^-7 (1.3e-4 to 2.5e-4 here; measured: 9e-6 to 4e-5
+    lr x 0.2 x sqrt(max(rows, columns)) x 1.2 x 2^-7 (1.6e-4 to 3.2e-4 here; measured: 9e-6 to 4e-5
     on an Intel Xeon without AMX, 0 where both reduce in the same order)."""
     a, b = (
         load_file(d / "checkpoints" / "step_00000008" / "model.safetensors")

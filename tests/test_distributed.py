@@ -70,7 +70,7 @@ def assert_same_weights(got: Path, expected: Path, *, muon: bool = False) -> Non
     neighbouring bf16 value, one ulp = 2^-7 of an entry. Each step scales O by lr x 0.2 x
     sqrt(max(rows, columns)), so the weights may differ by the sum over steps of
     lr x 0.2 x sqrt(max(rows, columns)) x 1.2 x 2^-7 (1.6e-4 to 3.2e-4 here; measured: 9e-6 to 4e-5
-    on an Intel Xeon without AMX, 0 where both reduce in the same order)."""
+    on an Intel Xeon without AMX)."""
     a, b = (
         load_file(d / "checkpoints" / "step_00000008" / "model.safetensors")
         for d in (got, expected)

@@ -150,7 +150,7 @@ def test_resumes_a_checkpoint_of_the_previous_state_format(tmp_path: Path) -> No
 
 def test_train_state_reads_older_payloads_and_refuses_incomplete_ones(tmp_path: Path) -> None:
     from vitkit.errors import CheckpointError
-    from vitkit.train.state import TrainState
+    from vitkit.train.state import LiveRun, TrainState
 
     state = TrainState.read(OLD_RUN / "run" / "checkpoints" / "step_00000002" / "state.pt")
     state.write(tmp_path / "state.pt")  # a round trip keeps every field
@@ -162,6 +162,12 @@ def test_train_state_reads_older_payloads_and_refuses_incomplete_ones(tmp_path: 
     torch.save(payload, tmp_path / "older.pt")
     older = TrainState.read(tmp_path / "older.pt")
     assert older.objective is None and older.cuda_rng is None and older.step == 2
+    masked = LiveRun(  # a masked-patch run cannot take a state without the objective's weights
+        objective=torch.nn.Linear(1, 1), optimizer=None, ema=None, mpp=torch.nn.Linear(1, 1),
+        device=torch.device("cpu"),
+    )  # fmt: skip
+    with pytest.raises(CheckpointError, match="holds no mask embedding and head"):
+        older.restore(masked)
     del payload["rng"]
     torch.save(payload, tmp_path / "broken.pt")
     with pytest.raises(CheckpointError, match="not a vitkit training state: 'rng'"):

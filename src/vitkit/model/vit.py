@@ -324,8 +324,8 @@ class VisionTransformer(nn.Module):
 
         The blocks after the last one taken are removed (``cfg.num_layers`` follows);
         ``prune_norm`` replaces the final LayerNorm by the identity; ``prune_head`` removes the
-        head, the pre-logits layer and the pooling, a MAP head included (``cfg.num_classes=0``), so ``forward`` and
-        ``forward_head`` return the encoded tokens (B, T, D), as timm's. The config has no field
+        head, the pre-logits layer and the pooling, a MAP head included (``cfg.num_classes=0``),
+        so ``forward`` and ``forward_head`` return the encoded tokens (B, T, D), as timm's. The config has no field
         for a missing norm or pooling: a model pruned that way does not reload from its config.
         """
         take, last = _take_indices(len(self.blocks), indices)

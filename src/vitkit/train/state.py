@@ -9,11 +9,12 @@ A run directory holds::
 
 ``state.pt`` holds ``TrainState``'s fields: the optimizer, the EMA weights, the objective's own
 weights (masked patch prediction), the step, the best score, the log window's running sums and
-the global RNG state (dropout), with the GPU's when the run computes on CUDA; it is read with ``torch.load(weights_only=True)``. Every tensor is written
-from the CPU, so a checkpoint does not depend on the device that wrote it. The data position needs
-no storage: batch order and augmentation are functions of (seed, epoch, batch). A checkpoint
-directory is written under a temporary name and renamed, so a run killed at any moment leaves
-either the previous checkpoint or the new one, never half of one.
+the global RNG state (dropout), with the GPU's when the run computes on CUDA; it is read with
+``torch.load(weights_only=True)``. Every tensor is written from the CPU, so a checkpoint does
+not depend on the device that wrote it. The data position needs no storage: batch order and
+augmentation are functions of (seed, epoch, batch). A checkpoint directory is written under a
+temporary name and renamed, so a run killed at any moment leaves either the previous checkpoint
+or the new one, never half of one.
 """
 
 from __future__ import annotations
@@ -95,11 +96,15 @@ class TrainState:
     def restore(self, run: LiveRun) -> None:
         """Load this state into ``run``'s optimizer, EMA and objective, and set the global RNG;
         ``step``, ``best`` and ``window`` are the caller's to take."""
+        if run.mpp is not None and self.objective is None:  # a file we read, not an invariant
+            raise CheckpointError(
+                "this run predicts masked patches but its checkpoint holds no mask embedding "
+                "and head (objective): it was written by a classification run"
+            )
         distributed.load_optimizer_state(run.objective, run.optimizer, self.optimizer)
         if run.ema is not None and self.ema is not None:
             distributed.load_model_state(run.ema, self.ema)
-        if run.mpp is not None:
-            assert self.objective is not None  # a run with masked patch prediction saves it
+        if run.mpp is not None and self.objective is not None:
             distributed.load_model_state(run.mpp, self.objective)
         torch.set_rng_state(self.rng)
         if run.device.type == "cuda" and self.cuda_rng is not None:  # none from a CPU run

@@ -126,13 +126,18 @@ def make_subject(name: str) -> Subject:
 
 
 class Logits(nn.Module):
-    """transformers' models return an output object; the harness runs modules that give logits."""
+    """transformers' models return an output object; the harness runs modules that give logits.
+    A 1-channel model is exported as an RGB one (its kernel spread over R, G, B by luma weights
+    that sum to 1), so a grey batch is fed to it as three equal channels: the same logits."""
 
     def __init__(self, inner: nn.Module) -> None:
         super().__init__()
         self.inner = inner
+        self.channels = inner.config.num_channels
 
     def forward(self, images: Tensor) -> Tensor:
+        if images.shape[1] != self.channels:  # (B, 1, H, W) -> (B, 3, H, W)
+            images = images.expand(-1, self.channels, -1, -1)
         return self.inner(pixel_values=images).logits
 
 

@@ -26,12 +26,26 @@ def test_presets_lists_official_counts(capsys) -> None:
     assert "vit_base_patch16_224" in out
 
 
+def test_presets_pattern_matches_aliases(capsys) -> None:
+    assert main(["presets", "vit_base_patch16*"]) == 0
+    rows = capsys.readouterr().out.splitlines()[1:]
+    assert [row.split()[0] for row in rows] == ["ViT-B/16", "ViT-B/16-384"]
+
+
 def test_help_does_not_import_torch() -> None:
     code = "import sys; from vitkit.cli import main\ntry:\n main(['--help'])\nexcept SystemExit: pass\nprint('torch' in sys.modules)"
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60
     ).stdout
     assert out.strip().endswith("False")
+
+
+def test_version_does_not_import_torch() -> None:
+    code = "import sys; from vitkit.cli import main\ntry:\n main(['--version'])\nexcept SystemExit as e: print(e.code)\nprint('torch' in sys.modules)"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60
+    ).stdout
+    assert out.splitlines() == [f"vitkit {vitkit.__version__}", "0", "False"]
 
 
 def test_convert_timm_file_to_ours_and_hf(tmp_path) -> None:
@@ -96,10 +110,29 @@ def test_user_errors_are_one_line() -> None:
         assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
 
 
+def test_warnings_are_one_line_while_main_runs(monkeypatch, capsys) -> None:
+    import warnings
+
+    import vitkit.cli.models as cli
+
+    def warns(args) -> None:
+        warnings.warn("3 of 40 images unreadable:\n  a.png, b.png", UserWarning, stacklevel=1)
+        print("done")
+
+    monkeypatch.setattr(cli, "_summary", warns)
+    before = warnings.showwarning
+    for _ in range(2):  # each run shows its warnings, even those an earlier run in-process showed
+        assert main(["summary", "ViT-mu/16"]) == 0
+        out, err = capsys.readouterr()
+        assert out == "done\n"
+        assert err == "vitkit: warning: 3 of 40 images unreadable: a.png, b.png\n"
+        assert warnings.showwarning is before  # a caller's own handler, back after main
+
+
 def test_user_errors_are_one_line_bugs_keep_their_traceback(monkeypatch, capsys) -> None:
     import errno
 
-    import vitkit.cli as cli
+    import vitkit.cli.models as cli
     from vitkit.errors import CheckpointError, MissingFileError
 
     def raises(error: BaseException):

@@ -1,24 +1,45 @@
-"""Typed configs: validation names the field, overrides are strict, JSON round-trips."""
+"""Typed configs: validation and --set text derived from the annotations, one line per error
+naming the key, the value and the type; overrides are strict; old files keep loading."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
+from pathlib import Path
+
 import pytest
 
-from vitkit.config import ConfigError, ModelConfig, ResNetConfig, parse_set, replace
+from vitkit.config import (
+    ConfigError,
+    DataConfig,
+    ModelConfig,
+    ResNetConfig,
+    RunConfig,
+    data_source,
+    parse_set,
+    replace,
+)
+from vitkit.config.keys import Section, describe, fields_of, hints, spec_of, type_name
 from vitkit.presets import get_config
+from vitkit.recipes import get_recipe
+
+OLD_CONFIGS = [
+    Path(__file__).parent / "data" / "resume_v1" / "run" / "config.json",
+    Path(__file__).parent / "data" / "folder_v1" / "run" / "config.json",
+]
 
 
 def test_validation_names_field_value_and_allowed() -> None:
     cfg = get_config("ViT-mu/16")
     with pytest.raises(
-        ConfigError, match=r"num_heads=3 is not valid: expected a divisor of hidden_size=32"
+        ConfigError, match=r"model\.num_heads=3 is not valid: expected a divisor of hidden_size=32"
     ):
         replace(cfg, {"num_heads": 3})
-    with pytest.raises(ConfigError, match=r"dropout_rate=1.5 .* in \[0, 1\)"):
+    with pytest.raises(ConfigError, match=r"model\.dropout_rate=1.5 .* in \[0, 1\)"):
         replace(cfg, {"dropout_rate": 1.5})
-    with pytest.raises(ConfigError, match="posemb='sin'"):
+    with pytest.raises(ConfigError, match=r"model\.posemb='sin' .*'learn', 'sincos2d' or 'none'"):
         replace(cfg, {"posemb": "sin"})
-    with pytest.raises(ConfigError, match=r"resnet\.num_layers"):
+    with pytest.raises(ConfigError, match=r"model\.resnet\.num_layers"):
         ResNetConfig(num_layers=(3, 0))
     with pytest.raises(ConfigError, match="image_size=100"):
         replace(cfg, {"image_size": 100})
@@ -33,6 +54,8 @@ def test_unknown_override_suggests_closest() -> None:
     assert replace(cfg, {"resnet.width_factor": 2}).resnet == ResNetConfig(
         num_layers=(3, 4, 9), width_factor=2
     )
+    with pytest.raises(ConfigError, match=r"unknown config key 'train\.bacth_size'.*'batch_size'"):
+        parse_set(RunConfig, ["train.bacth_size=3"])
 
 
 def test_resnet_width_factor_is_vit_jax_rounding() -> None:
@@ -42,10 +65,11 @@ def test_resnet_width_factor_is_vit_jax_rounding() -> None:
     assert ResNetConfig.from_width((1,), 32).width_factor == 0.5
     with pytest.raises(
         ConfigError,
-        match=r"^resnet\.width_factor=0\.75 is not valid: .*32 groups divide, found 48 channels$",
+        match=r"^model\.resnet\.width_factor=0\.75 is not valid: .*32 groups divide, found 48 "
+        r"channels$",
     ):
         ResNetConfig(num_layers=(1,), width_factor=0.75)
-    with pytest.raises(ConfigError, match=r"resnet\.width_factor=True"):
+    with pytest.raises(ConfigError, match=r"model\.resnet\.width_factor=True"):
         ResNetConfig(num_layers=(1,), width_factor=True)
     cfg = replace(get_config("R50+ViT-B/16"), {"resnet.width_factor": 0.5})
     assert ModelConfig.from_dict(cfg.to_dict()) == cfg
@@ -55,20 +79,165 @@ def test_dict_round_trip() -> None:
     for name in ("ViT-B/16", "R50+ViT-B/16", "ViT-S/16-gap-norep"):
         cfg = get_config(name)
         assert ModelConfig.from_dict(cfg.to_dict()) == cfg
+    run = get_recipe("fmnist-speed")
+    assert RunConfig.from_dict(json.loads(json.dumps(run.to_dict()))) == run
 
 
 def test_required_fields_and_wrong_types() -> None:
     with pytest.raises(ConfigError, match="missing required keys"):
         ModelConfig.from_dict({"image_size": 224})
-    with pytest.raises(ConfigError, match="hidden_size='768'"):
+    # a Python value of the wrong type is refused, not read as text
+    with pytest.raises(ConfigError, match=r"model\.hidden_size='768' .*expected an integer >= 1"):
         replace(get_config("ViT-B/16"), {"hidden_size": "768"})
 
 
-def test_parse_set() -> None:
-    assert parse_set(["model.dropout_rate=0.1", "name=ViT-B/16", "x=(1, 2)"]) == {
-        "model.dropout_rate": 0.1,
-        "name": "ViT-B/16",
-        "x": (1, 2),
+def test_set_text_is_read_by_the_fields_type() -> None:
+    """The issue's cases: 'false' was the truthy string 'false', 'yes' a string compared with
+    floats; now each value is read as its field's type."""
+    run = get_recipe("fmnist")  # flips on, no EMA, eager
+    got = parse_set(
+        RunConfig,
+        [
+            "data.flip=false",
+            "train.compile=No",
+            "train.bf16=0",
+            "data.test_flip=YES",
+            "data.rand_augment=on",
+            "train.batch_size=1_024",
+            "optim.lr=3e-4",
+            "train.ema=none",
+            "optim.grad_clip=None",
+            "optim.schedule=Linear",  # a Literal's value in any case
+            "train.duration=2.5ep",
+            "train.fewshot=(5,10)",
+            "model.image_size=24x32",
+            "model.representation_size=64",
+            "data.dataset='cifar10:/data/c10'",
+        ],
+    )
+    assert got == {
+        "data.flip": False,
+        "train.compile": False,
+        "train.bf16": False,
+        "data.test_flip": True,
+        "data.rand_augment": True,
+        "train.batch_size": 1024,
+        "optim.lr": 3e-4,
+        "train.ema": None,
+        "optim.grad_clip": None,
+        "optim.schedule": "linear",
+        "train.duration": "2.5ep",
+        "train.fewshot": (5, 10),
+        "model.image_size": (24, 32),
+        "model.representation_size": 64,
+        "data.dataset": "cifar10:/data/c10",
     }
-    with pytest.raises(ConfigError, match="key=value"):
-        parse_set(["dropout"])
+    new = replace(run, {k: v for k, v in got.items() if k != "model.image_size"})
+    assert new.data.flip is False and new.train.compile is False
+    assert parse_set(RunConfig, ["train.fewshot=5,10"])["train.fewshot"] == (5, 10)
+    assert parse_set(RunConfig, ["train.fewshot=()"])["train.fewshot"] == ()
+    assert parse_set(RunConfig, ["train.fewshot=[25]"])["train.fewshot"] == (25,)
+    assert parse_set(RunConfig, ["model.image_size=(24, 32)"])["model.image_size"] == (24, 32)
+    assert parse_set(RunConfig, ["model.image_size=64"])["model.image_size"] == 64
+
+
+@pytest.mark.parametrize(
+    ("item", "message"),
+    [
+        ("data.flip=maybe", "data.flip=maybe is not valid: expected true or false"),
+        ("train.ema=yes", "train.ema=yes is not valid: expected a number in (0, 1), or none"),
+        ("train.ema=1.5", "train.ema=1.5 is not valid: expected a number in (0, 1), or none"),
+        ("train.batch_size=12.5", "train.batch_size=12.5 is not valid: expected an integer >= 1"),
+        ("train.batch_size=0", "train.batch_size=0 is not valid: expected an integer >= 1"),
+        ("optim.name=adamw", "optim.name=adamw is not valid: expected 'adam', 'sgd' or 'muon'"),
+        ("optim.lr=fast", "optim.lr=fast is not valid: expected a number > 0"),
+        ("train.duration=10 epochs", "train.duration=10 epochs is not valid: expected a duration"),
+        ("train.fewshot=(5,x)", "train.fewshot=(5,x) is not valid: expected a tuple of integers"),
+        ("model.image_size=24x", "model.image_size=24x is not valid: expected an integer >= 1"),
+        (
+            "data.dataset=synthetic:x",
+            "data.dataset=synthetic:x is not valid: data 'synthetic:x': synthetic images are made",
+        ),
+        (
+            "data.dataset=cifar10:",
+            "data.dataset=cifar10: is not valid: data 'cifar10:': expected cifar10:DIR",
+        ),
+        ("model.resnet=(3,4)", "model.resnet=(3,4) is not valid: expected a ResNetConfig, or none"),
+        ("train.seed", "--set expects key=value, found 'train.seed'"),
+    ],
+)
+def test_a_wrong_value_is_one_line_naming_key_value_and_type(item: str, message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_set(RunConfig, [item])
+    text = str(info.value)
+    assert text.startswith(message), text
+    assert "\n" not in text
+
+
+def test_every_key_has_a_doc_a_type_and_a_description() -> None:
+    """One source of truth: every field of every section is declared with key(), and what it
+    admits can be described from its annotation and bounds."""
+    sections = [RunConfig, ModelConfig, ResNetConfig, DataConfig]
+    sections += [type(get_recipe("smoke").optim), type(get_recipe("smoke").train)]
+    for cls in sections:
+        assert issubclass(cls, Section)
+        for f in fields_of(cls):
+            spec = spec_of(f)
+            assert spec is not None and spec.doc, f"{cls.__name__}.{f.name} has no doc"
+            assert type_name(hints(cls)[f.name]) and describe(hints(cls)[f.name], spec)
+
+
+def test_data_specs() -> None:
+    assert data_source("fashion_mnist") == data_source("fashion_mnist")
+    assert data_source("cifar10:/d").path == "/d" and data_source("cifar10:/d").kind == "cifar10"
+    assert data_source("photos").kind == "folder" and data_source("photos").path == "photos"
+    assert data_source("folder:x:y").path == "x:y"
+    assert data_source("synthetic").path is None
+    for bad in ("", "folder", "cifar10:", "synthetic:x"):
+        with pytest.raises(ConfigError):
+            data_source(bad)
+
+
+@pytest.mark.parametrize("path", OLD_CONFIGS, ids=lambda p: p.parent.parent.name)
+def test_config_files_written_before_data_specs_load(path: Path) -> None:
+    """``data.dataset`` + ``data.data_dir`` (today's files) fold into one data spec."""
+    old = json.loads(path.read_text())
+    run = RunConfig.from_dict(old)
+    assert "data_dir" not in run.to_dict()["data"]
+    if old["data"]["dataset"] == "folder":
+        assert run.data.dataset == old["data"]["data_dir"]
+    else:
+        assert run.data.dataset == old["data"]["dataset"]
+    assert RunConfig.from_dict(run.to_dict()) == run
+    for dataset, data_dir, spec in [
+        ("cifar10", "/x", "cifar10:/x"),
+        ("fashion_mnist", None, "fashion_mnist"),
+        ("folder", "imgs", "imgs"),
+        ("synthetic", "/ignored", "synthetic"),
+    ]:
+        old_data = {**old["data"], "dataset": dataset, "data_dir": data_dir}
+        assert RunConfig.from_dict({**old, "data": old_data}).data.dataset == spec
+    # the old key in an override is read too
+    assert parse_set(RunConfig, ["data.data_dir=/y"])["data.data_dir"] == "/y"
+    assert replace(get_recipe("fmnist"), {"data.data_dir": "/y"}).data.dataset == "fashion_mnist:/y"
+
+
+def test_none_words_are_none_for_optional_strings() -> None:
+    """'none' is None where None is allowed, before a string could take the word (old command
+    lines wrote data.data_dir=None for the default folder)."""
+    assert parse_set(RunConfig, ["init_from=none", "train.ema=None"]) == {
+        "init_from": None,
+        "train.ema": None,
+    }
+    assert (
+        replace(get_recipe("fmnist"), parse_set(RunConfig, ["data.data_dir=None"])).data.dataset
+        == "fashion_mnist"
+    )
+
+
+def test_sections_are_frozen_and_checked_on_creation() -> None:
+    smoke = get_recipe("smoke")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        smoke.train.seed = 3  # type: ignore[misc]
+    with pytest.raises(ConfigError, match=r"train\.keep_last=0"):
+        dataclasses.replace(smoke.train, keep_last=0)

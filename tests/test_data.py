@@ -35,6 +35,7 @@ from vitkit.data import (
     to_float,
 )
 from vitkit.data.fashion_mnist import SYSTEM_DIR
+from vitkit.errors import DataError
 
 needs_fmnist = pytest.mark.skipif(
     not (SYSTEM_DIR / "train-images-idx3-ubyte.gz").is_file(),
@@ -307,6 +308,26 @@ def test_subset_keeps_a_datasets_own_kind_and_wraps_others() -> None:
     plain = [ds[i] for i in range(len(ds))]  # a dataset without ``subset``
     wrapped = subset(plain, idx)
     assert [wrapped[i][1] for i in range(len(wrapped))] == ds.labels[idx].tolist()
+
+
+def test_split_holdout_keeps_an_image_of_every_class_on_both_sides() -> None:
+    """round(0.1 x 5) is 0 and round(0.5 x 1) is 0: small classes still hold one out and keep one
+    for training; a class of one image cannot, and says what to do."""
+    small = ArrayDataset(
+        images=torch.zeros(9, 1, 2, 2, dtype=torch.uint8),
+        labels=torch.tensor([0, 0, 0, 0, 0, 1, 1, 2, 2]),
+        classes=["a", "b", "c"],
+    )
+    train, held = split_holdout(small, 0.1, 0)
+    assert sorted(small.labels[held].tolist()) == [0, 1, 2]
+    assert sorted(set(small.labels[train].tolist())) == [0, 1, 2]
+    _, most = split_holdout(small, 0.9, 0)
+    assert small.labels[most].tolist().count(0) == 4  # all but one
+    lonely = ArrayDataset(images=small.images[:6], labels=small.labels[:6], classes=["a", "b"])
+    with pytest.raises(
+        DataError, match=r"class 'b' has 1 image: a holdout \(data\.holdout\) needs 2"
+    ):
+        split_holdout(lonely, 0.1, 0)
 
 
 def test_split_holdout_is_a_class_balanced_partition() -> None:

@@ -30,14 +30,17 @@ def best(run_dir: Path) -> str:
 
 def test_test_flip_logs_both_accuracies(run_dir: Path) -> None:
     """The run's last evaluation is its final weights' accuracy with flips, and without."""
+    from vitkit.config import DataConfig
     from vitkit.eval.metrics import evaluate
     from vitkit.io.api import load
-    from vitkit.train.data import eval_batches
+    from vitkit.train.data import build_data, ordered_batches
 
     lines = (run_dir / "metrics.jsonl").read_text().splitlines()
     last = [r for r in map(json.loads, lines) if r.get("split") == "test"][-1]
     model = load(run_dir / "checkpoints" / f"step_{last['step']:08d}")
-    batches, _ = eval_batches("synthetic", None, model.cfg, batch_size=256)
+    data = build_data(DataConfig(dataset="synthetic"), model.cfg, seed=0)
+    assert data.val_is_test  # synthetic data validates on its test split
+    batches = ordered_batches(data.test, model.cfg, batch_size=256)
     flipped = evaluate(model, batches.epoch(0), model.cfg.num_classes, flip=True)
     plain = evaluate(model, batches.epoch(0), model.cfg.num_classes)
     assert last["accuracy"] == flipped["accuracy"]
@@ -45,12 +48,15 @@ def test_test_flip_logs_both_accuracies(run_dir: Path) -> None:
 
 
 def test_eval_flip_prints_both_accuracies(best: str, capsys) -> None:
-    assert main(["eval", best, "--data", "synthetic"]) == 0
+    assert main(["eval", best, "--data", "synthetic", "--no-flip"]) == 0
     plain = re.search(r"top-1 ([0-9.]+)", capsys.readouterr().out)[1]
     assert main(["eval", best, "--data", "synthetic", "--flip"]) == 0
     out = capsys.readouterr().out
     assert "each with its mirror image" in out
     assert re.search(r"top-1 without ([0-9.]+)", out)[1] == plain
+    # without either, as the run evaluated: it had data.test_flip
+    assert main(["eval", best, "--data", "synthetic"]) == 0
+    assert capsys.readouterr().out.splitlines()[1:] == out.splitlines()[1:]
 
 
 def test_fewshot_cli(best: str, capsys) -> None:
@@ -67,8 +73,8 @@ def test_fewshot_cli_errors(best: str, capsys) -> None:
     assert "--shots 'one'" in capsys.readouterr().err
     assert main(["fewshot", best, "--data", "synthetic", "--shots", "100"]) == 2  # 32 per class
     assert "fewer than shots=100" in capsys.readouterr().err
-    assert main(["fewshot", best, "--data", "fashion_mnist"]) == 2  # 3-channel model
-    assert "channels" in capsys.readouterr().err
+    assert main(["fewshot", best, "--data", "fashion_mnist"]) == 2  # 4 classes against 10
+    assert "has 4 classes" in capsys.readouterr().err
 
 
 def test_inspect_cli_on_test_images_and_files(best: str, tmp_path: Path, capsys) -> None:
@@ -83,13 +89,14 @@ def test_inspect_cli_on_test_images_and_files(best: str, tmp_path: Path, capsys)
         "posemb_similarity.png",
     ]
     assert all(f'src="{name}"' in page for name in pngs)
+    assert "Images: synthetic: synthetic test (32 images), each class in turn: 32 at 16x16" in page
     assert {p.suffix for p in out.iterdir()} == {".png", ".json", ".npz", ".html"}
     from PIL import Image
 
     Image.new("RGB", (40, 30), (200, 10, 10)).save(tmp_path / "red.png")
     files = tmp_path / "files"
     assert main(["inspect", best, "--images", str(tmp_path / "red.png"), "--out", str(files)]) == 0
-    assert "1 image(s) of 16x16 px" in (files / "index.html").read_text()  # resized to the model's
+    assert "Images: image files: 1 at 16x16 px" in (files / "index.html").read_text()  # resized
     assert (files / "attention_rollout.png").is_file()
 
 
@@ -104,14 +111,37 @@ def test_inspect_cli_errors(best: str, tmp_path: Path, capsys) -> None:
 
 @pytest.mark.slow
 def test_eval_fast_prints_the_same_figures(best: str, capsys) -> None:
-    assert main(["eval", best, "--data", "synthetic"]) == 0
+    assert main(["eval", best, "--data", "synthetic", "--no-flip"]) == 0
     eager = capsys.readouterr().out
-    assert main(["eval", best, "--data", "synthetic", "--fast"]) == 0
+    assert main(["eval", best, "--data", "synthetic", "--fast", "--no-flip"]) == 0
     assert capsys.readouterr().out == eager and "top-1" in eager
 
 
-def test_train_reports_time_to_accuracy_with_and_without_flips(tmp_path: Path, capsys) -> None:
+def test_train_reports_time_to_accuracy_only_for_a_recipe_with_targets(
+    tmp_path: Path, capsys
+) -> None:
+    """smoke declares no targets: the run ends with its best accuracy and when it came; a recipe
+    that declares them (fmnist-speed) gets its time to accuracy, with and without flips."""
+    import dataclasses
+
+    from vitkit.cli.training import _summary
+    from vitkit.compose import Request, compose
+    from vitkit.recipes import RECIPES
+
     args = ["train", "--recipe", "smoke", "--no-progress", "--run-dir", str(tmp_path)]
     assert main([*args, "--set", "data.test_flip=True"]) == 0
-    line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("time to"))
+    out = capsys.readouterr().out.splitlines()
+    assert not any(line.startswith("time to") for line in out)
+    best = max(
+        (r for r in map(json.loads, (tmp_path / "metrics.jsonl").read_text().splitlines())
+         if r.get("split") == "test"),
+        key=lambda r: r["accuracy"],
+    )  # fmt: skip
+    assert f"best test accuracy {best['accuracy']:.4f} at step {best['step']}," in out[-1]
+
+    composed = compose(Request(recipe="smoke", sets=("data.test_flip=true",)))
+    timed = dataclasses.replace(composed, recipe=RECIPES["fmnist-speed"])
+    result = {"split": "test", "accuracy": 1.0, "top5": 1.0, "count": 32}
+    line = _summary(timed, result, tmp_path)[-1]
+    assert line.startswith("time to accuracy") and "at 15 min" in line
     assert "each test image with its mirror" in line and "(one view: 90% " in line

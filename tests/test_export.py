@@ -1,5 +1,6 @@
 """ONNX export: onnxruntime's outputs equal PyTorch's for every head and stem, at batch sizes other
-than the traced one, and ``vitkit export`` end to end with its one-line errors.
+than the traced one, the class names and preprocessing in the file's metadata, and ``vitkit
+export`` end to end with its one-line errors.
 
 Each export takes seconds (torch.export and its decompositions), so three exports cover the
 token ViT with a head (through the CLI), GAP with pre-logits and no head, and the hybrid.
@@ -7,6 +8,7 @@ token ViT with a head (through the CLI), GAP with pre-logits and no head, and th
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from pathlib import Path
@@ -21,8 +23,9 @@ from torch import nn
 import vitkit
 from helpers import randomize, tiny
 from vitkit.cli import main
-from vitkit.config import ModelConfig, ResNetConfig
-from vitkit.io.export import export_onnx, verify_onnx
+from vitkit.config import ConfigError, ModelConfig, ResNetConfig
+from vitkit.data import Preprocess
+from vitkit.io.export import export_onnx, onnx_metadata, verify_onnx
 from vitkit.model import build_model
 
 
@@ -55,6 +58,28 @@ def check_onnx_equals_torch(model: nn.Module, path: Path) -> None:
     assert verify_onnx(randomize(build_model(cfg), seed=1), path, images(3, cfg)) > 1e-2
 
 
+def metadata(path: Path) -> dict[str, str]:
+    """The file's ``metadata_props``, as onnx reads them and as onnxruntime does (the same)."""
+    props = {p.key: p.value for p in onnx.load(str(path), load_external_data=False).metadata_props}
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    assert session.get_modelmeta().custom_metadata_map == props
+    return props
+
+
+def official(height: int, width: int, channels: int = 3) -> dict[str, str]:
+    """The metadata of a model saved without class names or preprocessing."""
+    return {
+        "input_size": f"[{height}, {width}]",
+        "channels": str(channels),
+        "color_mode": "RGB" if channels == 3 else "L",
+        "resize": "bilinear",
+        "antialias": "true",
+        "normalization": "minus_one_to_one",
+        "mean": json.dumps([0.5] * channels),
+        "std": json.dumps([0.5] * channels),
+    }
+
+
 def test_gap_pre_logits_features_replacing_an_earlier_export(tmp_path) -> None:
     # No head: the graph returns the pre-logits features (B, R), pooled by GAP.
     model = randomize(build_model(tiny(classifier="gap", representation_size=32, num_classes=0)))
@@ -63,6 +88,7 @@ def test_gap_pre_logits_features_replacing_an_earlier_export(tmp_path) -> None:
     path = export_onnx(model, tmp_path / "model.onnx")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.onnx"]  # no temporary left
     check_onnx_equals_torch(model, path)
+    assert metadata(path) == official(32, 32)  # no head, no class names
 
 
 @pytest.mark.slow
@@ -75,15 +101,20 @@ def test_hybrid_with_external_weights(tmp_path) -> None:
     check_onnx_equals_torch(model, path)
 
 
-def test_cli_export_end_to_end(tmp_path, capsys) -> None:
+def test_cli_export_end_to_end_with_names_and_preprocessing(tmp_path, capsys) -> None:
     model = randomize(build_model(tiny()))
-    ckpt = vitkit.save(model, tmp_path / "ckpt")
+    names = [f"class {i}" for i in range(10)]
+    preprocess = Preprocess(image_size=32, resize="bicubic", antialias=False)
+    ckpt = vitkit.save(model, tmp_path / "ckpt", class_names=names, preprocess=preprocess)
     out = tmp_path / "onnx" / "vit.onnx"
     assert main(["export", str(ckpt), "--onnx", str(out)]) == 0
     (line,) = capsys.readouterr().out.splitlines()
     assert str(out) in line and " MB)" in line and "batches of 2 and 5" in line
     assert float(re.search(r"= (\S+) on batches", line).group(1)) < 1e-4
     check_onnx_equals_torch(model, out)
+    props = metadata(out)
+    assert json.loads(props.pop("class_names")) == names
+    assert props == {**official(32, 32), "resize": "bicubic", "antialias": "false"}
 
 
 def test_non_square_model_through_the_cli(tmp_path, capsys) -> None:
@@ -93,6 +124,23 @@ def test_non_square_model_through_the_cli(tmp_path, capsys) -> None:
     assert main(["export", str(ckpt), "--onnx", str(out)]) == 0
     assert "batches of 2 and 5" in capsys.readouterr().out
     check_onnx_equals_torch(model, out)  # its input is (batch, 3, 16, 40)
+    assert metadata(out) == official(16, 40)  # a checkpoint without names or preprocessing
+
+
+def test_metadata_of_one_channel_and_what_it_refuses(tmp_path) -> None:
+    cfg = tiny(in_chans=1, num_classes=2)
+    props = onnx_metadata(cfg, class_names=["no", "yes"])
+    assert props == {**official(32, 32, channels=1), "class_names": '["no", "yes"]'}
+    model = build_model(cfg)
+    for kwargs, match in [
+        ({"preprocess": Preprocess(image_size=48, in_chans=1)}, "ONNX graph takes images of"),
+        ({"preprocess": Preprocess(image_size=32)}, "in_chans=3 for a model with in_chans=1"),
+        ({"class_names": ["a", "b", "c"]}, "3 class_names for a model with num_classes=2"),
+    ]:
+        with pytest.raises(ConfigError, match=match) as info:  # before the (slow) export
+            export_onnx(model, tmp_path / "model.onnx", **kwargs)
+        assert "\n" not in str(info.value)
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_cli_errors_are_one_line(tmp_path, capsys, monkeypatch) -> None:

@@ -7,6 +7,7 @@ vitkit model written with ``write_hf`` must read back bit for bit and load in tr
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -16,6 +17,7 @@ import torch
 from torch import nn
 
 from vitkit.config import ConfigError, ModelConfig, ResNetConfig
+from vitkit.data import Preprocess
 from vitkit.io.checkpoint import CheckpointError, load_state_dict_strict, read_safetensors
 from vitkit.io.formats.hf import (
     looks_like_hf_state,
@@ -247,7 +249,7 @@ def _random_vitkit(seed: int = 0, **fields) -> VisionTransformer:
 
 @torch.no_grad()
 def test_round_trip_classifier(tmp_path: Path) -> None:
-    model = _random_vitkit(num_classes=3, act="gelu_tanh", in_chans=1)
+    model = _random_vitkit(num_classes=3, act="gelu_tanh")
     names = ["cat", "dog", "ship"]
     out = write_hf(model, tmp_path / "export", class_names=names)
     assert out == tmp_path / "export" and (out / "model.safetensors").is_file()
@@ -257,8 +259,9 @@ def test_round_trip_classifier(tmp_path: Path) -> None:
     assert meta["hidden_act"] == "gelu_pytorch_tanh" and meta["layer_norm_eps"] == 1e-6
 
     cfg, state, extra = read_hf_dir(out)
-    assert cfg == model.cfg and extra == {"class_names": names}
-    x = torch.randn(2, 1, 16, 16)
+    assert cfg == model.cfg  # the official preprocessing, written by default, comes back
+    assert extra == {"class_names": names, "preprocess": Preprocess(image_size=16).to_dict()}
+    x = torch.randn(2, 3, 16, 16)
     logits = model(x)
     assert logits.abs().max() > 0.5
     assert torch.equal(_vitkit(cfg, state)(x), logits)
@@ -267,13 +270,35 @@ def test_round_trip_classifier(tmp_path: Path) -> None:
     assert _diff(hf(pixel_values=x).logits, logits) <= TOL
 
 
+@torch.no_grad()
+def test_one_channel_model_becomes_rgb_by_luma(tmp_path: Path) -> None:
+    """The export reads RGB as the 1-channel model reads its luma: kernel W becomes w_c W."""
+    model = _random_vitkit(num_classes=3, in_chans=1)
+    out = write_hf(model, tmp_path / "export")
+    assert json.loads((out / "config.json").read_text())["num_channels"] == 3
+    cfg, state, extra = read_hf_dir(out)
+    assert cfg == dataclasses.replace(model.cfg, in_chans=3)
+    assert extra == {"preprocess": Preprocess(image_size=16, in_chans=3).to_dict()}
+    kernel = model.patch_embed.proj.weight  # (D, 1, P, P)
+    luma = torch.tensor([0.299, 0.587, 0.114]).view(1, 3, 1, 1)
+    assert torch.equal(state["patch_embed.proj.weight"], kernel * luma)  # (D, 3, P, P)
+
+    rgb = torch.rand(2, 3, 16, 16) * 2 - 1  # normalised R, G, B
+    gray = (rgb * luma).sum(1, keepdim=True)  # the normalised luma: the weights sum to 1
+    logits = model(gray)
+    assert logits.abs().max() > 0.5
+    hf = transformers.ViTForImageClassification.from_pretrained(out).eval()
+    assert _diff(hf(pixel_values=rgb).logits, logits) <= TOL
+    assert _diff(_vitkit(cfg, state)(rgb), logits) <= TOL
+
+
 @pytest.mark.parametrize("representation_size", [None, 32, 48])
 @torch.no_grad()
 def test_round_trip_backbone(representation_size: int | None, tmp_path: Path) -> None:
     model = _random_vitkit(num_classes=0, representation_size=representation_size)
     out = write_hf(model, tmp_path / "export")
     cfg, state, extra = read_hf_dir(out)
-    assert cfg == model.cfg and extra == {}
+    assert cfg == model.cfg and extra == {"preprocess": Preprocess(image_size=16).to_dict()}
     x = torch.randn(2, 3, 16, 16)
     features = model(x)  # (B, R or D)
     assert torch.equal(_vitkit(cfg, state)(x), features)

@@ -14,6 +14,7 @@ from safetensors.torch import save_file
 import vitkit
 from helpers import randomize, tiny
 from vitkit.config import ConfigError, ModelConfig
+from vitkit.io.api import read
 from vitkit.io.checkpoint import CheckpointError
 from vitkit.model import VisionTransformer
 
@@ -37,16 +38,36 @@ def randomized(cfg: ModelConfig, std: float = 0.2) -> VisionTransformer:
 )
 def test_our_format_round_trip(tmp_path, cfg: ModelConfig) -> None:
     model = randomized(cfg, std=0.05)
-    out = vitkit.save(model, tmp_path / "ckpt", class_names=["a", "b"])
+    names = [f"class {i}" for i in range(cfg.num_classes)]  # one per class; none if headless
+    out = vitkit.save(model, tmp_path / "ckpt", class_names=names)
     assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors"]
     meta = json.loads((out / "config.json").read_text())
     assert meta["format"] == "vitkit" and meta["model"]["hidden_size"] == 64
-    assert meta["class_names"] == ["a", "b"]
+    assert meta.get("class_names") == (names or None)
     loaded = vitkit.load(out)
     assert loaded.cfg == cfg
     x = torch.randn(2, 3, cfg.image_size, cfg.image_size)
     with torch.no_grad():
         assert torch.equal(loaded(x), model(x))
+
+
+def test_our_weights_file_reads_as_our_directory(tmp_path) -> None:
+    """Our model.safetensors named alone reads the config.json beside it: what a timm-style state
+    dict cannot say (pooling, eps, a non-square grid) and the class names."""
+    cfg = tiny(classifier="gap", layer_norm_eps=1e-5, image_size=(32, 48))
+    model = randomized(cfg, std=0.05)
+    out = vitkit.save(model, tmp_path / "ckpt", class_names=[f"c{i}" for i in range(10)])
+    weights = out / "model.safetensors"
+    read_cfg, _, extra = read(weights)
+    assert read_cfg == cfg and extra == {"class_names": [f"c{i}" for i in range(10)]}
+    loaded = vitkit.load(str(weights))
+    assert loaded.cfg == cfg
+    x = torch.randn(2, 3, 32, 48)
+    with torch.no_grad():
+        assert torch.equal(loaded(x), model(x))
+    (out / "config.json").write_text('{"model_type": "vit"}')  # not ours: a plain state dict
+    with pytest.raises(CheckpointError, match="num_heads"):
+        vitkit.load(weights)
 
 
 def test_save_leaves_no_temporary_files(tmp_path) -> None:

@@ -292,6 +292,28 @@ def test_create_model_overrides_are_strict() -> None:
         vitkit.create_model("ViT-mu/16", classifier="cls")
 
 
+def test_create_model_takes_timms_img_size_and_patch_size() -> None:
+    """timm's keywords build timm's model: the same tensors, and the same logits once timm's
+    weights are loaded."""
+    args = dict(img_size=32, patch_size=8, num_classes=3)
+    model = vitkit.create_model("vit_base_patch16_224", **args).eval()
+    peer = randomize(timm.create_model("vit_base_patch16_224", pretrained=False, **args))
+    shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    assert shapes == {k: tuple(v.shape) for k, v in peer.state_dict().items()}
+    model.load_state_dict(peer.state_dict())
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), peer(x), rtol=1e-4, atol=1e-4)
+    assert vitkit.create_model(tiny(), img_size=48).cfg.image_size == 48
+    assert vitkit.create_model("ViT-mu/16", image_size=32, patch_size=4).cfg.grid == (8, 8)
+    with pytest.raises(ConfigError, match="image_size=32 and img_size=32: expected one"):
+        vitkit.create_model("ViT-mu/16", image_size=32, img_size=32)
+    with pytest.raises(ConfigError, match="patch_size"):  # 224 is no multiple of 10
+        vitkit.create_model("ViT-mu/16", patch_size=10)
+    with pytest.raises(ConfigError, match="patch_size"):
+        vitkit.create_model("ViT-mu/16", patch_size=0)
+
+
 def test_resnet_baseline_is_the_hybrid_backbone_with_a_linear_head(tmp_path) -> None:
     from vitkit.io.checkpoint import write_ours
     from vitkit.model import ResNetClassifier, build_model
@@ -356,12 +378,14 @@ def test_image_size_is_an_int_or_a_height_width_pair() -> None:
     assert replace(tiny(), {"image_size": (16, 48)}).grid == (2, 6)
     with pytest.raises(
         ConfigError,
-        match=r"^image_size=\(24, 30\) is not valid: expected each side a multiple of the total "
+        match=r"^model\.image_size=\(24, 30\) is not valid: expected each side a multiple of the total "
         r"stride 8 \(patch_size\)$",
     ):
         tiny(image_size=(24, 30))
     for bad in [(24,), (0, 8), (8, 8, 8), (8.0, 8), "32", (True, 8)]:
-        with pytest.raises(ConfigError, match="expected a positive integer or a"):
+        with pytest.raises(
+            ConfigError, match="expected an integer >= 1 or a pair of integers >= 1"
+        ):
             tiny(image_size=bad)
     with pytest.raises(ConfigError, match="3x5 grid: use grid"):
         _ = cfg.grid_size

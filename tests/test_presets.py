@@ -154,6 +154,27 @@ def test_list_models_glob() -> None:
     assert "ViT-B/16" not in list_models("R*")
 
 
+def test_list_models_matches_aliases_once_each_in_registry_order() -> None:
+    base = list_models("vit_base*")  # timm's names: the pure models, then the hybrids
+    assert base == [
+        "ViT-B/8",
+        "ViT-B/8-384",
+        "ViT-B/14",
+        "ViT-B/16",
+        "ViT-B/16-384",
+        "ViT-B/32",
+        "ViT-B/32-384",
+        "R26+ViT-B/32",
+        "R26+ViT-B/32-384",
+        "R50+ViT-B/16",
+        "R50+ViT-B/16-384",
+    ]
+    # ViT-B/16 matches by its name and by both aliases, and is listed once
+    assert list_models("*[Bb]*16*").count("ViT-B/16") == 1
+    assert list_models("vit_b16_gap") == ["ViT-B/16-gap-norep"]
+    assert list_models("ViT-B/16") == ["ViT-B/16"]
+
+
 def test_flops_match_torch_flop_counter() -> None:
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.utils.flop_counter import FlopCounterMode

@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .config import ModelConfig, ResNetConfig
+from .errors import ConfigError
 from .presets import list_models
 
 if TYPE_CHECKING:
@@ -34,6 +35,8 @@ def create_model(
     *,
     num_classes: int | None = None,
     image_size: int | tuple[int, int] | None = None,
+    img_size: int | tuple[int, int] | None = None,
+    patch_size: int | None = None,
     in_chans: int | None = None,
     classifier: str | None = None,
     representation_size: int | None = _KEEP,
@@ -49,15 +52,24 @@ def create_model(
     ``name`` is a preset (``ViT-B/16``), an alias (``vit_b16``, timm's ``vit_base_patch16_224``),
     any ``ViT-<size>/<patch>``, or a ``ModelConfig``. Keyword arguments override the preset;
     ``num_classes=0`` builds a headless feature extractor; ``image_size`` may be (height, width).
+    timm's spellings are accepted: ``img_size`` is ``image_size``, and ``patch_size`` replaces the
+    preset's patch size (a hybrid's: the patch on the ResNet's feature map), so
+    ``create_model("vit_base_patch16_224", img_size=32, patch_size=8)`` builds what timm builds.
     """
     from .config import replace
     from .model import VisionTransformer
     from .presets import get_config
 
+    if image_size is not None and img_size is not None:
+        raise ConfigError(
+            f"image_size={image_size!r} and img_size={img_size!r}: expected one of them "
+            "(img_size is timm's spelling of image_size)"
+        )
     cfg = name if isinstance(name, ModelConfig) else get_config(name)
     given = {
         "num_classes": num_classes,
-        "image_size": image_size,
+        "image_size": image_size if img_size is None else img_size,
+        "patch_size": patch_size,
         "in_chans": in_chans,
         "classifier": classifier,
         "dropout_rate": dropout_rate,

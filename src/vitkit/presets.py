@@ -138,8 +138,14 @@ ALIASES: dict[str, str] = {a: p.name for p in PRESETS.values() for a in p.aliase
 
 
 def list_models(pattern: str = "*") -> list[str]:
-    """Names of the registered presets matching a glob ``pattern`` (aliases are not listed)."""
-    return [name for name in PRESETS if fnmatch.fnmatchcase(name, pattern)]
+    """Canonical names of the registered presets whose name or any alias matches the glob
+    ``pattern`` (case-sensitive), each once, in registry order: ``list_models("vit_base*")`` is
+    ``["ViT-B/8", "ViT-B/8-384", ...]``, found through timm's aliases."""
+    return [
+        name
+        for name, preset in PRESETS.items()
+        if any(fnmatch.fnmatchcase(n, pattern) for n in (name, *preset.aliases))
+    ]
 
 
 def resolve_name(name: str) -> str:

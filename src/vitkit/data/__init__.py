@@ -15,7 +15,7 @@ from __future__ import annotations
 from .arrays import ArrayDataset
 from .cifar import cifar
 from .fashion_mnist import fashion_mnist, read_idx
-from .folder import ImageFolderDataset, UnreadableImageWarning
+from .folder import FolderLayout, ImageFolderDataset, UnreadableImageWarning, folder_layout
 from .loader import Batches
 from .splits import balanced_subset, split_holdout, subset
 from .synthetic import synthetic
@@ -34,6 +34,7 @@ from .transforms import (
 __all__ = [
     "ArrayDataset",
     "Batches",
+    "FolderLayout",
     "ImageFolderDataset",
     "Preprocess",
     "UnreadableImageWarning",
@@ -41,6 +42,7 @@ __all__ = [
     "center_resize",
     "cifar",
     "fashion_mnist",
+    "folder_layout",
     "inception_crop",
     "pil_to_tensor",
     "preprocess_for_inference",

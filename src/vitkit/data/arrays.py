@@ -68,6 +68,14 @@ class ArrayDataset:
         """One example: a uint8 image (C, H, W) and its label."""
         return self.images[index], int(self.labels[index])
 
+    def with_channels(self, channels: int) -> ArrayDataset:
+        """The same examples with ``channels`` channels (``transforms.to_channels``: grey to RGB
+        by repetition, RGB to grey by PIL's luma), for a model that takes the other kind."""
+        from .transforms import to_channels
+
+        images = to_channels(self.images, channels).contiguous()  # (N, channels, H, W)
+        return ArrayDataset(images=images, labels=self.labels, classes=list(self.classes))
+
     def subset(self, indices: Tensor | Sequence[int]) -> ArrayDataset:
         """The examples at ``indices`` (copied), in that order, with the same class list."""
         idx = as_indices(indices, len(self))

@@ -79,10 +79,13 @@ def cifar(
     dirs = search_dirs(folder, data_dir)
     paths = find_files(dirs, [*splits[split], names_file])
     if paths is None:
-        searched = ", ".join(str(d) for d in dirs) or "(no directory: pass data_dir)"
+        searched = (
+            ", ".join(str(d) for d in dirs) or f"(no folder: give --data cifar{num_classes}:DIR)"
+        )
         raise MissingFileError(
             f"CIFAR-{num_classes} {split} files ({', '.join(splits[split])}, {names_file}) not found "
-            f"in {searched}; download {_URL[num_classes]} and extract it into --data-dir"
+            f"in {searched}; download {_URL[num_classes]}, extract it into DIR and give --data "
+            f"cifar{num_classes}:DIR"
         )
     *batch_paths, names_path = paths
     classes = [line.strip() for line in names_path.read_text().splitlines() if line.strip()]

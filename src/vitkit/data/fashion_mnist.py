@@ -119,11 +119,12 @@ def fashion_mnist(split: str, data_dir: str | os.PathLike | None = None) -> Arra
     names = FILES[split]
     paths = find_files(dirs, list(names), suffixes=(".gz", ""))
     if paths is None:
-        searched = ", ".join(str(d) for d in dirs) or "(no directory: pass data_dir)"
+        searched = ", ".join(str(d) for d in dirs) or "(no folder: give --data fashion_mnist:DIR)"
         raise MissingFileError(
             f"Fashion-MNIST {split} files {names[0]}.gz and {names[1]}.gz not found in {searched}; "
             "install them with `apt-get install dataset-fashion-mnist`, or download the four IDX "
-            ".gz files from https://github.com/zalandoresearch/fashion-mnist into --data-dir"
+            ".gz files from https://github.com/zalandoresearch/fashion-mnist into DIR and give "
+            "--data fashion_mnist:DIR"
         )
     image_path, label_path = paths
     images = read_idx(image_path, sha256=SHA256[names[0]])  # (N, 28, 28) uint8

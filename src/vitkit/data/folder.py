@@ -1,19 +1,23 @@
-"""Images in class folders, ``root/<split>/<class>/<image>``, decoded lazily with PIL.
+"""Images in class folders, decoded lazily with PIL: ``root/<split>/<class>/<image>`` or a single
+``root/<class>/<image>`` tree.
 
 The layout of ImageNet-style releases and of torchvision's ``ImageFolder``: one folder per class
 (sorted names give the label order), images anywhere below it with a ``.jpg``, ``.jpeg``, ``.png``,
 ``.webp`` or ``.bmp`` suffix in any case. Hidden files and folders (``.DS_Store``, macOS ``._x.jpg``
-shadows) are ignored.
+shadows) are ignored. ``folder_layout`` tells the two layouts apart without opening an image.
 
 Unreadable images. We check every file once, at construction (``verify=True``): PIL opens it and
 runs ``verify()``, which parses the header (and, for PNG, every chunk's CRC) without decoding the
 pixels. That costs one read of each file, about 0.1 ms for a small image: seconds for ten thousand
 images, minutes for ImageNet's 1.28 million; pass ``verify=False`` to skip it. A bad file is
-dropped from the index with a warning naming it, so indices stay fixed for the life of the dataset
-(the loader's determinism depends on that); more than ``max_bad_fraction`` of the split bad is an
-error. ``verify()`` cannot see a truncated JPEG (only a full decode can), so an image that still
-fails when it is decoded is replaced, deterministically, by the next image that decodes, with a
-warning; those count against ``max_bad_fraction`` too.
+dropped from the index with a warning naming it, and listed in ``skipped``, so indices stay fixed
+for the life of the dataset (the loader's determinism depends on that); more than
+``max_bad_fraction`` of the split bad is an error. ``verify()`` cannot see a truncated JPEG (only a
+full decode can), so an image that still fails when it is decoded is replaced, deterministically, by
+the next image that decodes, with a warning; those count against ``max_bad_fraction`` too.
+
+Channels. With ``mode=None`` the same pass decides between 1 channel and 3: 1 when every image is
+greyscale, by its PIL mode or by decoding to R = G = B (see ``ImageFolderDataset``).
 """
 
 from __future__ import annotations
@@ -23,11 +27,15 @@ import os
 import struct
 import warnings
 import zlib
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
+from typing import Literal
 
 import torch
-from PIL import Image
+from PIL import Image, ImageMode
 from torch import Tensor
 
 from ..errors import ConfigError, DataError, MissingFileError
@@ -35,9 +43,11 @@ from .arrays import as_indices
 from .transforms import pil_to_tensor
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".bmp")
+SPLITS = ("train", "val", "test")
+_NAMED_BAD = 5  # unreadable files an error names; the rest are counted
 
 # What PIL raises for a file that is not a readable image.
-_DECODE_ERRORS = (
+DECODE_ERRORS = (
     OSError,
     SyntaxError,
     ValueError,
@@ -56,97 +66,304 @@ def _visible(name: str) -> bool:
     return not name.startswith(".")
 
 
-def _class_names(split_dir: Path) -> list[str]:
-    return sorted(d.name for d in split_dir.iterdir() if d.is_dir() and _visible(d.name))
+def _is_image(name: str) -> bool:
+    return _visible(name) and os.path.splitext(name)[1].lower() in IMAGE_SUFFIXES
 
 
-def _image_files(folder: Path) -> list[Path]:
-    found = []
+def _subfolders(folder: Path) -> list[str]:
+    return sorted(d.name for d in folder.iterdir() if d.is_dir() and _visible(d.name))
+
+
+def _walk_images(folder: Path) -> Iterator[tuple[str, str]]:
     for dirpath, dirnames, filenames in os.walk(folder, followlinks=True):
         dirnames[:] = [d for d in dirnames if _visible(d)]
-        found += [
-            Path(dirpath, f)
-            for f in filenames
-            if _visible(f) and os.path.splitext(f)[1].lower() in IMAGE_SUFFIXES
-        ]
-    return sorted(found)
+        yield from ((dirpath, f) for f in filenames if _is_image(f))
+
+
+def image_files(folder: Path) -> list[Path]:
+    """Every image file below ``folder``, recursively and sorted (path by path); hidden files and
+    folders (a leading dot: .DS_Store, macOS ._x.jpg shadows) are skipped."""
+    return sorted(Path(dirpath, f) for dirpath, f in _walk_images(folder))
+
+
+def _no_images_error(class_dir: Path) -> DataError:
+    return DataError(
+        f"class folder {class_dir} holds no images "
+        f"(expected files ending in {', '.join(IMAGE_SUFFIXES)})"
+    )
+
+
+def _holds_split(folder: Path) -> bool:
+    """Whether a folder named like a split looks like one: folders inside, no image directly."""
+    with os.scandir(folder) as it:  # DirEntry.is_dir needs no stat call on most file systems
+        entries = [(e.name, e.is_dir()) for e in it]
+    has_folder = any(is_dir and _visible(name) for name, is_dir in entries)
+    return has_folder and not any(_is_image(name) for name, is_dir in entries if not is_dir)
+
+
+def _split_names(root: Path) -> list[str]:
+    """The split folders of ``root`` in ``SPLITS`` order, or [] when it is a single tree (the rule
+    is ``folder_layout``'s)."""
+    expected = f"expected {root}/<class>/<image> or {root}/train/<class>/<image>"
+    if not root.exists():
+        raise MissingFileError(f"data folder {root} not found ({expected})")
+    if not root.is_dir():
+        raise DataError(f"data folder {root} is not a folder ({expected})")
+    found = _subfolders(root)
+    if not found:
+        images = sum(1 for e in root.iterdir() if _is_image(e.name))
+        raise DataError(
+            f"{root} holds no class folders and no split folders ({expected}); found {images} "
+            "images directly in it"
+        )
+    named = [s for s in SPLITS if s in found]
+    others = [d for d in found if d not in SPLITS]
+    if not named:
+        return []
+    if others:
+        if not any(_holds_split(root / s) for s in named):
+            return []  # class folders that happen to be called so, e.g. 'train' beside 'bus'
+        raise DataError(
+            f"{root} mixes split folders {named} with other folders {others}: expected only "
+            f"{', '.join(SPLITS)} (each holding <class>/<image>) or only class folders"
+        )
+    if "train" not in named:
+        raise DataError(
+            f"{root} holds split folders {named} but no train/: expected {root}/train/<class>/"
+            f"<image> beside them (to use one split, give its folder, e.g. {root / named[0]})"
+        )
+    return named
+
+
+def _train_beside(split_dir: Path, *, named: bool) -> Path | None:
+    """The train folder whose classes ``split_dir``'s must equal: ``root/train`` beside a split given
+    by name other than train, or beside a val/ or test/ folder given directly."""
+    if split_dir.name == "train" or (not named and split_dir.name not in SPLITS):
+        return None
+    train_dir = split_dir.parent / "train"
+    return train_dir if train_dir.is_dir() else None
+
+
+def _check_classes(split_dir: Path, classes: list[str], train_dir: Path | None) -> None:
+    if train_dir is None:
+        return
+    train_classes = _subfolders(train_dir)
+    if classes != train_classes:
+        raise DataError(
+            f"the class folders of {split_dir} and {train_dir} differ: only in "
+            f"{split_dir.name}: {sorted(set(classes) - set(train_classes))}, only in train: "
+            f"{sorted(set(train_classes) - set(classes))}"
+        )
+
+
+@dataclass(frozen=True)
+class FolderLayout:
+    """What ``folder_layout`` found: the splits, their class names and their (unverified) image
+    counts.
+
+    ``splits`` maps a split's name to the folder holding its class folders; a single tree is the one
+    split ``None``, so ``ImageFolderDataset(layout.root, name)`` reads any of them.
+    """
+
+    root: Path
+    splits: Mapping[str | None, Path]
+    classes: tuple[str, ...]
+    counts: Mapping[str | None, int]  # image files per split, before verification
+
+    @property
+    def kind(self) -> Literal["splits", "tree"]:
+        """``'tree'`` for ``root/<class>/<image>``, ``'splits'`` for ``root/<split>/<class>/...``."""
+        return "tree" if None in self.splits else "splits"
+
+
+def folder_layout(root: str | os.PathLike) -> FolderLayout:
+    """The layout of an image folder, from directory listings only (no image is opened).
+
+    The rule, on ``root``'s visible subfolders: when all are named train, val or test, ``root`` is a
+    split layout, ``root/<split>/<class>/<image>``; train must be among them, and each must hold
+    class folders. When none is, ``root`` is a single tree, ``root/<class>/<image>``: so is a split's
+    folder given directly (``DIR/val``). When both kinds are there, ``root`` is a tree if none of
+    the split-named folders looks like a split (folders inside, no image directly: a class 'train'
+    of images beside 'bus' and 'car'), and an error otherwise (``train/`` beside ``logs/``). A
+    folder with no subfolder is an error. Class folders of val/test must equal train's, also for a
+    val/ or test/ folder given directly beside a train/ folder. Counts are of image files, before
+    ``ImageFolderDataset`` verifies them.
+    """
+    root = Path(root)
+    names = _split_names(root)
+    keys: list[str | None] = list(names) if names else [None]
+    splits: dict[str | None, Path] = {k: root if k is None else root / k for k in keys}
+    counts: dict[str | None, int] = {}
+    classes: list[str] = []
+    for key, split_dir in splits.items():
+        found = _subfolders(split_dir)
+        if not found:
+            raise DataError(f"{split_dir} holds no class folders, expected <class>/<image>")
+        _check_classes(split_dir, found, _train_beside(split_dir, named=key is not None))
+        if key in (None, "train"):
+            classes = found
+        counts[key] = 0
+        for name in found:
+            n = sum(1 for _ in _walk_images(split_dir / name))
+            if n == 0:
+                raise _no_images_error(split_dir / name)
+            counts[key] += n
+    return FolderLayout(
+        root=root,
+        splits=MappingProxyType(splits),
+        classes=tuple(classes),
+        counts=MappingProxyType(counts),
+    )
+
+
+def _verified_mode(path: Path) -> str:
+    """The PIL mode of ``path`` once ``verify()`` passes (raises PIL's errors when it does not)."""
+    with Image.open(path) as image:
+        mode = image.mode
+        image.verify()
+    return mode
 
 
 def check_image(path: Path) -> str | None:
     """Why PIL cannot read ``path`` (header and, for PNG, chunk CRCs), or None when it can."""
     try:
-        with Image.open(path) as image:
-            image.verify()
-    except _DECODE_ERRORS as e:
+        _verified_mode(path)
+    except DECODE_ERRORS as e:
         return f"{type(e).__name__}: {e}"
     return None
 
 
-class ImageFolderDataset:
-    """``root/<split>/<class>/*.{jpg,jpeg,png,webp,bmp}``; items are (uint8 (C, H, W), label).
+def _grey_kind(path: Path, mode: str) -> str | None:
+    """How the image at ``path`` (PIL mode ``mode``) is greyscale, or None when it is in colour.
 
-    Every image is converted to ``mode``: ``'RGB'`` (C=3) or ``'L'`` (C=1). Images keep their own
-    size; the loader resizes them. A split other than ``'train'`` must have the same class folders as
-    ``root/train`` when that exists, so labels mean the same thing in both.
+    One-channel modes (1, L, LA, I, I;16..., F) are grey by their mode, without decoding; any other
+    (RGB, RGBA, CMYK, P, PA) is decoded to RGB and is grey when R = G = B at every pixel (for P, at
+    the palette entries the pixels use). Raises PIL's errors for a file that fails to decode.
+    """
+    if ImageMode.getmode(mode).basemode == "L":
+        return mode
+    with Image.open(path) as image:
+        rgb = pil_to_tensor(image, "RGB")  # (3, H, W)
+    # Exact equality, also for JPEG: libjpeg's fixed-point Cb and Cr weights sum to exactly zero,
+    # so a grey pixel encodes to Cb = Cr = 128, every chroma coefficient is 0, and decoding gives
+    # R = G = B again. Measured (Pillow 13, libjpeg-turbo 3): grey images saved as RGB JPEG decode
+    # with max |R - G|, |G - B| = 0 over 288 images (8x8 to 256x256; noise, gradients, edges;
+    # quality 1 to 100; 4:4:4, 4:2:2, 4:2:0) and over torchvision's encoder. A tolerance would buy
+    # nothing and would call colour images grey: a tint of 2 or 3 levels decodes as 1 or 2.
+    return f"{mode} with R = G = B" if bool((rgb == rgb[0]).all()) else None
+
+
+class ImageFolderDataset:
+    """Images in class folders; items are (uint8 (C, H, W), label).
+
+    ``ImageFolderDataset(root, split)`` reads ``root/<split>/<class>/<image>``;
+    ``ImageFolderDataset(folder, None)`` reads ``folder/<class>/<image>``: a single tree, or one
+    split's folder given directly (``DIR/val``). A split other than train must have the same class
+    folders as the ``train`` folder beside it when there is one (``root/train`` for a split given by
+    name, ``DIR/train`` for ``DIR/val`` or ``DIR/test`` given directly), so labels mean the same
+    thing in both.
+
+    Every image is converted to ``mode``: ``'RGB'`` (C=3) or ``'L'`` (C=1). ``mode=None`` decides
+    during verification: ``'L'`` when every image is greyscale (see ``_grey_kind``), else ``'RGB'``;
+    pass the training split's decided ``mode`` to its val/test splits. Images with a one-channel
+    mode cost nothing more; the others are decoded only until the first colour image, so a colour
+    dataset costs one decode, but a grey dataset stored as RGB (or palette) costs one full decode of
+    every image, as long as an epoch of loading without the resize (a few ms per ImageNet-sized
+    JPEG); pass ``mode`` to skip it. ``mode=None`` needs ``verify=True``: without looking at every
+    image there is no honest answer. ``mode``, ``channels`` and ``channels_reason`` (one line, for
+    the log) hold the outcome. Images keep their own size; the loader resizes them.
     """
 
     def __init__(
         self,
         root: str | os.PathLike,
-        split: str = "train",
+        split: str | None = "train",
         *,
-        mode: str = "RGB",
+        mode: str | None = "RGB",
         verify: bool = True,
         max_bad_fraction: float = 0.01,
     ) -> None:
-        if mode not in ("RGB", "L"):
-            raise ConfigError(f"mode={mode!r} is not valid: expected 'RGB' or 'L'")
+        if mode not in ("RGB", "L", None):
+            raise ConfigError(f"mode={mode!r} is not valid: expected 'RGB', 'L' or None")
+        if mode is None and not verify:
+            raise ConfigError(
+                "mode=None decides the channels while verifying every image: expected verify=True, "
+                "or mode='RGB' or 'L' with verify=False"
+            )
         if not 0.0 <= max_bad_fraction < 1.0:
             raise ConfigError(
                 f"max_bad_fraction={max_bad_fraction!r} is not valid: expected a number in [0, 1)"
             )
         self.root = Path(root)
-        self.split_dir = self.root / split
-        self.mode = mode
+        self.split = split
         self.max_bad_fraction = max_bad_fraction
+        if split is None:
+            names = _split_names(self.root)
+            if names:
+                raise DataError(
+                    f"{self.root} holds split folders {names}, not class folders: expected a split "
+                    f"name (split={names[0]!r}) or the split's folder ({self.root / names[0]})"
+                )
+            self.split_dir = self.root
+        else:
+            self.split_dir = self.root / split
         if not self.split_dir.is_dir():
-            found = _class_names(self.root) if self.root.is_dir() else []
+            found = _subfolders(self.root) if self.root.is_dir() else []
             raise MissingFileError(
                 f"split folder {self.split_dir} not found (expected {self.root}/{split}/<class>/"
                 f"<image>); {self.root} holds {found or 'no folders'}"
             )
-        self.classes = _class_names(self.split_dir)
+        self.classes = _subfolders(self.split_dir)
         if not self.classes:
             raise DataError(f"{self.split_dir} holds no class folders, expected <class>/<image>")
-        train_dir = self.root / "train"
-        if split != "train" and train_dir.is_dir():
-            train_classes = _class_names(train_dir)
-            if self.classes != train_classes:
-                raise DataError(
-                    f"the class folders of {self.split_dir} and {train_dir} differ: only in "
-                    f"{split}: {sorted(set(self.classes) - set(train_classes))}, only in train: "
-                    f"{sorted(set(train_classes) - set(self.classes))}"
-                )
+        _check_classes(
+            self.split_dir, self.classes, _train_beside(self.split_dir, named=split is not None)
+        )
         samples: list[tuple[Path, int]] = []
         for label, name in enumerate(self.classes):
-            files = _image_files(self.split_dir / name)
+            files = image_files(self.split_dir / name)
             if not files:
-                raise DataError(
-                    f"class folder {self.split_dir / name} holds no images "
-                    f"(expected files ending in {', '.join(IMAGE_SUFFIXES)})"
-                )
+                raise _no_images_error(self.split_dir / name)
             samples += [(path, label) for path in files]
-        self.samples = self._drop_unreadable(samples) if verify else samples
+        self.skipped: list[tuple[Path, str]] = []  # (file, why) dropped by verification
+        decided: tuple[str, str] | None = None
+        if verify:
+            self.samples, decided = self._verify(samples, decide=mode is None)
+        else:
+            self.samples = samples
+        if mode is not None:
+            decided = mode, f"{_channels(mode)}: mode={mode!r} was given"
+        assert decided is not None  # mode=None without verify was refused above
+        self.mode, self.channels_reason = decided
+        self.channels = 1 if self.mode == "L" else 3
         self.labels = torch.tensor([label for _, label in self.samples], dtype=torch.int64)
         self._failed: set[Path] = set()  # images that passed the check but failed to decode
 
-    def _drop_unreadable(self, samples: list[tuple[Path, int]]) -> list[tuple[Path, int]]:
-        bad = [(path, why) for path, _ in samples if (why := check_image(path)) is not None]
+    def _verify(
+        self, samples: list[tuple[Path, int]], *, decide: bool
+    ) -> tuple[list[tuple[Path, int]], tuple[str, str] | None]:
+        """Check every file: the readable samples and, if ``decide``, (the mode they call for, why);
+        the unreadable ones go to ``skipped``, with a warning each."""
+        grey: Counter[str] = Counter()  # how the images are grey, while no colour one is seen
+        colour: tuple[Path, str] | None = None
+        bad: list[tuple[Path, str]] = []
+        for path, _ in samples:
+            try:
+                image_mode = _verified_mode(path)
+                if decide and colour is None:
+                    kind = _grey_kind(path, image_mode)
+                    if kind is None:
+                        colour = (path, image_mode)
+                    else:
+                        grey[kind] += 1
+            except DECODE_ERRORS as e:
+                bad.append((path, f"{type(e).__name__}: {e}"))
         if len(bad) > self.max_bad_fraction * len(samples):
+            named = ", ".join(f"{path} ({why})" for path, why in bad[:_NAMED_BAD])
+            more = f" and {len(bad) - _NAMED_BAD} more" if len(bad) > _NAMED_BAD else ""
             raise DataError(
                 f"{len(bad)} of {len(samples)} images in {self.split_dir} are unreadable, more "
-                f"than max_bad_fraction={self.max_bad_fraction} allows; first: {bad[0][0]} "
-                f"({bad[0][1]})"
+                f"than max_bad_fraction={self.max_bad_fraction} allows: {named}{more}"
             )
         for count, (path, why) in enumerate(bad, 1):
             warnings.warn(
@@ -155,6 +372,7 @@ class ImageFolderDataset:
                 UnreadableImageWarning,
                 stacklevel=3,
             )
+        self.skipped = bad
         dropped = {path for path, _ in bad}
         kept = [(path, label) for path, label in samples if path not in dropped]
         missing = sorted({self.classes[k] for _, k in samples} - {self.classes[k] for _, k in kept})
@@ -162,7 +380,15 @@ class ImageFolderDataset:
             raise DataError(
                 f"no readable image left in class folder(s) {missing} of {self.split_dir}"
             )
-        return kept
+        if not decide:
+            return kept, None
+        if colour is not None:
+            where = colour[0].relative_to(self.split_dir)
+            why = f"{where} in {self.split_dir} is in colour (mode {colour[1]})"
+            return kept, ("RGB", f"{_channels('RGB')}: {why}")
+        kinds = ", ".join(f"{n:,} in mode {kind}" for kind, n in sorted(grey.items()))
+        why = f"all {len(kept):,} images in {self.split_dir} are greyscale ({kinds})"
+        return kept, ("L", f"{_channels('L')}: {why}")
 
     def __len__(self) -> int:
         return len(self.samples)
@@ -177,7 +403,7 @@ class ImageFolderDataset:
             path, label = self.samples[(index + step) % n]
             try:
                 return self.load(path), label
-            except _DECODE_ERRORS as e:
+            except DECODE_ERRORS as e:
                 self._decode_failed(path, e)
         raise DataError(f"no image in {self.split_dir} can be decoded")
 
@@ -211,3 +437,7 @@ class ImageFolderDataset:
         out.labels = self.labels[idx]
         out._failed = set()
         return out
+
+
+def _channels(mode: str) -> str:
+    return "1 channel" if mode == "L" else "3 channels"

@@ -92,10 +92,27 @@ def balanced_subset(
 
 
 def split_holdout(dataset: Labelled, fraction: float, seed: int) -> tuple[Tensor, Tensor]:
-    """(train indices, held-out indices): ``fraction`` of every class held out, the rest kept."""
+    """(train indices, held-out indices): ``fraction`` of every class held out (rounded, at
+    least one image), the rest kept (at least one image); a class of one image is an error."""
     if not 0.0 < fraction < 1.0:
         raise ConfigError(f"fraction={fraction!r} is not valid: expected a number in (0, 1)")
-    held = balanced_subset(dataset, fraction=fraction, seed=seed)
-    keep = torch.ones(len(_labels(dataset)), dtype=torch.bool)
-    keep[held] = False
-    return keep.nonzero().flatten(), held
+    labels = _labels(dataset)
+    g = torch.Generator().manual_seed(seed)
+    held = []
+    for k, name in enumerate(dataset.classes):
+        members = (labels == k).nonzero().flatten()  # (n_k,)
+        n = len(members)
+        if n == 0:
+            continue
+        if n < 2:
+            raise DataError(
+                f"class {name!r} has {n} image: a holdout (data.holdout) needs 2 of each class "
+                "to keep one for training; add images, give a val/ folder, or set "
+                "data.validation=test"
+            )
+        take = min(n - 1, max(1, round(fraction * n)))
+        held.append(members[torch.randperm(n, generator=g)[:take]])
+    held_out = torch.cat(held).sort().values
+    keep = torch.ones(len(labels), dtype=torch.bool)
+    keep[held_out] = False
+    return keep.nonzero().flatten(), held_out

@@ -37,7 +37,9 @@ _INTERPOLATION = {
     "bilinear": TF.InterpolationMode.BILINEAR,
     "bicubic": TF.InterpolationMode.BICUBIC,
 }
-_NORMALIZATIONS = ("minus_one_to_one",)
+# Each normalisation as (mean, std) on pixels scaled to [0, 1], the same on every channel:
+# (x / 255 - 0.5) / 0.5 is (x - 127.5) / 127.5. Other tools (HF, ONNX consumers) read it this way.
+NORMALIZATIONS: dict[str, tuple[float, float]] = {"minus_one_to_one": (0.5, 0.5)}
 _SIXTEEN_BIT_MODES = ("I;16", "I;16B", "I;16L", "I")
 
 
@@ -66,6 +68,24 @@ def pil_to_tensor(image: Image.Image, mode: str = "RGB") -> Tensor:
         image = image.convert(mode)
     pixels = torch.from_numpy(np.array(image, dtype=np.uint8))  # (H, W) or (H, W, C)
     return pixels.unsqueeze(0) if pixels.ndim == 2 else pixels.permute(2, 0, 1).contiguous()
+
+
+def to_channels(images: Tensor, channels: int) -> Tensor:
+    """uint8 images (..., C, H, W) with ``channels`` channels: grey repeated into R, G and B, or
+    RGB to grey by PIL's 'L' conversion, to the bit (ITU-R 601-2 luma in PIL's 16-bit integer
+    arithmetic: L = (19595 R + 38470 G + 7471 B + 2^15) >> 16)."""
+    have = images.shape[-3]
+    if have == channels:
+        return images
+    if (have, channels) == (1, 3):
+        return images.expand(*images.shape[:-3], 3, *images.shape[-2:])  # (..., 3, H, W)
+    if (have, channels) == (3, 1):
+        r, g, b = images.int().unbind(-3)  # (..., H, W) each
+        grey = (19595 * r + 38470 * g + 7471 * b + 0x8000) >> 16
+        return grey.to(torch.uint8).unsqueeze(-3)  # (..., 1, H, W)
+    raise DataError(
+        f"images have {have} channels: expected 1 (greyscale) or 3 (RGB) to make {channels}"
+    )
 
 
 def to_float(images: Tensor) -> Tensor:
@@ -205,9 +225,10 @@ class Preprocess:
         object.__setattr__(self, "image_size", image_size_of(self.image_size))
         if type(self.in_chans) is not int or self.in_chans not in (1, 3):
             raise ConfigError(f"in_chans={self.in_chans!r} is not valid: expected 1 or 3")
-        if self.normalization not in _NORMALIZATIONS:
+        if self.normalization not in NORMALIZATIONS:
             raise ConfigError(
-                f"normalization={self.normalization!r} is not valid: expected one of {_NORMALIZATIONS}"
+                f"normalization={self.normalization!r} is not valid: expected one of "
+                f"{sorted(NORMALIZATIONS)}"
             )
         if self.resize not in _INTERPOLATION:
             raise ConfigError(
@@ -215,6 +236,13 @@ class Preprocess:
             )
         if not isinstance(self.antialias, bool):
             raise ConfigError(f"antialias={self.antialias!r} is not valid: expected True or False")
+
+    @property
+    def mean_std(self) -> tuple[list[float], list[float]]:
+        """The normalisation as per-channel (mean, std) on pixels scaled to [0, 1]:
+        ``(x / 255 - mean) / std``, the convention of torchvision, timm and Hugging Face."""
+        mean, std = NORMALIZATIONS[self.normalization]
+        return [mean] * self.in_chans, [std] * self.in_chans
 
     def to_dict(self) -> dict[str, Any]:
         return to_dict(self)
@@ -236,11 +264,7 @@ def preprocess_for_inference(image: Image.Image | Tensor, preprocess: Preprocess
                 "expected a PIL image or a uint8 tensor (C, H, W) with C = 1 or 3, "
                 f"found {image.dtype} of shape {tuple(image.shape)}"
             )
-        pixels = image
-        if pixels.shape[0] == 3 and preprocess.in_chans == 1:
-            pixels = TF.rgb_to_grayscale(pixels)  # (1, H, W), PIL's "L" weights
-        elif pixels.shape[0] == 1 and preprocess.in_chans == 3:
-            pixels = pixels.expand(3, -1, -1)  # (3, H, W)
+        pixels = to_channels(image, preprocess.in_chans)  # (C, H, W), PIL's "L" weights
     pixels = resize(
         pixels,
         preprocess.image_size,

@@ -75,12 +75,14 @@ def inspect_model(
     max_maps: int = 16,
     batch_size: int = 64,
     name: str | None = None,
+    images_from: str | None = None,
 ) -> dict[str, Path]:
     """Inspect ``model`` on ``images`` (B, C, H, W) in [-1, 1] and write the figures to ``out_dir``.
 
     Mean attention distance is averaged over all ``images``; attention-rollout maps are drawn for
     the first ``max_maps`` (titled by ``titles``, e.g. class names). ``name`` labels the model in
-    ``index.html``. Returns the written files by file name.
+    ``index.html``, ``images_from`` says where the images came from. Returns the written files by
+    file name.
     """
     cfg = model.cfg
     if images.ndim != 4 or images.shape[1] != cfg.in_chans or len(images) == 0:
@@ -224,6 +226,7 @@ def inspect_model(
     )
 
     h, w = images.shape[-2:]
-    heading = f"{_describe(model, name)}. {len(images)} image(s) of {h}x{w} px."
+    source = f"{images_from}: " if images_from else ""
+    heading = f"{_describe(model, name)}. Images: {source}{len(images)} at {h}x{w} px."
     keep(_write_html(out / "index.html", heading, sections))
     return written

@@ -2,17 +2,18 @@
 
 Formats are recognised from what the source is, never from a guess about its contents' values:
 a vitkit ``VisionTransformer``, a timm or transformers module, a state dict (timm layout, or
-official arrays), or a path — our directory (``config.json`` with ``"format": "vitkit"``), a
-Hugging Face ``save_pretrained`` directory (``"model_type": "vit"``), an official / big_vision
+official arrays), or a path — our directory (``config.json`` with ``"format": "vitkit"``) or its
+``model.safetensors``, a Hugging Face ``save_pretrained`` directory (``"model_type": "vit"``), an official / big_vision
 ``.npz``, a ``.safetensors`` file or a tensor-only ``.pth``/``.pt``/``.bin``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 from torch import Tensor, nn
@@ -21,6 +22,7 @@ from ..config import ModelConfig, image_size_of, size_hw
 from ..errors import ConfigError, MissingFileError
 from ..model import ResNetClassifier, VisionTransformer, build_model
 from .checkpoint import (
+    WEIGHTS_FILE,
     CheckpointError,
     is_ours,
     load_state_dict_strict,
@@ -31,6 +33,9 @@ from .checkpoint import (
     read_torch,
     write_ours,
 )
+
+if TYPE_CHECKING:
+    from ..data.transforms import Preprocess
 
 Source = str | os.PathLike | nn.Module | Mapping[str, Any]
 _TORCH_SUFFIXES = (".pth", ".pt", ".bin")
@@ -78,6 +83,10 @@ def _read_path(
             f"{path} is a directory but not a checkpoint: expected config.json with "
             '"format": "vitkit" (ours) or "model_type": "vit" (Hugging Face)'
         )
+    if path.name == WEIGHTS_FILE and is_ours(path.parent):
+        # our directory's weights: read the directory, whose config.json holds what a state dict
+        # cannot (pooling, eps, a non-square grid, class names, preprocessing)
+        return read_ours(path.parent)
     suffix = path.suffix.lower()
     if suffix == ".npz":
         cfg, state = _read_state(
@@ -138,8 +147,9 @@ def load(
     """Build the model a checkpoint implies and load its weights strictly; returns it in eval mode.
 
     Args:
-        source: a path (our directory, a Hugging Face directory, ``.npz``, ``.safetensors``,
-            ``.pth``/``.pt``/``.bin``), a state dict, or a vitkit / timm / transformers model.
+        source: a path (our directory or its ``model.safetensors``, a Hugging Face directory,
+            ``.npz``, ``.safetensors``, ``.pth``/``.pt``/``.bin``), a state dict, or a vitkit /
+            timm / transformers model.
         image_size: resize the position embeddings to this resolution, an int or (height,
             width) (2D bilinear interpolation of the grid with corners aligned, height and width
             separately, as the official ``scipy.ndimage.zoom(order=1)``).
@@ -147,7 +157,21 @@ def load(
             and match no preset.
         posemb: for big_vision checkpoints that store no position embedding ('sincos2d' default).
     """
-    cfg, state, _ = read(source, num_heads=num_heads, posemb=posemb)
+    model, _ = load_with_extra(source, image_size=image_size, num_heads=num_heads, posemb=posemb)
+    return model
+
+
+def load_with_extra(
+    source: Source,
+    *,
+    image_size: int | tuple[int, int] | None = None,
+    num_heads: int | None = None,
+    posemb: Literal["learn", "sincos2d", "none"] | None = None,
+) -> tuple[VisionTransformer | ResNetClassifier, dict[str, Any]]:
+    """``load``'s model and the checkpoint's extra metadata (``read``'s: ``class_names``,
+    ``preprocess``, ...), from one read of it. With ``image_size``, a recorded ``preprocess``
+    takes the model's new image size, since that is what the model now takes."""
+    cfg, state, extra = read(source, num_heads=num_heads, posemb=posemb)
     model = build_model(cfg)  # a ViT, or the ResNet baseline (arch='resnet') from our format
     name = str(source) if isinstance(source, (str, os.PathLike)) else "checkpoint"
     load_state_dict_strict(model, state, source=name)
@@ -161,7 +185,13 @@ def load(
             )
         if (h, w) != cfg.image_hw:
             model.resize_pos_embed((h // stride, w // stride))
-    return model.eval()
+            if extra.get("preprocess"):
+                from ..data.transforms import Preprocess
+
+                recorded = Preprocess.from_dict(extra["preprocess"])
+                resized = dataclasses.replace(recorded, image_size=model.cfg.image_size)
+                extra = {**extra, "preprocess": resized.to_dict()}
+    return model.eval(), extra
 
 
 def save(
@@ -169,15 +199,31 @@ def save(
     path: str | os.PathLike,
     *,
     format: Literal["vitkit", "hf"] = "vitkit",
-    class_names: list[str] | None = None,
+    class_names: Sequence[str] | None = None,
+    preprocess: Preprocess | None = None,
 ) -> Path:
     """Write ``model`` to the directory ``path``: our format (``model.safetensors`` +
-    ``config.json``), or a Hugging Face ``save_pretrained`` directory with ``format='hf'``."""
+    ``config.json``), or a Hugging Face ``save_pretrained`` directory with ``format='hf'``.
+
+    ``class_names`` (one per class) and ``preprocess`` (how an image file becomes the model's
+    input) travel with the weights: in our format as ``config.json``'s ``class_names`` and
+    ``preprocess`` (``Preprocess.to_dict()``), as training checkpoints store them; in Hugging
+    Face's as ``id2label`` / ``label2id`` and ``preprocessor_config.json`` (io/formats/hf.py).
+    Without ``preprocess``, our format records none (the official preprocessing at the model's
+    resolution is assumed on reading) and Hugging Face's gets that one written out.
+    """
+    from .metadata import check_preprocess, checked_class_names
+
     if not isinstance(model, (VisionTransformer, ResNetClassifier)):
         raise TypeError(f"save expects a vitkit model, got {type(model).__name__}")
+    names = checked_class_names(class_names, model.cfg)
     if format == "vitkit":
-        extra = {"class_names": list(class_names)} if class_names else None
-        return write_ours(model.cfg, model.state_dict(), path, extra)
+        extra: dict[str, Any] = {}
+        if names:
+            extra["class_names"] = names
+        if preprocess is not None:
+            extra["preprocess"] = check_preprocess(preprocess, model.cfg).to_dict()
+        return write_ours(model.cfg, model.state_dict(), path, extra or None)
     if format == "hf":
         from .formats.hf import write_hf
 
@@ -186,5 +232,5 @@ def save(
                 "format='hf' holds Vision Transformers only; save a ResNet as 'vitkit'"
             )
 
-        return write_hf(model, path, class_names=class_names)
+        return write_hf(model, path, class_names=names, preprocess=preprocess)
     raise ConfigError(f"format={format!r} is not known: expected 'vitkit' or 'hf'")

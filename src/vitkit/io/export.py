@@ -1,9 +1,23 @@
 """ONNX export of a vitkit model, and its check against PyTorch.
 
-The graph takes ``images`` (B, C, H, W) float32 in [-1, 1], (H, W) the model's ``image_size`` (the
-checkpoint's preprocessing is the caller's), with a dynamic batch B, and returns ``logits`` (B, K),
-or ``features`` (B, R or D), the pre-logits representation, for a model without a head
-(``num_classes == 0``).
+The graph takes ``images`` (B, C, H, W) float32 in [-1, 1], (H, W) the model's ``image_size``, with a
+dynamic batch B, and returns ``logits`` (B, K), or ``features`` (B, R or D), the pre-logits
+representation, for a model without a head (``num_classes == 0``). Preprocessing is the caller's,
+and the file says in its ``metadata_props`` (string values; lists as JSON) what it is, so that
+other tools need not ask vitkit::
+
+    class_names     ["cat", "dog", ...]: output i is class i (only when the checkpoint names them)
+    input_size      [H, W]: the graph's image height and width
+    channels        "3" or "1"
+    color_mode      "RGB" or "L": the PIL mode an image file is converted to
+    resize          "bilinear" or "bicubic": the whole image is resized to input_size (no crop)
+    antialias       "true" or "false": whether that resize antialiases when it shrinks
+    normalization   "minus_one_to_one": vitkit's name for the pixel scaling below
+    mean, std       one per channel, on pixels scaled to [0, 1]: input = (pixel / 255 - mean) / std
+
+The preprocessing keys (``color_mode`` to ``std``) are the checkpoint's ``Preprocess``, or the
+official one at the model's resolution; a model whose channels are not an image file's (1 or 3)
+has none of them.
 
 We use the ``torch.export``-based exporter (``dynamo=True``), not the TorchScript one. Both give
 the same numbers here, including for ``F.scaled_dot_product_attention`` (decomposed into MatMul and
@@ -16,17 +30,22 @@ as a dependency and a few seconds per export.
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import torch
 from torch import Tensor, nn
 
+from ..config import ModelConfig
+from ..data.transforms import Preprocess
 from ..errors import CheckpointError, ConfigError, MissingExtraError, UserFileError
 from ..model import ResNetClassifier, VisionTransformer
 from ..runtime.mode import eval_mode
+from .metadata import checked_class_names, fitted_preprocess
 
 # The exporter needs onnx and onnxscript, the check onnxruntime; the extra installs all three.
 _ONNX_MODULES = ("onnx", "onnxscript", "onnxruntime")
@@ -49,6 +68,33 @@ def _device(model: nn.Module) -> torch.device:
     return next(model.parameters()).device
 
 
+def onnx_metadata(
+    cfg: ModelConfig,
+    *,
+    class_names: Sequence[str] | None = None,
+    preprocess: Preprocess | None = None,
+) -> dict[str, str]:
+    """The ``metadata_props`` of a model's ONNX file (module docstring), checked against ``cfg``:
+    one class name per class, and a ``preprocess`` of the graph's channels and image size."""
+    names = checked_class_names(class_names, cfg)
+    preprocess = fitted_preprocess(preprocess, cfg, fixed_size="the ONNX graph")
+    height, width = cfg.image_hw
+    metadata = {"input_size": json.dumps([height, width]), "channels": str(cfg.in_chans)}
+    if names:
+        metadata["class_names"] = json.dumps(names)
+    if preprocess is not None:
+        mean, std = preprocess.mean_std
+        metadata |= {
+            "color_mode": "L" if preprocess.in_chans == 1 else "RGB",
+            "resize": preprocess.resize,
+            "antialias": json.dumps(preprocess.antialias),
+            "normalization": preprocess.normalization,
+            "mean": json.dumps(mean),
+            "std": json.dumps(std),
+        }
+    return metadata
+
+
 def export_onnx(
     model: VisionTransformer | ResNetClassifier,
     path: str | os.PathLike,
@@ -56,6 +102,8 @@ def export_onnx(
     batch_size: int = 2,
     opset: int | None = None,
     external_data: bool = False,
+    class_names: Sequence[str] | None = None,
+    preprocess: Preprocess | None = None,
 ) -> Path:
     """Export ``model`` (a vitkit ``VisionTransformer`` or ``ResNetClassifier``) to ONNX at ``path``.
 
@@ -64,7 +112,9 @@ def export_onnx(
     the weights go to ``<path>.data`` beside the graph, where torch puts them anyway past 1.5 GiB
     (protobuf caps one file at 2 GB; ViT-H holds 2.5 GB of float32 weights). The files are staged
     in a temporary directory and renamed into place, weights first, so a reader never sees a
-    half-written graph or a graph without its weights. Returns ``path``.
+    half-written graph or a graph without its weights. ``class_names`` and ``preprocess``
+    (default: the official preprocessing at the model's resolution) go into the file's
+    ``metadata_props`` (``onnx_metadata``). Returns ``path``.
     """
     require_onnx()
     if batch_size < 1:
@@ -75,6 +125,7 @@ def export_onnx(
             f"{path} is a directory: the ONNX output is a file, e.g. {path}/model.onnx"
         )
     cfg = model.cfg
+    metadata = onnx_metadata(cfg, class_names=class_names, preprocess=preprocess)
     images = torch.zeros(
         batch_size, cfg.in_chans, *cfg.image_hw, device=_device(model)
     )  # (B, C, H, W)
@@ -90,13 +141,14 @@ def export_onnx(
             opset_version=opset,
             verbose=False,  # otherwise the exporter prints its progress on stdout
         )
+    assert program is not None  # None only from the legacy exporter (dynamo=False)
+    program.model.metadata_props.update(metadata)
     data = path.with_name(f"{path.name}.data")  # the name torch gives external weights
     path.parent.mkdir(parents=True, exist_ok=True)
     # Not checkpoint.atomic_write: torch writes the weights' file name into the graph, so the graph
     # must be saved under its final name, which a temporary directory allows.
     with tempfile.TemporaryDirectory(prefix=f".{path.name}.", dir=path.parent) as tmp:
         staged = Path(tmp) / path.name
-        assert program is not None  # None only from the legacy exporter (dynamo=False)
         program.save(staged, external_data=external_data)
         staged_data = staged.with_name(data.name)
         external = staged_data.exists()

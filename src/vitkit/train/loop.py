@@ -8,6 +8,11 @@ whatever the cadence says is due (log, evaluate, save). The objective is the onl
 differs between pre-training, fine-tuning and masked patch prediction (whose mask embedding and
 head are trained and checkpointed with the run but never saved into the model's weights).
 
+Evaluations run on the validation split and keep the best weights in ``best/``; a test split
+apart from it is evaluated once, at the end, with those weights (train/data.py says which split is
+which). A run's time (``run_s`` in metrics.jsonl) goes on across resumes; ``time_s`` is the
+process's.
+
 Exact resume: batch order and augmentation are functions of (seed, epoch, batch), the global RNG
 (dropout; the GPU's too on CUDA) is saved with the checkpoint, so a run stopped at any moment and
 restarted continues step for step as if it had never stopped.
@@ -45,15 +50,18 @@ from ..config import RunConfig
 from ..data import Batches, Preprocess
 from ..data.loader import derive_seed
 from ..errors import ConfigError, VitkitError
+from ..io.checkpoint import atomic_write
 from ..model import ResNetClassifier, VisionTransformer, build_model
 from ..runtime.clock import process_seconds
 from . import distributed
+from .banner import banner
 from .cadence import Cadence
-from .data import build_datasets, ordered_batches
+from .data import RunData, build_data, ordered_batches
 from .objectives import MaskedPatchPrediction, Objective, evaluate_mpp
 from .optim import build_optimizer, learning_rate, set_learning_rate
 from .report import write_report
 from .state import (
+    SKIPPED_FILE,
     LiveRun,
     TrainState,
     WindowSums,
@@ -63,15 +71,17 @@ from .state import (
     remove_partial_writes,
     save_best,
     save_checkpoint,
+    training_checkpoint,
     truncate_metrics,
 )
 
 log = logging.getLogger(__name__)
 
 # The keys of a metrics.jsonl record that are clocks, not results (they differ between two runs of
-# the same computation): images/s of the log window, and ``time_s``, seconds since this process
-# started (time to accuracy counts from there; a resumed run's clock starts at its restart).
-TIMING_KEYS = ("images_per_s", "time_s")
+# the same computation): images/s of the log window; ``time_s``, seconds since this process
+# started (time to accuracy counts from there; a resumed run's clock starts at its restart); and
+# ``run_s``, the run's own time, summed over the processes that resumed it.
+TIMING_KEYS = ("images_per_s", "time_s", "run_s")
 
 
 class StoppedError(Exception):
@@ -88,8 +98,9 @@ class DivergedError(VitkitError):
 
 @dataclass
 class _Window:
-    """Running sums between two log lines. The sums are saved with checkpoints (a resumed run's
-    log lines equal an uninterrupted run's); the clock is not."""
+    """Running sums between two log lines, saved with checkpoints so that a resumed run's log
+    lines equal an uninterrupted run's; ``seconds`` (the window's training time so far) too, so
+    that its images/s counts only the images trained since the window's clock started."""
 
     loss: float = 0.0
     accuracy: float = 0.0
@@ -97,8 +108,23 @@ class _Window:
     images: int = 0
     t: float = field(default_factory=time.perf_counter)
 
+    @classmethod
+    def resumed(cls, sums: WindowSums) -> _Window:
+        """The window a checkpoint saved; one saved without its seconds restarts its images."""
+        seconds = sums.get("seconds")
+        window = cls(loss=sums["loss"], accuracy=sums["accuracy"], n=sums["n"])
+        if seconds is not None:
+            window.images, window.t = sums["images"], time.perf_counter() - seconds
+        return window
+
     def sums(self) -> WindowSums:
-        return {"loss": self.loss, "accuracy": self.accuracy, "n": self.n, "images": self.images}
+        return {
+            "loss": self.loss,
+            "accuracy": self.accuracy,
+            "n": self.n,
+            "images": self.images,
+            "seconds": time.perf_counter() - self.t,
+        }
 
 
 @contextmanager
@@ -142,26 +168,51 @@ class _Average:
 
 def init_from_pretrained(run: RunConfig) -> VisionTransformer | ResNetClassifier:
     """Pre-trained weights for fine-tuning [P App. B.1.1]: drop the whole head (pre-logits too),
-    attach a zero-initialised one, and 2D-interpolate the position embeddings to the new grid."""
+    attach a zero-initialised one, and 2D-interpolate the position embeddings to the new grid;
+    what was loaded and changed is logged."""
     from ..io.api import load
     from ..io.checkpoint import load_state_dict_strict
 
     assert run.init_from is not None
-    model = load(
-        run.init_from,
-        image_size=run.model.image_size,
-        num_heads=run.model.num_heads,
-        posemb=run.model.posemb,
+    model = load(run.init_from, num_heads=run.model.num_heads, posemb=run.model.posemb)
+    before = model.cfg
+    h, w = before.image_hw
+    log.info(
+        f"init     {run.init_from}: {model.num_params():,} pre-trained parameters, {h}x{w} px, "
+        f"{before.num_classes} classes"
     )
+    if isinstance(model, VisionTransformer) and before.image_hw != run.model.image_hw:
+        model.resize_pos_embed(run.model.grid)
+        (gh, gw), (nh, nw) = before.grid, run.model.grid
+        log.info(
+            f"         position embeddings {gh}x{gw} -> {nh}x{nw} (2D interpolation, corners "
+            f"aligned) for {run.model.image_hw[0]}x{run.model.image_hw[1]} px"
+        )
     model.reset_head(run.model.num_classes, run.model.representation_size)
+    dropped = "; pre-logits dropped" if before.representation_size is not None else ""
+    log.info(
+        f"         head replaced for {run.model.num_classes} classes, zero-initialised{dropped}"
+    )
     fresh = build_model(run.model)  # this run's dropout etc., the pre-trained weights
     load_state_dict_strict(fresh, model.state_dict(), source=run.init_from)
     return fresh
 
 
-def train(run: RunConfig, run_dir: str | Path, *, progress: bool = True) -> dict[str, Any]:
-    """Train (or resume) the run in ``run_dir``; returns the final evaluation. Under torchrun,
-    every process calls it inside ``distributed.process_group()``."""
+def train(
+    run: RunConfig,
+    run_dir: str | Path,
+    *,
+    progress: bool = True,
+    data: RunData | None = None,
+    resume_from: str | Path | None = None,
+) -> dict[str, Any]:
+    """Train (or resume) the run in ``run_dir``; returns the final evaluation: the best weights
+    on the test split when the run has one apart from its validation split, else the last
+    evaluation (``split`` says which). ``data``: the run's datasets, when the caller has read
+    them already (else they are read from ``run.data``). ``resume_from``: a checkpoint
+    (``checkpoints/step_N`` of another run directory) to continue from when ``run_dir`` holds
+    none of its own. Under torchrun, every process calls it inside
+    ``distributed.process_group()``."""
     run_dir = Path(run_dir)
     tc = run.train
     torch.manual_seed(tc.seed)  # the same initial weights in every process
@@ -169,7 +220,9 @@ def train(run: RunConfig, run_dir: str | Path, *, progress: bool = True) -> dict
     device = distributed.resolve_device(tc.device)  # before anything is built: fails fast
 
     # ---- data: every process walks the same global batches and keeps its part of each
-    train_set, test_set, classes = build_datasets(run.data, run.model, seed=tc.seed)
+    if data is None:
+        data = build_data(run.data, run.model, seed=tc.seed, in_chans=run.model.in_chans)
+    train_set, classes = data.train, data.classes
     if tc.objective == "classification" and len(classes) != run.model.num_classes:
         raise ConfigError(
             f"model.num_classes={run.model.num_classes} but the dataset has {len(classes)} classes"
@@ -192,13 +245,20 @@ def train(run: RunConfig, run_dir: str | Path, *, progress: bool = True) -> dict
         num_workers=run.data.num_workers,
         shard=(rank, world),
     )
-    evaluation = ordered_batches(
-        test_set,
-        run.model,
-        batch_size=max(tc.batch_size, 256),
-        num_workers=run.data.num_workers,
-        shard=(rank, world),
-    )
+
+    def in_order(dataset: Any) -> Batches:
+        return ordered_batches(
+            dataset,
+            run.model,
+            batch_size=max(tc.batch_size, 256),
+            num_workers=run.data.num_workers,
+            shard=(rank, world),
+        )
+
+    evaluation = in_order(data.val)
+    # the test split, evaluated once with the best weights, when it is not the validation split
+    final_test = in_order(data.test) if data.test is not None and not data.val_is_test else None
+    split = "test" if data.val_is_test else "val"  # what metrics.jsonl calls the evaluations
     steps_per_epoch = train_batches.steps_per_epoch // tc.accum_steps
     if steps_per_epoch < 1:
         raise ConfigError(
@@ -214,11 +274,17 @@ def train(run: RunConfig, run_dir: str | Path, *, progress: bool = True) -> dict
     check_run_dir(run_dir, run.to_dict(), write=main)  # every process checks: all fail alike
     if main:
         remove_partial_writes(run_dir)
+        write_skipped(run_dir, data.skipped)
 
     # ---- model, objective, optimizer; resume or initialise
     last = checkpoints(run_dir)
+    resume = last[-1] if last else None
+    if resume_from is not None and last:
+        log.info(f"--resume {resume_from} not used: {run_dir} holds checkpoints of its own")
+    elif resume_from is not None:
+        resume = training_checkpoint(resume_from, run.to_dict())
     # built on the CPU, then moved: the initial weights are the same on every device
-    model = build_model(run.model) if last or not run.init_from else init_from_pretrained(run)
+    model = build_model(run.model) if resume or not run.init_from else init_from_pretrained(run)
     model.to(device)
     mpp = MaskedPatchPrediction(run.model).to(device) if tc.objective == "mpp" else None
     ema = copy.deepcopy(model).eval() if tc.ema else None
@@ -248,28 +314,39 @@ def train(run: RunConfig, run_dir: str | Path, *, progress: bool = True) -> dict
         _Average(ema, model, tc.ema, fixed=not sharded) if ema is not None and tc.ema else None
     )
     live = LiveRun(objective=objective, optimizer=optimizer, ema=ema, mpp=mpp, device=device)
-    step, best, window = 0, -1.0, _Window()
-    if last:
-        weights, state = load_checkpoint(last[-1], model.cfg)
+    step, best, window, earlier_s = 0, -1.0, _Window(), 0.0
+    if resume is not None:
+        weights, state = load_checkpoint(resume, model.cfg)
         distributed.load_model_state(model, weights)
         state.restore(live)
-        step, best, window = state.step, state.best, _Window(**state.window)
-        log.info("resumed %s at step %d", last[-1], step)
+        step, best, window = state.step, state.best, _Window.resumed(state.window)
+        if not (run_dir / "best").is_dir():  # a checkpoint moved alone (--resume, a copy)
+            best = -1.0  # the next evaluation writes best/, which the end of the run reads
+        earlier_s = state.seconds - process_seconds()  # the run's clock goes on from there
     if main:
         truncate_metrics(run_dir / "metrics.jsonl", step)
+        for line in banner(
+            run, data, model, device=device, cadence=cadence, run_dir=run_dir, step=step
+        ):
+            log.info(line)
     preprocess = Preprocess(image_size=run.model.image_size, in_chans=run.model.in_chans)
     extra = {"class_names": classes, "preprocess": preprocess.to_dict(), "run": run.to_dict()}
 
-    def evaluate_now() -> dict[str, Any]:
-        """Each process evaluates its part of every test batch; the sums are added up."""
+    def run_seconds() -> float:
+        return earlier_s + process_seconds()
+
+    def evaluate_now(
+        model: VisionTransformer | ResNetClassifier, batches: Batches, split: Any
+    ) -> dict[str, Any]:
+        """Each process evaluates its part of every batch; the sums are added up."""
         from ..eval.fewshot import fewshot_model
         from ..eval.metrics import evaluate
 
         with distributed.unsharded(objective):  # the model is called outside the objective
             if mpp is None:
                 result = evaluate(
-                    averaged,
-                    evaluation.epoch(0),
+                    model,
+                    batches.epoch(0),
                     len(classes),
                     bf16=tc.bf16,
                     flip=run.data.test_flip,
@@ -277,13 +354,13 @@ def train(run: RunConfig, run_dir: str | Path, *, progress: bool = True) -> dict
                 )
             else:  # the colour accuracy of the chosen patches, the same patches every time
                 result = evaluate_mpp(
-                    averaged, mpp, evaluation.epoch(0), seed=tc.seed, reduce=distributed.all_sum
+                    model, mpp, batches.epoch(0), seed=tc.seed, reduce=distributed.all_sum
                 )
             if tc.fewshot:  # whole in every process: small, and the same forward passes in all
                 result["fewshot"] = fewshot_model(
-                    averaged,
+                    model,
                     train_set,
-                    test_set,
+                    split,  # the images evaluated: few-shot classifies them too
                     shots=tc.fewshot,
                     seeds=3,
                     image_size=run.model.image_size,
@@ -297,6 +374,7 @@ def train(run: RunConfig, run_dir: str | Path, *, progress: bool = True) -> dict
         if not main:
             return
         record["time_s"] = round(process_seconds(), 2)
+        record["run_s"] = round(run_seconds(), 2)
         with open(run_dir / "metrics.jsonl", "a") as f:
             f.write(json.dumps(record) + "\n")
         if board is not None:
@@ -314,6 +392,7 @@ def train(run: RunConfig, run_dir: str | Path, *, progress: bool = True) -> dict
             f"{tc.batch_size * tc.accum_steps} = {world} x {tc.batch_size // world} per process x {tc.accum_steps} accumulation steps"
         )
     result: dict[str, Any] = {}
+    what = "masked-patch colour accuracy" if mpp is not None else "accuracy"
     step_fn.train()
     with _stop_requests() as stop:
         while step < cadence.total_steps:
@@ -366,23 +445,18 @@ def train(run: RunConfig, run_dir: str | Path, *, progress: bool = True) -> dict
                     "images_per_s": window.images / max(elapsed, 1e-9),
                 }
                 write(record)
-                bar.set_postfix(
-                    loss=f"{record['loss']:.3f}",
-                    acc=f"{record['accuracy']:.3f}",
-                    img_s=f"{record['images_per_s']:.0f}",
-                )
+                bar.log(record, total=cadence.total_steps, minutes=run_seconds() / 60)
                 window = _Window()
             if cadence.eval(step):
                 started = time.perf_counter()
-                result = evaluate_now()
+                result = evaluate_now(averaged, evaluation, data.val)
                 window.t += time.perf_counter() - started  # images/s counts training only
-                write({"step": step, "split": "test", **_scalars(result)})
-                what = "masked-patch colour accuracy" if mpp is not None else "accuracy"
+                write({"step": step, "split": split, **_scalars(result)})
                 one_view = result.get("accuracy_one_view")
                 bar.write(
-                    f"step {step}: test {what} {result['accuracy']:.4f}"
+                    f"step {step}: {split} {what} {result['accuracy']:.4f}"
                     + ("" if one_view is None else f" (with its mirror; {one_view:.4f} without)")
-                    + f" ({process_seconds() / 60:.1f} min)"
+                    + f" ({run_seconds() / 60:.1f} min)"
                 )
                 if result["accuracy"] > best:  # the same result in every process
                     best = result["accuracy"]
@@ -391,7 +465,9 @@ def train(run: RunConfig, run_dir: str | Path, *, progress: bool = True) -> dict
                         save_best(run_dir, model.cfg, weights, extra)
             if cadence.save(step) or stopping:  # every process gathers, rank 0 writes
                 weights = distributed.model_state(model)
-                state = TrainState.capture(live, step=step, best=best, window=window.sums())
+                state = TrainState.capture(
+                    live, step=step, best=best, window=window.sums(), seconds=run_seconds()
+                )
                 if main:
                     save_checkpoint(
                         run_dir, model.cfg, weights, state, extra=extra, keep_last=tc.keep_last
@@ -402,10 +478,48 @@ def train(run: RunConfig, run_dir: str | Path, *, progress: bool = True) -> dict
                 raise StoppedError(stopping, step)
     bar.close()
     if not result:  # the run was already complete: evaluate its final weights
-        result = evaluate_now()
+        result = evaluate_now(averaged, evaluation, data.val)
+    result = {"split": split, **result, "best": best}
+    if final_test is not None:  # the test split, once, with the weights the validation chose
+        if not (run_dir / "best").is_dir():  # a finished checkpoint moved alone (--resume)
+            log.info("no best/ in %s: the final weights are kept as the best", run_dir)
+            weights = distributed.model_state(averaged)
+            if main:
+                save_best(run_dir, model.cfg, weights, extra)
+        tested = _best_model(run_dir, run, device)
+        result = {"split": "test", **evaluate_now(tested, final_test, data.test), "best": best}
+        if not _logged(run_dir, step, "test"):  # a finished run re-evaluated: logged once
+            write({"step": step, "split": "test", **_scalars(result)})
     if main:
         write_report(run_dir, result, classes)
     return result
+
+
+def _logged(run_dir: Path, step: int, split: str) -> bool:
+    """Whether metrics.jsonl has a record of ``split`` at ``step``."""
+    path = run_dir / "metrics.jsonl"
+    lines = path.read_text().splitlines() if path.is_file() else []
+    return any(r.get("step") == step and r.get("split") == split for r in map(json.loads, lines))
+
+
+def _best_model(
+    run_dir: Path, run: RunConfig, device: torch.device
+) -> VisionTransformer | ResNetClassifier:
+    """The weights in ``best/`` (every process reads them once rank 0 has written them)."""
+    from ..io.checkpoint import load_state_dict_strict, read_ours
+
+    distributed.barrier()
+    _, weights, _ = read_ours(run_dir / "best")
+    model = build_model(run.model)
+    load_state_dict_strict(model, weights, source=str(run_dir / "best"))
+    return model.to(device).eval()
+
+
+def write_skipped(run_dir: Path, skipped: list[tuple[str, str]]) -> None:
+    """``skipped_images.txt``: every image file the run skipped, and why, one per line."""
+    if skipped:
+        text = "".join(f"{path}\t{why}\n" for path, why in skipped)
+        atomic_write(run_dir / SKIPPED_FILE, lambda p: p.write_text(text))
 
 
 def _scalars(result: dict[str, Any]) -> dict[str, float]:
@@ -430,17 +544,47 @@ def _tensorboard(run_dir: Path) -> Any:
 
 
 class _NoBar:
+    """Without a progress bar: one line per log window, and the evaluations, to the log."""
+
     def update(self, n: int) -> None: ...
-    def set_postfix(self, **kw: Any) -> None: ...
+
     def write(self, text: str) -> None:
         log.info(text)
+
+    def log(self, record: dict[str, Any], *, total: int, minutes: float) -> None:
+        log.info(
+            f"step {record['step']}/{total} (epoch {record['epoch']:.2f}): loss "
+            f"{record['loss']:.4f}, accuracy {record['accuracy']:.4f}, lr {record['lr']:.3g}, "
+            f"{record['images_per_s']:.0f} images/s ({minutes:.1f} min)"
+        )
 
     def close(self) -> None: ...
 
 
-def _progress(total: int, initial: int, *, enabled: bool) -> Any:
-    if not enabled:
-        return _NoBar()
-    from tqdm import tqdm
+class _Bar(_NoBar):
+    """A tqdm progress bar; each log window's figures go to its postfix."""
 
-    return tqdm(total=total, initial=initial, unit="step", dynamic_ncols=True)
+    def __init__(self, total: int, initial: int) -> None:
+        from tqdm import tqdm
+
+        self.bar = tqdm(total=total, initial=initial, unit="step", dynamic_ncols=True)
+
+    def update(self, n: int) -> None:
+        self.bar.update(n)
+
+    def write(self, text: str) -> None:
+        self.bar.write(text)
+
+    def log(self, record: dict[str, Any], *, total: int, minutes: float) -> None:
+        self.bar.set_postfix(
+            loss=f"{record['loss']:.3f}",
+            acc=f"{record['accuracy']:.3f}",
+            img_s=f"{record['images_per_s']:.0f}",
+        )
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def _progress(total: int, initial: int, *, enabled: bool) -> _NoBar:
+    return _Bar(total, initial) if enabled else _NoBar()

@@ -1,6 +1,6 @@
 """What a finished run leaves for a person: a loss/accuracy curve and (when it classifies) a
 confusion matrix (PNG), drawn from ``metrics.jsonl`` and the final evaluation; and the run's time
-to accuracy, read from the same log."""
+to accuracy and best evaluation, read from the same log."""
 
 from __future__ import annotations
 
@@ -40,6 +40,20 @@ def time_to_accuracy(
     }
 
 
+def best_evaluation(run_dir: Path) -> dict[str, Any] | None:
+    """The first evaluation with the best accuracy (the one whose weights are in ``best/``):
+    among the validation records, or the test records of a run that validates on its test split.
+    ``run_s`` is the run's time then (``time_s`` for a log written before it was kept)."""
+    records = _records(run_dir)
+    evaluations = [r for r in records if r.get("split") == "val"] or [
+        r for r in records if r.get("split") == "test"
+    ]
+    if not evaluations:
+        return None
+    best = max(evaluations, key=lambda r: r["accuracy"])  # the first of equals
+    return {**best, "run_s": best.get("run_s", best["time_s"])}
+
+
 def write_report(run_dir: Path, result: dict[str, Any], classes: list[str]) -> list[Path]:
     """Write ``curves.png`` and ``confusion.png`` into ``run_dir``; returns their paths."""
     import matplotlib
@@ -49,13 +63,14 @@ def write_report(run_dir: Path, result: dict[str, Any], classes: list[str]) -> l
 
     records = _records(run_dir)
     train = [r for r in records if "split" not in r]
-    test = [r for r in records if r.get("split") == "test"]
     fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(10, 4))
-    ax_loss.plot([r["step"] for r in train], [r["loss"] for r in train], label="train")
-    ax_loss.plot([r["step"] for r in test], [r["loss"] for r in test], "o-", label="test")
+    for ax, key in ((ax_loss, "loss"), (ax_acc, "accuracy")):
+        ax.plot([r["step"] for r in train], [r[key] for r in train], label="train")
+        for split in ("val", "test"):  # evaluations: validation during the run, test at its end
+            points = [r for r in records if r.get("split") == split]
+            if points:
+                ax.plot([r["step"] for r in points], [r[key] for r in points], "o-", label=split)
     ax_loss.set(xlabel="step", ylabel="loss", title="loss")
-    ax_acc.plot([r["step"] for r in train], [r["accuracy"] for r in train], label="train")
-    ax_acc.plot([r["step"] for r in test], [r["accuracy"] for r in test], "o-", label="test")
     ax_acc.set(xlabel="step", ylabel="accuracy", title="accuracy")
     for ax in (ax_loss, ax_acc):
         ax.grid(alpha=0.3)
@@ -76,7 +91,8 @@ def write_report(run_dir: Path, result: dict[str, Any], classes: list[str]) -> l
             ax.text(j, i, str(confusion[i][j]), ha="center", va="center", fontsize=7)
     ax.set_xticks(range(k), classes, rotation=60, ha="right", fontsize=8)
     ax.set_yticks(range(k), classes, fontsize=8)
-    ax.set(xlabel="predicted", ylabel="true", title=f"test accuracy {result['accuracy']:.4f}")
+    split = result.get("split", "test")
+    ax.set(xlabel="predicted", ylabel="true", title=f"{split} accuracy {result['accuracy']:.4f}")
     fig.tight_layout()
     matrix = run_dir / "confusion.png"
     fig.savefig(matrix, dpi=100)

@@ -5,11 +5,13 @@ A run directory holds::
     config.json                  the resolved RunConfig
     metrics.jsonl                one JSON object per logged step / evaluation
     checkpoints/step_00001200/   model.safetensors + config.json (our format) + state.pt
-    best/                        the weights with the best test accuracy so far (our format)
+    best/                        the weights with the best validation accuracy so far (our format)
+    skipped_images.txt           the image files skipped as unreadable, and why (if any)
 
 ``state.pt`` holds ``TrainState``'s fields: the optimizer, the EMA weights, the objective's own
-weights (masked patch prediction), the step, the best score, the log window's running sums and
-the global RNG state (dropout), with the GPU's when the run computes on CUDA; it is read with
+weights (masked patch prediction), the step, the best score, the log window's running sums, the
+run's time so far and the global RNG state (dropout), with the GPU's when the run computes on
+CUDA; it is read with
 ``torch.load(weights_only=True)``. Every tensor is written from the CPU, so a checkpoint does
 not depend on the device that wrote it. The data position needs no storage: batch order and
 augmentation are functions of (seed, epoch, batch). A checkpoint directory is written under a
@@ -39,6 +41,7 @@ from ..io.checkpoint import (
 from . import distributed
 
 STATE_FILE = "state.pt"
+SKIPPED_FILE = "skipped_images.txt"  # the image files a run skipped, and why
 CHECKPOINTS = "checkpoints"
 
 
@@ -54,13 +57,19 @@ class LiveRun:
     device: torch.device
 
 
-class WindowSums(TypedDict):
-    """The log window's running sums (``_Window`` in loop.py), as checkpoints keep them."""
-
+class _WindowCounts(TypedDict):
     loss: float
     accuracy: float
     n: int
     images: int
+
+
+class WindowSums(_WindowCounts, total=False):
+    """The log window's running sums (``_Window`` in loop.py), as checkpoints keep them;
+    ``seconds``, its training time so far, is absent from checkpoints written before it was
+    kept."""
+
+    seconds: float
 
 
 @dataclass
@@ -78,10 +87,14 @@ class TrainState:
     window: WindowSums  # the running sums of the log window, so resumed logs match
     objective: dict[str, Tensor] | None = None  # masked patch prediction's mask embedding and head
     cuda_rng: Tensor | None = None  # the GPU's RNG (dropout, masks) when the run computes on CUDA
+    seconds: float = 0.0  # the run's time so far, summed over the processes that resumed it
 
     @classmethod
-    def capture(cls, run: LiveRun, *, step: int, best: float, window: WindowSums) -> TrainState:
-        """The state of ``run`` after ``step`` steps (every process gathers its shards)."""
+    def capture(
+        cls, run: LiveRun, *, step: int, best: float, window: WindowSums, seconds: float
+    ) -> TrainState:
+        """The state of ``run`` after ``step`` steps and ``seconds`` of its time (every process
+        gathers its shards)."""
         return cls(
             step=step,
             best=best,
@@ -91,6 +104,7 @@ class TrainState:
             window=window,
             objective=distributed.model_state(run.mpp) if run.mpp is not None else None,
             cuda_rng=torch.cuda.get_rng_state(run.device) if run.device.type == "cuda" else None,
+            seconds=seconds,
         )
 
     def restore(self, run: LiveRun) -> None:
@@ -127,6 +141,7 @@ class TrainState:
                 raise KeyError(", ".join(missing))
             state = cls(**{f.name: payload[f.name] for f in fields(cls) if f.name in payload})
             state.step, state.best = int(state.step), float(state.best)
+            state.seconds = float(state.seconds)
         except (KeyError, TypeError, ValueError) as e:
             raise CheckpointError(f"{path} is not a vitkit training state: {e}") from None
         return state
@@ -186,6 +201,30 @@ def load_checkpoint(path: Path, cfg: ModelConfig) -> tuple[dict[str, Tensor], Tr
     return weights, state
 
 
+def training_checkpoint(path: str | Path, config: dict[str, Any]) -> Path:
+    """``path`` if it is a checkpoint this run (``config``) can continue from: model, config and
+    ``state.pt``, written by a run of the same config (``config_differences``); a
+    ``CheckpointError`` saying what it is otherwise."""
+    path = Path(path)
+    if not (path / STATE_FILE).is_file():
+        found = "not found" if not path.exists() else "has no state.pt"
+        raise CheckpointError(
+            f"{path} {found}: expected a checkpoint written by vitkit train "
+            f"(RUN_DIR/{CHECKPOINTS}/step_N, with {STATE_FILE}); best/ holds weights only, "
+            "use --init-from to start from them"
+        )
+    _, _, extra = read_ours(path)
+    if "run" not in extra:
+        raise CheckpointError(f"{path} records no run config: it cannot be continued exactly")
+    changed = config_differences(extra["run"], config, source=path / "config.json")
+    if changed:
+        raise CheckpointError(
+            f"{path} was written by a run with another config ({', '.join(changed)} differ): "
+            "continue it with that run's command, or start from its weights with --init-from"
+        )
+    return path
+
+
 def _exists(path: Path) -> Path:
     if not path.is_file():
         raise CheckpointError(f"{path} is missing: the checkpoint is incomplete")
@@ -216,27 +255,45 @@ def save_best(
 PLACEMENT = ("parallel", "activation_checkpointing", "device")
 
 
+def config_differences(saved: Any, config: dict[str, Any], *, source: Path) -> list[str]:
+    """The dotted keys in which the run config ``saved`` (read from ``source``) differs from
+    ``config``. Read through ``RunConfig``, so that keys added since (with defaults) and renamed
+    ones are no difference; the ``train`` keys in ``PLACEMENT`` may differ, and a data folder
+    written relative (before data specs) is the same as its absolute form."""
+    from ..config import ConfigError, RunConfig, normalise_data
+
+    try:
+        old = RunConfig.from_dict(saved).to_dict()
+    except ConfigError as e:
+        raise CheckpointError(f"{source} is not a vitkit run config: {e}") from None
+    old["train"].update({k: config["train"][k] for k in PLACEMENT})
+    new = {**config, "data": {**config["data"]}}
+    for data in (old["data"], new["data"]):
+        data["dataset"] = normalise_data(data["dataset"])
+    changed = sorted(
+        f"{section}.{k}"
+        for section in new
+        if isinstance(new[section], dict)
+        for k in set(new[section]) | set(old.get(section, {}))
+        if new[section].get(k) != old.get(section, {}).get(k)
+    )
+    return changed or sorted(k for k in new if new.get(k) != old.get(k))
+
+
 def check_run_dir(run_dir: Path, config: dict[str, Any], *, write: bool = True) -> None:
-    """A run directory belongs to one config: refuse to continue a different run in it (the
-    ``train`` fields in ``PLACEMENT`` may change), and record the config there if ``write`` (one
-    process of a data-parallel run writes)."""
+    """A run directory belongs to one config: refuse to continue a different run in it (see
+    ``config_differences``), and record the config there if ``write`` (one process of a
+    data-parallel run writes)."""
     path = run_dir / "config.json"
     if path.is_file():
-        from ..config import ConfigError, RunConfig
-
-        try:  # through the dataclasses: fields added since (with defaults) are not differences
-            saved = RunConfig.from_dict(json.loads(path.read_text())).to_dict()
-        except (ConfigError, json.JSONDecodeError) as e:
+        try:
+            saved = json.loads(path.read_text())
+        except json.JSONDecodeError as e:
             raise CheckpointError(f"{path} is not a vitkit run config: {e}") from None
-        saved["train"].update({k: config["train"][k] for k in PLACEMENT})
-        if saved != config:
-            changed = sorted(
-                f"{section}.{k}"
-                for section in config
-                if isinstance(config[section], dict)
-                for k in set(config[section]) | set(saved.get(section, {}))
-                if config[section].get(k) != saved.get(section, {}).get(k)
-            ) or sorted(k for k in config if config.get(k) != saved.get(k))
+        changed = config_differences(saved, config, source=path)
+        if changed:
+            from ..config import ConfigError
+
             raise ConfigError(
                 f"{run_dir} holds a run with a different config ({', '.join(changed)} differ): "
                 "use another --run-dir, or delete that directory to start over"

@@ -42,13 +42,39 @@ Choices:
   grid is (height / P, width / P), flattened row by row as vitkit's. A non-square model is written
   with the pair, a square one with an int. ``patch_size`` must be square (vitkit's patches are).
 
+Beside the weights, an export carries what ``transformers.pipeline("image-classification")``
+needs to classify an image file as ``vitkit predict`` does: class names as ``id2label`` /
+``label2id``, and vitkit's ``Preprocess`` as a ``preprocessor_config.json`` that
+``ViTImageProcessor`` reads: the whole image resized to the model's (height, width) with the same
+interpolation (``resample``, PIL's code: 2 bilinear, 3 bicubic), rescaled by 1/255 and normalised
+with the same mean and std on every channel (0.5 and 0.5 for 'minus_one_to_one'). HF's
+processors always antialias when they shrink an image (PIL's resize; torchvision's with
+``antialias=True``), so ``antialias=False`` is refused, as is a size other than the model's (HF's
+ViT takes its config's image size only). Reading a directory maps ``preprocessor_config.json``
+back to a ``Preprocess``; one that describes something else (a centre crop, ImageNet's mean and
+std, a shortest-edge resize, ...) is not carried over, with a warning.
+
+A 1-channel model reads images as PIL's 'L', ``L = 299/1000 R + 587/1000 G + 114/1000 B``
+(rounded to an integer), but the pipeline always hands its processor RGB. So a 1-channel model is
+exported as the 3-channel model whose patch-embedding kernel is the 1-channel kernel ``W`` times
+those weights: ``W_c = w_c W`` for c in R, G, B, and ``num_channels=3``. That is exact up to
+rounding: the normalisation ``n(x) = (x - 127.5) / 127.5`` is affine with the same constants on
+every channel and the weights sum to 1, so ``sum_c w_c W n(x_c) = W n(sum_c w_c x_c) = W n(L)``;
+resizing applies one linear filter to every channel, so it commutes with the weighted sum
+(bicubic's clipping to 0..255 aside). What differs is where uint8 rounding happens (PIL rounds L,
+and each resize rounds its output): about one grey level, 1/127.5 after normalisation. Read back,
+such an export is that 3-channel model.
+
 transformers is imported only inside :func:`write_hf`; reading a directory needs only JSON and
 safetensors (or a tensor-only ``pytorch_model.bin``).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import os
+import warnings
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -56,7 +82,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ...config import ConfigError, ModelConfig
+from ...config import ConfigError, ModelConfig, size_hw
+from ...data.transforms import NORMALIZATIONS, Preprocess
 from ...errors import MissingExtraError, MissingFileError, UserFileError
 from ...model import VisionTransformer
 from ..checkpoint import (
@@ -68,9 +95,29 @@ from ..checkpoint import (
     read_safetensors,
     read_torch,
 )
+from ..metadata import checked_class_names, fitted_preprocess
 
 PREFIX = "vit."  # the backbone's name inside ViTForImageClassification
 _PATCH_KEY = "embeddings.patch_embeddings.projection.weight"
+PROCESSOR_FILE = "preprocessor_config.json"  # the name save_pretrained gives an image processor's
+
+# PIL's 'L' conversion (ITU-R 601-2 luma): L = R * 299/1000 + G * 587/1000 + B * 114/1000.
+LUMA = (0.299, 0.587, 0.114)
+
+# vitkit's resize -> PIL's resampling code, which HF's image processors take as ``resample``.
+_RESAMPLE = {"bilinear": 2, "bicubic": 3}
+# ViTImageProcessor's defaults, used where a preprocessor_config.json leaves a field out.
+_PROCESSOR_DEFAULTS: dict[str, Any] = {
+    "do_resize": True,
+    "size": {"height": 224, "width": 224},
+    "resample": 2,
+    "do_center_crop": False,
+    "do_rescale": True,
+    "rescale_factor": 1 / 255,
+    "do_normalize": True,
+    "image_mean": [0.5, 0.5, 0.5],
+    "image_std": [0.5, 0.5, 0.5],
+}
 
 # HF ``hidden_act`` -> vitkit ``act``. gelu_new / gelu_fast are tanh-approximation formulas within
 # 1.2e-7 of torch's tanh GELU; anything else (relu, quick_gelu, ...) is not the paper's MLP.
@@ -323,11 +370,85 @@ def _read_weights(directory: Path) -> dict[str, Tensor]:
     )
 
 
+def _close(value: Any, target: float) -> bool:
+    """A number, or a non-empty list of numbers, all ``target`` up to float rounding."""
+    items = list(value) if isinstance(value, (list, tuple)) else [value]
+    return bool(items) and all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) and math.isclose(v, target)
+        for v in items
+    )
+
+
+def _read_preprocess(
+    processor: Mapping[str, Any], cfg: ModelConfig, source: Path
+) -> dict[str, Any] | None:
+    """The ``Preprocess`` (as a dict, as our format stores it) that a ViT image processor's config
+    describes, with the model's channels; None, with a warning saying why, when it describes
+    something a ``Preprocess`` cannot."""
+
+    def get(key: str) -> Any:
+        value = processor.get(key)
+        return _PROCESSOR_DEFAULTS[key] if value is None else value
+
+    problems = []
+    kind = processor.get("image_processor_type") or processor.get("feature_extractor_type")
+    if kind is not None and not str(kind).startswith("ViT"):
+        problems.append(f"image_processor_type={kind!r} (not ViT's)")
+    size = get("size")
+    sides = {k: v for k, v in size.items() if v is not None} if isinstance(size, Mapping) else {}
+    image_size: Any = size
+    if set(sides) == {"height", "width"}:
+        image_size = (sides["height"], sides["width"])
+    elif not isinstance(size, int):
+        problems.append(f"size={size!r} (not a (height, width) the whole image is resized to)")
+    if not get("do_resize"):
+        problems.append("do_resize=false")
+    resize = {code: name for name, code in _RESAMPLE.items()}.get(get("resample"))
+    if resize is None:
+        problems.append(f"resample={get('resample')!r} (neither bilinear, 2, nor bicubic, 3)")
+    if get("do_center_crop"):
+        problems.append("do_center_crop=true")
+    if not (get("do_rescale") and _close(get("rescale_factor"), 1 / 255)):
+        problems.append(f"do_rescale={get('do_rescale')}, rescale_factor={get('rescale_factor')}")
+    mean, std = get("image_mean"), get("image_std")
+    normalization = next(
+        (
+            name
+            for name, (m, s) in NORMALIZATIONS.items()
+            if get("do_normalize") and _close(mean, m) and _close(std, s)
+        ),
+        None,
+    )
+    if normalization is None:
+        problems.append(
+            f"do_normalize={get('do_normalize')}, image_mean={mean}, image_std={std} (vitkit's "
+            f"normalizations: {dict(NORMALIZATIONS)} as (mean, std) on every channel)"
+        )
+    if not problems:
+        try:
+            return Preprocess(
+                image_size=image_size,
+                in_chans=cfg.in_chans,
+                normalization=str(normalization),
+                resize=str(resize),
+            ).to_dict()
+        except ConfigError as e:
+            problems.append(str(e))
+    warnings.warn(  # the command line shows it as one line
+        f"{source}: preprocessing not carried over, as vitkit's Preprocess cannot express "
+        f"{'; '.join(problems)}",
+        stacklevel=3,
+    )
+    return None
+
+
 def read_hf_dir(
     path: str | os.PathLike,
 ) -> tuple[ModelConfig, dict[str, Tensor], dict[str, Any]]:
-    """Config, weights (vitkit layout) and extra metadata (``class_names`` from ``id2label`` when
-    they are real names) of a ``save_pretrained`` directory. Does not import transformers."""
+    """Config, weights (vitkit layout) and extra metadata of a ``save_pretrained`` directory:
+    ``class_names`` from ``id2label`` when they are real names, ``preprocess`` (a
+    ``Preprocess.to_dict()``) from ``preprocessor_config.json`` when there is one that a
+    ``Preprocess`` expresses. Does not import transformers."""
     directory = Path(path)
     if not directory.is_dir():
         if not directory.exists():
@@ -345,8 +466,16 @@ def read_hf_dir(
         cfg, ours = read_hf(state, hf_config)
     except CheckpointError as e:
         raise CheckpointError(f"{directory}: {e}") from None
+    extra: dict[str, Any] = {}
     names = _class_names(hf_config, cfg.num_classes)
-    return cfg, ours, ({"class_names": names} if names else {})
+    if names:
+        extra["class_names"] = names
+    if (directory / PROCESSOR_FILE).is_file():
+        processor = read_json(directory / PROCESSOR_FILE)
+        preprocess = _read_preprocess(processor, cfg, directory / PROCESSOR_FILE)
+        if preprocess is not None:
+            extra["preprocess"] = preprocess
+    return cfg, ours, extra
 
 
 def read_hf_module(model: nn.Module) -> tuple[ModelConfig, dict[str, Tensor]]:
@@ -382,18 +511,64 @@ def _unexportable(cfg: ModelConfig) -> list[str]:
     return reasons
 
 
+def _processor_config(preprocess: Preprocess) -> dict[str, Any]:
+    """``ViTImageProcessor``'s arguments for ``preprocess``, on RGB images (a 1-channel model is
+    exported with 3 channels: module docstring); a ``ConfigError`` for what they cannot express."""
+    if not preprocess.antialias:
+        raise ConfigError(
+            "preprocess antialias=False cannot be written as a Hugging Face image processor: its "
+            "resize always antialiases when it shrinks an image (PIL, or torchvision with "
+            "antialias=True); expected antialias=True"
+        )
+    resample = _RESAMPLE.get(preprocess.resize)
+    if resample is None:
+        raise ConfigError(
+            f"preprocess resize={preprocess.resize!r} has no PIL resampling code for a Hugging "
+            f"Face image processor: expected one of {sorted(_RESAMPLE)}"
+        )
+    rgb = dataclasses.replace(preprocess, in_chans=3)
+    mean, std = rgb.mean_std  # the same on every channel, which makes the luma spread exact
+    height, width = size_hw(rgb.image_size)
+    return {
+        "do_resize": True,
+        "size": {"height": height, "width": width},
+        "resample": resample,
+        "do_rescale": True,
+        "rescale_factor": 1 / 255,
+        "do_normalize": True,
+        "image_mean": mean,
+        "image_std": std,
+        "do_convert_rgb": True,  # a grayscale image handed to the processor becomes R = G = B
+    }
+
+
+def _rgb_from_luma(
+    cfg: ModelConfig, state: Mapping[str, Tensor]
+) -> tuple[ModelConfig, dict[str, Tensor]]:
+    """The 3-channel model that reads an RGB image as the 1-channel ``cfg`` reads its PIL 'L':
+    the patch-embedding kernel spread over R, G and B by the luma weights (module docstring)."""
+    kernel = state["patch_embed.proj.weight"]  # (D, 1, P, P)
+    luma = torch.tensor(LUMA, device=kernel.device).view(1, 3, 1, 1)  # (1, 3, 1, 1)
+    rgb = (kernel.float() * luma).to(kernel.dtype)  # (D, 3, P, P)
+    return dataclasses.replace(cfg, in_chans=3), {**state, "patch_embed.proj.weight": rgb}
+
+
 def write_hf(
     model: VisionTransformer,
     directory: str | os.PathLike,
     *,
     class_names: list[str] | None = None,
+    preprocess: Preprocess | None = None,
 ) -> Path:
     """Write ``model`` as a ``save_pretrained`` directory (safetensors); returns the directory.
 
     A model with a head becomes ``ViTForImageClassification``; a headless one ``ViTModel``, with
-    the pooler holding its pre-logits layer if it has one. ``class_names`` become ``id2label``.
-    A new directory appears whole (written beside it, then renamed); into an existing one the
-    files are written in place.
+    the pooler holding its pre-logits layer if it has one. ``class_names`` become ``id2label`` and
+    ``label2id``; ``preprocess`` (default: the official one at the model's resolution) becomes
+    ``preprocessor_config.json``, for ``ViTImageProcessor``. A 1-channel model is written as the
+    3-channel model that reads RGB as it reads PIL's 'L' (module docstring); a model of other
+    than 1 or 3 channels keeps them, and gets no image processor. A new directory appears whole
+    (written beside it, then renamed); into an existing one the files are written in place.
     """
     if not isinstance(model, VisionTransformer):
         raise TypeError(f"write_hf expects a vitkit VisionTransformer, got {type(model).__name__}")
@@ -401,18 +576,22 @@ def write_hf(
     reasons = _unexportable(cfg)
     if reasons:
         raise ConfigError("cannot write this model as a Hugging Face ViT: " + "; ".join(reasons))
-    if class_names is not None:
-        if len(class_names) != cfg.num_classes:
-            raise ConfigError(
-                f"{len(class_names)} class_names for a model with num_classes={cfg.num_classes}"
-            )
-        if len(set(class_names)) != len(class_names):
-            raise ConfigError("class_names must be distinct (they become HF's label2id)")
+    class_names = checked_class_names(class_names, cfg)
+    preprocess = fitted_preprocess(preprocess, cfg, fixed_size="a Hugging Face ViT")
+    processor = None if preprocess is None else _processor_config(preprocess)
     try:
-        from transformers import ViTConfig, ViTForImageClassification, ViTModel
+        from transformers import (
+            ViTConfig,
+            ViTForImageClassification,
+            ViTImageProcessor,
+            ViTModel,
+        )
     except ImportError as e:
         raise MissingExtraError("writing a Hugging Face directory", "hf", "transformers") from e
 
+    ours = model.state_dict()
+    if cfg.in_chans == 1:
+        cfg, ours = _rgb_from_luma(cfg, ours)
     labels: dict[str, Any] = {}
     if class_names:
         labels = {
@@ -451,19 +630,25 @@ def write_hf(
                 "upgrade transformers"
             )
     layout, prefix = _layout_and_prefix(hf_model.state_dict())
-    ours = model.state_dict()
     state: dict[str, Tensor] = {}
     for name, hf in _crosswalk(cfg, layout, prefix):
         state.update(zip(hf, ours[name].detach().cpu().chunk(len(hf), dim=0), strict=True))
     hf_model.to(next(model.parameters()).dtype)
     load_state_dict_strict(hf_model, state, source="converted vitkit state")
 
+    def write(into: Path) -> None:
+        hf_model.save_pretrained(into)
+        if processor is not None:
+            ViTImageProcessor(**processor).save_pretrained(into)
+        else:  # a model of other than 1 or 3 channels: no processor, not an earlier export's
+            (into / PROCESSOR_FILE).unlink(missing_ok=True)
+
     directory = Path(directory)
     if directory.exists():
         if not directory.is_dir():
             raise UserFileError(f"{directory} exists and is not a directory")
-        hf_model.save_pretrained(directory)
+        write(directory)
         return directory
     with atomic_directory(directory) as tmp:
-        hf_model.save_pretrained(tmp)
+        write(tmp)
     return directory

@@ -1,0 +1,122 @@
+"""``vitkit <verb>``: the command line.
+
+Each verb imports what it needs when it runs, so ``vitkit --help`` never imports torch. Every
+error a user can cause (``VitkitError``, and an ``OSError`` of a full disk or a folder we may not
+write) is one line on stderr and exit status 2; anything else is a bug in vitkit and keeps its
+traceback. ``--debug`` (or ``VITKIT_DEBUG=1``) shows the traceback of any error. A Python warning
+is one line on stderr too, ``vitkit: warning: <message>``, while ``main`` runs.
+
+The verbs live by what they work on: ``models`` (presets, summary, convert, export),
+``training`` (train, finetune), ``evaluation`` (eval, predict, fewshot, inspect).
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import os
+import sys
+import warnings
+from collections.abc import Callable, Sequence
+from typing import TextIO
+
+from .. import __version__
+from ..errors import UserFileError, VitkitError
+from . import evaluation, models, settings, training
+from .common import DEBUG_HELP
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="vitkit",
+        description="The Vision Transformer (Dosovitskiy et al., ICLR 2021) on PyTorch.",
+    )
+    parser.add_argument("--debug", action="store_true", help=DEBUG_HELP)
+    parser.add_argument("--version", action="version", version=f"vitkit {__version__}")
+    verbs = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
+
+    def verb(
+        name: str, help: str, run: Callable[[argparse.Namespace], None], example: str
+    ) -> argparse.ArgumentParser:
+        p = verbs.add_parser(name, help=help, description=help, epilog=f"example: {example}")
+        p.set_defaults(run=run)
+        p.add_argument(  # after the verb too; SUPPRESS keeps a `vitkit --debug VERB` given before
+            "--debug", action="store_true", default=argparse.SUPPRESS, help=DEBUG_HELP
+        )
+        return p
+
+    models.add_verbs(verb)
+    training.add_verbs(verb)
+    evaluation.add_verbs(verb)
+    settings.add_verbs(verb)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    if argv is None:  # the command line, not a caller in this process: jemalloc, once
+        from ..runtime.allocator import preload_jemalloc
+
+        preload_jemalloc()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(argv)
+    args.argv = argv  # --nproc runs the same arguments under torchrun
+    debug = args.debug or os.environ.get("VITKIT_DEBUG", "0") not in ("", "0")
+    with warnings.catch_warnings():  # restores the caller's showwarning and filters on return
+        warnings.showwarning = _show_warning
+        return _run(args, debug)
+
+
+def _run(args: argparse.Namespace, debug: bool) -> int:
+    """Run the verb: its user errors as one line and exit status 2."""
+    try:
+        args.run(args)
+    except BrokenPipeError:  # `vitkit config | head`: the reader has all it wanted
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115  # nothing more to flush at exit
+        return 0
+    except (VitkitError, OSError) as e:
+        if debug or not (isinstance(e, VitkitError) or e.errno in ENVIRONMENT_ERRNOS):
+            raise  # a bug in vitkit: its traceback says where
+        print(f"vitkit {args.verb}{_rank()}: error: {_one_line(e)}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        if debug:
+            raise
+        print(f"vitkit {args.verb}: interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+def _show_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: TextIO | None = None,
+    line: str | None = None,
+) -> None:
+    """``warnings.showwarning`` for the command line: the message alone, on one line of stderr
+    (its lines joined), without the file name and source line meant for a developer."""
+    text = " ".join(part.strip() for part in str(message).splitlines() if part.strip())
+    print(f"vitkit: warning: {text}", file=sys.stderr if file is None else file)
+
+
+# Errors of the machine, not of vitkit: a full disk or quota, a folder we may not write.
+ENVIRONMENT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES})
+
+
+def _one_line(e: BaseException) -> str:
+    """The first line of an error's message (an ``OSError`` says which file)."""
+    if isinstance(e, OSError) and not isinstance(e, UserFileError) and e.strerror:
+        return f"{e.strerror}: {e.filename}" if e.filename else e.strerror
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def _rank() -> str:
+    """`` [rank R]`` in a process started by torchrun with several processes, else nothing."""
+    world = os.environ.get("WORLD_SIZE", "1")
+    return f" [rank {os.environ.get('RANK', '0')}]" if world != "1" else ""
+
+
+if __name__ == "__main__":
+    sys.exit(main())

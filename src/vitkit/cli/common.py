@@ -1,0 +1,187 @@
+"""What several verbs share: help texts, ``--device``, reading a checkpoint with its class names
+and preprocessing, images from files, folders and globs, and the registration of a verb's
+parser."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import glob
+import logging
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from ..errors import MissingFileError, VitkitError
+
+if TYPE_CHECKING:
+    import torch
+
+NPROC_HELP = (
+    "data-parallel on N processes of this machine: runs this command under torchrun "
+    "--standalone --nproc-per-node N (docs/DISTRIBUTED.md)"
+)
+
+FAST_HELP = (
+    "compile the model with frozen weights (vitkit.optimize_for_inference): the same logits, "
+    "faster once compiled (tens of seconds): worth it for many images"
+)
+
+DEBUG_HELP = "show the traceback of any error (also VITKIT_DEBUG=1)"
+
+DEVICES = ("auto", "cpu", "cuda")
+
+
+class Verb(Protocol):
+    """Adds a verb to the command line: its name, one line of help, the function that runs it
+    and an example; returns its parser, for the verb's own arguments."""
+
+    def __call__(
+        self, name: str, help: str, run: Callable[[argparse.Namespace], None], example: str
+    ) -> argparse.ArgumentParser: ...
+
+
+class _Stdout(logging.Handler):
+    """Log records as lines of whatever ``sys.stdout`` is when they are emitted."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        print(self.format(record), file=sys.stdout, flush=True)
+
+
+def log_to_stdout(level: int) -> None:
+    """vitkit's log (a run's statements, and its progress lines without a progress bar) as plain
+    lines on stdout, from ``level`` up; once per process, whatever the verbs run in it."""
+    logger = logging.getLogger("vitkit")
+    logger.setLevel(level)
+    if not any(isinstance(h, _Stdout) for h in logger.handlers):
+        logger.addHandler(_Stdout())
+        logger.propagate = False  # not twice through a root handler someone else configured
+
+
+def fast(model: Any, enabled: bool) -> Any:
+    """``model``, or its compiled inference path with ``--fast``."""
+    if not enabled:
+        return model
+    from ..runtime.inference import optimize_for_inference
+
+    return optimize_for_inference(model)
+
+
+def resolution(cfg: Any) -> str:
+    """A config's image size as printed: '224' for a square, 'HxW' otherwise."""
+    h, w = cfg.image_hw
+    return str(h) if h == w else f"{h}x{w}"
+
+
+def image_size_arg(text: str) -> int | tuple[int, int]:
+    """``--image-size``: 'S' for S x S images, or 'HxW'."""
+    try:
+        sides = tuple(int(side) for side in text.lower().split("x"))
+    except ValueError:
+        sides = ()
+    if len(sides) not in (1, 2):
+        raise VitkitError(f"--image-size {text!r}: expected S or HxW, e.g. 384 or 384x512")
+    return sides[0] if len(sides) == 1 else (sides[0], sides[1])
+
+
+def open_checkpoint(path: str) -> tuple[Any, list[str], Any, dict[str, Any]]:
+    """A checkpoint's model (eval mode), class names, preprocessing (the training run's, or the
+    official one at the model's resolution) and metadata (its run's config, when vitkit train
+    wrote it), from one read."""
+    from ..data import Preprocess
+    from ..io.api import load_with_extra
+
+    model, extra = load_with_extra(path)
+    names = extra.get("class_names") or [str(i) for i in range(model.cfg.num_classes)]
+    pre = extra.get("preprocess")
+    preprocess = (
+        Preprocess.from_dict(pre)
+        if pre
+        else Preprocess(image_size=model.cfg.image_size, in_chans=model.cfg.in_chans)
+    )
+    return model, names, preprocess, extra
+
+
+def read_checkpoint(path: str) -> tuple[Any, list[str], Any]:
+    """``open_checkpoint`` without the metadata."""
+    model, names, preprocess, _ = open_checkpoint(path)
+    return model, names, preprocess
+
+
+def add_device_argument(parser: argparse.ArgumentParser) -> None:
+    """``--device auto|cpu|cuda`` on a verb's parser; ``resolve_device`` turns it into a device."""
+    parser.add_argument(
+        "--device",
+        choices=DEVICES,
+        default="auto",
+        help="where the model runs (auto: CUDA when torch sees a GPU, else the CPU)",
+    )
+
+
+def resolve_device(name: str) -> torch.device:
+    """The device ``--device`` names: ``auto`` is CUDA when torch sees a GPU, else the CPU;
+    ``cuda`` without one is an error."""
+    import torch
+
+    if name not in DEVICES:
+        raise VitkitError(f"--device {name!r}: expected one of {', '.join(DEVICES)}")
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise VitkitError(
+            "--device cuda: expected a GPU that torch can use, found none "
+            "(torch.cuda.is_available() is False); use --device cpu"
+        )
+    return torch.device(name)
+
+
+def image_inputs(inputs: Sequence[str]) -> list[Path]:
+    """The image files a command line names, in the order given: a file as it is named, every
+    image file below a folder (recursively, sorted, hidden ones skipped), and the image files and
+    folders a glob matches (``photos/*.jpg``, ``photos/**/*.png``; quoted, so that vitkit expands
+    it). Image files are those ending in one of ``data.folder.IMAGE_SUFFIXES``, in any case. An
+    input that names no image is a ``MissingFileError`` naming it."""
+    from ..data.folder import IMAGE_SUFFIXES, image_files
+
+    found: list[Path] = []
+    for text in inputs:
+        path = Path(text)
+        if path.is_file():
+            files = [path]
+        elif path.is_dir():
+            files = image_files(path)
+        elif any(c in text for c in "*?["):
+            files = []
+            for match in sorted(Path(m) for m in glob.glob(text, recursive=True)):
+                if match.is_dir():
+                    files += image_files(match)
+                elif match.suffix.lower() in IMAGE_SUFFIXES:
+                    files.append(match)
+            files = list(dict.fromkeys(files))  # 'a/**' matches a folder and the files below it
+        else:
+            raise MissingFileError(f"{text}: no such file or folder, and not a glob pattern")
+        if not files:
+            raise MissingFileError(
+                f"{text} matches no image file: expected files ending in "
+                f"{', '.join(IMAGE_SUFFIXES)}"
+            )
+        found += files
+    return found
+
+
+def read_image(path: str | os.PathLike, preprocess: Any) -> Any:
+    """An image file -> the float tensor (1, C, H, W) the model takes."""
+    from PIL import Image
+
+    from ..data import preprocess_for_inference
+    from ..data.folder import DECODE_ERRORS
+
+    with contextlib.ExitStack() as stack:
+        try:
+            image = stack.enter_context(Image.open(path))
+            image.load()  # decode now: a corrupt file is a user's error here, not a bug later
+        except DECODE_ERRORS as e:
+            raise VitkitError(f"cannot read image {path}: {e}") from None
+        return preprocess_for_inference(image, preprocess)[None]

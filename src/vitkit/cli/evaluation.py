@@ -1,0 +1,369 @@
+"""The verbs that run a checkpoint: ``eval``, ``predict``, ``fewshot``, ``inspect``."""
+
+from __future__ import annotations
+
+import argparse
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import VitkitError
+from .common import (
+    FAST_HELP,
+    Verb,
+    add_device_argument,
+    fast,
+    image_inputs,
+    open_checkpoint,
+    read_checkpoint,
+    read_image,
+    resolve_device,
+)
+
+if TYPE_CHECKING:
+    import torch
+
+
+def _data_spec(args: argparse.Namespace) -> str | None:
+    """``--data`` (None: the checkpoint's data), checked before torch is imported, with the
+    folder of the deprecated ``--data-dir`` folded into its spec."""
+    from ..compose import check_data_exists
+    from ..config import DataConfig, data_source, normalise_data
+    from ..config.keys import upgrade
+
+    spec = args.data
+    if args.data_dir is not None:
+        if spec is not None and data_source(spec).kind == "folder":
+            raise VitkitError(f"--data {spec} and --data-dir {args.data_dir} disagree: give one")
+        folded = upgrade(
+            DataConfig, {"dataset": spec or "fashion_mnist", "data_dir": args.data_dir}
+        )
+        spec = str(folded["dataset"])
+        warnings.warn(f"--data-dir is deprecated: write --data {spec}", FutureWarning, stacklevel=2)
+    if spec is not None:
+        spec = normalise_data(spec)
+        check_data_exists(spec)
+    return spec
+
+
+def _split(args: argparse.Namespace, spec: str | None, model: Any, extra: dict[str, Any]) -> Any:
+    """The split a verb runs the checkpoint over (``spec``: ``_data_spec``'s), checked against
+    its classes (see ``train.data.evaluation_split``); says which on stdout."""
+    from ..train.data import evaluation_split
+
+    split = evaluation_split(spec, extra, model.cfg, source=args.checkpoint)
+    classes = model.cfg.num_classes
+    if classes and len(split.classes) != classes:
+        raise VitkitError(
+            f"{args.checkpoint} has {classes} classes, {split.name} has {len(split.classes)}"
+        )
+    names = extra.get("class_names")
+    if names and list(names) != split.classes:
+        warnings.warn(
+            f"the class names of {split.name} differ from the checkpoint's (labels are matched "
+            f"by position): {split.classes[:3]}... against {list(names)[:3]}...",
+            stacklevel=2,
+        )
+    print(f"{args.verb} {args.checkpoint} on {split.name}")
+    return split
+
+
+def _eval(args: argparse.Namespace) -> None:
+    from ..eval.metrics import evaluate
+    from ..train.data import ordered_batches
+
+    spec = _data_spec(args)
+    device = resolve_device(args.device)
+    model, names, _, extra = open_checkpoint(args.checkpoint)
+    split = _split(args, spec, model, extra)
+    model.to(device)
+    batches = ordered_batches(split.dataset, model.cfg, batch_size=args.batch_size)
+    flip = args.flip
+    if flip is None:  # as the run evaluated, when the checkpoint records its run
+        flip = bool(extra.get("run", {}).get("data", {}).get("test_flip", False))
+    result = evaluate(fast(model, args.fast), batches.epoch(0), model.cfg.num_classes, flip=flip)
+    one_view = result.get("accuracy_one_view")
+    print(
+        f"top-1 {result['accuracy']:.4f}  top-5 {result['top5']:.4f}  ({result['count']} images"
+        + (
+            ""
+            if one_view is None
+            else f", each with its mirror image; top-1 without {one_view:.4f}"
+        )
+        + ")"
+    )
+    for name, acc in zip(names, result["per_class"], strict=False):
+        print(f"  {name:<24} {acc:.4f}")
+
+
+def _ranked(
+    model: Any,
+    paths: list[Path],
+    preprocess: Any,
+    names: list[str],
+    *,
+    top: int,
+    batch_size: int,
+    device: torch.device,
+) -> Iterator[tuple[Path, list[tuple[str, float]] | str]]:
+    """Each image's ``top`` (label, probability) pairs, best first, or why it cannot be read
+    (warned too), in the order of ``paths``; ``batch_size`` images per forward pass."""
+    import warnings
+
+    import torch
+
+    from ..data import UnreadableImageWarning
+
+    for start in range(0, len(paths), batch_size):
+        chunk = paths[start : start + batch_size]
+        images: dict[Path, Any] = {}  # the chunk's readable images, each (1, C, H, W)
+        results: dict[Path, list[tuple[str, float]] | str] = {}
+        for path in chunk:
+            try:
+                images[path] = read_image(path, preprocess)
+            except VitkitError as e:
+                results[path] = str(e)
+                warnings.warn(f"{e}; skipped", UnreadableImageWarning, stacklevel=1)
+        if images:
+            x = torch.cat(list(images.values())).to(device)  # (B, C, H, W)
+            with torch.inference_mode():
+                probs = model(x).float().softmax(dim=-1)  # (B, K)
+            best = probs.topk(min(top, probs.shape[-1]), dim=-1)  # (B, top) values, indices
+            for path, ps, ids in zip(
+                images, best.values.tolist(), best.indices.tolist(), strict=True
+            ):
+                results[path] = [(names[i], p) for p, i in zip(ps, ids, strict=True)]
+        for path in chunk:
+            yield path, results[path]
+
+
+def _predict(args: argparse.Namespace) -> None:
+    import json
+
+    if args.top < 1 or args.batch_size < 1:
+        raise VitkitError(
+            f"--top {args.top} --batch-size {args.batch_size}: expected positive numbers"
+        )
+    paths = image_inputs(args.inputs)  # before loading the model: a mistyped input fails at once
+    device = resolve_device(args.device)
+    model, names, preprocess = read_checkpoint(args.checkpoint)
+    if model.cfg.num_classes < 1:
+        raise VitkitError(f"{args.checkpoint} has no classifier head (num_classes=0) to predict")
+    ranked = _ranked(
+        fast(model.to(device), args.fast),
+        paths,
+        preprocess,
+        names,
+        top=args.top,
+        batch_size=args.batch_size,
+        device=device,
+    )
+    width = max(len(str(p)) for p in paths) + 1  # the path column, with its colon
+    entries: list[dict[str, Any]] = []
+    failed = 0
+    for path, result in ranked:
+        if isinstance(result, str):
+            failed += 1
+            entries.append({"path": str(path), "error": result})
+        elif args.json:
+            top = [{"label": label, "prob": p} for label, p in result]
+            entries.append({"path": str(path), "top": top})
+        else:  # a row as soon as its batch is done
+            pairs = "  ".join(f"{label} {p:.3f}" for label, p in result)
+            print(f"{f'{path}:':<{width}} {pairs}", flush=True)
+    if args.json:
+        print(json.dumps(entries, indent=2))
+    if failed:
+        raise VitkitError(f"{failed} of {len(paths)} images could not be read (see the warnings)")
+
+
+def _fewshot(args: argparse.Namespace) -> None:
+    from ..eval.fewshot import fewshot_model
+
+    try:
+        shots = tuple(int(k) for k in args.shots.split(","))
+    except ValueError:
+        raise VitkitError(f"--shots {args.shots!r}: expected numbers like 1,5,10,25") from None
+    if not shots or min(shots) < 1 or args.seeds < 1:
+        raise VitkitError(f"--shots {args.shots} --seeds {args.seeds}: expected positive numbers")
+    spec = _data_spec(args)
+    device = resolve_device(args.device)
+    model, _, _, extra = open_checkpoint(args.checkpoint)
+    split = _split(args, spec, model, extra)
+    model.to(device)
+    if split.train is None:
+        raise VitkitError(
+            f"few-shot evaluation draws its examples from training images, and {split.name} "
+            "has none beside it: give a folder with train/ and test/ (or val/)"
+        )
+    result = fewshot_model(
+        model,
+        split.train,
+        split.dataset,
+        shots=shots,
+        seeds=args.seeds,
+        l2=args.l2,
+        image_size=model.cfg.image_size,
+        batch_size=args.batch_size,
+    )
+    print(
+        f"few-shot linear accuracy ({len(split.classes)} classes, {len(split.dataset)} images), "
+        f"pre-logits features, l2={args.l2:g}, mean +- std over {args.seeds} seeds:"
+    )
+    for k, r in result.items():
+        print(f"  {k:>3}-shot  {r['mean']:.4f} +- {r['std']:.4f}")
+
+
+def _inspect(args: argparse.Namespace) -> None:
+    import torch
+
+    from ..data import Batches, subset
+    from ..inspect import inspect_model
+
+    if args.num_images < 1 or args.max_maps < 1:
+        raise VitkitError(
+            f"--num-images {args.num_images} --max-maps {args.max_maps}: expected positive numbers"
+        )
+    spec = _data_spec(args)
+    device = resolve_device(args.device)
+    model, names, preprocess, extra = open_checkpoint(args.checkpoint)
+    if model.cfg.arch != "vit":
+        raise VitkitError(f"{args.checkpoint} is a ResNet: inspection needs a Vision Transformer")
+    if args.images:
+        images = torch.cat([read_image(p, preprocess) for p in args.images])
+        titles = [Path(p).name for p in args.images]
+        described = "image files"
+    else:  # --num-images of the split, taking each class in turn
+        split = _split(args, spec, model, extra)
+        chosen = _classes_in_turn(split.dataset.labels)[: args.num_images]
+        batches = Batches(
+            subset(split.dataset, chosen),
+            batch_size=256,
+            train=False,
+            image_size=model.cfg.image_size,
+        )
+        parts = list(batches.epoch(0))
+        images = torch.cat([x for x, _ in parts])
+        labels = torch.cat([y for _, y in parts])
+        titles = [split.classes[i] for i in labels.tolist()]
+        described = f"{split.name}, each class in turn"
+    model.to(device)
+    with torch.inference_mode():
+        if model.cfg.num_classes and len(names) == model.cfg.num_classes:
+            predicted = model(images[: args.max_maps].to(device)).argmax(dim=1).tolist()
+            titles = [f"{t} -> {names[p]}" for t, p in zip(titles, predicted, strict=False)]
+    written = inspect_model(
+        model,
+        images,
+        args.out,
+        titles=titles,
+        max_maps=args.max_maps,
+        name=args.checkpoint,
+        images_from=described,
+    )
+    print(f"wrote {len(written)} files to {args.out}; open {Path(args.out) / 'index.html'}")
+
+
+def _classes_in_turn(labels: Any) -> Any:
+    """Indices ordering a dataset as its first image of each class, then its second, ...: any
+    prefix is as class-balanced as it can be (a folder lists its images class by class)."""
+    import torch
+
+    rank = torch.zeros_like(labels)
+    for k in labels.unique():
+        members = (labels == k).nonzero().flatten()
+        rank[members] = torch.arange(len(members))
+    return torch.argsort(rank * (int(labels.max()) + 1) + labels, stable=True)
+
+
+DATA_HELP = (
+    "what to run on: a folder (its test/ split, else val/, or the folder itself when it holds "
+    "class folders), fashion_mnist[:DIR], cifar10[:DIR], cifar100[:DIR] or synthetic (default: "
+    "the data the checkpoint was trained on: its test split, else its validation split)"
+)
+
+
+def _data_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data", default=None, metavar="SPEC", help=DATA_HELP)
+    p.add_argument("--data-dir", default=None, help=argparse.SUPPRESS)  # deprecated: --data
+
+
+def _checkpoint_and_data(p: argparse.ArgumentParser) -> None:
+    """The arguments of the verbs that run a checkpoint over a dataset (eval, fewshot)."""
+    p.add_argument("checkpoint", help="checkpoint directory or file (any format vitkit reads)")
+    _data_arguments(p)
+
+
+def add_verbs(verb: Verb) -> None:
+    p = verb(
+        "predict",
+        "top-k classes of images, with the checkpoint's preprocessing",
+        _predict,
+        "vitkit predict runs/fmnist/best shoe.png photos/ 'more/**/*.jpg' --top 3 --json",
+    )
+    p.add_argument("checkpoint", help="checkpoint written by vitkit train (or any format)")
+    p.add_argument(
+        "inputs",
+        nargs="+",
+        metavar="INPUT",
+        help="image files, folders (every image below, recursively) or quoted globs ('**' too)",
+    )
+    p.add_argument("--top", type=int, default=5, help="how many classes to show")
+    p.add_argument("--batch-size", type=int, default=64, help="images per forward pass")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help='a JSON list of {"path", "top": [{"label", "prob"}, ...]} (or "error") on stdout',
+    )
+    add_device_argument(p)
+    p.add_argument("--fast", action="store_true", help=FAST_HELP)
+
+    p = verb(
+        "eval",
+        "evaluate a checkpoint on a dataset's test split: top-1, top-5, per class",
+        _eval,
+        "vitkit eval runs/fmnist/best   |   vitkit eval runs/digits/best --data digits/test",
+    )
+    _checkpoint_and_data(p)
+    p.add_argument("--batch-size", type=int, default=256)
+    p.add_argument("--fast", action="store_true", help=FAST_HELP)
+    add_device_argument(p)
+    p.add_argument(
+        "--flip",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="average each image's class probabilities with its mirror image's (test-time "
+        "augmentation, data.test_flip in training; default: as the checkpoint's run evaluated)",
+    )
+
+    p = verb(
+        "fewshot",
+        "few-shot linear evaluation of frozen pre-logits features, closed form [P 4.1]",
+        _fewshot,
+        "vitkit fewshot runs/fmnist/best --shots 1,5,10,25 --seeds 3",
+    )
+    _checkpoint_and_data(p)
+    p.add_argument("--shots", default="1,5,10,25", help="examples per class, comma-separated")
+    p.add_argument("--seeds", type=int, default=3, help="random subsets averaged per shot count")
+    p.add_argument("--l2", type=float, default=2.0**10, help="ridge strength (big_vision: 2^10)")
+    p.add_argument("--batch-size", type=int, default=256)
+    add_device_argument(p)
+
+    p = verb(
+        "inspect",
+        "the paper's Fig. 7 and attention maps for a checkpoint: PNGs, data, index.html",
+        _inspect,
+        "vitkit inspect runs/fmnist/best --out runs/fmnist/inspect   |   ... --images a.png b.png",
+    )
+    p.add_argument("checkpoint", help="checkpoint directory or file (any format vitkit reads)")
+    p.add_argument("--out", required=True, help="output directory (index.html goes there)")
+    p.add_argument(
+        "--images", nargs="+", default=None, help="image files (default: images of --data)"
+    )
+    _data_arguments(p)
+    p.add_argument(
+        "--num-images", type=int, default=128, help="test images averaged for attention distance"
+    )
+    p.add_argument("--max-maps", type=int, default=16, help="images shown with attention maps")
+    add_device_argument(p)

@@ -1,0 +1,183 @@
+"""The verbs about models and their weights: ``presets``, ``summary``, ``convert``, ``export``."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from ..errors import VitkitError
+from .common import Verb, image_size_arg, resolution
+
+
+def _presets(args: argparse.Namespace) -> None:
+    import torch
+
+    from ..model import VisionTransformer
+    from ..model.flops import count_flops
+    from ..presets import PRESETS, list_models
+
+    names = list_models(args.pattern)
+    if not names:
+        raise VitkitError(f"no preset matches {args.pattern!r}; try `vitkit presets` for all")
+    rows = []
+    for name in names:
+        cfg = PRESETS[name].build()
+        with torch.device("meta"):
+            params = VisionTransformer(cfg).num_params()
+        aliases = ", ".join(PRESETS[name].aliases)
+        rows.append(
+            (name, f"{params:,}", f"{count_flops(cfg) / 1e9:.2f}", resolution(cfg), aliases)
+        )
+    header = ("model", "params", "GFLOPs", "res", "aliases")
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(4)]
+    for row in [header, *rows]:
+        cells = [row[0].ljust(widths[0])] + [
+            c.rjust(w) for c, w in zip(row[1:4], widths[1:], strict=True)
+        ]
+        print("  ".join([*cells, row[4]]))
+
+
+def _summary(args: argparse.Namespace) -> None:
+    import torch
+
+    from .. import create_model
+    from ..io.api import load
+    from ..model.flops import count_flops
+
+    looks_like_path = Path(args.model).exists() or args.model.endswith(
+        (".npz", ".safetensors", ".pth", ".pt", ".bin")
+    )
+    model = load(args.model) if looks_like_path else create_model(args.model)
+    cfg = model.cfg
+    print(f"model        {args.model}")
+    for key, value in cfg.to_dict().items():
+        print(f"  {key:<24} {value}")
+    print(f"parameters   {model.num_params():,}")
+    if cfg.arch == "vit":  # the FLOP count and the token grid are the transformer's
+        (h, w), (gh, gw) = cfg.image_hw, cfg.grid
+        print(f"GFLOPs       {count_flops(cfg) / 1e9:.2f} per image at {h}x{w}")
+        print(f"tokens       {gh}x{gw} patches + {cfg.num_prefix_tokens} class token")
+    with torch.inference_mode():
+        x = torch.randn(1, cfg.in_chans, *cfg.image_hw)  # (1, C, H, W)
+        out = model.eval()(x)
+    print(f"forward      {tuple(x.shape)} -> {tuple(out.shape)}")
+
+
+def _recorded(extra: dict[str, Any]) -> dict[str, Any]:
+    """The class names and preprocessing a checkpoint records (``load_with_extra``'s extra), as
+    the keyword arguments of ``save`` and ``export_onnx``, which write them into the output."""
+    from ..data.transforms import Preprocess
+
+    preprocess = extra.get("preprocess")
+    return {
+        "class_names": extra.get("class_names"),
+        "preprocess": Preprocess.from_dict(preprocess) if preprocess else None,
+    }
+
+
+def _convert(args: argparse.Namespace) -> None:
+    from ..io.api import load_with_extra, save
+
+    size = None if args.image_size is None else image_size_arg(args.image_size)
+    model, extra = load_with_extra(
+        args.src, image_size=size, num_heads=args.num_heads, posemb=args.posemb
+    )
+    out = save(model, args.dst, format=args.format, **_recorded(extra))
+    print(
+        f"wrote {out} ({args.format}): {model.num_params():,} parameters, {resolution(model.cfg)}px"
+    )
+
+
+def _export(args: argparse.Namespace) -> None:
+    import torch
+
+    from ..io.api import load_with_extra
+    from ..io.export import export_onnx, require_onnx, verify_onnx
+
+    require_onnx()  # before loading and exporting, which take a while
+    if args.batch_size < 1:
+        raise VitkitError(f"--batch-size must be at least 1, got {args.batch_size}")
+    model, extra = load_with_extra(args.checkpoint)
+    out = export_onnx(model, args.onnx, opset=args.opset, **_recorded(extra))
+    cfg = model.cfg
+    g = torch.Generator().manual_seed(0)
+    # A second batch size, unlike the one traced, proves the batch dimension dynamic.
+    sizes = (args.batch_size, args.batch_size + 3)
+    diff = max(
+        verify_onnx(
+            model,
+            out,
+            torch.rand(n, cfg.in_chans, *cfg.image_hw, generator=g) * 2 - 1,  # (n, C, H, W)
+        )
+        for n in sizes
+    )
+    files = [f for f in (out, out.with_name(f"{out.name}.data")) if f.exists()]
+    megabytes = sum(f.stat().st_size for f in files) / 1e6
+    print(
+        f"wrote {out} ({megabytes:.1f} MB): max |onnxruntime - torch| = {diff:.1e} "
+        f"on batches of {sizes[0]} and {sizes[1]}"
+    )
+
+
+def add_verbs(verb: Verb) -> None:
+    p = verb(
+        "presets",
+        "list the model presets: parameters, GFLOPs, resolution, aliases",
+        _presets,
+        "vitkit presets 'ViT-B/*'   |   vitkit presets 'vit_base*'",
+    )
+    p.add_argument(
+        "pattern", nargs="?", default="*", help="glob over preset names and aliases (default: all)"
+    )
+
+    p = verb(
+        "summary",
+        "print a model's config, size and cost (preset name or checkpoint)",
+        _summary,
+        "vitkit summary ViT-B/16   |   vitkit summary runs/b16",
+    )
+    p.add_argument("model", help="preset name, alias, or checkpoint path")
+
+    p = verb(
+        "convert",
+        "convert a checkpoint of any supported format to ours (or to HF), keeping its class "
+        "names and preprocessing",
+        _convert,
+        "vitkit convert ViT-B_16.npz runs/b16   |   vitkit convert timm_b16.pth hf_b16 --format hf",
+    )
+    p.add_argument("src", help="official/big_vision .npz, timm .pth/.safetensors, HF or vitkit dir")
+    p.add_argument("dst", help="output directory")
+    p.add_argument("--format", choices=("vitkit", "hf"), default="vitkit", help="output format")
+    p.add_argument(
+        "--image-size",
+        default=None,
+        metavar="S|HxW",
+        help="resize position embeddings to S x S or H x W images",
+    )
+    p.add_argument(
+        "--num-heads", type=int, default=None, help="heads, if the checkpoint lacks them"
+    )
+    p.add_argument(
+        "--posemb",
+        choices=("learn", "sincos2d", "none"),
+        default=None,
+        help="big_vision fixed posemb",
+    )
+
+    p = verb(
+        "export",
+        "export a checkpoint to ONNX (dynamic batch; class names and preprocessing in its "
+        "metadata) and check it with onnxruntime",
+        _export,
+        "vitkit export runs/fmnist/best --onnx fmnist.onnx",
+    )
+    p.add_argument("checkpoint", help="checkpoint directory or file (any format vitkit reads)")
+    p.add_argument("--onnx", required=True, metavar="OUT.onnx", help="the ONNX file to write")
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        default=2,
+        help="batch checked against PyTorch (one 3 larger is checked too)",
+    )
+    p.add_argument("--opset", type=int, default=None, help="ONNX opset (default: torch's)")

@@ -1,0 +1,87 @@
+"""``vitkit config``: every setting with its type, value, allowed values, origin and
+documentation, as a run with the same arguments would choose it, without training. The settings
+are checked before torch is imported; then the data's listing is read (classes, training images)
+as a run would read it."""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+from typing import Any
+
+from ..errors import VitkitError
+from .common import Verb
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "none"
+    if isinstance(value, (list, tuple)):
+        return "(" + ", ".join(_show(v) for v in value) + ("," if len(value) == 1 else "") + ")"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {_show(v)}" for k, v in value.items()) + "}"
+    return str(value)
+
+
+def _config(args: argparse.Namespace) -> None:
+    from ..compose import Request, adapt, check_data_exists, compose, default_run_dir, flat
+    from ..config import RunConfig
+    from ..config.keys import explain, field_hint
+
+    request = Request(
+        recipe=args.recipe,
+        model=args.model,
+        data=args.data,
+        sets=tuple(args.set or ()),
+        objective=args.objective,
+    )
+    if request.recipe is None and request.data is None:
+        request = Request(**{**request.__dict__, "recipe": "scratch"})
+    composed = compose(request)
+    check_data_exists(composed.run.data.dataset)
+    from ..train.data import peek_data  # the settings are valid: now torch may be imported
+
+    classes, train_size, what = peek_data(composed.run.data, composed.run.model)
+    composed = adapt(composed, num_classes=classes, channels=None, train_size=train_size)
+    values = flat(composed.run.to_dict())  # a section that is none is one value: model.resnet
+    pattern = args.key
+    rows = [
+        (name, *field_hint(RunConfig, name))
+        for name in values
+        if not pattern or fnmatch.fnmatchcase(name, pattern) or name.startswith(f"{pattern}.")
+    ]
+    if not rows:
+        raise VitkitError(f"no setting matches {args.key!r}; `vitkit config` lists them all")
+    print(
+        f"recipe {composed.recipe.name}; data {composed.run.data.dataset}: {classes} classes, "
+        f"{train_size:,} training images ({what}); run directory "
+        f"{default_run_dir(request, composed)}"
+    )
+    for name, hint, spec in rows:
+        origin = composed.origin[name]
+        grey = name == "model.in_chans" and composed.run.data.source.kind == "folder"
+        if grey and name not in composed.fixed:
+            origin = "the data: 1 if every training image is greyscale, else 3, decided when a run verifies them"
+        print(f"{name} = {_show(values[name])}    ({origin})")
+        print(f"    {explain(hint, spec)}")
+        if spec is not None:
+            print(f"    {spec.doc}")
+
+
+def add_verbs(verb: Verb) -> None:
+    p = verb(
+        "config",
+        "every setting of a run: type, value, allowed values, origin and meaning (no training)",
+        _config,
+        "vitkit config --data photos/ --model ViT-Ti/16 train   |   vitkit config --recipe fmnist optim.lr",
+    )
+    p.add_argument("key", nargs="?", default=None, help="a key, a section (train) or a glob (*lr*)")
+    p.add_argument("--recipe", default=None, help="the recipe (default: scratch)")
+    p.add_argument("--data", default=None, metavar="SPEC", help="the data, as train's --data")
+    p.add_argument("--model", default=None, metavar="PRESET", help="a preset, as train's --model")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="settings, as train's --set")
+    p.add_argument(
+        "--objective", choices=("classification", "mpp"), default=None, help=argparse.SUPPRESS
+    )

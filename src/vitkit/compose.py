@@ -1,0 +1,321 @@
+"""From what a command asks for to a ``RunConfig``, and where each value came from.
+
+``vitkit train --data SPEC --model PRESET [--recipe R] [--set key=value ...]``: the recipe
+supplies the hyperparameters (``scratch`` when no recipe is named); ``--model`` (or ``--set
+model=PRESET``) replaces the recipe's model section with a preset's architecture and resolution,
+keeping only the recipe's regularisation; ``--data`` (or ``--set data=SPEC``) replaces the
+recipe's dataset and keeps its augmentation; then every other ``--set`` applies, whatever its
+place on the command line. ``vitkit finetune --init-from CKPT`` takes the checkpoint's
+architecture and resolution instead of a preset, and its data when no ``--data`` is given.
+
+Some values come from the data once it has been read (``adapt``): the number of classes and the
+channels, unless set, and the settings a recipe sizes by the number of training images. Every
+value keeps its origin (``recipe scratch``, ``preset ViT-S/16``, ``--data``, ``--set``,
+``checkpoint``, ``data``), which the run states. No torch import here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .config import (
+    DATA_SPECS,
+    DataConfig,
+    ModelConfig,
+    RunConfig,
+    data_source,
+    normalise_data,
+    parse_set,
+    replace,
+    to_dict,
+)
+from .config.keys import parse, split_set, upgrade
+from .errors import ConfigError, MissingFileError
+from .presets import get_config, resolve_name
+from .recipes import Recipe, find_recipe
+
+# The model keys a recipe keeps when --model (or a checkpoint) supplies the architecture.
+REGULARISATION = ("dropout_rate", "attention_dropout_rate", "drop_path_rate")
+# The model keys fine-tuning may change: the head, the resolution and the regularisation.
+FINETUNE_KEYS = ("num_classes", "image_size", "representation_size", *REGULARISATION)
+# The model keys the data decides unless they are set.
+FROM_DATA = ("model.num_classes", "model.in_chans")
+
+
+@dataclass(frozen=True)
+class Request:
+    """What a ``vitkit train`` or ``vitkit finetune`` command asks for."""
+
+    recipe: str | None = None
+    model: str | None = None  # a preset name (--model)
+    data: str | None = None  # a data spec (--data)
+    sets: tuple[str, ...] = ()  # --set key=value, as typed
+    objective: str | None = None  # --objective
+    init_from: str | None = None  # finetune: the pre-trained checkpoint
+
+
+@dataclass(frozen=True)
+class Composed:
+    """A run's config, its recipe, the origin of every value (dotted key -> 'recipe scratch',
+    'preset ViT-S/16', '--set', ...) and the keys the user fixed (the data never changes them)."""
+
+    run: RunConfig
+    recipe: Recipe
+    origin: dict[str, str]
+    fixed: frozenset[str] = field(default_factory=frozenset)
+
+    def with_values(self, values: Mapping[str, Any], origin: str) -> Composed:
+        """This config with ``values`` (dotted keys) set, recorded as coming from ``origin``."""
+        if not values:
+            return self
+        run = replace(self.run, values)
+        given = {**self.origin, **dict.fromkeys(values, origin)}
+        # a section set to none, or from none, changes the keys: each keeps its own origin, a
+        # new one takes its section's
+        keys = flat(run.to_dict())
+        return dataclasses.replace(
+            self,
+            run=run,
+            origin={k: given.get(k, given.get(k.rsplit(".", 1)[0], origin)) for k in keys},
+        )
+
+
+def _each_key(run: RunConfig, origin: Mapping[str, str], default: str) -> dict[str, str]:
+    """The origin of every key of ``run``: its own, else its section's (a section set to a
+    value, e.g. ``model.resnet``, is where its keys came from), else ``default``."""
+    out = {}
+    for key in flat(run.to_dict()):
+        section = key.rsplit(".", 1)[0]
+        out[key] = origin.get(key) or origin.get(section) or default
+    return out
+
+
+def flat(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A nested config dict as {dotted key: value}."""
+    out: dict[str, Any] = {}
+    for k, v in data.items():
+        if isinstance(v, Mapping):
+            out.update(flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def check_data_exists(spec: str) -> None:
+    """A one-line error, before anything is imported, for a data folder that does not exist."""
+    source = data_source(spec)
+    if source.path is not None and not Path(source.path).is_dir():
+        what = "image folder" if source.kind == "folder" else f"{source.kind} folder"
+        raise MissingFileError(f"data: {what} {source.path} not found (expected {DATA_SPECS})")
+
+
+def _preset_or_data(
+    sets: tuple[str, ...], flag: str | None, name: str
+) -> tuple[str | None, list[str]]:
+    """``--set NAME=X`` pulled out of ``sets`` (the same as the flag ``--NAME X``); the rest."""
+    rest, chosen = [], flag
+    for item in sets:
+        key, text = split_set(item)
+        if key != name:
+            rest.append(item)
+            continue
+        if chosen is not None and chosen != text:
+            raise ConfigError(f"--{name} {chosen} and --set {name}={text} disagree: give one")
+        chosen = text
+    return chosen, rest
+
+
+def _model_section(run: RunConfig, model: ModelConfig) -> RunConfig:
+    """``run`` with ``model``'s architecture and resolution and ``run``'s regularisation."""
+    kept = {k: getattr(run.model, k) for k in REGULARISATION}
+    return dataclasses.replace(run, model=dataclasses.replace(model, **kept))
+
+
+def _model_origins(run: RunConfig, origin: str) -> dict[str, str]:
+    """``origin`` for every model key but the regularisation (which stays the recipe's)."""
+    keys = flat(run.model.to_dict(), "model.")
+    return {k: origin for k in keys if k.split(".")[1] not in REGULARISATION}
+
+
+def compose(
+    request: Request,
+    *,
+    checkpoint: ModelConfig | None = None,
+    checkpoint_data: str | None = None,
+) -> Composed:
+    """The run ``request`` asks for (see the module docstring). For fine-tuning, ``checkpoint``
+    is the pre-trained model's config and ``checkpoint_data`` the data spec it records, if any."""
+    finetuning = request.init_from is not None
+    data_origin = "--data"
+    model_name, sets = _preset_or_data(request.sets, request.model, "model")
+    data_spec, sets = _preset_or_data(tuple(sets), request.data, "data")
+    asked_data = data_spec
+    if request.recipe is None and data_spec is None and not finetuning:
+        raise ConfigError(
+            "say what to train on: --data DIR (a folder of class folders), or another spec "
+            f"({DATA_SPECS}); or --recipe NAME (`vitkit train --help` lists them)"
+        )
+    recipe = find_recipe(request.recipe or ("finetune" if finetuning else "scratch"))
+    run = recipe.build()
+    origin = dict.fromkeys(flat(run.to_dict()), f"recipe {recipe.name}")
+
+    if finetuning:
+        assert checkpoint is not None  # the caller reads it
+        if model_name is not None:
+            raise ConfigError(
+                f"--model {model_name}: fine-tuning keeps the checkpoint's architecture; set "
+                f"{', '.join(f'model.{k}' for k in FINETUNE_KEYS)} to change what may change"
+            )
+        # the checkpoint's architecture and resolution, without its pre-logits; the classes are
+        # the data's, and a named recipe's until the data is read (its synthetic images have
+        # the model's)
+        # a named recipe's resolution too, as fine-tuning took it before (finetune-paper: 384)
+        named = {"num_classes": run.model.num_classes, "image_size": run.model.image_size}
+        kept = named if request.recipe else {"num_classes": checkpoint.num_classes}
+        pretrained = dataclasses.replace(checkpoint, representation_size=None, **kept)
+        run = _model_section(run, pretrained)
+        origin |= _model_origins(run, "checkpoint")
+        origin["model.representation_size"] = "fine-tuning (the pre-logits are dropped)"
+        if request.recipe:
+            origin |= {f"model.{k}": f"recipe {recipe.name}" for k in named}
+        if data_spec is None and request.recipe is None:  # the recipe's data, else the checkpoint's
+            if checkpoint_data is None:
+                raise ConfigError(
+                    f"{request.init_from} records no training data: say what to fine-tune on "
+                    f"with --data ({DATA_SPECS})"
+                )
+            data_spec, data_origin = checkpoint_data, "checkpoint"
+    elif model_name is not None:
+        preset = resolve_name(model_name)
+        run = _model_section(run, get_config(preset))
+        origin |= _model_origins(run, f"preset {preset}")
+    if data_spec is not None:
+        data = dataclasses.replace(run.data, dataset=normalise_data(data_spec))
+        run = dataclasses.replace(run, data=data)
+        origin["data.dataset"] = data_origin
+    # every key of the run: a preset's hybrid section replaces a recipe's none
+    composed = Composed(run, recipe, _each_key(run, origin, f"recipe {recipe.name}"))
+    if request.init_from is not None:
+        composed = composed.with_values({"init_from": request.init_from}, "--init-from")
+    if request.objective == "mpp":  # self-supervised: no label smoothing, no mixup
+        composed = composed.with_values(
+            {"train.objective": "mpp", "train.label_smoothing": 0.0, "train.mixup": 0.0},
+            "--objective mpp",
+        )
+    elif request.objective is not None:
+        composed = composed.with_values({"train.objective": request.objective}, "--objective")
+
+    overrides = parse_set(RunConfig, _fold_renamed(sets, composed.run, asked_data))
+    if "data.dataset" in overrides:
+        overrides["data.dataset"] = normalise_data(overrides["data.dataset"])
+    if finetuning:
+        _check_finetune_keys(overrides, composed.run.model)
+    fixed = set(overrides) | ({"model.in_chans"} if finetuning else set())  # the checkpoint's
+    return dataclasses.replace(composed.with_values(overrides, "--set"), fixed=frozenset(fixed))
+
+
+def _fold_renamed(sets: list[str], run: RunConfig, chosen: str | None) -> list[str]:
+    """``--set`` items with the old ``data.data_dir`` folded into ``data.dataset``, as config
+    files written before data specs are read (``data.dataset=folder`` named the kind then)."""
+    given = {k: parse(str | None, v, name=k, spec=None) for k, v in map(split_set, sets)}
+    if "data.data_dir" not in given:
+        return sets
+    if chosen is not None:
+        raise ConfigError(
+            f"--data {chosen} and --set data.data_dir={given['data.data_dir']} disagree: give one "
+            "(data.data_dir is the old spelling of the data's folder)"
+        )
+    old = {
+        "dataset": given.get("data.dataset") or run.data.dataset,
+        "data_dir": given["data.data_dir"],
+    }
+    spec = upgrade(DataConfig, old)["dataset"]
+    kept = [item for item in sets if split_set(item)[0] not in ("data.dataset", "data.data_dir")]
+    return [*kept, f"data.dataset={spec}"]
+
+
+def _check_finetune_keys(overrides: Mapping[str, Any], model: ModelConfig) -> None:
+    """Fine-tuning may change the head, the resolution and the regularisation; an architecture
+    key may be set only to the checkpoint's own value."""
+    for dotted, value in overrides.items():
+        section, _, name = dotted.partition(".")
+        if section != "model" or name in FINETUNE_KEYS:
+            continue
+        current = flat(to_dict(model)).get(name)
+        if value != current and not (isinstance(current, list) and tuple(current) == value):
+            raise ConfigError(
+                f"{dotted}={value!r}: fine-tuning keeps the checkpoint's architecture "
+                f"({name}={current!r}); only {', '.join(f'model.{k}' for k in FINETUNE_KEYS)} "
+                "can change"
+            )
+
+
+def adapt(
+    composed: Composed,
+    *,
+    num_classes: int,
+    channels: int | None,
+    train_size: int,
+    world: int = 1,
+) -> Composed:
+    """The config once the data is read: its number of classes and channels (None: not known
+    yet) where the user set none, and the settings the recipe sizes by the number of training
+    images (a batch size a multiple of the ``world`` processes that split it)."""
+    out = composed
+    derived = {"model.num_classes": num_classes}
+    if channels is not None:
+        derived["model.in_chans"] = channels
+    out = out.with_values({k: v for k, v in derived.items() if k not in out.fixed}, "data")
+    if out.recipe.sized is not None:
+        given = out.run.train.duration if "train.duration" in out.fixed else None
+        schedule = out.recipe.sized(train_size, given)
+        if "train.batch_size" in schedule:
+            schedule["train.batch_size"] = max(world, schedule["train.batch_size"] // world * world)
+        sized = {k: v for k, v in schedule.items() if k not in out.fixed}
+        origin = f"recipe {out.recipe.name}, for {train_size:,} training images"
+        if given is not None:
+            origin = f"recipe {out.recipe.name}, for train.duration={given}"
+        out = out.with_values(sized, origin)
+    return out
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+
+
+def default_run_dir(request: Request, composed: Composed) -> Path:
+    """``runs/<recipe>[-<model>][-<data>][-<hash>]``: named after what the command chose, with a
+    short hash of its data's absolute path and its --set items as read, the same for the same
+    command (so that running it again resumes)."""
+    parts = [composed.recipe.name]
+    if request.init_from is not None:  # runs/x/best -> x, ViT-B_16.npz -> ViT-B_16
+        weights = Path(request.init_from)
+        generic = weights.name == "best" or weights.name.startswith("step_")
+        parts.append(weights.parent.name if generic else weights.stem)
+    else:
+        model_name, _ = _preset_or_data(request.sets, request.model, "model")
+        if model_name is not None:
+            parts.append(resolve_name(model_name))
+    data_spec, sets = _preset_or_data(request.sets, request.data, "data")
+    if data_spec is not None:
+        source = data_source(data_spec)
+        parts.append(
+            Path(source.path).name if source.kind == "folder" and source.path else source.kind
+        )
+    name = "-".join(_slug(p) for p in parts if _slug(p))
+    others = parse_set(RunConfig, [s for s in sets if split_set(s)[0] != "model"])
+    if request.objective:
+        others["objective"] = request.objective
+    if data_spec is not None:  # two folders of one name are two runs
+        others["data"] = normalise_data(data_spec)
+    if others:  # the settings as read, not as typed: 'a=1' and 'a = 1' are one run
+        text = json.dumps(others, sort_keys=True, default=str)
+        name += "-" + hashlib.sha256(text.encode()).hexdigest()[:6]
+    return Path("runs") / name

@@ -1,0 +1,76 @@
+"""Typed configuration: the model's vocabulary is the paper's and the official code's.
+
+Configs are frozen, keyword-only dataclasses whose fields are declared once, with their type,
+bounds, default and one line of documentation (``keys.key``); validation, the reading of
+``--set key=value`` text and ``vitkit config``'s listing are derived from those declarations
+(``keys.py``). Errors are ``ConfigError`` (vitkit's user error, ``errors.py``) naming the key, the
+value and what is allowed; an unknown key is an error with the closest valid name. This package
+never imports torch, so the command line checks a setting before paying for that import.
+"""
+
+from __future__ import annotations
+
+from ..errors import ConfigError
+from .keys import from_dict, parse_set, replace, to_dict
+from .model import (
+    Activation,
+    Architecture,
+    Classifier,
+    ImageSize,
+    ModelConfig,
+    Posemb,
+    ResNetConfig,
+    image_size_of,
+    size_hw,
+)
+from .run import (
+    DATA_SPECS,
+    DataConfig,
+    DataSource,
+    Device,
+    Objective,
+    OptimConfig,
+    Optimizer,
+    Parallel,
+    RunConfig,
+    Schedule,
+    TrainConfig,
+    Validation,
+    data_source,
+    normalise_data,
+    parse_duration,
+    recorded_data,
+)
+
+__all__ = [
+    "DATA_SPECS",
+    "Activation",
+    "Architecture",
+    "Classifier",
+    "ConfigError",
+    "DataConfig",
+    "DataSource",
+    "Device",
+    "ImageSize",
+    "ModelConfig",
+    "Objective",
+    "OptimConfig",
+    "Optimizer",
+    "Parallel",
+    "Posemb",
+    "ResNetConfig",
+    "RunConfig",
+    "Schedule",
+    "TrainConfig",
+    "Validation",
+    "data_source",
+    "from_dict",
+    "image_size_of",
+    "normalise_data",
+    "parse_duration",
+    "parse_set",
+    "recorded_data",
+    "replace",
+    "size_hw",
+    "to_dict",
+]

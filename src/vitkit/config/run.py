@@ -1,0 +1,364 @@
+"""A training run's configuration: the data, the optimizer, the loop [P §4.1, App. B.1].
+
+``RunConfig`` is saved as ``config.json`` in every run directory and inside every checkpoint;
+files written by earlier versions keep loading (``RENAMED``: ``data.data_dir`` was folded into
+``data.dataset``, which names the data with a spec such as ``cifar10:DIR``). No torch import here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Annotated, Any, ClassVar, Literal
+
+from ..errors import ConfigError
+from .keys import Kind, Section, from_dict, key, upgrade
+from .model import ModelConfig, require
+
+Optimizer = Literal["adam", "sgd", "muon"]
+Schedule = Literal["cosine", "linear", "constant"]
+Objective = Literal["classification", "mpp"]
+Parallel = Literal["ddp", "fsdp"]
+Device = Literal["auto", "cpu", "cuda"]
+Validation = Literal["auto", "holdout", "test", "val_or_test"]
+
+# ------------------------------------------------------------------------------------ durations
+
+
+def _parse_duration(text: str) -> tuple[float, str] | None:
+    for unit in ("st", "ep", "ex"):
+        if text.endswith(unit):
+            try:
+                number = float(text[: -len(unit)])
+            except ValueError:
+                return None
+            return (number, unit) if math.isfinite(number) and number >= 0 else None
+    return None
+
+
+DURATIONS = "a duration: '5000st' (steps), '10ep' (epochs) or '1e6ex' (examples)"
+Duration = Annotated[
+    str,
+    Kind(
+        "duration",
+        lambda text: None if _parse_duration(text) is not None else f"expected {DURATIONS}",
+        DURATIONS,
+    ),
+]
+
+
+def parse_duration(text: str, *, steps_per_epoch: int, batch_size: int) -> int:
+    """A duration in optimizer steps (rounded up; at least 1 unless the duration is 0)."""
+    parsed = _parse_duration(text)
+    if parsed is None:
+        raise ConfigError(
+            f"duration {text!r} is not valid: expected e.g. '5000st', '10ep', '1e6ex'"
+        )
+    number, unit = parsed
+    per = {"st": 1.0, "ep": float(steps_per_epoch), "ex": 1.0 / batch_size}[unit]
+    return math.ceil(number * per - 1e-9) if number else 0
+
+
+# ------------------------------------------------------------------------------------ data specs
+
+DataKind = Literal["fashion_mnist", "cifar10", "cifar100", "synthetic", "folder"]
+# Datasets known by name; each may be followed by ':DIR', the folder holding its files.
+NAMED: tuple[DataKind, ...] = ("fashion_mnist", "cifar10", "cifar100")
+DATA_SPECS = "DIR (a folder of class folders), fashion_mnist[:DIR], cifar10[:DIR], cifar100[:DIR] or synthetic"
+
+
+@dataclass(frozen=True)
+class DataSource:
+    """What a data spec names: a dataset ``kind`` and where its files are (None: the default
+    places, data/paths.py)."""
+
+    kind: DataKind
+    path: str | None = None
+
+    @property
+    def spec(self) -> str:
+        if self.kind == "folder":
+            return str(self.path)
+        return self.kind if self.path is None else f"{self.kind}:{self.path}"
+
+
+def data_source(spec: str) -> DataSource:
+    """Parse a data spec: ``DIR`` (or ``folder:DIR``), ``fashion_mnist[:DIR]``,
+    ``cifar10[:DIR]``, ``cifar100[:DIR]``, ``synthetic``; a ``ConfigError`` for anything else."""
+    name, sep, rest = spec.partition(":")
+    if name in NAMED:
+        if sep and not rest:
+            raise ConfigError(f"data {spec!r}: expected {name}:DIR, the folder holding its files")
+        return DataSource(name, rest or None)
+    if name == "synthetic":
+        if sep:
+            raise ConfigError(f"data {spec!r}: synthetic images are made, not read: 'synthetic'")
+        return DataSource("synthetic")
+    if name == "folder" and sep:
+        spec = rest
+    if spec in ("", "folder"):
+        raise ConfigError(
+            f"data {spec!r} names no folder: give the image folder itself (--data DIR); "
+            f"expected {DATA_SPECS}"
+        )
+    return DataSource("folder", spec)
+
+
+def normalise_data(spec: str) -> str:
+    """A data spec with its folder made absolute (``~`` expanded), so that the run records where
+    the data is whatever the directory a later command runs from."""
+    source = data_source(spec)
+    if source.path is None:
+        return source.spec
+    path = os.path.abspath(os.path.expanduser(source.path))
+    return dataclasses.replace(source, path=path).spec
+
+
+def recorded_data(extra: Mapping[str, Any]) -> str | None:
+    """The data spec a checkpoint's metadata records (the run that wrote it), if any."""
+    run = extra.get("run")
+    if not isinstance(run, Mapping) or not isinstance(run.get("data"), Mapping):
+        return None
+    dataset = upgrade(DataConfig, run["data"]).get("dataset", "fashion_mnist")
+    return dataset if isinstance(dataset, str) else None
+
+
+def _why_not_spec(spec: str) -> str | None:
+    """What is wrong with a data spec, in ``data_source``'s words (None: nothing)."""
+    try:
+        data_source(spec)
+    except ConfigError as e:
+        return str(e)
+    return None
+
+
+def _valid_spec(spec: str) -> bool:
+    return _why_not_spec(spec) is None
+
+
+DataSpec = Annotated[str, Kind("data", _why_not_spec, DATA_SPECS)]
+
+
+def _fold_data_dir(data: dict[str, Any], data_dir: Any) -> None:
+    """``data.data_dir`` (before data specs): the folder of ``data.dataset``, now in its spec.
+    Such a file also predates ``data.validation``: a folder's run chose its best weights on its
+    val/ split, else its test/ split (``val_or_test``), and trained on all of train/."""
+    dataset = data.get("dataset", "fashion_mnist")
+    folder = dataset == "folder" or (
+        isinstance(dataset, str) and _valid_spec(dataset) and data_source(dataset).kind == "folder"
+    )
+    if folder:
+        data.setdefault("validation", "val_or_test")
+    if data_dir is None or not isinstance(dataset, str):
+        return  # a dataset of the wrong type is the section's one-line error
+    if folder:
+        data["dataset"] = data_dir
+    elif dataset != "synthetic":  # synthetic images ignored the folder
+        data["dataset"] = f"{dataset.partition(':')[0]}:{data_dir}"
+
+
+# ------------------------------------------------------------------------------------ sections
+
+
+@dataclass(frozen=True, kw_only=True)
+class DataConfig(Section):
+    """Where the images come from and how they are augmented [P App. B.1.1 for the official
+    fine-tuning pipeline: inception crop, resize, values scaled to [-1, 1]]."""
+
+    SECTION: ClassVar[str] = "data"
+    RENAMED: ClassVar[Mapping[str, Any]] = {"data_dir": _fold_data_dir}
+
+    dataset: DataSpec = key("fashion_mnist", doc=f"what to train on: {DATA_SPECS}")
+    crop_padding: int = key(0, doc="random crop after zero padding by this many pixels", ge=0)
+    flip: bool = key(False, doc="random horizontal flips in training")
+    test_flip: bool = key(
+        False,
+        doc="evaluate each image and its mirror image, averaging the class probabilities (twice "
+        "the evaluation's forward passes)",
+    )
+    inception_crop: bool = key(False, doc="random-resized (inception) crops [P App. B.1.1]")
+    rand_augment: bool = key(False, doc="RandAugment(2, 10)")
+    per_class: int | None = key(None, doc="a class-balanced subset of the training set", ge=1)
+    num_workers: int = key(0, doc="processes decoding images (0: the main process)", ge=0)
+    max_bad_fraction: float = key(
+        0.01,
+        doc="the fraction of a folder's images that may be unreadable (each skipped and named)",
+        ge=0,
+        lt=1,
+    )
+    validation: Validation = key(
+        "auto",
+        doc="what chooses the best weights: auto = a folder's val/, else a seeded holdout of its "
+        "train/ (the test split for fashion_mnist, cifar, synthetic); holdout; test; val_or_test "
+        "(val/, else test/: runs written before this key)",
+    )
+    holdout: float = key(
+        0.1,
+        doc="the fraction of every class held out of train to validate on (seeded by train.seed)",
+        gt=0,
+        lt=1,
+    )
+
+    @property
+    def source(self) -> DataSource:
+        return data_source(self.dataset)
+
+
+@dataclass(frozen=True, kw_only=True)
+class OptimConfig(Section):
+    """Adam with decoupled weight decay for pre-training, SGD momentum for fine-tuning [P §4.1,
+    Table 3, B.1.1]; linear warmup then cosine or linear decay to ``end_lr``. ``muon`` (not in the
+    paper): Muon for the transformer blocks' weight matrices, AdamW (``beta1``, ``beta2``) for the
+    rest, the same learning rate and weight decay (train/optim.py)."""
+
+    SECTION: ClassVar[str] = "optim"
+
+    name: Optimizer = key(
+        "adam", doc="adam (AdamW) [P §4.1], sgd (momentum) [P B.1.1], or muon for the matrices"
+    )
+    lr: float = key(doc="the peak learning rate, after warmup", gt=0)
+    beta1: float = key(0.9, doc="Adam's first-moment decay", ge=0, lt=1)
+    beta2: float = key(0.999, doc="Adam's second-moment decay", ge=0, lt=1)
+    momentum: float = key(0.9, doc="SGD's momentum, and Muon's (Nesterov)", ge=0, lt=1)
+    weight_decay: float = key(
+        0.0,
+        doc="Adam: decoupled (AdamW); SGD: L2; never on biases, norms, posemb or class token",
+        ge=0,
+    )
+    grad_clip: float | None = key(None, doc="clip the gradients' global norm to this", gt=0)
+    schedule: Schedule = key("cosine", doc="decay after warmup")
+    warmup: Duration = key("0st", doc="linear warmup from 0 to lr")
+    end_lr: float = key(
+        0.0, doc="the learning rate at the end (vit_jax's linear decay: 1e-5)", ge=0
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require(
+            self.end_lr <= self.lr, "optim.end_lr", self.end_lr, f"a number in [0, lr={self.lr}]"
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainConfig(Section):
+    """The loop: duration, batch, regularisation, precision, and the cadence of log/eval/save."""
+
+    SECTION: ClassVar[str] = "train"
+
+    duration: Duration = key(doc="how long to train")
+    batch_size: int = key(
+        doc="the global batch, split evenly across processes (torchrun): the same mathematics on "
+        "any number of them",
+        ge=1,
+    )
+    accum_steps: int = key(
+        1, doc="gradient accumulation: the optimizer sees batch_size x accum_steps", ge=1
+    )
+    label_smoothing: float = key(0.0, doc="label smoothing of the cross-entropy", ge=0, lt=1)
+    mixup: float = key(0.0, doc="mixup's Beta(a, a); 0 = off", ge=0)
+    ema: float | None = key(
+        None, doc="Polyak averaging of the weights (the paper's 0.9999), or none", gt=0, lt=1
+    )
+    bf16: bool = key(False, doc="bfloat16 autocast")
+    compile: bool = key(False, doc="compile the training step (torch.compile)")
+    seed: int = key(0, doc="seeds the weights, the batch order, augmentation and holdouts")
+    log_every: Duration = key("50st", doc="how often to log the training loss")
+    eval_every: Duration = key("1ep", doc="how often to evaluate (and keep the best weights)")
+    save_every: Duration = key("1ep", doc="how often to write a resumable checkpoint")
+    keep_last: int = key(2, doc="resumable checkpoints kept", ge=1)
+    objective: Objective = key(
+        "classification",
+        doc="classification, or mpp: masked patch prediction [P §4.6] (labels unused)",
+    )
+    fewshot: tuple[int, ...] = key(
+        (), doc="few-shot linear evaluation at every evaluation [P §4.1]: shots per class", ge=1
+    )
+    parallel: Parallel = key(
+        "ddp",
+        doc="under torchrun: ddp replicates the model, fsdp shards it (FSDP2); no effect in one "
+        "process",
+    )
+    activation_checkpointing: bool = key(
+        False, doc="recompute each block's activations in the backward pass (memory for time)"
+    )
+    device: Device = key(
+        "auto", doc="auto: CUDA when PyTorch sees a GPU (torchrun: GPU LOCAL_RANK), else the CPU"
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require(
+            not (self.objective == "mpp" and (self.compile or self.mixup or self.label_smoothing)),
+            "train.objective",
+            self.objective,
+            "'classification' when train.compile, train.mixup or train.label_smoothing is set "
+            "(they apply to classification only)",
+        )
+        require(
+            len(set(self.fewshot)) == len(self.fewshot),
+            "train.fewshot",
+            self.fewshot,
+            "distinct shots per class, e.g. (5, 10), or () for none",
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunConfig(Section):
+    """Everything a training run needs; saved as ``config.json`` in the run directory."""
+
+    model: ModelConfig = key(doc="the model")
+    data: DataConfig = key(doc="the data")
+    optim: OptimConfig = key(doc="the optimizer")
+    train: TrainConfig = key(doc="the loop")
+    init_from: str | None = key(
+        None, doc="pre-trained weights to start from: head replaced, posemb resized"
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.train.objective == "mpp":
+            require(
+                self.model.arch == "vit" and self.model.resnet is None,
+                "train.objective",
+                self.train.objective,
+                "'classification' for this model: masked patch prediction needs a plain ViT (a "
+                "hybrid's ResNet would see the masked patches' pixels through its neighbours)",
+            )
+            require(
+                not self.data.test_flip,
+                "data.test_flip",
+                self.data.test_flip,
+                "False with train.objective='mpp' (its evaluation predicts patches, not classes)",
+            )
+            require(
+                self.train.ema is None,
+                "train.ema",
+                self.train.ema,
+                "None with train.objective='mpp' (the mask embedding and head are not averaged)",
+            )
+        require(
+            not (self.optim.name == "muon" and self.model.arch != "vit"),
+            "optim.name",
+            self.optim.name,
+            "'adam' for a ResNet (Muon takes the transformer blocks' weight matrices)",
+        )
+        require(
+            not (self.optim.name == "muon" and self.train.parallel == "fsdp"),
+            "optim.name",
+            self.optim.name,
+            "'adam' with train.parallel='fsdp' (Muon orthogonalises whole matrices, FSDP shards "
+            "them), or train.parallel='ddp'",
+        )
+        require(
+            not (self.train.activation_checkpointing and self.model.arch != "vit"),
+            "train.activation_checkpointing",
+            self.train.activation_checkpointing,
+            "False for a ResNet (checkpointing is per transformer block)",
+        )
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RunConfig:
+        return from_dict(cls, data)

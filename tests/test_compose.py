@@ -1,0 +1,246 @@
+"""From a command's choices to a run: the recipe supplies hyperparameters, --model and --data say
+what to train and on what, --set wins, the data fills what nobody set, and every value keeps its
+origin. No torch is needed for any of it."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from vitkit.compose import Request, adapt, compose, default_run_dir, flat
+from vitkit.config import ConfigError, RunConfig
+from vitkit.presets import get_config
+from vitkit.recipes import RECIPES, get_recipe
+
+
+def test_a_recipe_alone_runs_exactly_as_it_is_written() -> None:
+    for name in ("fmnist", "fmnist-speed", "smoke"):
+        composed = compose(Request(recipe=name))
+        assert composed.run == get_recipe(name)
+        assert set(composed.origin.values()) == {f"recipe {name}"}
+        assert composed.fixed == frozenset()
+
+
+def test_model_takes_the_presets_architecture_and_keeps_the_recipes_regularisation() -> None:
+    composed = compose(Request(recipe="pretrain-i1k-b16", model="ViT-Ti/8", data="synthetic"))
+    preset, recipe = get_config("ViT-Ti/8"), get_recipe("pretrain-i1k-b16")
+    model = composed.run.model
+    assert recipe.model.dropout_rate == 0.1 != preset.dropout_rate  # the recipe's, kept
+    assert model == dataclasses.replace(preset, dropout_rate=0.1)
+    assert composed.origin["model.hidden_size"] == "preset ViT-Ti/8"
+    assert composed.origin["model.dropout_rate"] == "recipe pretrain-i1k-b16"
+    # --set model=PRESET is --model; later model keys apply on top, whatever their place
+    same = compose(
+        Request(recipe="fmnist", sets=("model.patch_size=16", "model=vit_tiny_patch8_224"))
+    )
+    assert same.run.model.patch_size == 16 and same.run.model.hidden_size == 192
+    assert same.origin["model.patch_size"] == "--set"
+    with pytest.raises(ConfigError, match="disagree"):
+        compose(Request(recipe="fmnist", model="ViT-S/16", sets=("model=ViT-B/16",)))
+
+
+def test_data_replaces_the_dataset_and_keeps_the_augmentation(tmp_path: Path, monkeypatch) -> None:
+    (tmp_path / "imgs" / "a").mkdir(parents=True)
+    composed = compose(Request(recipe="fmnist-long", data=str(tmp_path / "imgs")))
+    recipe = get_recipe("fmnist-long")
+    assert composed.run.data == dataclasses.replace(recipe.data, dataset=str(tmp_path / "imgs"))
+    assert composed.run.data.crop_padding == 2 and composed.run.data.flip
+    assert composed.origin["data.dataset"] == "--data"
+    # a relative folder is recorded absolute: a later command from elsewhere finds it
+    monkeypatch.chdir(tmp_path)
+    relative = compose(Request(data="imgs"))
+    assert relative.run.data.dataset == str(tmp_path / "imgs")
+    assert compose(Request(sets=("data=imgs",))).run.data == relative.run.data
+    assert compose(Request(recipe="smoke", data="cifar10:c10")).run.data.dataset == (
+        f"cifar10:{tmp_path / 'c10'}"
+    )
+
+
+def test_without_a_recipe_the_scratch_recipe_and_the_data_is_required() -> None:
+    composed = compose(Request(data="synthetic"))
+    assert composed.recipe.name == "scratch"
+    assert composed.run.optim.name == "adam" and composed.run.train.label_smoothing == 0.1
+    assert composed.run.data.flip is False  # no flips unless data.flip=true
+    with pytest.raises(ConfigError, match="say what to train on: --data DIR"):
+        compose(Request())
+
+
+def test_the_data_decides_classes_channels_and_a_sized_schedule_unless_set() -> None:
+    composed = compose(Request(data="synthetic", sets=("train.batch_size=64",)))
+    adapted = adapt(composed, num_classes=7, channels=1, train_size=1_800)
+    assert (adapted.run.model.num_classes, adapted.run.model.in_chans) == (7, 1)
+    assert adapted.origin["model.num_classes"] == adapted.origin["model.in_chans"] == "data"
+    assert adapted.run.train.duration == "56ep"  # 100,000 examples / 1,800 images
+    assert adapted.origin["train.duration"] == "recipe scratch, for 1,800 training images"
+    assert adapted.run.train.batch_size == 64 and adapted.origin["train.batch_size"] == "--set"
+    pinned = compose(
+        Request(
+            data="synthetic", sets=("model.num_classes=3", "model.in_chans=3", "train.duration=2ep")
+        )
+    )
+    kept = adapt(pinned, num_classes=7, channels=1, train_size=1_800)
+    assert (kept.run.model.num_classes, kept.run.model.in_chans) == (3, 3)
+    assert kept.run.train.duration == "2ep" and kept.origin["train.duration"] == "--set"
+    # a recipe without a sized schedule keeps its own
+    fixed = adapt(compose(Request(recipe="smoke")), num_classes=4, channels=3, train_size=128)
+    assert fixed.run == get_recipe("smoke")
+
+
+def test_every_origin_names_a_key_of_the_config() -> None:
+    for model in ("ViT-S/16", "R50+ViT-B/16"):
+        composed = compose(Request(data="synthetic", model=model, sets=("optim.lr=1e-4",)))
+        assert set(composed.origin) == set(flat(composed.run.to_dict()))
+        assert composed.origin["model.patch_size"] == f"preset {model}"
+    hybrid = compose(Request(data="synthetic", model="R50+ViT-B/16"))
+    assert hybrid.origin["model.resnet.num_layers"] == "preset R50+ViT-B/16"
+
+
+def test_finetune_takes_the_checkpoints_architecture_and_refuses_changing_it() -> None:
+    pretrained = dataclasses.replace(
+        get_config("ViT-Ti/8"), image_size=32, num_classes=10, representation_size=64
+    )
+    request = Request(init_from="runs/x/best", data="synthetic", sets=("model.patch_size=8",))
+    composed = compose(request, checkpoint=pretrained)
+    assert composed.recipe.name == "finetune"
+    model = composed.run.model
+    assert (model.patch_size, model.image_size, model.representation_size) == (8, 32, None)
+    assert composed.run.optim.name == "sgd" and composed.run.train.accum_steps == 8
+    assert "model.in_chans" in composed.fixed  # the checkpoint's patch embedding decides
+    assert composed.run.init_from == "runs/x/best"
+    higher = compose(
+        dataclasses.replace(request, sets=("model.image_size=64",)), checkpoint=pretrained
+    )
+    assert higher.run.model.image_size == 64
+    with pytest.raises(
+        ConfigError,
+        match=r"model\.patch_size=16: fine-tuning keeps the checkpoint's architecture \(patch_size=8\)",
+    ):
+        compose(dataclasses.replace(request, sets=("model.patch_size=16",)), checkpoint=pretrained)
+    with pytest.raises(ConfigError, match="records no training data"):
+        compose(Request(init_from="x.npz"), checkpoint=pretrained)
+    recorded = compose(
+        Request(init_from="runs/x/best"), checkpoint=pretrained, checkpoint_data="synthetic"
+    )
+    assert (
+        recorded.run.data.dataset == "synthetic" and recorded.origin["data.dataset"] == "checkpoint"
+    )
+
+
+def test_a_named_recipe_keeps_its_resolution_when_fine_tuning() -> None:
+    """finetune-paper fine-tunes at 384 whatever the checkpoint's 224; the default recipe keeps
+    the checkpoint's resolution."""
+    pretrained = get_config("ViT-B/16")
+    paper = compose(
+        Request(recipe="finetune-paper", init_from="b16.npz", data="cifar10"), checkpoint=pretrained
+    )
+    assert paper.run.model.image_size == 384
+    assert paper.origin["model.image_size"] == "recipe finetune-paper"
+    default = compose(Request(init_from="b16.npz", data="cifar10"), checkpoint=pretrained)
+    assert (
+        default.run.model.image_size == 224 and default.origin["model.image_size"] == "checkpoint"
+    )
+
+
+def test_a_sized_batch_splits_evenly_across_processes() -> None:
+    composed = compose(Request(data="synthetic"))
+    assert adapt(composed, num_classes=3, channels=3, train_size=100).run.train.batch_size == 12
+    across = adapt(composed, num_classes=3, channels=3, train_size=100, world=8)
+    assert across.run.train.batch_size == 8  # 100 // 8 = 12, made a multiple of 8
+    few = adapt(composed, num_classes=3, channels=3, train_size=20, world=4)
+    assert few.run.train.batch_size == 4  # at least one image per process
+
+
+def test_default_run_dir_is_named_after_the_choices_and_stable() -> None:
+    def run_dir(request: Request) -> Path:
+        return default_run_dir(request, compose(request))
+
+    assert run_dir(Request(recipe="fmnist")) == Path("runs/fmnist")
+    a = run_dir(Request(data="/data/digits", model="ViT-Ti/8"))
+    assert re.fullmatch(r"runs/scratch-vit-ti-8-digits-[0-9a-f]{6}", str(a))
+    b = run_dir(Request(data="/data/digits", model="vit_tiny_patch8_224", sets=("train.seed=1",)))
+    c = run_dir(Request(data="/data/digits", model="ViT-Ti/8", sets=("train.seed = 1",)))
+    assert b == c and b.name.startswith("scratch-vit-ti-8-digits-") and b != a
+    d = run_dir(Request(data="/data/digits", model="ViT-Ti/8", sets=("train.seed=2",)))
+    assert d != b
+    other = run_dir(Request(data="/elsewhere/digits", model="ViT-Ti/8"))  # another folder
+    assert other != a and other.name.startswith("scratch-vit-ti-8-digits-")
+
+
+def test_config_errors_are_reported_before_torch_is_imported(tmp_path: Path) -> None:
+    code = (
+        "import sys\nfrom vitkit.cli import main\n"
+        "codes = [main(['train', '--data', 'synthetic', '--set', 'data.flip=maybe']),"
+        " main(['train', '--data', '/no/such/folder']),"
+        " main(['config', '--recipe', 'fmnist', '--set', 'optim.lr=0'])]\n"
+        "print(codes, 'torch' in sys.modules)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.stdout.strip().splitlines()[-1] == "[2, 2, 2] False", proc.stderr
+    err = proc.stderr.splitlines()
+    assert err[0] == "vitkit train: error: data.flip=maybe is not valid: expected true or false"
+    assert err[1].startswith("vitkit train: error: data: image folder /no/such/folder not found")
+    assert err[2] == "vitkit config: error: optim.lr=0 is not valid: expected a number > 0"
+
+
+def test_config_lists_every_key_with_type_value_allowed_origin_and_doc(
+    tmp_path: Path, capsys
+) -> None:
+    from PIL import Image
+
+    from vitkit.cli import main
+
+    for k in range(3):  # 3 classes of 40 images: 36 for training, 4 held out
+        (tmp_path / f"c{k}").mkdir()
+        for i in range(40):
+            Image.new("L", (8, 8), 60 * k + i).save(tmp_path / f"c{k}" / f"{i}.png")
+    args = ["config", "--data", str(tmp_path), "--model", "ViT-Ti/8", "--set", "optim.lr=3e-4"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(
+        f"recipe scratch; data {tmp_path}: 3 classes, 108 training images (listed, before "
+        "verification); run directory runs/scratch-vit-ti-8-"
+    )
+    keys = list(flat(compose(Request(data="synthetic")).run.to_dict()))
+    for key in keys:
+        assert f"\n{key} = " in out, key
+    assert (
+        "optim.lr = 0.0003    (--set)\n    float: a number > 0\n    the peak learning rate" in out
+    )
+    assert "model.hidden_size = 192    (preset ViT-Ti/8)" in out
+    assert "optim.name = adam    (recipe scratch)\n    'adam', 'sgd' or 'muon'\n" in out
+    assert "model.num_classes = 3    (data)" in out
+    assert "model.in_chans = 3    (the data: 1 if every training image is greyscale" in out
+    assert "train.duration = 300ep    (recipe scratch, for 108 training images)" in out
+    assert (
+        "train.duration = 300ep    (recipe scratch, for 108 training images)\n    a duration: "
+        in out
+    )
+    assert main(["config", "--recipe", "fmnist", "train.b*"]) == 0
+    out = capsys.readouterr().out
+    assert "train.batch_size = 128" in out and "train.bf16 = false" in out and "optim" not in out
+    assert main(["config", "--recipe", "fmnist", "nothing"]) == 2
+    capsys.readouterr()
+    for recipe in RECIPES:  # every recipe's keys, hybrids' and ResNets' included
+        if recipe.startswith("pretrain"):
+            continue  # its data is ImageNet, a folder not here
+        assert main(["config", "--recipe", recipe]) == 0, recipe
+    assert main(["config", "--data", "synthetic", "--model", "R50+ViT-B/16", "model.resnet"]) == 0
+    out = capsys.readouterr().out
+    assert "model.resnet.num_layers = (3, 4, 9)    (preset R50+ViT-B/16)" in out
+
+
+def test_train_help_lists_the_recipes(capsys) -> None:
+    from vitkit.cli import main
+    from vitkit.recipes import RECIPES
+
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    out = capsys.readouterr().out
+    for name, recipe in RECIPES.items():
+        assert f"  {name}" in out and recipe.about.split()[0] in out
+    assert RunConfig  # the config class the listing documents

@@ -1,0 +1,369 @@
+"""vitkit.data.folder: the two folder layouts (read without opening an image), a split's folder
+given directly, the channel decision made while verifying, and the list of skipped files.
+
+Every image is a real file written by PIL into tmp_path; all are a few pixels, so the file runs in
+about a second.
+"""
+
+from __future__ import annotations
+
+import io
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image, ImageFile
+
+from vitkit.data import (
+    FolderLayout,
+    ImageFolderDataset,
+    UnreadableImageWarning,
+    folder_layout,
+)
+from vitkit.errors import ConfigError, DataError, MissingFileError
+
+
+def _save(path: Path, image: Image.Image, **kwargs) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    image.save(path, **kwargs)
+    return path
+
+
+def _grey(seed: int, size: tuple[int, int] = (6, 5)) -> Image.Image:
+    """A grey noise image, mode L."""
+    pixels = np.random.default_rng(seed).integers(0, 256, size, dtype=np.uint8)
+    return Image.fromarray(pixels)
+
+
+def _colour(seed: int) -> Image.Image:
+    pixels = np.random.default_rng(seed).integers(0, 256, (6, 5, 3), dtype=np.uint8)
+    return Image.fromarray(pixels)
+
+
+def _tree(root: Path, classes: dict[str, int]) -> Path:
+    """``root/<class>/<k>.png``: ``classes[name]`` grey PNGs per class."""
+    for name, n in classes.items():
+        for k in range(n):
+            _save(root / name / f"{k}.png", _grey(k))
+    return root
+
+
+@pytest.fixture
+def decodes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The files PIL decodes pixels of (``ImageFile.load``; ``verify()`` does not call it)."""
+    seen: list[str] = []
+    load = ImageFile.ImageFile.load
+
+    def counting_load(self: ImageFile.ImageFile) -> object:
+        seen.append(Path(str(self.filename)).name)
+        return load(self)
+
+    monkeypatch.setattr(ImageFile.ImageFile, "load", counting_load)
+    return seen
+
+
+# ---------------------------------------------------------------- layouts
+
+
+def test_folder_layout_reads_splits_without_opening_an_image(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _tree(tmp_path / "train", {"cat": 3, "dog": 2})
+    _save(tmp_path / "train/dog/deeper/x.JPG", _grey(9).convert("RGB"))  # nested, any case
+    (tmp_path / "train/dog/notes.txt").write_text("not an image")
+    (tmp_path / "train/dog/.hidden.png").write_bytes(b"ignored")
+    _tree(tmp_path / "test", {"cat": 1, "dog": 1})
+    (tmp_path / "README.md").write_text("files beside the splits are ignored")
+    (tmp_path / ".cache").mkdir()  # so are hidden folders
+
+    def no_open(*args: object, **kwargs: object) -> None:
+        raise AssertionError("folder_layout opened an image")
+
+    monkeypatch.setattr(Image, "open", no_open)
+    layout = folder_layout(tmp_path)
+    assert layout == FolderLayout(
+        root=tmp_path,
+        splits={"train": tmp_path / "train", "test": tmp_path / "test"},
+        classes=("cat", "dog"),
+        counts={"train": 6, "test": 2},
+    )
+    assert layout.kind == "splits"
+
+
+def test_folder_layout_reads_a_single_tree_and_a_split_given_directly(tmp_path: Path) -> None:
+    tree = _tree(tmp_path / "vehicles", {"car": 2, "bus": 1, "train": 2})  # a class named 'train'
+    layout = folder_layout(tree)
+    assert layout.kind == "tree" and layout.splits == {None: tree}
+    assert layout.classes == ("bus", "car", "train") and layout.counts == {None: 5}
+    _tree(tmp_path / "digits/train", {"0": 2, "1": 2})
+    _tree(tmp_path / "digits/val", {"0": 1, "1": 1})
+    val = folder_layout(tmp_path / "digits/val")  # class folders given directly
+    assert val.kind == "tree" and val.classes == ("0", "1") and val.counts == {None: 2}
+    assert folder_layout(tmp_path / "digits").counts == {"train": 4, "val": 2}
+
+
+@pytest.mark.parametrize(
+    ("paths", "error", "message"),
+    [
+        ([], MissingFileError, r"data folder .*/data not found \(expected .*/data/<class>/<image>"),
+        (["val/c/a.png"], DataError, r"split folders \['val'\] but no train/: .*/data/val\)$"),
+        (["val/c/a.png", "test/c/a.png"], DataError, r"\['val', 'test'\] but no train/"),
+        (
+            ["train/c/a.png", "logs/run1/"],
+            DataError,
+            r"mixes split folders \['train'\] with other folders \['logs'\]: expected only train",
+        ),
+        (
+            ["train/c/a.png", "val/"],
+            DataError,
+            r"data/val holds no class folders, expected <class>/",
+        ),
+        (
+            ["train/cat/a.png", "train/dog/a.png", "val/cat/a.png", "val/bird/a.png"],
+            DataError,
+            r"class folders of .*data/val and .*data/train differ: only in val: \['bird'\], "
+            r"only in train: \['dog'\]",
+        ),
+        (
+            ["train/cat/a.png", "train/dog/"],
+            DataError,
+            r"class folder .*train/dog holds no images \(",
+        ),
+    ],
+)
+def test_folder_layout_errors(
+    tmp_path: Path, paths: list[str], error: type[Exception], message: str
+) -> None:
+    """``paths`` under ``data/``: images (``.png``) and empty folders (ending in ``/``)."""
+    root = tmp_path / "data"
+    for path in paths:
+        if path.endswith("/"):
+            (root / path).mkdir(parents=True)
+        else:
+            _save(root / path, _grey(0))
+    with pytest.raises(error, match=message):
+        folder_layout(root)
+
+
+def test_folder_layout_errors_on_a_folder_without_folders(tmp_path: Path) -> None:
+    _save(tmp_path / "a.png", _grey(0))
+    _save(tmp_path / "b.png", _grey(1))
+    with pytest.raises(
+        DataError, match=r"holds no class folders and no split folders .*found 2 images"
+    ):
+        folder_layout(tmp_path)
+    with pytest.raises(DataError, match=r"data folder .*a.png is not a folder"):
+        folder_layout(tmp_path / "a.png")
+    # A class folder called 'train' holding folders, beside other classes: not a tree we can read.
+    _tree(tmp_path / "v", {"bus": 1, "train/steam": 1})
+    with pytest.raises(
+        DataError, match=r"mixes split folders \['train'\] with other folders \['bus'\]"
+    ):
+        folder_layout(tmp_path / "v")
+
+
+def test_a_val_folder_given_directly_is_checked_against_train_beside_it(tmp_path: Path) -> None:
+    _tree(tmp_path / "train", {"cat": 1, "dog": 1})
+    _tree(tmp_path / "val", {"cat": 1})
+    message = (
+        r"class folders of .*val and .*train differ: only in val: \[\], only in train: \['dog'\]"
+    )
+    for read in (
+        lambda: folder_layout(tmp_path / "val"),
+        lambda: ImageFolderDataset(tmp_path / "val", None),
+        lambda: ImageFolderDataset(tmp_path, "val"),
+    ):
+        with pytest.raises(DataError, match=message):
+            read()
+    _tree(tmp_path / "other", {"cat": 1})  # a folder not named val/test is its own dataset
+    assert ImageFolderDataset(tmp_path / "other", None).classes == ["cat"]
+
+
+# ---------------------------------------------------------------- the dataset on both layouts
+
+
+def test_dataset_reads_a_split_given_directly_as_by_name(tmp_path: Path) -> None:
+    _tree(tmp_path / "train", {"cat": 2, "dog": 2})
+    _tree(tmp_path / "val", {"cat": 1, "dog": 2})
+    by_name = ImageFolderDataset(tmp_path, "val")
+    direct = ImageFolderDataset(tmp_path / "val", None)
+    assert direct.samples == by_name.samples and direct.classes == ["cat", "dog"]
+    assert torch.equal(direct.labels, by_name.labels) and direct.split_dir == tmp_path / "val"
+    assert torch.equal(direct[2][0], by_name[2][0])
+    assert len(ImageFolderDataset(tmp_path)) == 4  # today's default: root/train
+    layout = folder_layout(tmp_path)
+    sizes = {name: len(ImageFolderDataset(layout.root, name)) for name in layout.splits}
+    assert sizes == dict(layout.counts) == {"train": 4, "val": 3}
+    tree = folder_layout(tmp_path / "val")
+    assert len(ImageFolderDataset(tree.root, None)) == tree.counts[None] == 3
+
+
+def test_dataset_given_a_split_layout_as_a_tree_says_which_split(tmp_path: Path) -> None:
+    _tree(tmp_path / "train", {"cat": 1})
+    _tree(tmp_path / "val", {"cat": 1})
+    with pytest.raises(
+        DataError,
+        match=r"holds split folders \['train', 'val'\], not class folders: expected a split name "
+        r"\(split='train'\) or the split's folder \(.*/train\)",
+    ):
+        ImageFolderDataset(tmp_path, None)
+    with pytest.raises(MissingFileError, match=r"data folder .*/nothing not found"):
+        ImageFolderDataset(tmp_path / "nothing", None)
+
+
+# ---------------------------------------------------------------- channels decided while verifying
+
+
+def test_grey_images_of_every_kind_give_one_channel(tmp_path: Path, decodes: list[str]) -> None:
+    root = tmp_path / "train"
+    _save(root / "a/l.png", _grey(0))
+    _save(root / "a/la.png", _grey(1).convert("LA"))
+    _save(root / "a/one.png", _grey(2).convert("1"))
+    _save(root / "a/wide.png", Image.fromarray(np.full((4, 4), 40000, np.uint16)))  # I;16
+    grey_rgb = _grey(3, (16, 16))
+    _save(root / "b/rgb.jpg", grey_rgb.convert("RGB"), quality=75)  # 4:2:0, PIL's default
+    _save(root / "b/rgb.png", grey_rgb.convert("RGB"))
+    palette = Image.new("P", (4, 4), 1)
+    palette.putpalette([0, 0, 0, 90, 90, 90, 255, 0, 0])  # entry 2 is red but no pixel uses it
+    _save(root / "b/p.png", palette)
+    ds = ImageFolderDataset(tmp_path, "train", mode=None)
+    assert (ds.mode, ds.channels) == ("L", 1)
+    assert ds.channels_reason == (
+        f"1 channel: all 7 images in {root} are greyscale (1 in mode 1, 1 in mode I;16, 1 in mode "
+        "L, 1 in mode LA, 1 in mode P with R = G = B, 2 in mode RGB with R = G = B)"
+    )
+    assert sorted(decodes) == ["p.png", "rgb.jpg", "rgb.png"]  # one-channel modes: no decode
+    image, _ = ds[ds.samples.index((root / "b/rgb.jpg", 1))]
+    with Image.open(root / "b/rgb.jpg") as jpeg:
+        assert torch.equal(image[0], torch.from_numpy(np.array(jpeg))[..., 0])
+
+
+@pytest.mark.parametrize("subsampling", [0, 1, 2])
+@pytest.mark.parametrize("quality", [1, 50, 95, 100])
+def test_a_grey_image_saved_as_rgb_jpeg_decodes_with_equal_channels(
+    quality: int, subsampling: int
+) -> None:
+    # Why grey detection needs no tolerance (see folder._grey_kind): pins the measurement.
+    buffer = io.BytesIO()
+    _grey(quality, (37, 29)).convert("RGB").save(
+        buffer, "JPEG", quality=quality, subsampling=subsampling
+    )
+    rgb = np.asarray(Image.open(buffer)).astype(int)  # (H, W, 3)
+    assert np.abs(rgb - rgb[..., :1]).max() == 0
+
+
+def test_decoding_stops_at_the_first_colour_image(tmp_path: Path, decodes: list[str]) -> None:
+    root = tmp_path / "train"
+    for k in range(3):
+        _save(root / f"a/{k}.png", _grey(k).convert("RGB"))
+    _save(root / "a/3.png", _colour(0))
+    for k in range(4, 9):
+        _save(root / f"b/{k}.png", _grey(k).convert("RGB"))
+    ds = ImageFolderDataset(tmp_path, "train", mode=None)
+    assert (ds.mode, ds.channels) == ("RGB", 3) and len(ds) == 9
+    assert ds.channels_reason == f"3 channels: a/3.png in {root} is in colour (mode RGB)"
+    assert decodes == ["0.png", "1.png", "2.png", "3.png"]  # the other five are only verified
+    assert ds[8][0].shape == (3, 6, 5)
+
+
+def test_a_used_colour_palette_entry_or_a_faint_tint_is_colour(tmp_path: Path) -> None:
+    palette = Image.new("P", (4, 4), 0)
+    palette.putpalette([0, 0, 0, 255, 0, 0])
+    palette.putpixel((1, 1), 1)
+    _save(tmp_path / "p/a/p.png", palette)
+    assert ImageFolderDataset(tmp_path / "p", None, mode=None).channels == 3
+    tinted = np.full((4, 4, 3), 120, np.uint8)
+    tinted[0, 0, 2] = 121  # one pixel, one level
+    _save(tmp_path / "t/a/t.png", Image.fromarray(tinted))
+    ds = ImageFolderDataset(tmp_path / "t", None, mode=None)
+    assert ds.channels_reason == f"3 channels: a/t.png in {tmp_path / 't'} is in colour (mode RGB)"
+
+
+def test_a_given_mode_decodes_nothing_and_says_so(tmp_path: Path, decodes: list[str]) -> None:
+    _tree(tmp_path / "train", {"a": 2})
+    ds = ImageFolderDataset(tmp_path, "train")
+    assert (ds.mode, ds.channels, ds.channels_reason) == (
+        "RGB",
+        3,
+        "3 channels: mode='RGB' was given",
+    )
+    grey = ImageFolderDataset(tmp_path, "train", mode="L", verify=False)
+    assert (grey.channels, grey.channels_reason) == (1, "1 channel: mode='L' was given")
+    assert decodes == []
+    with pytest.raises(
+        ConfigError,
+        match=r"mode=None decides the channels while verifying every image: expected verify=True",
+    ):
+        ImageFolderDataset(tmp_path, "train", mode=None, verify=False)
+    with pytest.raises(ConfigError, match=r"mode='RGBA' is not valid: expected 'RGB', 'L' or None"):
+        ImageFolderDataset(tmp_path, "train", mode="RGBA")
+
+
+def test_an_image_that_fails_to_decode_while_deciding_is_skipped(tmp_path: Path) -> None:
+    _tree(tmp_path / "train", {"a": 9})
+    buffer = io.BytesIO()
+    _grey(0, (32, 32)).convert("RGB").save(buffer, "JPEG")
+    data = buffer.getvalue()
+    cut = tmp_path / "train/a/cut.jpg"
+    cut.write_bytes(data[: data.index(b"\xff\xda") + 40])  # passes verify(), fails to decode
+    with pytest.warns(
+        UnreadableImageWarning, match=r"skipping unreadable image .*cut.jpg \(OSError"
+    ):
+        ds = ImageFolderDataset(tmp_path, "train", mode=None, max_bad_fraction=0.2)
+    assert [p.name for p, _ in ds.skipped] == ["cut.jpg"] and len(ds) == 9
+    assert ds.channels_reason.startswith("1 channel: all 9 images")
+
+
+# ---------------------------------------------------------------- skipped files
+
+
+def test_skipped_names_every_dropped_file_and_each_gets_a_warning(tmp_path: Path) -> None:
+    _tree(tmp_path / "train", {"a": 10, "b": 8})
+    png = _save(tmp_path / "train/a/bad.png", _grey(0)).read_bytes()
+    at = png.index(b"IDAT") + 6  # a flipped byte inside the pixel data: its chunk's CRC fails
+    (tmp_path / "train/a/bad.png").write_bytes(png[:at] + bytes([png[at] ^ 1]) + png[at + 1 :])
+    (tmp_path / "train/b/bad.jpg").write_bytes(b"garbage")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ds = ImageFolderDataset(tmp_path, "train", max_bad_fraction=0.1)
+    assert [(p.relative_to(tmp_path), why.split(":")[0]) for p, why in ds.skipped] == [
+        (Path("train/a/bad.png"), "SyntaxError"),  # broken PNG chunk: failed CRC
+        (Path("train/b/bad.jpg"), "UnidentifiedImageError"),
+    ]
+    messages = [str(w.message) for w in caught if w.category is UnreadableImageWarning]
+    assert len(messages) == 2
+    assert "a/bad.png" in messages[0] and "1 skipped so far" in messages[0]
+    assert "b/bad.jpg" in messages[1] and "2 skipped so far" in messages[1]
+    assert len(ds) == 18 and ds.subset([0, 1]).skipped == ds.skipped
+    assert ImageFolderDataset(tmp_path, "train", verify=False, mode="L").skipped == []
+
+
+def test_too_many_bad_files_name_the_first_five_and_count_the_rest(tmp_path: Path) -> None:
+    _tree(tmp_path / "train", {"a": 3})
+    for k in range(7):
+        (tmp_path / f"train/a/bad{k}.png").write_bytes(b"garbage")
+    with pytest.raises(DataError) as caught:
+        ImageFolderDataset(tmp_path, "train", max_bad_fraction=0.5)
+    message = str(caught.value)
+    assert "\n" not in message
+    assert message.startswith(
+        f"7 of 10 images in {tmp_path / 'train'} are unreadable, more than max_bad_fraction=0.5 "
+        f"allows: {tmp_path / 'train/a/bad0.png'} (UnidentifiedImageError: cannot identify"
+    )
+    assert [k for k in range(7) if f"bad{k}.png" in message] == [0, 1, 2, 3, 4]
+    assert message.endswith(" and 2 more")
+
+
+def test_a_class_left_without_a_readable_image_is_an_error(tmp_path: Path) -> None:
+    _tree(tmp_path / "train", {"a": 3})
+    (tmp_path / "train/b").mkdir()
+    (tmp_path / "train/b/bad.png").write_bytes(b"garbage")
+    with (
+        pytest.warns(UnreadableImageWarning, match=r"bad.png"),
+        pytest.raises(
+            DataError, match=r"^no readable image left in class folder\(s\) \['b'\] of .*train$"
+        ),
+    ):
+        ImageFolderDataset(tmp_path, "train", max_bad_fraction=0.5)

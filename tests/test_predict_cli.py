@@ -1,0 +1,162 @@
+"""``vitkit predict``: images from files, folders and globs, batched, as a table or JSON, on the
+device asked for; an unreadable image is a warning, an input that matches nothing an error."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from PIL import Image
+
+import vitkit
+from helpers import randomize, tiny
+from vitkit.cli import main
+from vitkit.cli.common import read_image, resolve_device
+from vitkit.data import Preprocess
+from vitkit.errors import VitkitError
+
+NAMES = ["ant", "bee", "cat", "dog"]
+
+
+@pytest.fixture
+def checkpoint(tmp_path: Path) -> str:
+    model = randomize(vitkit.create_model(tiny(num_classes=4, classifier="gap")), std=0.5)
+    with torch.no_grad():  # without constant offsets in the logits, the top-1 varies by image
+        model.head.bias.zero_()
+        model.norm.bias.zero_()
+    return str(vitkit.save(model, tmp_path / "ckpt", class_names=NAMES))
+
+
+def picture(path: Path, seed: int, size: tuple[int, int]) -> Path:
+    """An RGB image of ``size`` (width, height), one random colour plus noise, at ``path``."""
+    g = torch.Generator().manual_seed(seed)
+    colour = torch.randint(0, 200, (1, 1, 3), generator=g)
+    pixels = colour + torch.randint(0, 56, (size[1], size[0], 3), generator=g)  # (H, W, 3)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(pixels.to(torch.uint8).numpy()).save(path)
+    return path
+
+
+@pytest.fixture
+def images(tmp_path: Path) -> Path:
+    """photos/{a.png, b.JPG, sub/c.bmp} (skipped: photos/.hidden.png, photos/.cache/d.png and
+    photos/notes.txt); more/{deep/h.png, e.png, f.png, g.jpg}; hidden/.i.png."""
+    root = tmp_path / "images"
+    names = [
+        *("photos/a.png", "photos/b.JPG", "photos/sub/c.bmp"),
+        *("photos/.hidden.png", "photos/.cache/d.png"),
+        *("more/e.png", "more/f.png", "more/g.jpg", "more/deep/h.png"),
+        "hidden/.i.png",
+    ]
+    for seed, name in enumerate(names):
+        picture(root / name, seed, size=(40 + seed, 30))
+    (root / "photos" / "notes.txt").write_text("not an image")
+    return root
+
+
+def predict_json(*args: str, capsys) -> tuple[int, list[dict]]:
+    status = main(["predict", *args, "--json", "--device", "cpu"])
+    return status, json.loads(capsys.readouterr().out)
+
+
+def test_folders_globs_and_files_top1_is_the_models_argmax(
+    checkpoint: str, images: Path, capsys
+) -> None:
+    inputs = [str(images / "photos"), str(images / "more" / "*.png"), str(images / "more/g.jpg")]
+    status, entries = predict_json(checkpoint, *inputs, "--top", "2", capsys=capsys)
+    assert status == 0
+    paths = [Path(e["path"]).relative_to(images).as_posix() for e in entries]
+    assert paths == [
+        "photos/a.png",  # the folder, recursively and sorted; hidden files and notes.txt skipped
+        "photos/b.JPG",
+        "photos/sub/c.bmp",
+        "more/e.png",  # the glob, sorted, not recursive without **
+        "more/f.png",
+        "more/g.jpg",  # the file
+    ]
+    model = vitkit.load(checkpoint)
+    preprocess = Preprocess(image_size=32)
+    x = torch.cat([read_image(e["path"], preprocess) for e in entries])  # (6, 3, 32, 32)
+    with torch.no_grad():
+        probs = model(x).softmax(dim=-1)
+    for entry, p in zip(entries, probs, strict=True):
+        assert [t["label"] for t in entry["top"]] == [NAMES[i] for i in p.topk(2).indices]
+        assert entry["top"][0]["prob"] == pytest.approx(p.max().item(), abs=1e-6)
+    assert len({e["top"][0]["label"] for e in entries}) > 1  # the argmax is not a constant
+    status, deep = predict_json(checkpoint, str(images / "more/**/*.png"), capsys=capsys)
+    assert status == 0  # sorted as paths: the folder deep/ before the file e.png
+    assert [Path(e["path"]).name for e in deep] == ["h.png", "e.png", "f.png"]
+
+
+def test_batched_predictions_equal_one_at_a_time(checkpoint: str, images: Path, capsys) -> None:
+    inputs = [str(images / "photos"), str(images / "more")]
+    _, batched = predict_json(checkpoint, *inputs, "--batch-size", "3", capsys=capsys)
+    _, single = predict_json(checkpoint, *inputs, "--batch-size", "1", capsys=capsys)
+    assert len(batched) == 7 and [e["path"] for e in batched] == [e["path"] for e in single]
+    for b, s in zip(batched, single, strict=True):
+        assert [t["label"] for t in b["top"]] == [t["label"] for t in s["top"]]
+        assert [t["prob"] for t in b["top"]] == pytest.approx(
+            [t["prob"] for t in s["top"]], abs=1e-6
+        )
+
+
+def test_unreadable_images_are_warnings_and_exit_status_2(
+    checkpoint: str, images: Path, capsys
+) -> None:
+    photos = images / "photos"
+    broken = photos / "broken.png"
+    broken.write_bytes(b"\x89PNG not really")  # PIL cannot tell what it is
+    truncated = photos / "sub" / "truncated.png"  # a header, half the pixels
+    truncated.write_bytes((photos / "a.png").read_bytes()[:200])
+    status, entries = predict_json(checkpoint, str(photos), "--batch-size", "2", capsys=capsys)
+    assert status == 2
+    names = ["a.png", "b.JPG", "broken.png", "c.bmp", "truncated.png"]
+    assert [Path(e["path"]).name for e in entries] == names
+    for i in (2, 4):
+        assert "top" not in entries[i] and "cannot read image" in entries[i]["error"]
+    assert all("top" in entries[i] for i in (0, 1, 3))  # the others are still predicted
+    assert main(["predict", checkpoint, str(photos), "--device", "cpu"]) == 2
+    out, err = capsys.readouterr()
+    rows = out.splitlines()
+    assert [row.split(":")[0] for row in rows] == [
+        str(photos / n) for n in ("a.png", "b.JPG", "sub/c.bmp")
+    ]
+    assert all(len(row.split()) == 1 + 2 * 4 for row in rows)  # path, then 4 label-prob pairs
+    *warnings, error = err.splitlines()
+    assert len(warnings) == 2  # one line per unreadable file, naming it and why
+    for warning, path in zip(warnings, (broken, truncated), strict=True):
+        prefix = f"vitkit: warning: cannot read image {path}: "
+        assert warning.startswith(prefix) and warning.endswith("; skipped")
+        assert warning.removeprefix(prefix).removesuffix("; skipped")  # PIL's reason
+    assert error == "vitkit predict: error: 2 of 5 images could not be read (see the warnings)"
+
+
+def test_inputs_that_match_nothing_are_one_line_errors(
+    checkpoint: str, images: Path, capsys
+) -> None:
+    for missing, why in [
+        (str(images / "nowhere.png"), "no such file or folder"),
+        (str(images / "more" / "*.gif"), "matches no image file"),
+        (str(images / "hidden"), "matches no image file"),  # only a hidden one
+    ]:
+        assert main(["predict", checkpoint, str(images / "more"), missing]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"vitkit predict: error: {missing}") and why in err
+        assert len(err.splitlines()) == 1
+
+
+def test_device_argument(checkpoint: str, images: Path, capsys) -> None:
+    assert main(["predict", checkpoint, str(images / "more"), "--device", "cpu"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 4
+    gpu = torch.cuda.is_available()
+    assert resolve_device("auto") == torch.device("cuda" if gpu else "cpu")
+    assert resolve_device("cpu") == torch.device("cpu")
+    with pytest.raises(VitkitError, match="--device 'tpu': expected one of auto, cpu, cuda"):
+        resolve_device("tpu")
+    if not gpu:
+        assert main(["predict", checkpoint, str(images / "more"), "--device", "cuda"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("vitkit predict: error: --device cuda: expected a GPU")
+        assert len(err.splitlines()) == 1

@@ -1,0 +1,86 @@
+"""The README's user journey runs as written, on a folder of images the test makes, with tiny
+settings the test adds (two training steps): the README cannot drift from the code. Every code
+block of the README says whether it runs here (``<!-- readme-test -->``) or why not
+(``<!-- readme-test: not run (...) -->``)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+README = Path(__file__).parent.parent / "README.md"
+BLOCK = re.compile(r"^(?P<marker>[^\n]*)\n```(?P<lang>\w*)\n(?P<body>.*?)\n```", re.M | re.S)
+RUN, SKIP = "<!-- readme-test -->", re.compile(r"^<!-- readme-test: not run \(.+\) -->$")
+# `vitkit` in the README's shell blocks: the same command, with two steps of training
+TINY = """vitkit() {
+  case "$1" in
+    train|finetune) "$VITKIT_PYTHON" -m vitkit "$@" --set train.duration=2st --no-progress ;;
+    *) "$VITKIT_PYTHON" -m vitkit "$@" ;;
+  esac
+}
+set -euo pipefail
+"""
+
+
+def blocks() -> list[tuple[str, str, str]]:
+    """(marker, language, code) of every fenced block of the README."""
+    return [(m["marker"], m["lang"], m["body"]) for m in BLOCK.finditer(README.read_text())]
+
+
+def test_no_placeholder_is_left() -> None:
+    """A figure still to be measured is written as a line of its own in capitals."""
+    text = BLOCK.sub("", README.read_text())
+    assert not re.findall(r"^[A-Z][A-Z0-9_]{3,}$", text, re.M)
+
+
+def test_every_block_is_run_or_says_why_not() -> None:
+    found = blocks()
+    assert len(found) >= 4
+    for marker, _, body in found:
+        assert marker == RUN or SKIP.match(marker), f"unmarked README block:\n{body}"
+
+
+def _folder(root: Path, classes: int = 3, per_class: int = 12) -> None:
+    """digits/<class>/*.png: grey strokes at class-dependent angles, with noise."""
+    rng = np.random.default_rng(0)
+    y, x = np.mgrid[:20, :20] - 9.5
+    for k in range(classes):
+        (root / f"digit_{k}").mkdir(parents=True)
+        angle = np.pi * k / classes
+        stroke = np.abs(x * np.sin(angle) - y * np.cos(angle)) < 2
+        for i in range(per_class):
+            pixels = (stroke * 200 + rng.normal(30, 15, stroke.shape)).clip(0, 255)
+            Image.fromarray(pixels.astype(np.uint8), "L").save(root / f"digit_{k}" / f"{i}.png")
+
+
+@pytest.mark.slow
+def test_the_user_journey_runs_as_written(tmp_path: Path) -> None:
+    _folder(tmp_path / "digits")
+    (tmp_path / "photos").mkdir()
+    Image.open(tmp_path / "digits" / "digit_1" / "0.png").save(tmp_path / "photos" / "a.png")
+    env = {**os.environ, "VITKIT_PYTHON": sys.executable, "HF_HUB_OFFLINE": "1"}
+    for marker, lang, code in blocks():
+        if marker != RUN:
+            continue
+        if lang == "bash":
+            command = ["bash", "-c", TINY + code]
+        else:
+            assert lang == "python", lang
+            command = [sys.executable, "-c", code]
+        proc = subprocess.run(
+            command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
+        )
+        assert proc.returncode == 0, f"{code}\n---\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+        if lang == "python":  # the pipeline's label and onnxruntime's agree on the photo
+            pipeline_line, onnx_line = proc.stdout.strip().splitlines()[-2:]
+            assert f"'label': '{onnx_line}'" in pipeline_line
+    assert (tmp_path / "runs" / "digits" / "best").is_dir()
+    assert (tmp_path / "runs" / "digits-64" / "best").is_dir()
+    assert (tmp_path / "hf-digits" / "preprocessor_config.json").is_file()

@@ -60,12 +60,38 @@ def _folder(root: Path, classes: int = 3, per_class: int = 12) -> None:
             Image.fromarray(pixels.astype(np.uint8), "L").save(root / f"digit_{k}" / f"{i}.png")
 
 
+def _official_bucket() -> dict[str, bytes]:
+    """The official bucket's file for ViT-Ti/16@augreg-in21k, with random weights in its layout
+    (ViT-Ti/16, 21,843 classes, tanh GELU), as a local server serves it."""
+    import io
+
+    import vitkit
+    from helpers import randomize
+    from vitkit.io.formats.official import to_official
+    from vitkit.io.pretrained import find
+
+    model = randomize(
+        vitkit.create_model("ViT-Ti/16", num_classes=21843, act="gelu_tanh"), std=0.05
+    )
+    buffer = io.BytesIO()
+    np.savez(buffer, **to_official(model))
+    return {f"/vit_models/{find('ViT-Ti/16@augreg-in21k').path}": buffer.getvalue()}
+
+
 @pytest.mark.slow
 def test_the_user_journey_runs_as_written(tmp_path: Path) -> None:
+    from http_server import FileServer
+
     _folder(tmp_path / "digits")
     (tmp_path / "photos").mkdir()
     Image.open(tmp_path / "digits" / "digit_1" / "0.png").save(tmp_path / "photos" / "a.png")
-    env = {**os.environ, "VITKIT_PYTHON": sys.executable, "HF_HUB_OFFLINE": "1"}
+    server = FileServer(_official_bucket())
+    env = {
+        **os.environ,
+        "VITKIT_PYTHON": sys.executable,
+        "VITKIT_HOME": str(tmp_path / "cache"),  # and the bucket is the local server
+        "VITKIT_VIT_MODELS_URL": server.url("/vit_models"),
+    }
     for marker, lang, code in blocks():
         if marker != RUN:
             continue
@@ -74,13 +100,25 @@ def test_the_user_journey_runs_as_written(tmp_path: Path) -> None:
         else:
             assert lang == "python", lang
             command = [sys.executable, "-c", code]
+        # transformers reads local folders here: the Hub is off limits (not vitkit's bucket)
+        hub_off = {"HF_HUB_OFFLINE": "1"} if "transformers" in code else {}
         proc = subprocess.run(
-            command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
+            command,
+            cwd=tmp_path,
+            env={**env, **hub_off},
+            capture_output=True,
+            text=True,
+            timeout=600,
         )
         assert proc.returncode == 0, f"{code}\n---\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-        if lang == "python":  # the pipeline's label and onnxruntime's agree on the photo
+        if "onnxruntime" in code:  # the pipeline's label and onnxruntime's agree on the photo
             pipeline_line, onnx_line = proc.stdout.strip().splitlines()[-2:]
             assert f"'label': '{onnx_line}'" in pipeline_line
+    server.close()
+    assert len(server.gets()) == 1  # downloaded once, for every command that named it
+    assert (tmp_path / "digits-ti.npz").is_file() and (
+        tmp_path / "runs" / "digits-ti" / "best"
+    ).is_dir()
     assert (tmp_path / "runs" / "digits" / "best").is_dir()
     assert (tmp_path / "runs" / "digits-64" / "best").is_dir()
     assert (tmp_path / "hf-digits" / "preprocessor_config.json").is_file()

@@ -46,6 +46,7 @@ def create_model(
     posemb: str | None = None,
     act: str | None = None,
     layer_norm_eps: float | None = None,
+    pretrained: bool | str = False,
 ) -> VisionTransformer:
     """Build a freshly initialised model (official initialisation) from a preset name or config.
 
@@ -55,6 +56,13 @@ def create_model(
     timm's spellings are accepted: ``img_size`` is ``image_size``, and ``patch_size`` replaces the
     preset's patch size (a hybrid's: the patch on the ResNet's feature map), so
     ``create_model("vit_base_patch16_224", img_size=32, patch_size=8)`` builds what timm builds.
+
+    ``pretrained``: the preset's published weights (``vitkit pretrained`` lists them), a tag
+    (``"in21k"``, ``"augreg-in21k-in1k-384"``) or ``True`` for the preset's default (its
+    ImageNet-21k pre-training; ``io.pretrained.DEFAULT_TAG``), downloaded once into the cache.
+    With another ``num_classes`` the head is replaced, zero-initialised (the pre-logits dropped,
+    as fine-tuning does); with another ``image_size`` the position embeddings are resized (2D,
+    as the official code); dropout rates may be set; the architecture is the weights'.
     """
     from .config import replace
     from .model import VisionTransformer
@@ -82,9 +90,51 @@ def create_model(
     overrides: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
     if representation_size is not _KEEP:
         overrides["representation_size"] = representation_size
+    if pretrained is not False:
+        if isinstance(name, ModelConfig):
+            raise ConfigError("pretrained= needs a preset name, not a ModelConfig")
+        return _pretrained(name, pretrained, overrides)
     if overrides:
         cfg = replace(cfg, overrides)
     return VisionTransformer(cfg)
+
+
+# What pretrained weights let a caller change: the head, the resolution, the regularisation.
+_ADAPTABLE = (
+    "num_classes",
+    "image_size",
+    "dropout_rate",
+    "attention_dropout_rate",
+    "drop_path_rate",
+)
+
+
+def _pretrained(name: str, tag: bool | str, overrides: dict[str, Any]) -> VisionTransformer:
+    """``create_model(name, pretrained=tag, **overrides)``: the weights, adapted as timm does."""
+    import dataclasses
+
+    from .io.api import load
+    from .io.checkpoint import load_state_dict_strict
+    from .io.pretrained import for_preset
+    from .model import VisionTransformer
+
+    fixed = sorted(k for k in overrides if k not in _ADAPTABLE)
+    if fixed:
+        raise ConfigError(
+            f"{', '.join(fixed)}: pretrained weights fix the architecture; only "
+            f"{', '.join(_ADAPTABLE)} can be given with pretrained="
+        )
+    entry = for_preset(name, tag)
+    model = load(entry.name, image_size=overrides.pop("image_size", None))
+    assert isinstance(model, VisionTransformer)  # every registry entry is a ViT
+    classes = overrides.pop("num_classes", model.cfg.num_classes)
+    if classes != model.cfg.num_classes:
+        model.reset_head(classes)  # zero-initialised, pre-logits dropped
+    if overrides:  # dropout: the same weights in a model that drops out
+        fresh = VisionTransformer(dataclasses.replace(model.cfg, **overrides))
+        load_state_dict_strict(fresh, model.state_dict(), source=entry.name)
+        model = fresh
+    return model.train()
 
 
 def __getattr__(name: str) -> Any:

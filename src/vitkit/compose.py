@@ -298,7 +298,10 @@ def default_run_dir(request: Request, composed: Composed) -> Path:
     if request.init_from is not None:  # runs/x/best -> x, ViT-B_16.npz -> ViT-B_16
         weights = Path(request.init_from)
         generic = weights.name == "best" or weights.name.startswith("step_")
-        parts.append(weights.parent.name if generic else weights.stem)
+        if "@" in request.init_from:  # pretrained weights by name: ViT-B/16@in21k
+            parts.append(request.init_from)
+        else:
+            parts.append(weights.parent.name if generic else weights.stem)
     else:
         model_name, _ = _preset_or_data(request.sets, request.model, "model")
         if model_name is not None:

@@ -36,6 +36,12 @@ class MissingFileError(UserFileError, FileNotFoundError):
     """A file or folder the user named does not exist; a ``FileNotFoundError`` too."""
 
 
+class DownloadError(VitkitError, OSError):
+    """A file cannot be downloaded or found in the download cache (offline, unreachable, an HTTP
+    error, a full disk), or it is not the file it should be (a size or hash mismatch); an
+    ``OSError`` too."""
+
+
 class MissingExtraError(VitkitError, ImportError):
     """An optional dependency is not installed: the message names the extra that brings it."""
 

@@ -45,8 +45,10 @@ def _summary(args: argparse.Namespace) -> None:
     from ..io.api import load
     from ..model.flops import count_flops
 
-    looks_like_path = Path(args.model).exists() or args.model.endswith(
-        (".npz", ".safetensors", ".pth", ".pt", ".bin")
+    looks_like_path = (
+        Path(args.model).exists()
+        or "@" in args.model  # pretrained weights by name
+        or args.model.endswith((".npz", ".safetensors", ".pth", ".pt", ".bin"))
     )
     model = load(args.model) if looks_like_path else create_model(args.model)
     cfg = model.cfg
@@ -120,6 +122,39 @@ def _export(args: argparse.Namespace) -> None:
     )
 
 
+def _pretrained(args: argparse.Namespace) -> None:
+    """List the registry (which entries are cached), or download entries ahead of time."""
+    from ..io.pretrained import find, is_cached, list_pretrained, weights_file
+
+    if args.download:
+        for name in args.download:  # every name checked before anything is fetched
+            find(name)
+        for name in args.download:
+            path = weights_file(find(name), progress=not args.no_progress)
+            print(f"{find(name).name}: {path}")
+        return
+    entries = list_pretrained(args.pattern)
+    if not entries:
+        raise VitkitError(
+            f"no pretrained weights match {args.pattern!r}; `vitkit pretrained` lists them all"
+        )
+    rows = [
+        (
+            p.name,
+            str(p.image_size),
+            p.pretrained_on + (f" -> {p.fine_tuned_on}" if p.fine_tuned_on else ""),
+            f"{100 * p.top1:.2f}%" if p.top1 is not None else "",
+            p.size,
+            "cached" if is_cached(p) else "",
+        )
+        for p in entries
+    ]
+    header = ("name", "res", "data", "top-1", "size", "")
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    for row in [header, *rows]:
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+
+
 def add_verbs(verb: Verb) -> None:
     p = verb(
         "presets",
@@ -132,6 +167,18 @@ def add_verbs(verb: Verb) -> None:
     )
 
     p = verb(
+        "pretrained",
+        "the published weights by name (PRESET@TAG): list them, or download them ahead of time",
+        _pretrained,
+        "vitkit pretrained 'ViT-B/16@*'   |   vitkit pretrained --download ViT-B/16@in21k",
+    )
+    p.add_argument("pattern", nargs="?", default="*", help="glob over names (default: all)")
+    p.add_argument(
+        "--download", nargs="+", metavar="NAME", default=None, help="fetch these into the cache"
+    )
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    p = verb(
         "summary",
         "print a model's config, size and cost (preset name or checkpoint)",
         _summary,
@@ -141,14 +188,21 @@ def add_verbs(verb: Verb) -> None:
 
     p = verb(
         "convert",
-        "convert a checkpoint of any supported format to ours (or to HF), keeping its class "
-        "names and preprocessing",
+        "convert a checkpoint of any supported format to ours or to HF, keeping its class "
+        "names and preprocessing, or to the official vit_jax .npz (weights only)",
         _convert,
-        "vitkit convert ViT-B_16.npz runs/b16   |   vitkit convert timm_b16.pth hf_b16 --format hf",
+        "vitkit convert ViT-B_16.npz runs/b16   |   vitkit convert timm_b16.pth hf_b16 --format hf"
+        "   |   vitkit convert runs/b16/best b16.npz --format official",
     )
     p.add_argument("src", help="official/big_vision .npz, timm .pth/.safetensors, HF or vitkit dir")
-    p.add_argument("dst", help="output directory")
-    p.add_argument("--format", choices=("vitkit", "hf"), default="vitkit", help="output format")
+    p.add_argument("dst", help="output directory (an .npz file for --format official)")
+    p.add_argument(
+        "--format",
+        choices=("vitkit", "hf", "official"),
+        default="vitkit",
+        help="output format: ours, Hugging Face, or the official vit_jax .npz that Google's "
+        "code and timm read (tanh GELU: a model with exact GELU is written with a warning)",
+    )
     p.add_argument(
         "--image-size",
         default=None,

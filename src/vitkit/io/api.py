@@ -1,10 +1,12 @@
 """``vitkit.load`` and ``vitkit.save``: one entry point for every format we read and write.
 
-Formats are recognised from what the source is, never from a guess about its contents' values:
+Formats are recognised from what the source is, never from a guess about its contents' values
+(a registry name, ``PRESET@TAG``, is pretrained weights: ``io/pretrained.py``):
 a vitkit ``VisionTransformer``, a timm or transformers module, a state dict (timm layout, or
 official arrays), or a path — our directory (``config.json`` with ``"format": "vitkit"``) or its
 ``model.safetensors``, a Hugging Face ``save_pretrained`` directory (``"model_type": "vit"``), an official / big_vision
-``.npz``, a ``.safetensors`` file or a tensor-only ``.pth``/``.pt``/``.bin``.
+``.npz``, a ``.safetensors`` file or a tensor-only ``.pth``/``.pt``/``.bin``. ``save`` writes
+ours, a Hugging Face directory, or an official vit_jax ``.npz``.
 """
 
 from __future__ import annotations
@@ -131,6 +133,10 @@ def read(
     if isinstance(source, Mapping):
         return (*_read_state(source, num_heads=num_heads, posemb=posemb, source="state dict"), {})
     if isinstance(source, (str, os.PathLike)):
+        from .pretrained import is_pretrained_name, read_pretrained
+
+        if is_pretrained_name(str(source)):  # an existing path of that spelling wins
+            return read_pretrained(str(source))
         return _read_path(Path(source), num_heads=num_heads, posemb=posemb)
     raise TypeError(
         f"cannot load from {type(source).__name__}: expected a path, module or state dict"
@@ -198,19 +204,24 @@ def save(
     model: VisionTransformer | ResNetClassifier,
     path: str | os.PathLike,
     *,
-    format: Literal["vitkit", "hf"] = "vitkit",
+    format: Literal["vitkit", "hf", "official"] = "vitkit",
     class_names: Sequence[str] | None = None,
     preprocess: Preprocess | None = None,
 ) -> Path:
     """Write ``model`` to the directory ``path``: our format (``model.safetensors`` +
-    ``config.json``), or a Hugging Face ``save_pretrained`` directory with ``format='hf'``.
+    ``config.json``), or a Hugging Face ``save_pretrained`` directory with ``format='hf'``; or,
+    with ``format='official'``, to the file ``path`` (``.npz``) in the official vit_jax layout
+    that Google's code and timm's ``.npz`` loader read (io/formats/official.py: what it cannot
+    hold is refused, and a model with exact GELU is written with a warning, as Google's code
+    computes the tanh GELU).
 
     ``class_names`` (one per class) and ``preprocess`` (how an image file becomes the model's
     input) travel with the weights: in our format as ``config.json``'s ``class_names`` and
     ``preprocess`` (``Preprocess.to_dict()``), as training checkpoints store them; in Hugging
     Face's as ``id2label`` / ``label2id`` and ``preprocessor_config.json`` (io/formats/hf.py).
     Without ``preprocess``, our format records none (the official preprocessing at the model's
-    resolution is assumed on reading) and Hugging Face's gets that one written out.
+    resolution is assumed on reading) and Hugging Face's gets that one written out. The
+    official format holds arrays only: it gets neither, with a warning when either is given.
     """
     from .metadata import check_preprocess, checked_class_names
 
@@ -233,4 +244,17 @@ def save(
             )
 
         return write_hf(model, path, class_names=names, preprocess=preprocess)
-    raise ConfigError(f"format={format!r} is not known: expected 'vitkit' or 'hf'")
+    if format == "official":
+        import warnings
+
+        from .formats.official import write_official
+
+        out = write_official(model, path)
+        if names or preprocess is not None:
+            warnings.warn(  # the command line shows it as one line
+                "the official format holds arrays only: class names and preprocessing are not "
+                f"written to {out}",
+                stacklevel=2,
+            )
+        return out
+    raise ConfigError(f"format={format!r} is not known: expected 'vitkit', 'hf' or 'official'")

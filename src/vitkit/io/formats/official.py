@@ -31,20 +31,36 @@ the later ``MAPHead(buggy=True)``, which adds the MLP to the normed probe instea
 
 Loading is strict: every array in the file must be used and every array the inferred model needs
 must be there, or one ``CheckpointError`` lists all of them.
+
+Writing (``write_official``) is the reader's crosswalk run backwards, in the released vit_jax
+naming (``RELEASED`` blocks, the (1, T, D) posemb with its class slot), float32, so that Google's
+code and timm's ``.npz`` loader read the file and vitkit reads it back bit for bit. The file
+records arrays only, and its readers assume the official numerics: a learned posemb on a square
+grid (the grid is known only from the posemb's length), LayerNorm eps 1e-6, pooling by the class
+token or the mean. A model outside that (MAP head, a non-square grid, another eps, a fixed or no
+posemb, the ResNet baseline, a pruned model) is refused before anything is written. Nor does it
+record the activation: Google's code computes the tanh GELU, so a model with vitkit's default
+exact GELU is written with a warning that the file's logits will differ slightly from its own.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import warnings
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
 import torch
+from torch import nn
 
 from ...config import Classifier, ConfigError, ModelConfig, ResNetConfig
+from ...errors import UserFileError
+from ...model import ResNetClassifier, VisionTransformer
 from ...model.posemb import grid_of
-from ..checkpoint import CheckpointError
+from ..checkpoint import CheckpointError, atomic_write
 
 PREFIXES = ("", "opt/target/", "params/")  # plain / vit_jax training state / big_vision
 RELEASED = ("LayerNorm_0", "MultiHeadDotProductAttention_1", "LayerNorm_2", "MlpBlock_3")
@@ -54,6 +70,12 @@ BIG_VISION_POSEMB = "pos_embedding"  # (1, N, D): patches only
 MAP_HEAD = "MAPHead_0"  # big_vision pool_type='map'
 MAP_ATTENTION = f"{MAP_HEAD}/MultiHeadDotProductAttention_0"
 DEFAULT_IMAGE_SIZE = 224  # the paper's resolution, used only when no stored posemb fixes the grid
+LAYER_NORM_EPS = 1e-6  # flax nn.LayerNorm's default, which Google's ViT code keeps
+GELU_NOTE = (
+    "act='gelu': this model computes the exact GELU, but the official format records no "
+    "activation and Google's code computes the tanh approximation (as vitkit does when it reads "
+    "the file: act='gelu_tanh'), so the file's logits differ slightly from this model's"
+)
 
 
 class _Rule(NamedTuple):
@@ -92,6 +114,46 @@ def _out_weight(w: np.ndarray) -> np.ndarray:
 
 def _cls_slot(pe: np.ndarray) -> np.ndarray:
     return np.concatenate([np.zeros_like(pe[:, :1]), pe], axis=1)  # (1, N, D) -> (1, 1+N, D)
+
+
+# The inverse of each conversion the vit_jax layout uses, for writing: our tensor, the number n of
+# arrays its rule names and the heads H -> those arrays, in order. Transposes, reshapes and splits
+# only, so a file written and read back holds the same bits.
+
+
+def _to_same(a: np.ndarray, n: int, heads: int) -> list[np.ndarray]:
+    return [a]
+
+
+def _to_hwio(w: np.ndarray, n: int, heads: int) -> list[np.ndarray]:
+    return [w.transpose(2, 3, 1, 0)]  # OIHW (out, in, kh, kw) -> HWIO (kh, kw, in, out)
+
+
+def _to_in_out(w: np.ndarray, n: int, heads: int) -> list[np.ndarray]:
+    return [w.T]  # (out, in) -> (in, out)
+
+
+def _to_head_kernels(w: np.ndarray, n: int, heads: int) -> list[np.ndarray]:
+    # (nD, D) -> n x (H*Dh, D) -> n x (D, H, Dh): q, k, v of timm's fused qkv
+    return [c.T.reshape(c.shape[1], heads, -1) for c in np.split(w, n)]
+
+
+def _to_head_biases(b: np.ndarray, n: int, heads: int) -> list[np.ndarray]:
+    return [c.reshape(heads, -1) for c in np.split(b, n)]  # (nD,) -> n x (H, Dh)
+
+
+def _to_out_kernel(w: np.ndarray, n: int, heads: int) -> list[np.ndarray]:
+    return [w.T.reshape(heads, -1, w.shape[0])]  # (D, H*Dh) -> (H*Dh, D) -> (H, Dh, D)
+
+
+_INVERSES: dict[Callable[..., np.ndarray], Callable[[np.ndarray, int, int], list[np.ndarray]]] = {
+    _same: _to_same,
+    _conv: _to_hwio,
+    _dense: _to_in_out,
+    _qkv_weight: _to_head_kernels,
+    _qkv_bias: _to_head_biases,
+    _out_weight: _to_out_kernel,
+}
 
 
 class _Arrays:
@@ -220,7 +282,7 @@ def _infer(w: _Arrays, posemb: str | None) -> tuple[ModelConfig, tuple[str, ...]
             representation_size=_width(w, "pre_logits"),
             posemb=kind,  # type: ignore[arg-type]  # a str; ModelConfig checks it is a Posemb
             act="gelu_tanh",
-            layer_norm_eps=1e-6,
+            layer_norm_eps=LAYER_NORM_EPS,
             resnet=resnet,
         )
     except ConfigError as e:
@@ -354,3 +416,108 @@ def read_official(
             raise CheckpointError(f"cannot make {target} from {rule.keys} {shapes}: {e}") from None
         state[target] = torch.from_numpy(np.ascontiguousarray(value))
     return cfg, state
+
+
+# ------------------------------------------------------------------ writing (vit_jax, released)
+
+
+def _unwritable(model: VisionTransformer | ResNetClassifier) -> list[str]:
+    """Why the official vit_jax layout cannot hold ``model`` (empty when it can)."""
+    cfg = model.cfg
+    if cfg.arch != "vit" or not isinstance(model, VisionTransformer):
+        return [
+            f"arch={cfg.arch!r} is the ResNet baseline; the format holds Vision Transformers and "
+            "their hybrids"
+        ]
+    reasons = []
+    if cfg.classifier == "map":
+        reasons.append(
+            "classifier='map' (an attention-pooling head): vit_jax pools the class token or the "
+            "mean of the patch tokens"
+        )
+    if cfg.posemb != "learn":
+        reasons.append(
+            f"posemb={cfg.posemb!r}: vit_jax adds a learned position embedding table "
+            "(a fixed sincos2d one is big_vision's)"
+        )
+    gh, gw = cfg.grid
+    if gh != gw:
+        reasons.append(
+            f"image_size={cfg.image_size!r} makes a {gh}x{gw} patch grid: the file records the "
+            "grid only as the number of position embeddings, which its readers take as a square"
+        )
+    if cfg.layer_norm_eps != LAYER_NORM_EPS:
+        reasons.append(
+            f"layer_norm_eps={cfg.layer_norm_eps!r}: Google's code uses {LAYER_NORM_EPS} and the "
+            "file cannot record another"
+        )
+    if not model.pool_tokens or not isinstance(model.norm, nn.LayerNorm):
+        reasons.append(
+            "the model was pruned (prune_intermediate_layers: no pooling or no final norm), "
+            "which the file cannot describe"
+        )
+    return reasons
+
+
+def to_official(model: VisionTransformer | ResNetClassifier) -> dict[str, np.ndarray]:
+    """``model``'s weights as the arrays of an official vit_jax ``.npz`` in the released files'
+    naming (``Transformer/encoderblock_{i}/MultiHeadDotProductAttention_1/query/kernel`` (D, H,
+    Dh), ``embedding/kernel`` HWIO, ...), float32: what ``write_official`` saves, and what
+    ``read_official`` turns back into the same config and weights.
+
+    A ``ConfigError`` in one line lists everything the format cannot hold (module docstring).
+    The activation is not among the arrays (see ``write_official``).
+    """
+    if not isinstance(model, (VisionTransformer, ResNetClassifier)):
+        raise TypeError(f"to_official expects a vitkit model, got {type(model).__name__}")
+    reasons = _unwritable(model)
+    if reasons:
+        raise ConfigError(
+            "cannot write this model in the official vit_jax format: " + "; ".join(reasons)
+        )
+    cfg = model.cfg
+    rules = _rules(cfg, RELEASED, scan=False, posemb_key=VIT_JAX_POSEMB)
+    state = {k: v.detach().to("cpu", torch.float32).numpy() for k, v in model.state_dict().items()}
+    if state.keys() != rules.keys():  # what a config can describe, so the reader can rebuild it
+        extra, missing = sorted(state.keys() - rules.keys()), sorted(rules.keys() - state.keys())
+        raise ConfigError(
+            "cannot write this model in the official vit_jax format: its tensors are not those "
+            f"its config describes (not in the config: {', '.join(extra) or 'none'}; missing: "
+            f"{', '.join(missing) or 'none'})"
+        )
+    arrays: dict[str, np.ndarray] = {}
+    for target, rule in rules.items():
+        inverse = _INVERSES[rule.convert]
+        values = inverse(state[target], len(rule.keys), cfg.num_heads)
+        arrays.update(zip(rule.keys, map(np.ascontiguousarray, values), strict=True))
+    return arrays
+
+
+def write_official(model: VisionTransformer | ResNetClassifier, path: str | os.PathLike) -> Path:
+    """Write ``model`` as an official vit_jax ``.npz`` (``to_official``'s arrays, ``np.savez``,
+    no pickle) at ``path``, written beside it and renamed (never half a file); returns the path.
+
+    Google's ``vit_jax`` code and timm's ``.npz`` loader read it, and ``vitkit.load`` reads back
+    the same weights, with ``act='gelu_tanh'``. What the format cannot hold is a ``ConfigError``
+    before anything is written. A model with exact GELU (``act='gelu'``) is written, with a
+    ``UserWarning`` (``GELU_NOTE``): Google's code computes the tanh GELU.
+    """
+    path = Path(path)
+    if path.suffix.lower() != ".npz":
+        raise UserFileError(
+            f"{path}: the official format is an .npz file: expected a path ending in .npz"
+        )
+    if path.is_dir():
+        raise UserFileError(f"{path} is a directory: the official format is an .npz file")
+    arrays = to_official(model)
+
+    def write(tmp: Path) -> None:
+        # A file object, as numpy appends '.npz' to a name without it. Float arrays need no
+        # pickle; no allow_pickle=False either, which numpy 1.x would store as an array.
+        with open(tmp, "wb") as f:
+            np.savez(f, **arrays)  # type: ignore[arg-type]  # stubs: a key may be allow_pickle
+
+    atomic_write(path, write)
+    if model.cfg.act == "gelu":
+        warnings.warn(GELU_NOTE, stacklevel=2)  # the command line shows it as one line
+    return path

@@ -1,0 +1,623 @@
+"""Downloads into vitkit's cache: resumable, verified, atomic, once per machine.
+
+``fetch(url)`` returns a local path for a URL: from the cache if it is there and still the file
+that was downloaded, else downloaded (HTTPS with ``urllib``, a progress bar with size, rate and
+ETA), checked (size, the expected sha256, the publisher's own hash where the response reports
+one) and renamed into place. ``hub_file(repo_id, filename)`` does the same for the Hugging Face
+Hub through ``huggingface_hub`` and its own cache. ``verify(path)`` re-checks a cached file.
+
+The cache
+    ``home()`` is ``$VITKIT_HOME``, else ``$XDG_CACHE_HOME/vitkit``, else ``~/.cache/vitkit``.
+    A file of a named source lives at ``home()/weights/<source>/<path>`` (``Source.cached_path``)
+    and a bare URL's at ``home()/weights/<host>/<path of the URL>`` (``cached_path``). Sources are
+    keyed by name, not host, so pointing a source at a mirror (``VITKIT_<SOURCE>_URL``) keeps its
+    cache, and a file downloaded by hand goes to the same place whichever server it came from.
+    Beside each file ``F``:
+
+    - ``F.download.json``: what was downloaded (url, size, sha256, the publisher's hash if any,
+      when); its sha256 is checked at every later ``fetch`` and ``verify``.
+    - ``F.part``: an interrupted transfer, resumed with an HTTP ``Range`` request by the next
+      attempt. It is kept only after a network failure; a disk error (full disk, quota, file size
+      limit) or a failed check deletes it, so nothing half-written stays behind.
+    - ``F.lock``: an exclusive ``flock`` held while downloading, so processes that ask at once
+      (torchrun ranks) download once: the others wait and then find the file cached. Lock files
+      are left in place (removing one another process may hold is a race) and are empty.
+
+    A file put at ``F`` by hand (no ``F.download.json``) is used if it matches the expected size
+    and sha256 (when given) and is recorded then.
+
+Environment
+    ``VITKIT_HOME``                   the cache (above).
+    ``VITKIT_OFFLINE=1``              never touch the network: a cached file or a one-line error
+                                      naming the URL and the path a hand-downloaded copy is read
+                                      from; ``HF_HUB_OFFLINE=1`` means the same.
+    ``VITKIT_<SOURCE>_URL``           the base URL of a source (an internal mirror, a proxy):
+                                      ``<base>/<path>`` is fetched instead; ``Source.env_var``.
+    ``HTTPS_PROXY``, ``NO_PROXY``...  honoured by ``urllib``.
+    ``HF_ENDPOINT``, ``HF_HOME``, ``HF_TOKEN``, ``HF_HUB_OFFLINE``: ``hub_file`` goes through
+                                      ``huggingface_hub``, which reads them (``HF_ENDPOINT`` is the
+                                      Hub's base URL: a mirror of the Hub works as it does there).
+
+Publishers' hashes: Google Cloud Storage (where the official ViT checkpoints are) sends
+``x-goog-hash: crc32c=...,md5=<base64>``; the md5 of the whole file is checked (crc32c is not in
+the standard library, and composite objects have no md5: then only the sha256 recorded or
+expected applies). The Hub's ETag of an LFS file is its sha256; ``huggingface_hub`` checks only
+the size, so ``hub_file`` checks the sha256.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import errno
+import hashlib
+import http.client
+import json
+import logging
+import os
+import re
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from email.message import Message
+from pathlib import Path
+from typing import IO, Any, NoReturn
+from urllib.error import HTTPError
+from urllib.parse import unquote, urlsplit
+from urllib.request import Request, urlopen
+
+from tqdm import tqdm
+
+from .. import __version__
+from ..errors import DownloadError, MissingExtraError
+from .checkpoint import atomic_write
+
+log = logging.getLogger(__name__)
+
+RECORD_SUFFIX = ".download.json"
+PART_SUFFIX = ".part"
+LOCK_SUFFIX = ".lock"
+TIMEOUT_S = 60  # per connection attempt and per read: a stalled server fails, a slow one does not
+CHUNK = 1 << 20
+RETRIES = 3  # resumes within one fetch, each only after a transfer that made progress
+# Errors that mean the disk (not the network) failed us: no space, quota, file size limit.
+DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+_SOURCE_NAME = re.compile(r"[a-z][a-z0-9_]*")
+_TRUE = {"1", "true", "yes", "on"}
+
+
+def home() -> Path:
+    """vitkit's cache folder: ``$VITKIT_HOME``, else ``$XDG_CACHE_HOME/vitkit``, else
+    ``~/.cache/vitkit``."""
+    if os.environ.get("VITKIT_HOME"):
+        return Path(os.environ["VITKIT_HOME"]).expanduser()
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join("~", ".cache")
+    return Path(cache).expanduser() / "vitkit"
+
+
+def offline() -> bool:
+    """Whether the network is off limits: ``VITKIT_OFFLINE`` or ``HF_HUB_OFFLINE`` is set to
+    1/true/yes/on."""
+    return any(
+        os.environ.get(var, "").strip().lower() in _TRUE
+        for var in ("VITKIT_OFFLINE", "HF_HUB_OFFLINE")
+    )
+
+
+def _safe_parts(path: str, what: str) -> list[str]:
+    """The segments of a relative ``/``-separated path; none may climb out of the cache."""
+    parts = [unquote(p) for p in path.split("/") if p]
+    if not parts or any(p in (".", "..") or "/" in p or "\\" in p or "\0" in p for p in parts):
+        raise DownloadError(f"{what}: expected a path of file names, found {path!r}")
+    return parts
+
+
+def cached_path(url: str) -> Path:
+    """Where ``fetch(url)`` keeps a URL's file: ``home()/weights/<host>/<path of the URL>``
+    (``<host>`` with ``_`` for a port's ``:``; the query string is not part of it). Files of a
+    named source use ``Source.cached_path`` instead, which does not change with a mirror."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise DownloadError(f"expected an http(s) URL, found {url!r}")
+    host = parts.netloc.rsplit("@", 1)[-1].replace(":", "_")
+    return home().joinpath("weights", host, *_safe_parts(parts.path, url))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Source:
+    """A publisher of files under one base URL (e.g. the official checkpoints' bucket).
+
+    ``name`` (lower case, digits, ``_``) names the cache folder ``home()/weights/<name>`` and the
+    environment variable ``VITKIT_<NAME>_URL`` that replaces ``url``, the default base URL, with a
+    mirror's."""
+
+    name: str
+    url: str
+
+    def __post_init__(self) -> None:
+        if not _SOURCE_NAME.fullmatch(self.name):
+            raise ValueError(f"Source.name: expected [a-z][a-z0-9_]*, found {self.name!r}")
+
+    @property
+    def env_var(self) -> str:
+        return f"VITKIT_{self.name.upper()}_URL"
+
+    def base_url(self) -> str:
+        """The base URL in use: ``$VITKIT_<NAME>_URL`` if set, else ``url``."""
+        return (os.environ.get(self.env_var) or self.url).rstrip("/")
+
+    def file_url(self, path: str) -> str:
+        return f"{self.base_url()}/{'/'.join(_safe_parts(path, self.name))}"
+
+    def cached_path(self, path: str) -> Path:
+        """``home()/weights/<name>/<path>``, whichever base URL the file comes from."""
+        return home().joinpath("weights", self.name, *_safe_parts(path, self.name))
+
+    def fetch(
+        self,
+        path: str,
+        *,
+        sha256: str | None = None,
+        size: int | None = None,
+        progress: bool = True,
+    ) -> Path:
+        """``fetch`` of ``path`` under the base URL in use, into ``cached_path(path)``."""
+        return fetch(
+            self.file_url(path),
+            dest=self.cached_path(path),
+            sha256=sha256,
+            size=size,
+            progress=progress,
+        )
+
+
+def _sibling(path: Path, suffix: str) -> Path:
+    return path.with_name(path.name + suffix)
+
+
+def _digests(path: Path, *, md5: bool = False) -> tuple[str, str | None]:
+    """The sha256 (and md5, if asked) of a file, as hex."""
+    sha = hashlib.sha256()
+    md = hashlib.md5(usedforsecurity=False) if md5 else None
+    with open(path, "rb") as f:
+        while block := f.read(CHUNK):
+            sha.update(block)
+            if md is not None:
+                md.update(block)
+    return sha.hexdigest(), (md.hexdigest() if md is not None else None)
+
+
+def _read_record(path: Path) -> dict[str, Any] | None:
+    record = _sibling(path, RECORD_SUFFIX)
+    if not record.exists():
+        return None
+    try:
+        data = json.loads(record.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise DownloadError(f"cannot read the download record {record}: {e}; delete it") from None
+    if not isinstance(data, dict) or not isinstance(data.get("sha256"), str):
+        raise DownloadError(f"{record}: expected a download record with a sha256; delete it")
+    return data
+
+
+def _write_record(path: Path, record: dict[str, Any]) -> None:
+    text = json.dumps(record, indent=2) + "\n"
+    atomic_write(_sibling(path, RECORD_SUFFIX), lambda p: p.write_text(text))
+
+
+def _changed(path: Path, found: str, record: dict[str, Any]) -> DownloadError:
+    return DownloadError(
+        f"{path} changed since it was downloaded from {record.get('url', '?')}: its sha256 is "
+        f"{found}, the download's was {record['sha256']}; delete it and "
+        f"{_sibling(path, RECORD_SUFFIX).name} to download it again"
+    )
+
+
+def verify(path: str | os.PathLike) -> None:
+    """Check a file in the cache against the sha256 recorded when it was downloaded; raise a
+    ``DownloadError`` saying how to fix it if it differs (``fetch`` checks a cached file itself:
+    this is for a path kept from an earlier ``fetch``)."""
+    path = Path(path)
+    record = _read_record(path)
+    if record is None:
+        raise DownloadError(f"{path} has no download record ({path.name}{RECORD_SUFFIX})")
+    if not path.is_file():
+        raise DownloadError(f"{path} is recorded as downloaded but is missing: fetch it again")
+    found, _ = _digests(path)
+    if found != record["sha256"]:
+        raise _changed(path, found, record)
+
+
+def _use_cached(dest: Path, url: str, sha256: str | None, size: int | None) -> bool:
+    """Whether ``dest`` holds the file: checked against its record (a download) or the expected
+    size and sha256 (a file put there by hand, then recorded). A file that is there but wrong
+    is an error, not a reason to download over it: it may be someone's."""
+    if not dest.is_file():
+        return False
+    record = _read_record(dest)
+    found_size = dest.stat().st_size
+    if size is not None and found_size != size:
+        raise DownloadError(
+            f"{dest} is {found_size} bytes, {url} should be {size}; delete it to download it again"
+        )
+    found, _ = _digests(dest)
+    if record is not None and found != record["sha256"]:
+        raise _changed(dest, found, record)
+    if sha256 is not None and found != sha256.lower():
+        raise DownloadError(
+            f"{dest} has sha256 {found}, expected {sha256.lower()} for {url}; "
+            "delete it to download it again"
+        )
+    if record is None:
+        log.info("using %s, found in the cache (placed by hand); recording its sha256", dest)
+        try:
+            _write_record(dest, _record(url, found_size, found, {}, how="found in the cache"))
+        except OSError as e:  # a read-only cache still serves the file; it is just not recorded
+            log.warning("cannot record %s: %s", dest, e)
+    return True
+
+
+def _record(
+    url: str, size: int, sha256: str, publisher: dict[str, str], *, how: str
+) -> dict[str, Any]:
+    """A download record: ``how`` is "downloaded" or "found in the cache" (placed by hand)."""
+    return {
+        "url": url,
+        "size": size,
+        "sha256": sha256,
+        "publisher_hash": publisher,
+        "how": how,
+        "recorded": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+@contextlib.contextmanager
+def _exclusive(lock: IO[bytes], what: Path) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on the open file ``lock`` (the kernel releases it if we die).
+    POSIX only: imported here so that the rest of this module imports anywhere."""
+    import fcntl
+
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        log.info("waiting for another process that is downloading %s", what)
+        fcntl.flock(lock, fcntl.LOCK_EX)
+    try:
+        yield
+    finally:
+        fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def fetch(
+    url: str,
+    *,
+    dest: str | os.PathLike | None = None,
+    sha256: str | None = None,
+    size: int | None = None,
+    progress: bool = True,
+) -> Path:
+    """The local path of ``url``'s file: from the cache if it is there (and still what was
+    downloaded), else downloaded into ``dest`` (default ``cached_path(url)``).
+
+    ``sha256`` (hex) and ``size`` (bytes), when given, are what the file must be; the
+    publisher's md5 is checked too where the response reports one (``x-goog-hash``). An
+    interrupted transfer is resumed from ``dest.part`` (here, up to ``RETRIES`` times while it
+    makes progress, and by the next call). ``progress`` shows a progress bar on stderr.
+
+    Raises ``DownloadError`` (one line) when offline or the server cannot be reached (naming the
+    path a hand-downloaded copy is read from), on an HTTP error, a full disk, or a file that
+    fails a check (then nothing of it is left in the cache)."""
+    dest = Path(dest) if dest is not None else cached_path(url)
+    if _use_cached(dest, url, sha256, size):
+        return dest
+    if offline():
+        raise DownloadError(
+            f"{url} is not in the cache and offline mode is on (VITKIT_OFFLINE or HF_HUB_OFFLINE); "
+            f"a copy downloaded by hand is read from {dest}"
+        )
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        lock = open(_sibling(dest, LOCK_SUFFIX), "ab")  # noqa: SIM115 (closed by the with below)
+    except OSError as e:
+        raise DownloadError(
+            f"cannot write to the cache folder {dest.parent}: {e.strerror}"
+        ) from None
+    with lock, _exclusive(lock, dest):
+        if _use_cached(dest, url, sha256, size):  # another process downloaded it while we waited
+            return dest
+        _download(url, dest, sha256=sha256, size=size, progress=progress)
+    return dest
+
+
+class _InterruptedError(Exception):
+    """The transfer stopped early; the ``.part`` holds what arrived."""
+
+    def __init__(self, reason: str, received: int) -> None:
+        super().__init__(reason)
+        self.received = received
+
+
+class _RestartError(Exception):
+    """The server cannot continue our ``.part`` (416, or a range we did not ask for)."""
+
+
+def _download(
+    url: str, dest: Path, *, sha256: str | None, size: int | None, progress: bool
+) -> None:
+    part = _sibling(dest, PART_SUFFIX)
+    resumes = restarts = 0
+    while True:
+        offset = part.stat().st_size if part.exists() else 0
+        if size is not None and offset > size:  # not a prefix of this file
+            part.unlink()
+            offset = 0
+        try:
+            total, publisher = _transfer(url, dest, part, offset, progress=progress)
+            break
+        except _RestartError as e:
+            part.unlink(missing_ok=True)
+            restarts += 1
+            if restarts > 1:
+                raise DownloadError(f"cannot download {url}: {e}") from None
+            log.warning("%s: %s; downloading it from the start", url, e)
+        except _InterruptedError as e:
+            if e.received == 0 or resumes >= RETRIES:
+                have = part.stat().st_size if part.exists() else 0
+                raise DownloadError(
+                    f"the download of {url} was interrupted ({e}) with {have} bytes in {part}; "
+                    "run again to resume it"
+                ) from None
+            resumes += 1
+            log.warning("the download of %s was interrupted (%s); resuming", url, e)
+    _check_and_place(url, dest, part, total=total, size=size, sha256=sha256, publisher=publisher)
+
+
+def _unreachable(url: str, dest: Path, reason: object) -> DownloadError:
+    return DownloadError(
+        f"cannot reach {url} ({reason}); a copy downloaded by hand is read from {dest}"
+    )
+
+
+def _write_failed(path: Path, e: OSError, total: int | None) -> NoReturn:
+    """Delete what was written of ``path`` (it is suspect) and raise one line."""
+    path.unlink(missing_ok=True)
+    fix = ""
+    if e.errno in DISK_ERRNOS:
+        need = f" for {total} bytes" if total is not None else ""
+        fix = f"; make room{need}, or set VITKIT_HOME to a disk that has it"
+    raise DownloadError(f"cannot write {path}: {e.strerror}{fix}") from None
+
+
+def _transfer(
+    url: str, dest: Path, part: Path, offset: int, *, progress: bool
+) -> tuple[int | None, dict[str, str]]:
+    """One request for ``url`` from byte ``offset``, appended to ``part``; returns the file's
+    total size (if the server said) and the publisher's hashes it reported."""
+    headers = {"User-Agent": f"vitkit/{__version__}", "Accept-Encoding": "identity"}
+    if offset:
+        headers["Range"] = f"bytes={offset}-"
+    try:
+        response = urlopen(Request(url, headers=headers), timeout=TIMEOUT_S)
+    except HTTPError as e:
+        if e.code == 416 and offset:
+            raise _RestartError(f"the server cannot resume from byte {offset} (HTTP 416)") from None
+        raise DownloadError(f"cannot download {url}: HTTP {e.code} {e.reason}") from None
+    except (OSError, http.client.HTTPException) as e:  # URLError is an OSError
+        raise _unreachable(url, dest, getattr(e, "reason", None) or e) from None
+    with response:
+        total = _int(response.headers.get("Content-Length"))
+        if offset and response.status == 206:
+            content_range = response.headers.get("Content-Range")
+            start, total = _content_range(content_range)
+            if start != offset:
+                raise _RestartError(
+                    f"asked for bytes from {offset}, the server sent Content-Range {content_range!r}"
+                )
+        else:  # 200: the server sends the whole file (it ignored or does not do Range)
+            offset = 0
+        publisher = _publisher_hashes(response.headers)
+        try:
+            f = open(part, "ab" if offset else "wb")  # noqa: SIM115 (closed in the finally below)
+        except OSError as e:
+            raise DownloadError(f"cannot write {part}: {e.strerror}") from None
+        received = 0
+        bar = tqdm(
+            total=total,
+            initial=offset,
+            unit="B",
+            unit_scale=True,
+            unit_divisor=1024,
+            desc=dest.name,
+            disable=not progress,
+            dynamic_ncols=True,
+        )
+        try:
+            while True:
+                try:
+                    chunk = response.read(CHUNK)
+                except (OSError, http.client.HTTPException) as e:
+                    raise _InterruptedError(str(e) or type(e).__name__, received) from None
+                if not chunk:
+                    break
+                f.write(chunk)
+                received += len(chunk)
+                bar.update(len(chunk))
+            f.flush()
+            os.fsync(f.fileno())
+        except OSError as e:  # only the file's: the network's became _InterruptedError
+            with contextlib.suppress(OSError):
+                f.close()
+            _write_failed(part, e, total)
+        finally:
+            bar.close()
+            with contextlib.suppress(OSError):
+                f.close()
+    if total is not None and offset + received < total:  # closed early without an error
+        raise _InterruptedError(f"{offset + received} of {total} bytes", received)
+    return total, publisher
+
+
+def _check_and_place(
+    url: str,
+    dest: Path,
+    part: Path,
+    *,
+    total: int | None,
+    size: int | None,
+    sha256: str | None,
+    publisher: dict[str, str],
+) -> None:
+    """Check the whole of ``part`` (a resumed one too), then record it and rename it to ``dest``;
+    a file that fails a check is deleted."""
+
+    def refuse(what: str) -> NoReturn:
+        part.unlink(missing_ok=True)
+        raise DownloadError(f"the download of {url} is corrupted: {what}; it was deleted")
+
+    found_size = part.stat().st_size
+    for expected in (total, size):
+        if expected is not None and found_size != expected:
+            refuse(f"{found_size} bytes, expected {expected}")
+    found, md5 = _digests(part, md5="md5" in publisher)
+    if sha256 is not None and found != sha256.lower():
+        refuse(f"sha256 {found}, expected {sha256.lower()}")
+    if md5 is not None and md5 != publisher["md5"]:
+        refuse(f"md5 {md5}, the publisher's (x-goog-hash) is {publisher['md5']}")
+    # The record first: a file in place without one would pass for a hand-placed file.
+    try:
+        _write_record(dest, _record(url, found_size, found, publisher, how="downloaded"))
+        os.replace(part, dest)
+    except OSError as e:
+        _write_failed(part, e, total)
+    log.info("downloaded %s to %s (sha256 %s)", url, dest, found)
+
+
+def _int(text: str | None) -> int | None:
+    return int(text) if text is not None and text.strip().isdigit() else None
+
+
+def _content_range(text: str | None) -> tuple[int | None, int | None]:
+    """``bytes START-END/TOTAL`` -> (START, TOTAL); None for what is missing or ``*``."""
+    match = re.fullmatch(r"\s*bytes\s+(\d+)-\d+/(\d+|\*)\s*", text or "")
+    if match is None:
+        return None, None
+    return int(match[1]), _int(match[2])
+
+
+def _publisher_hashes(headers: Message) -> dict[str, str]:
+    """The hashes a publisher reports, as hex: Google Cloud Storage's ``x-goog-hash`` md5 (sent
+    as one header per hash or comma-joined, base64 of the digest; for the whole object, also in
+    answer to a Range request)."""
+    found: dict[str, str] = {}
+    for value in headers.get_all("x-goog-hash") or []:
+        for item in value.split(","):
+            name, _, encoded = item.strip().partition("=")
+            if name.lower() == "md5":
+                try:
+                    found["md5"] = base64.b64decode(encoded, validate=True).hex()
+                except ValueError:
+                    log.warning("ignoring an unreadable x-goog-hash md5: %r", encoded)
+    return found
+
+
+def hub_file(repo_id: str, filename: str, *, revision: str | None = None) -> Path:
+    """A file of a Hugging Face Hub model repository, through ``huggingface_hub.hf_hub_download``
+    and its cache (``HF_HOME``, ``HF_TOKEN``, ``HF_ENDPOINT``, ``HF_HUB_OFFLINE`` apply as
+    there; ``VITKIT_OFFLINE=1`` too).
+
+    The file's sha256 is checked against its LFS ETag (the name of its blob in the cache) at
+    every call: a fresh download that does not match is deleted, a cached file that no longer
+    matches is an error saying which file to delete. Errors (offline, no such repository,
+    revision or file, a gated repository) are one-line ``DownloadError``s."""
+    try:
+        import huggingface_hub
+        from huggingface_hub import constants
+        from huggingface_hub import errors as hf
+    except ImportError:
+        raise MissingExtraError(
+            "downloading from the Hugging Face Hub", "hub", "huggingface_hub"
+        ) from None
+    where = f"{repo_id}/{filename}" + (f"@{revision}" if revision else "")
+    no_network = offline()
+    try:
+        before = huggingface_hub.try_to_load_from_cache(repo_id, filename, revision=revision)
+        path = Path(
+            huggingface_hub.hf_hub_download(
+                repo_id, filename, revision=revision, local_files_only=no_network
+            )
+        )
+    except hf.GatedRepoError:
+        raise DownloadError(
+            f"{repo_id} is a gated repository: accept its terms at {constants.ENDPOINT}/{repo_id} "
+            "with your account and set HF_TOKEN (or run `hf auth login`)"
+        ) from None
+    except hf.RepositoryNotFoundError:
+        raise DownloadError(
+            f"no repository {repo_id} on the Hugging Face Hub ({constants.ENDPOINT}), or it is "
+            "private: check the name, or set HF_TOKEN"
+        ) from None
+    except hf.RevisionNotFoundError:
+        raise DownloadError(
+            f"{repo_id} on the Hugging Face Hub has no revision {revision or 'main'}"
+        ) from None
+    except hf.LocalEntryNotFoundError as e:
+        if no_network or constants.HF_HUB_OFFLINE:
+            why = "offline mode is on (VITKIT_OFFLINE or HF_HUB_OFFLINE)"
+        else:  # huggingface_hub raises it from what its request met
+            cause = f" ({_brief(e.__cause__)})" if e.__cause__ is not None else ""
+            why = f"the Hub at {constants.ENDPOINT} cannot be reached{cause}"
+        raise DownloadError(
+            f"{where} is not in the Hugging Face cache ({constants.HF_HUB_CACHE}) and {why}; "
+            f"`hf download {repo_id} {filename}` on a machine that reaches the Hub fills such a "
+            "cache: copy it into this one, or point HF_HOME at it"
+        ) from None
+    except hf.EntryNotFoundError:
+        raise DownloadError(
+            f"{repo_id} on the Hugging Face Hub has no file {filename}"
+            + (f" at revision {revision}" if revision else "")
+        ) from None
+    except hf.HFValidationError as e:
+        raise DownloadError(f"not a Hugging Face Hub file: {where} ({_brief(e)})") from None
+    except OSError as e:  # HfHubHTTPError (an HTTP error) included
+        raise DownloadError(
+            f"downloading {where} from the Hugging Face Hub failed: {_brief(e)}"
+        ) from None
+    # Fresh: not the file that was in the cache before the call (none, or another revision's).
+    fresh = not (isinstance(before, str) and os.path.realpath(before) == os.path.realpath(path))
+    _check_hub_file(path, where, fresh=fresh)
+    return path
+
+
+def _brief(e: BaseException) -> str:
+    """An error's message in one line: its first two non-empty lines (huggingface_hub's start
+    with the status, then what was not found)."""
+    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+    return " ".join(lines[:2]) if lines else type(e).__name__
+
+
+def _check_hub_file(path: Path, where: str, *, fresh: bool) -> None:
+    """Check a Hub file against its LFS ETag (its sha256), which names its blob in the cache
+    (``snapshots/<commit>/<file>`` links to ``blobs/<etag>``). Files kept in git have a git-sha1
+    ETag: nothing to check. Without symlinks (``HF_HUB_DISABLE_SYMLINKS``) the file is the blob,
+    its ETag is not on disk, and only the size ``huggingface_hub`` checks applies."""
+    if not path.is_symlink():
+        return
+    blob = path.resolve()
+    etag = blob.name
+    if not _SHA256.fullmatch(etag):
+        return
+    found, _ = _digests(blob)
+    if found == etag:
+        return
+    if fresh:
+        blob.unlink(missing_ok=True)
+        path.unlink(missing_ok=True)
+        raise DownloadError(
+            f"the download of {where} is corrupted: sha256 {found}, the Hub's ETag is {etag}; "
+            "it was deleted, run again to download it afresh"
+        )
+    raise DownloadError(
+        f"{path} changed since it was downloaded: its sha256 is {found}, the Hub's ETag is "
+        f"{etag}; delete {blob} to download it again"
+    )

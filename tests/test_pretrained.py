@@ -1,0 +1,223 @@
+"""The registry of pretrained weights: names, what each entry says, and the one-line paths to
+them (``create_model(pretrained=)``, ``load("PRESET@TAG")``, ``vitkit pretrained``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from vitkit.config import ConfigError
+from vitkit.io.pretrained import DEFAULT_TAG, REGISTRY, find, for_preset, list_pretrained
+from vitkit.presets import get_config
+
+
+def test_every_entry_names_a_preset_a_file_and_its_source() -> None:
+    assert len(REGISTRY) == 39
+    for name, entry in REGISTRY.items():
+        assert name == f"{entry.preset}@{entry.tag}"
+        cfg = get_config(entry.preset)  # the architecture preset exists
+        assert entry.image_size % cfg.total_stride == 0
+        assert entry.path.endswith(".npz") and entry.source
+        assert entry.num_classes in (1000, 21843)
+        assert (entry.fine_tuned_on is None) == (entry.num_classes != 1000 or "sam" in entry.tag)
+        assert entry.top1 is None or 0.7 < entry.top1 < 0.9
+    # the paper's models pre-trained on ImageNet-21k and their ImageNet fine-tunes
+    for preset in ("ViT-B/16", "ViT-B/32", "ViT-L/16", "ViT-L/32", "ViT-H/14", "R50+ViT-B/16"):
+        assert f"{preset}@in21k" in REGISTRY
+    for name in ("ViT-B/16", "ViT-B/32", "ViT-L/16", "ViT-L/32", "R50+ViT-B/16"):
+        assert REGISTRY[f"{name}@in21k-in1k-384"].image_size == 384
+    assert REGISTRY["ViT-B/16@in21k-in1k-224"].top1 == 0.812  # the README's changelog
+
+
+def test_urls_follow_the_base_url(monkeypatch) -> None:
+    entry = find("ViT-B/16@in21k")
+    assert entry.url == "https://storage.googleapis.com/vit_models/imagenet21k/ViT-B_16.npz"
+    monkeypatch.setenv("VITKIT_VIT_MODELS_URL", "http://mirror.local/vit/")
+    assert entry.url == "http://mirror.local/vit/imagenet21k/ViT-B_16.npz"
+
+
+def test_names_take_aliases_and_suggest_the_closest() -> None:
+    assert find("vit_base_patch16_224@in21k") is REGISTRY["ViT-B/16@in21k"]
+    assert find("ViT-B_16@in21k-in1k-384").image_size == 384
+    with pytest.raises(ConfigError, match=r"no pretrained weights named 'ViT-B/16@in21" + "'"):
+        find("ViT-B/16@in21")
+    with pytest.raises(ConfigError, match="did you mean 'ViT-B/16@in21k'"):
+        find("ViT-B/16@in21")
+    assert for_preset("ViT-B/16", True).tag == "in21k"
+    assert for_preset("vit_tiny_patch16_224", True).name == "ViT-Ti/16@augreg-in21k"
+    assert all(f"{preset}@{tag}" in REGISTRY for preset, tag in DEFAULT_TAG.items())
+    assert [p.name for p in list_pretrained("*@sam-in1k")][:2] == [
+        "ViT-B/16@sam-in1k",
+        "ViT-B/32@sam-in1k",
+    ]
+
+
+# --- the paths to the weights, end to end, against a server on 127.0.0.1 ----------------------
+
+
+@pytest.fixture()
+def served(tmp_path, monkeypatch):
+    """A registry entry ``ViT-mu/16@test`` (random weights written in the official layout, 1,000
+    classes at 32 px) served by a local stand-in for the official bucket, an empty cache."""
+    import dataclasses
+    import io
+
+    import numpy as np
+
+    import vitkit
+    from helpers import randomize
+    from http_server import FileServer
+    from vitkit.io import pretrained
+    from vitkit.io.formats.official import to_official
+
+    cfg = dataclasses.replace(get_config("ViT-mu/16"), image_size=32, act="gelu_tanh")
+    model = randomize(vitkit.create_model(cfg))
+    buffer = io.BytesIO()
+    np.savez(buffer, **to_official(model))
+    entry = pretrained.Pretrained(
+        "ViT-mu/16", "test", "test/mu.npz", 32, "ImageNet-21k", "ImageNet-1k", 1000, "", "a test"
+    )
+    monkeypatch.setitem(pretrained.REGISTRY, entry.name, entry)
+    monkeypatch.setenv("VITKIT_HOME", str(tmp_path / "home"))
+    with FileServer({"/vit/test/mu.npz": buffer.getvalue()}) as server:
+        monkeypatch.setenv("VITKIT_VIT_MODELS_URL", server.url("/vit"))
+        yield model, server, tmp_path
+
+
+def test_load_by_name_downloads_once_with_class_names_and_preprocessing(served) -> None:
+    import torch
+
+    import vitkit
+    from vitkit.io.api import read
+
+    model, server, tmp_path = served
+    loaded = vitkit.load("ViT-mu/16@test")
+    x = torch.rand(2, 3, 32, 32) * 2 - 1  # (B, C, H, W)
+    with torch.no_grad():
+        assert torch.equal(loaded(x), model(x))
+    _, _, extra = read("vit_mu16@test")  # an alias: the same entry, from the cache
+    assert len(server.gets("/vit/test/mu.npz")) == 1
+    assert extra["class_names"][:2] == ["tench", "goldfish"] and len(extra["class_names"]) == 1000
+    assert extra["preprocess"]["image_size"] == 32 and extra["pretrained"] == "ViT-mu/16@test"
+    assert (tmp_path / "home" / "weights" / "vit_models" / "test" / "mu.npz").is_file()
+
+
+def test_create_model_with_pretrained_replaces_the_head_and_resizes_posemb(served) -> None:
+    import torch
+
+    import vitkit
+    from vitkit.model.posemb import resize_grid
+
+    model, _, _ = served
+    same = vitkit.create_model("ViT-mu/16", pretrained="test")
+    assert torch.equal(same.head.weight, model.head.weight)
+    tuned = vitkit.create_model(
+        "ViT-mu/16", pretrained="test", num_classes=5, image_size=64, dropout_rate=0.1
+    )
+    assert tuned.cfg.num_classes == 5 and tuned.cfg.dropout_rate == 0.1 and tuned.training
+    assert torch.count_nonzero(tuned.head.weight) == 0  # zero-initialised, as fine-tuning
+    expected = resize_grid(model.pos_embed[:, 1:].detach(), (2, 2), (4, 4))
+    torch.testing.assert_close(tuned.pos_embed[:, 1:], expected)
+    torch.testing.assert_close(tuned.blocks[0].attn.qkv.weight, model.blocks[0].attn.qkv.weight)
+    with pytest.raises(ConfigError, match="pretrained weights fix the architecture"):
+        vitkit.create_model("ViT-mu/16", pretrained="test", patch_size=8)
+
+
+def test_the_command_line_takes_names_and_lists_the_cache(served, capsys) -> None:
+    from PIL import Image
+
+    from vitkit.cli import main
+
+    _, server, tmp_path = served
+    assert main(["pretrained", "ViT-mu/16@*"]) == 0
+    row = capsys.readouterr().out.splitlines()[1]
+    assert row.startswith("ViT-mu/16@test") and not row.endswith("cached")
+    assert main(["pretrained", "--download", "ViT-mu/16@test", "--no-progress"]) == 0
+    assert main(["pretrained", "ViT-mu/16@*"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1].endswith("cached")
+    Image.new("RGB", (40, 30), (200, 30, 30)).save(tmp_path / "red.png")
+    assert main(["predict", "ViT-mu/16@test", str(tmp_path / "red.png"), "--top", "1"]) == 0
+    label = capsys.readouterr().out.split(":", 1)[1].split()[0]
+    assert not label.isdigit()  # an ImageNet class name, not an index
+    assert main(["summary", "ViT-mu/16@test"]) == 0
+    assert "forward      (1, 3, 32, 32) -> (1, 1000)" in capsys.readouterr().out
+    assert len(server.gets()) == 1  # one download for all of it
+    assert main(["pretrained", "--download", "ViT-mu/16@tset"]) == 2
+    assert "did you mean 'ViT-mu/16@test'" in capsys.readouterr().err
+
+
+def test_offline_without_the_file_is_one_line_naming_where_to_put_it(
+    served, monkeypatch, capsys
+) -> None:
+    from vitkit.cli import main
+
+    _, server, tmp_path = served
+    monkeypatch.setenv("VITKIT_OFFLINE", "1")
+    assert main(["summary", "ViT-mu/16@test"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and server.url("/vit/test/mu.npz") in err
+    assert str(tmp_path / "home" / "weights" / "vit_models" / "test" / "mu.npz") in err
+    assert server.gets() == []
+
+
+def test_an_existing_path_wins_over_a_name(served, tmp_path, monkeypatch) -> None:
+    import dataclasses
+
+    import vitkit
+
+    monkeypatch.chdir(tmp_path)
+    mine = vitkit.create_model(
+        dataclasses.replace(get_config("ViT-mu/16"), image_size=32, num_classes=3)
+    )
+    vitkit.save(mine, tmp_path / "ViT-mu" / "16@test")  # a folder spelled as the name
+    assert vitkit.load("ViT-mu/16@test").cfg.num_classes == 3
+
+
+@pytest.mark.slow
+def test_a_hub_counterpart_through_huggingface_hub(tmp_path) -> None:
+    """VITKIT_PRETRAINED_SOURCE=hub fetches the timm Hub repository that holds the official
+    file's tensors, through huggingface_hub (its endpoint and cache: HF_ENDPOINT, HF_HOME), and
+    keeps the official numerics (tanh GELU)."""
+    import os
+    import subprocess
+    import sys
+
+    import torch
+    from safetensors.torch import save
+
+    import vitkit
+    from helpers import randomize
+    from http_server import FakeHub
+
+    model = randomize(
+        vitkit.create_model("ViT-Ti/16", num_classes=21843, act="gelu_tanh"), std=0.05
+    )
+    x = torch.rand(2, 3, 224, 224, generator=torch.Generator().manual_seed(0)) * 2 - 1
+    with torch.no_grad():
+        expected = model(x)
+    torch.save(x, tmp_path / "x.pt")
+    code = (
+        "import sys, torch, vitkit\n"
+        "m = vitkit.load(sys.argv[1])\n"
+        "assert m.cfg.act == 'gelu_tanh', m.cfg.act\n"
+        "torch.save(m(torch.load(sys.argv[2])).detach(), sys.argv[3])\n"
+    )
+    with FakeHub() as hub:
+        state = {k: v.contiguous() for k, v in model.state_dict().items()}
+        hub.add("timm/vit_tiny_patch16_224.augreg_in21k", "model.safetensors", save(state))
+        env = {
+            **os.environ,
+            "HF_ENDPOINT": hub.base_url,
+            "HF_HOME": str(tmp_path / "hf"),
+            "VITKIT_HOME": str(tmp_path / "vitkit"),
+            "VITKIT_PRETRAINED_SOURCE": "hub",
+        }
+        args = [str(tmp_path / "x.pt"), str(tmp_path / "y.pt")]
+        run = [sys.executable, "-c", code, "ViT-Ti/16@augreg-in21k", *args]
+        proc = subprocess.run(run, env=env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        assert torch.equal(torch.load(tmp_path / "y.pt"), expected)
+        # an entry whose tensors are on no Hub repository: one line
+        run = [sys.executable, "-m", "vitkit", "summary", "ViT-L/16@augreg-in21k"]
+        proc = subprocess.run(run, env=env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1
+        assert "has no Hub repository with its tensors" in proc.stderr

@@ -100,7 +100,7 @@ def test_set_text_is_read_by_the_fields_type() -> None:
         [
             "data.flip=false",
             "train.compile=No",
-            "train.bf16=0",
+            "train.precision=FP32",
             "data.test_flip=YES",
             "data.rand_augment=on",
             "train.batch_size=1_024",
@@ -118,7 +118,7 @@ def test_set_text_is_read_by_the_fields_type() -> None:
     assert got == {
         "data.flip": False,
         "train.compile": False,
-        "train.bf16": False,
+        "train.precision": "fp32",
         "data.test_flip": True,
         "data.rand_augment": True,
         "train.batch_size": 1024,

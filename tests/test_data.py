@@ -50,6 +50,13 @@ def g(seed: int) -> torch.Generator:
 # ---------------------------------------------------------------- Fashion-MNIST
 
 
+@pytest.fixture(autouse=True)
+def _home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Verification caches go to a fresh folder, not the user's $VITKIT_HOME (nor tmp_path,
+    where a folder would read as a class)."""
+    monkeypatch.setenv("VITKIT_HOME", str(tmp_path_factory.mktemp("home")))
+
+
 @pytest.fixture(scope="module")
 def fmnist_test() -> ArrayDataset:
     return fashion_mnist("test")

@@ -11,6 +11,7 @@ draws its own dropout masks). The runs are pinned to the CPU (gloo): on a machin
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -177,3 +178,45 @@ def test_process_parts_make_up_the_one_process_batches() -> None:
         assert sorted(part[-1][0].shape[0] for part in parts) == [0, 1]
     with pytest.raises(ValueError, match="does not split evenly across 4 processes"):
         Batches(data, batch_size=6, train=True, shard=(0, 4))
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_sigterm_to_one_process_stops_both_within_the_grace(tmp_path: Path) -> None:
+    """SIGTERM to one of two processes: they agree on it at their next agreement (at most ~10 s
+    of steps later, never at every step), both save the same checkpoint and stop, well inside
+    the 30 s that torchrun and SLURM give before SIGKILL."""
+    import signal
+    import time
+
+    command = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+        "-m", "vitkit", "train", "--recipe", "smoke", "--no-progress", "--set", "train.device=cpu",
+        "--set", "train.duration=100000st", "--set", "train.log_every=100000st",
+        "--set", "train.eval_every=100000st", "--set", "train.save_every=100000st",
+        "--run-dir", str(tmp_path),
+    ]  # fmt: skip
+    log = tmp_path / "stderr.txt"
+    with open(log, "w") as stderr:  # a file, not a pipe: nothing waits on a reader
+        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr, text=True)
+    deadline = time.monotonic() + 300
+    while not (tmp_path / "config.json").is_file():  # written as the steps start
+        assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+        time.sleep(0.05)
+    time.sleep(3)  # well into the steps, whose log and save steps all lie past the end
+    workers = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True)
+    pids = [int(p) for p in workers.stdout.split()]
+    assert len(pids) == 2, workers
+    signalled = time.monotonic()
+    import os
+
+    os.kill(pids[1], signal.SIGTERM)  # one process only: the other learns it from the agreement
+    proc.wait(timeout=60)
+    took = time.monotonic() - signalled
+    err = log.read_text()
+    assert took < 30, f"{took:.1f} s from SIGTERM to the end"
+    stopped = sorted(set(re.findall(r"stopped by signal 15 after step (\d+)", err)))
+    assert len(stopped) == 1, err[-2000:]  # both processes stopped after the same step
+    step = int(stopped[0])
+    assert (tmp_path / "checkpoints" / f"step_{step:08d}" / "state.pt").is_file()
+    assert 1 <= step < 100000

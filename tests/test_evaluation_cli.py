@@ -145,3 +145,31 @@ def test_train_reports_time_to_accuracy_only_for_a_recipe_with_targets(
     line = _summary(timed, result, tmp_path)[-1]
     assert line.startswith("time to accuracy") and "at 15 min" in line
     assert "each test image with its mirror" in line and "(one view: 90% " in line
+
+
+def test_eval_and_fewshot_read_a_folder_with_workers(
+    best: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--workers N`` decodes in N processes and changes nothing of what is printed; a
+    negative number is one line."""
+    import numpy as np
+    from PIL import Image
+
+    classes = get_recipe("smoke").model.num_classes
+    rng = np.random.default_rng(0)
+    for split in ("train", "test"):
+        for k in range(4 * classes):
+            path = tmp_path / "data" / split / f"c{k % classes}" / f"{k}.png"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            Image.fromarray(rng.integers(0, 256, (20, 24, 3), dtype=np.uint8)).save(path)
+    data = str(tmp_path / "data")
+    outs = {}
+    for workers in ("0", "2"):
+        assert main(["eval", best, "--data", data, "--workers", workers]) == 0
+        evaluated = capsys.readouterr().out
+        fewshot = ["fewshot", best, "--data", data, "--shots", "1,2", "--workers", workers]
+        assert main(fewshot) == 0
+        outs[workers] = evaluated + capsys.readouterr().out
+    assert outs["0"] == outs["2"] and "top-1" in outs["0"] and "2-shot" in outs["0"]
+    assert main(["eval", best, "--data", data, "--workers", "-1"]) == 2
+    assert capsys.readouterr().err.strip().endswith("--workers -1: expected a number >= 0")

@@ -144,13 +144,15 @@ def test_resumes_a_checkpoint_of_the_previous_state_format(tmp_path: Path) -> No
         torch.load(run_dir / "checkpoints" / f"step_{s:08d}" / "state.pt", weights_only=True)
         for s in (2, 6)
     )
-    # the same layout, in the same order, with the two clocks added since: the run's time summed
-    # over resumes, and the log window's time (so a resumed window's images/s is right)
+    # the same layout, in the same order, with what was added since: the run's time summed over
+    # resumes, the log window's time (so a resumed window's images/s is right), and fp16's
+    # gradient scaler (none here)
     grown = _structure(old)
     assert isinstance(grown, dict) and isinstance(grown["window"], dict)
     grown["window"]["seconds"] = grown["seconds"] = "float"
+    grown["scaler"] = "NoneType"
     assert _structure(new) == grown
-    assert list(new) == [*old, "seconds"]
+    assert list(new) == [*old, "seconds", "scaler"]
 
 
 def test_train_state_reads_older_payloads_and_refuses_incomplete_ones(tmp_path: Path) -> None:
@@ -469,7 +471,7 @@ def test_eval_and_predict_bad_input(tmp_path: Path, capsys) -> None:
     assert "names no folder: give the image folder itself" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("flag", ["train.bf16=True", "train.compile=True"])
+@pytest.mark.parametrize("flag", ["train.precision=bf16", "train.compile=True"])
 @pytest.mark.slow
 def test_bf16_and_compiled_training_run(tmp_path: Path, flag: str) -> None:
     from vitkit.config import RunConfig, parse_set, replace

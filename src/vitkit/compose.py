@@ -17,8 +17,10 @@ value keeps its origin (``recipe scratch``, ``preset ViT-S/16``, ``--data``, ``-
 from __future__ import annotations
 
 import dataclasses
+import glob
 import hashlib
 import json
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -31,6 +33,7 @@ from .config import (
     ModelConfig,
     RunConfig,
     data_source,
+    hf_is_local,
     normalise_data,
     parse_set,
     replace,
@@ -109,8 +112,18 @@ def flat(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def check_data_exists(spec: str) -> None:
-    """A one-line error, before anything is imported, for a data folder that does not exist."""
+    """A one-line error, before anything is imported, for a data folder that does not exist (a
+    Hub dataset's name is looked up when the data is read)."""
     source = data_source(spec)
+    if source.kind == "hf" and source.path is not None:
+        path = os.path.expanduser(source.path)
+        if hf_is_local(source.path) and not glob.glob(path):
+            raise MissingFileError(
+                f"data: hf:{source.path} not found (expected a save_to_disk folder, a folder of "
+                "parquet files, a .parquet file or a glob of them; a Hub name has no leading "
+                "'/', '.' or '~')"
+            )
+        return
     if source.path is not None and not Path(source.path).is_dir():
         what = "image folder" if source.kind == "folder" else f"{source.kind} folder"
         raise MissingFileError(f"data: {what} {source.path} not found (expected {DATA_SPECS})")

@@ -7,7 +7,8 @@ traceback. ``--debug`` (or ``VITKIT_DEBUG=1``) shows the traceback of any error.
 is one line on stderr too, ``vitkit: warning: <message>``, while ``main`` runs.
 
 The verbs live by what they work on: ``models`` (presets, summary, convert, export),
-``training`` (train, finetune), ``evaluation`` (eval, predict, fewshot, inspect).
+``training`` (train, finetune), ``evaluation`` (eval, predict, fewshot, inspect), ``data``
+(data pack).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import TextIO
 
 from .. import __version__
 from ..errors import UserFileError, VitkitError
-from . import evaluation, models, settings, training
+from . import data, evaluation, models, settings, training
 from .common import DEBUG_HELP
 
 
@@ -49,6 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     training.add_verbs(verb)
     evaluation.add_verbs(verb)
     settings.add_verbs(verb)
+    data.add_verbs(verb)
     return parser
 
 

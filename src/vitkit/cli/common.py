@@ -120,6 +120,28 @@ def add_device_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_workers_argument(parser: argparse.ArgumentParser) -> None:
+    """``--workers N`` on a verb that reads a dataset; ``resolve_workers`` reads it."""
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        metavar="N",
+        help="processes decoding images (0: this one; default: the cores less one)",
+    )
+
+
+def resolve_workers(workers: int | None) -> int:
+    """``--workers``: the number given, else one per core less one (``default_workers``)."""
+    from ..data.loader import default_workers
+
+    if workers is None:
+        return default_workers()
+    if workers < 0:
+        raise VitkitError(f"--workers {workers}: expected a number >= 0")
+    return workers
+
+
 def resolve_device(name: str) -> torch.device:
     """The device ``--device`` names: ``auto`` is CUDA when torch sees a GPU, else the CPU;
     ``cuda`` without one is an error."""

@@ -13,12 +13,14 @@ from .common import (
     FAST_HELP,
     Verb,
     add_device_argument,
+    add_workers_argument,
     fast,
     image_inputs,
     open_checkpoint,
     read_checkpoint,
     read_image,
     resolve_device,
+    resolve_workers,
 )
 
 if TYPE_CHECKING:
@@ -78,7 +80,14 @@ def _eval(args: argparse.Namespace) -> None:
     model, names, _, extra = open_checkpoint(args.checkpoint)
     split = _split(args, spec, model, extra)
     model.to(device)
-    batches = ordered_batches(split.dataset, model.cfg, batch_size=args.batch_size)
+    batches = ordered_batches(
+        split.dataset,
+        model.cfg,
+        batch_size=args.batch_size,
+        num_workers=resolve_workers(args.workers),
+        uint8=True,  # scaled on the device, copied from page-locked memory to a GPU
+        pin_memory=device.type == "cuda",
+    )
     flip = args.flip
     if flip is None:  # as the run evaluated, when the checkpoint records its run
         flip = bool(extra.get("run", {}).get("data", {}).get("test_flip", False))
@@ -206,6 +215,7 @@ def _fewshot(args: argparse.Namespace) -> None:
         l2=args.l2,
         image_size=model.cfg.image_size,
         batch_size=args.batch_size,
+        num_workers=resolve_workers(args.workers),
     )
     print(
         f"few-shot linear accuracy ({len(split.classes)} classes, {len(split.dataset)} images), "
@@ -279,8 +289,9 @@ def _classes_in_turn(labels: Any) -> Any:
 
 DATA_HELP = (
     "what to run on: a folder (its test/ split, else val/, or the folder itself when it holds "
-    "class folders), fashion_mnist[:DIR], cifar10[:DIR], cifar100[:DIR] or synthetic (default: "
-    "the data the checkpoint was trained on: its test split, else its validation split)"
+    "class folders), wds:DIR (tar shards) or hf:PATH|NAME (a Hugging Face dataset), the same "
+    "way, fashion_mnist[:DIR], cifar10[:DIR], cifar100[:DIR] or synthetic (default: the data "
+    "the checkpoint was trained on: its test split, else its validation split)"
 )
 
 
@@ -329,6 +340,7 @@ def add_verbs(verb: Verb) -> None:
     p.add_argument("--batch-size", type=int, default=256)
     p.add_argument("--fast", action="store_true", help=FAST_HELP)
     add_device_argument(p)
+    add_workers_argument(p)
     p.add_argument(
         "--flip",
         action=argparse.BooleanOptionalAction,
@@ -349,6 +361,7 @@ def add_verbs(verb: Verb) -> None:
     p.add_argument("--l2", type=float, default=2.0**10, help="ridge strength (big_vision: 2^10)")
     p.add_argument("--batch-size", type=int, default=256)
     add_device_argument(p)
+    add_workers_argument(p)
 
     p = verb(
         "inspect",

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, Literal
 
 from ..errors import ConfigError
-from .keys import Kind, Section, from_dict, key, upgrade
+from .keys import Kind, Section, from_dict, key, parse, upgrade
 from .model import ModelConfig, require
 
 Optimizer = Literal["adam", "sgd", "muon"]
@@ -24,6 +24,8 @@ Objective = Literal["classification", "mpp"]
 Parallel = Literal["ddp", "fsdp"]
 Device = Literal["auto", "cpu", "cuda"]
 Validation = Literal["auto", "holdout", "test", "val_or_test"]
+Precision = Literal["auto", "fp32", "bf16", "fp16"]
+Verify = Literal["full", "header", "none"]
 
 # ------------------------------------------------------------------------------------ durations
 
@@ -64,10 +66,18 @@ def parse_duration(text: str, *, steps_per_epoch: int, batch_size: int) -> int:
 
 # ------------------------------------------------------------------------------------ data specs
 
-DataKind = Literal["fashion_mnist", "cifar10", "cifar100", "synthetic", "folder"]
+DataKind = Literal["fashion_mnist", "cifar10", "cifar100", "synthetic", "folder", "wds", "hf"]
 # Datasets known by name; each may be followed by ':DIR', the folder holding its files.
 NAMED: tuple[DataKind, ...] = ("fashion_mnist", "cifar10", "cifar100")
-DATA_SPECS = "DIR (a folder of class folders), fashion_mnist[:DIR], cifar10[:DIR], cifar100[:DIR] or synthetic"
+# Datasets in shards: the kind, then ':' and where they are (required).
+SHARDED: dict[DataKind, str] = {
+    "wds": "wds:DIR, the folder of its {split}-*.tar shards",
+    "hf": "hf:PATH or hf:NAME, a save_to_disk folder, parquet files or a Hub dataset",
+}
+DATA_SPECS = (
+    "DIR (a folder of class folders), fashion_mnist[:DIR], cifar10[:DIR], cifar100[:DIR], "
+    "wds:DIR (tar shards), hf:PATH|NAME (Hugging Face datasets) or synthetic"
+)
 
 
 @dataclass(frozen=True)
@@ -87,8 +97,13 @@ class DataSource:
 
 def data_source(spec: str) -> DataSource:
     """Parse a data spec: ``DIR`` (or ``folder:DIR``), ``fashion_mnist[:DIR]``,
-    ``cifar10[:DIR]``, ``cifar100[:DIR]``, ``synthetic``; a ``ConfigError`` for anything else."""
+    ``cifar10[:DIR]``, ``cifar100[:DIR]``, ``wds:DIR``, ``hf:PATH`` or ``hf:NAME``,
+    ``synthetic``; a ``ConfigError`` for anything else."""
     name, sep, rest = spec.partition(":")
+    if name in SHARDED and sep:
+        if not rest:
+            raise ConfigError(f"data {spec!r}: expected {SHARDED[name]}")
+        return DataSource(name, rest)
     if name in NAMED:
         if sep and not rest:
             raise ConfigError(f"data {spec!r}: expected {name}:DIR, the folder holding its files")
@@ -107,11 +122,24 @@ def data_source(spec: str) -> DataSource:
     return DataSource("folder", spec)
 
 
+def hf_is_local(path: str) -> bool:
+    """Whether ``hf:PATH`` names files on this machine (a folder, a parquet file or a glob of
+    them) rather than a dataset on the Hub: it exists, has a glob character or a ``.parquet``
+    suffix, or starts like a path (``/``, ``.``, ``~``). So ``hf:./mnist`` is the folder and
+    ``hf:mnist`` the Hub's dataset unless a folder ``mnist`` is here."""
+    return (
+        os.path.exists(os.path.expanduser(path))
+        or any(c in path for c in "*?[")
+        or path.endswith(".parquet")
+        or path.startswith(("/", ".", "~"))
+    )
+
+
 def normalise_data(spec: str) -> str:
     """A data spec with its folder made absolute (``~`` expanded), so that the run records where
-    the data is whatever the directory a later command runs from."""
+    the data is whatever the directory a later command runs from (a Hub name stays a name)."""
     source = data_source(spec)
-    if source.path is None:
+    if source.path is None or (source.kind == "hf" and not hf_is_local(source.path)):
         return source.spec
     path = os.path.abspath(os.path.expanduser(source.path))
     return dataclasses.replace(source, path=path).spec
@@ -182,18 +210,32 @@ class DataConfig(Section):
     inception_crop: bool = key(False, doc="random-resized (inception) crops [P App. B.1.1]")
     rand_augment: bool = key(False, doc="RandAugment(2, 10)")
     per_class: int | None = key(None, doc="a class-balanced subset of the training set", ge=1)
-    num_workers: int = key(0, doc="processes decoding images (0: the main process)", ge=0)
+    num_workers: int | None = key(
+        None,
+        doc="processes decoding images per process (0: the process itself; none: the machine's "
+        "cores divided among its processes, less one); where the run computes, not what: a "
+        "resume may change it",
+        ge=0,
+    )
+    verify: Verify = key(
+        "full",
+        doc="how much of each image file a folder's first read checks: full = PIL's verify() of "
+        "every file (and decoding until a colour image when the channels are decided); header = "
+        "verify() only, channels from the files' modes; none = the listing only, a bad file "
+        "replaced when read (needs model.in_chans). The findings are cached under $VITKIT_HOME",
+    )
     max_bad_fraction: float = key(
         0.01,
-        doc="the fraction of a folder's images that may be unreadable (each skipped and named)",
+        doc="the fraction of a split's images that may be unreadable (each skipped and named)",
         ge=0,
         lt=1,
     )
     validation: Validation = key(
         "auto",
-        doc="what chooses the best weights: auto = a folder's val/, else a seeded holdout of its "
-        "train/ (the test split for fashion_mnist, cifar, synthetic); holdout; test; val_or_test "
-        "(val/, else test/: runs written before this key)",
+        doc="what chooses the best weights: auto = a folder's (or shards') val split, else a "
+        "seeded holdout of its train split (the test split for fashion_mnist, cifar, synthetic, "
+        "and for a stream without a val split); holdout; test; val_or_test (val/, else test/: "
+        "runs written before this key)",
     )
     holdout: float = key(
         0.1,
@@ -201,6 +243,34 @@ class DataConfig(Section):
         gt=0,
         lt=1,
     )
+    image_column: str = key(
+        "image", doc="hf: the column of the images (an Image feature, or encoded bytes)"
+    )
+    label_column: str = key(
+        "label",
+        doc="hf: the column of the labels (a ClassLabel, integers from 0, or class names)",
+    )
+    streaming: bool = key(
+        False,
+        doc="hf: read the parquet files as a stream, row group by row group, instead of "
+        "converting them to memory-mapped Arrow first (data/stream.py)",
+    )
+    shuffle_buffer: int = key(
+        1000,
+        doc="streaming: training rows are shuffled within windows of at least this many (their "
+        "images held in memory)",
+        ge=1,
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require(
+            not self.streaming or self.source.kind == "hf",
+            "data.streaming",
+            self.streaming,
+            f"False for {self.dataset} (only hf: data is streamed; the rest is read with random "
+            "access)",
+        )
 
     @property
     def source(self) -> DataSource:
@@ -242,11 +312,21 @@ class OptimConfig(Section):
         )
 
 
+def _fold_bf16(train: dict[str, Any], bf16: Any) -> None:
+    """``train.bf16`` (before ``train.precision``): bf16 autocast, or fp32."""
+    if isinstance(bf16, str):  # an old --set line: read as the boolean it was
+        bf16 = parse(bool, bf16, name="train.bf16", spec=None)
+    if not isinstance(bf16, bool):
+        raise ConfigError(f"train.bf16={bf16!r} is not valid: expected true or false")
+    train["precision"] = "bf16" if bf16 else "fp32"
+
+
 @dataclass(frozen=True, kw_only=True)
 class TrainConfig(Section):
     """The loop: duration, batch, regularisation, precision, and the cadence of log/eval/save."""
 
     SECTION: ClassVar[str] = "train"
+    RENAMED: ClassVar[Mapping[str, Any]] = {"bf16": _fold_bf16}
 
     duration: Duration = key(doc="how long to train")
     batch_size: int = key(
@@ -262,7 +342,11 @@ class TrainConfig(Section):
     ema: float | None = key(
         None, doc="Polyak averaging of the weights (the paper's 0.9999), or none", gt=0, lt=1
     )
-    bf16: bool = key(False, doc="bfloat16 autocast")
+    precision: Precision = key(
+        "auto",
+        doc="auto: bf16 autocast with TF32 matmuls on CUDA, fp32 elsewhere (recorded resolved); "
+        "fp32; bf16 (autocast); fp16 (autocast and a gradient scaler, for GPUs without bf16)",
+    )
     compile: bool = key(False, doc="compile the training step (torch.compile)")
     seed: int = key(0, doc="seeds the weights, the batch order, augmentation and holdouts")
     log_every: Duration = key("50st", doc="how often to log the training loss")

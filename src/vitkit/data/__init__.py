@@ -15,7 +15,13 @@ from __future__ import annotations
 from .arrays import ArrayDataset
 from .cifar import cifar
 from .fashion_mnist import fashion_mnist, read_idx
-from .folder import FolderLayout, ImageFolderDataset, UnreadableImageWarning, folder_layout
+from .folder import (
+    FolderLayout,
+    ImageFolderDataset,
+    UnreadableImageWarning,
+    folder_layout,
+    verify_image_folder,
+)
 from .loader import Batches
 from .splits import balanced_subset, split_holdout, subset
 from .synthetic import synthetic
@@ -54,4 +60,5 @@ __all__ = [
     "subset",
     "synthetic",
     "to_float",
+    "verify_image_folder",
 ]

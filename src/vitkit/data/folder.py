@@ -1,4 +1,4 @@
-"""Images in class folders, decoded lazily with PIL: ``root/<split>/<class>/<image>`` or a single
+"""Images in class folders, decoded lazily: ``root/<split>/<class>/<image>`` or a single
 ``root/<class>/<image>`` tree.
 
 The layout of ImageNet-style releases and of torchvision's ``ImageFolder``: one folder per class
@@ -6,60 +6,79 @@ The layout of ImageNet-style releases and of torchvision's ``ImageFolder``: one 
 ``.webp`` or ``.bmp`` suffix in any case. Hidden files and folders (``.DS_Store``, macOS ``._x.jpg``
 shadows) are ignored. ``folder_layout`` tells the two layouts apart without opening an image.
 
-Unreadable images. We check every file once, at construction (``verify=True``): PIL opens it and
-runs ``verify()``, which parses the header (and, for PNG, every chunk's CRC) without decoding the
-pixels. That costs one read of each file, about 0.1 ms for a small image: seconds for ten thousand
-images, minutes for ImageNet's 1.28 million; pass ``verify=False`` to skip it. A bad file is
-dropped from the index with a warning naming it, and listed in ``skipped``, so indices stay fixed
-for the life of the dataset (the loader's determinism depends on that); more than
-``max_bad_fraction`` of the split bad is an error. ``verify()`` cannot see a truncated JPEG (only a
-full decode can), so an image that still fails when it is decoded is replaced, deterministically, by
-the next image that decodes, with a warning; those count against ``max_bad_fraction`` too.
+Unreadable images. We check every file once, at construction (``verify='full'``, the default):
+PIL opens it and runs ``verify()``, which parses the header (and, for PNG, every chunk's CRC)
+without decoding the pixels. That costs one read of each file, about 0.1 ms for a small image:
+seconds for ten thousand images, minutes for ImageNet's 1.28 million. It is done once per state of
+the folder: the findings are cached under ``$VITKIT_HOME/verified/`` and read back while no file
+is added, removed or touched; a large folder is checked by a pool of processes; processes that
+construct the same dataset at once (torchrun ranks) verify it once (``vitkit.data.verify`` says
+how). ``verify='none'`` skips the pass. A bad file is dropped from the index with a warning naming
+it, and listed in ``skipped``, so indices stay fixed for the life of the dataset (the loader's
+determinism depends on that); more than ``max_bad_fraction`` of the split bad is an error.
+``verify()`` cannot see a truncated JPEG (only a full decode can), so an image that still fails
+when it is decoded is replaced, deterministically, by the next image that decodes, with a warning;
+those count against ``max_bad_fraction`` too.
 
 Channels. With ``mode=None`` the same pass decides between 1 channel and 3: 1 when every image is
 greyscale, by its PIL mode or by decoding to R = G = B (see ``ImageFolderDataset``).
+
+Decoding is ``vitkit.data.decode``'s: PIL's pixels, JPEGs faster, and an inception crop decoded at
+a reduced size when the crop allows it (``ImageFolderDataset.inception_crop``).
 """
 
 from __future__ import annotations
 
 import copy
 import os
-import struct
 import warnings
-import zlib
-from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 from typing import Literal
 
 import torch
-from PIL import Image, ImageMode
 from torch import Tensor
 
 from ..errors import ConfigError, DataError, MissingFileError
 from .arrays import as_indices
-from .transforms import pil_to_tensor
+from .decode import read_crop, read_image
+from .verify import DECODE_ERRORS, LEVELS, Findings, Level, verify_listing
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".bmp")
 SPLITS = ("train", "val", "test")
 _NAMED_BAD = 5  # unreadable files an error names; the rest are counted
 
-# What PIL raises for a file that is not a readable image.
-DECODE_ERRORS = (
-    OSError,
-    SyntaxError,
-    ValueError,
-    EOFError,
-    struct.error,
-    zlib.error,
-    Image.DecompressionBombError,
-)
-
 
 class UnreadableImageWarning(UserWarning):
     """An image file was skipped because PIL cannot read it."""
+
+
+def skip_unreadable(
+    bad: Sequence[tuple[object, str]],
+    total: int,
+    where: object,
+    max_bad_fraction: float,
+    *,
+    stacklevel: int,
+) -> None:
+    """Warn once per unreadable image (``bad``: (what, why) of each, in order) of the ``total``
+    in ``where``, or raise a ``DataError`` naming the first few when they are more than
+    ``max_bad_fraction`` of them. ``stacklevel``: the warnings' frame, counted from the caller."""
+    if len(bad) > max_bad_fraction * total:
+        named = ", ".join(f"{what} ({why})" for what, why in bad[:_NAMED_BAD])
+        more = f" and {len(bad) - _NAMED_BAD} more" if len(bad) > _NAMED_BAD else ""
+        raise DataError(
+            f"{len(bad)} of {total} images in {where} are unreadable, more than "
+            f"max_bad_fraction={max_bad_fraction} allows: {named}{more}"
+        )
+    for count, (what, why) in enumerate(bad, 1):
+        warnings.warn(
+            f"skipping unreadable image {what} ({why}); {count} skipped so far in {where}",
+            UnreadableImageWarning,
+            stacklevel=stacklevel + 1,
+        )
 
 
 def _visible(name: str) -> bool:
@@ -216,43 +235,6 @@ def folder_layout(root: str | os.PathLike) -> FolderLayout:
     )
 
 
-def _verified_mode(path: Path) -> str:
-    """The PIL mode of ``path`` once ``verify()`` passes (raises PIL's errors when it does not)."""
-    with Image.open(path) as image:
-        mode = image.mode
-        image.verify()
-    return mode
-
-
-def check_image(path: Path) -> str | None:
-    """Why PIL cannot read ``path`` (header and, for PNG, chunk CRCs), or None when it can."""
-    try:
-        _verified_mode(path)
-    except DECODE_ERRORS as e:
-        return f"{type(e).__name__}: {e}"
-    return None
-
-
-def _grey_kind(path: Path, mode: str) -> str | None:
-    """How the image at ``path`` (PIL mode ``mode``) is greyscale, or None when it is in colour.
-
-    One-channel modes (1, L, LA, I, I;16..., F) are grey by their mode, without decoding; any other
-    (RGB, RGBA, CMYK, P, PA) is decoded to RGB and is grey when R = G = B at every pixel (for P, at
-    the palette entries the pixels use). Raises PIL's errors for a file that fails to decode.
-    """
-    if ImageMode.getmode(mode).basemode == "L":
-        return mode
-    with Image.open(path) as image:
-        rgb = pil_to_tensor(image, "RGB")  # (3, H, W)
-    # Exact equality, also for JPEG: libjpeg's fixed-point Cb and Cr weights sum to exactly zero,
-    # so a grey pixel encodes to Cb = Cr = 128, every chroma coefficient is 0, and decoding gives
-    # R = G = B again. Measured (Pillow 13, libjpeg-turbo 3): grey images saved as RGB JPEG decode
-    # with max |R - G|, |G - B| = 0 over 288 images (8x8 to 256x256; noise, gradients, edges;
-    # quality 1 to 100; 4:4:4, 4:2:2, 4:2:0) and over torchvision's encoder. A tolerance would buy
-    # nothing and would call colour images grey: a tint of 2 or 3 levels decodes as 1 or 2.
-    return f"{mode} with R = G = B" if bool((rgb == rgb[0]).all()) else None
-
-
 class ImageFolderDataset:
     """Images in class folders; items are (uint8 (C, H, W), label).
 
@@ -264,14 +246,31 @@ class ImageFolderDataset:
     thing in both.
 
     Every image is converted to ``mode``: ``'RGB'`` (C=3) or ``'L'`` (C=1). ``mode=None`` decides
-    during verification: ``'L'`` when every image is greyscale (see ``_grey_kind``), else ``'RGB'``;
-    pass the training split's decided ``mode`` to its val/test splits. Images with a one-channel
-    mode cost nothing more; the others are decoded only until the first colour image, so a colour
-    dataset costs one decode, but a grey dataset stored as RGB (or palette) costs one full decode of
-    every image, as long as an epoch of loading without the resize (a few ms per ImageNet-sized
-    JPEG); pass ``mode`` to skip it. ``mode=None`` needs ``verify=True``: without looking at every
-    image there is no honest answer. ``mode``, ``channels`` and ``channels_reason`` (one line, for
-    the log) hold the outcome. Images keep their own size; the loader resizes them.
+    during verification: ``'L'`` when every image is greyscale (see ``verify.grey_kind``), else
+    ``'RGB'``; pass the training split's decided ``mode`` to its val/test splits. Images with a
+    one-channel mode cost nothing more; the others are decoded only until the first colour image,
+    so a colour dataset costs one decode, but a grey dataset stored as RGB (or palette) costs one
+    full decode of every image, as long as an epoch of loading without the resize (a few ms per
+    ImageNet-sized JPEG); pass ``mode`` to skip it. ``mode``, ``channels`` and ``channels_reason``
+    (one line, for the log) hold the outcome. Images keep their own size; the loader resizes them.
+
+    ``verify`` is how much of each file is checked at construction (for runs, the config key
+    ``data.verify``):
+
+    - ``'full'`` (or ``True``): ``verify()`` every file, and with ``mode=None`` decode until the
+      first colour image, as above.
+    - ``'header'``: ``verify()`` every file; with ``mode=None`` the channels come from the files'
+      PIL modes alone, nothing decoded: 1 when every file has a one-channel mode, else 3 (a grey
+      image stored as RGB counts as colour). With a given ``mode`` it is the same pass as
+      ``'full'``.
+    - ``'none'`` (or ``False``): the listing only, for trees too large to open twice; a file that
+      fails to decode is replaced when it is read. Needs a given ``mode``.
+
+    The findings of a pass are cached (``verify_cache=False``: not read, not written) and a pass
+    over ``verify.PARALLEL_MIN_FILES`` files or more is split across ``verify_workers`` processes
+    (None: every core this process may use; 0 or 1: serial); ``vitkit.data.verify`` says how, and
+    how several processes share one pass. ``verified_from`` is the cache entry used (read or
+    written), None without one; ``verified_cached`` whether it was read rather than computed.
     """
 
     def __init__(
@@ -280,23 +279,31 @@ class ImageFolderDataset:
         split: str | None = "train",
         *,
         mode: str | None = "RGB",
-        verify: bool = True,
+        verify: bool | Level = "full",
         max_bad_fraction: float = 0.01,
+        verify_workers: int | None = None,
+        verify_cache: bool = True,
     ) -> None:
+        level = _level(verify)
         if mode not in ("RGB", "L", None):
             raise ConfigError(f"mode={mode!r} is not valid: expected 'RGB', 'L' or None")
-        if mode is None and not verify:
+        if mode is None and level == "none":
             raise ConfigError(
-                "mode=None decides the channels while verifying every image: expected verify=True, "
-                "or mode='RGB' or 'L' with verify=False"
+                "mode=None decides the channels while verifying every image: expected "
+                "verify='full' or 'header', or mode='RGB' or 'L' with verify='none'"
             )
         if not 0.0 <= max_bad_fraction < 1.0:
             raise ConfigError(
                 f"max_bad_fraction={max_bad_fraction!r} is not valid: expected a number in [0, 1)"
             )
+        if verify_workers is not None and (type(verify_workers) is not int or verify_workers < 0):
+            raise ConfigError(
+                f"verify_workers={verify_workers!r} is not valid: expected None or an integer >= 0"
+            )
         self.root = Path(root)
         self.split = split
         self.max_bad_fraction = max_bad_fraction
+        self.verify = level
         if split is None:
             names = _split_names(self.root)
             if names:
@@ -326,9 +333,17 @@ class ImageFolderDataset:
                 raise _no_images_error(self.split_dir / name)
             samples += [(path, label) for path in files]
         self.skipped: list[tuple[Path, str]] = []  # (file, why) dropped by verification
+        self.verified_from: Path | None = None
+        self.verified_cached = False
         decided: tuple[str, str] | None = None
-        if verify:
-            self.samples, decided = self._verify(samples, decide=mode is None)
+        if level != "none":
+            self.samples, decided = self._verify(
+                samples,
+                level=level,
+                decide=mode is None,
+                workers=verify_workers,
+                cache=verify_cache,
+            )
         else:
             self.samples = samples
         if mode is not None:
@@ -340,77 +355,99 @@ class ImageFolderDataset:
         self._failed: set[Path] = set()  # images that passed the check but failed to decode
 
     def _verify(
-        self, samples: list[tuple[Path, int]], *, decide: bool
+        self,
+        samples: list[tuple[Path, int]],
+        *,
+        level: Level,
+        decide: bool,
+        workers: int | None,
+        cache: bool,
     ) -> tuple[list[tuple[Path, int]], tuple[str, str] | None]:
-        """Check every file: the readable samples and, if ``decide``, (the mode they call for, why);
-        the unreadable ones go to ``skipped``, with a warning each."""
-        grey: Counter[str] = Counter()  # how the images are grey, while no colour one is seen
-        colour: tuple[Path, str] | None = None
-        bad: list[tuple[Path, str]] = []
-        for path, _ in samples:
-            try:
-                image_mode = _verified_mode(path)
-                if decide and colour is None:
-                    kind = _grey_kind(path, image_mode)
-                    if kind is None:
-                        colour = (path, image_mode)
-                    else:
-                        grey[kind] += 1
-            except DECODE_ERRORS as e:
-                bad.append((path, f"{type(e).__name__}: {e}"))
-        if len(bad) > self.max_bad_fraction * len(samples):
-            named = ", ".join(f"{path} ({why})" for path, why in bad[:_NAMED_BAD])
-            more = f" and {len(bad) - _NAMED_BAD} more" if len(bad) > _NAMED_BAD else ""
-            raise DataError(
-                f"{len(bad)} of {len(samples)} images in {self.split_dir} are unreadable, more "
-                f"than max_bad_fraction={self.max_bad_fraction} allows: {named}{more}"
-            )
-        for count, (path, why) in enumerate(bad, 1):
-            warnings.warn(
-                f"skipping unreadable image {path} ({why}); {count} skipped so far in "
-                f"{self.split_dir}",
-                UnreadableImageWarning,
-                stacklevel=3,
-            )
+        """Check every file (or read what a pass found from the cache): the readable samples and,
+        if ``decide``, (the mode they call for, why); the unreadable ones go to ``skipped``, with a
+        warning each."""
+        files = [path.relative_to(self.split_dir).as_posix() for path, _ in samples]
+        found = verify_listing(
+            self.split_dir, files, level=level, decide=decide, workers=workers, cache=cache
+        )
+        self.verified_from, self.verified_cached = found.cache, found.hit
+        bad = [(samples[i][0], why) for i, _, why in found.skipped]
+        skip_unreadable(bad, len(samples), self.split_dir, self.max_bad_fraction, stacklevel=3)
         self.skipped = bad
-        dropped = {path for path, _ in bad}
-        kept = [(path, label) for path, label in samples if path not in dropped]
+        dropped = {i for i, _, _ in found.skipped}
+        kept = [sample for i, sample in enumerate(samples) if i not in dropped]
         missing = sorted({self.classes[k] for _, k in samples} - {self.classes[k] for _, k in kept})
         if missing:
             raise DataError(
                 f"no readable image left in class folder(s) {missing} of {self.split_dir}"
             )
-        if not decide:
-            return kept, None
-        if colour is not None:
-            where = colour[0].relative_to(self.split_dir)
-            why = f"{where} in {self.split_dir} is in colour (mode {colour[1]})"
-            return kept, ("RGB", f"{_channels('RGB')}: {why}")
-        kinds = ", ".join(f"{n:,} in mode {kind}" for kind, n in sorted(grey.items()))
-        why = f"all {len(kept):,} images in {self.split_dir} are greyscale ({kinds})"
-        return kept, ("L", f"{_channels('L')}: {why}")
+        return kept, (self._decision(found, files, len(kept)) if decide else None)
+
+    def _decision(self, found: Findings, files: list[str], kept: int) -> tuple[str, str]:
+        """(the mode a deciding pass calls for, why)."""
+        header = found.level == "header"
+        if found.colour is not None:
+            index, image_mode = found.colour
+            why = f"{files[index]} in {self.split_dir} is in colour (mode {image_mode})"
+            if header:
+                why = (
+                    f"{files[index]} in {self.split_dir} has mode {image_mode} (verify='header' "
+                    "reads the modes only: a grey image stored in colour counts as colour)"
+                )
+            return "RGB", f"{_channels('RGB')}: {why}"
+        kinds = ", ".join(f"{n:,} in mode {kind}" for kind, n in found.grey.items())
+        why = f"all {kept:,} images in {self.split_dir} are greyscale ({kinds})"
+        return "L", f"{_channels('L')}: {why}"
 
     def __len__(self) -> int:
         return len(self.samples)
 
     def __getitem__(self, index: int) -> tuple[Tensor, int]:
-        """Image ``index`` (uint8 (C, H, W)) and its label; if it fails to decode, the next one that
-        decodes, with its own label (see the module docstring)."""
+        """Image ``index`` (uint8 (C, H, W), a view of channels-last memory) and its label; if it
+        fails to decode, the next one that decodes, with its own label (see the module
+        docstring)."""
+        return self._first_readable(index, self.load)
+
+    def load(self, path: Path) -> Tensor:
+        """One image file as uint8 (C, H, W) in this dataset's mode, a view of channels-last
+        memory (``decode.read_image``: PIL's pixels)."""
+        return read_image(path, self.mode)
+
+    def inception_crop(
+        self,
+        index: int,
+        size: int | tuple[int, int],
+        *,
+        area: tuple[float, float] = (0.05, 1.0),
+        ratio: tuple[float, float] = (3 / 4, 4 / 3),
+        generator: torch.Generator,
+    ) -> tuple[Tensor, int]:
+        """Image ``index`` inception-cropped to ``size`` (uint8 (C, S_h, S_w)) and its label: what
+        ``transforms.inception_crop(self[index][0], size, ...)`` gives with the same generator,
+        which it leaves in the same state, but with the box drawn before decoding, so that a
+        large JPEG is decoded at a reduced size when the box allows it (``decode.read_crop``).
+        An image that fails to decode is replaced as ``__getitem__`` replaces it, the
+        replacement's box drawn from the generator as it was before the failure."""
+        state = generator.get_state()
+
+        def crop(path: Path) -> Tensor:
+            generator.set_state(state)  # a replacement draws what a decoded-first image would
+            return read_crop(path, self.mode, size, area=area, ratio=ratio, generator=generator)
+
+        return self._first_readable(index, crop)
+
+    def _first_readable(self, index: int, read: Callable[[Path], Tensor]) -> tuple[Tensor, int]:
+        """``read`` of image ``index`` and its label, or of the next image that decodes."""
         n = len(self.samples)
         if not -n <= index < n:
             raise IndexError(f"index {index} is out of range for {n} images")
         for step in range(n):
             path, label = self.samples[(index + step) % n]
             try:
-                return self.load(path), label
+                return read(path), label
             except DECODE_ERRORS as e:
                 self._decode_failed(path, e)
         raise DataError(f"no image in {self.split_dir} can be decoded")
-
-    def load(self, path: Path) -> Tensor:
-        """One image file as uint8 (C, H, W) in this dataset's mode."""
-        with Image.open(path) as image:
-            return pil_to_tensor(image, self.mode)
 
     def _decode_failed(self, path: Path, error: Exception) -> None:
         if path in self._failed:
@@ -426,7 +463,7 @@ class ImageFolderDataset:
             f"image {path} failed to decode ({type(error).__name__}: {error}); using the next "
             f"readable image in its place ({len(self._failed)} so far in {self.split_dir})",
             UnreadableImageWarning,
-            stacklevel=3,
+            stacklevel=4,
         )
 
     def subset(self, indices: Tensor | Sequence[int]) -> ImageFolderDataset:
@@ -439,5 +476,55 @@ class ImageFolderDataset:
         return out
 
 
+def verify_image_folder(
+    root: str | os.PathLike,
+    *,
+    mode: str | None = "RGB",
+    verify: bool | Level = "full",
+    max_bad_fraction: float = 0.01,
+    verify_workers: int | None = None,
+) -> dict[str | None, ImageFolderDataset]:
+    """Every split of the image folder ``root`` (``folder_layout``'s), verified and cached, by
+    name (a single tree is ``None``).
+
+    What a job of several processes calls in each of them before it joins its process group:
+    the first verifies (split across the cores) and caches, the others wait on the cache's lock
+    and read it, and every ``ImageFolderDataset`` built later with the same ``verify`` and
+    ``mode`` (the training loop's) reads the cache instead of opening an image. Before the group
+    is joined, no rank can hit the collective timeout however long the first start takes. The
+    train split (or the tree) decides the channels when ``mode=None``; the others get its mode.
+    """
+    layout = folder_layout(root)
+    first = "train" if "train" in layout.splits else None
+
+    def read(split: str | None, split_mode: str | None) -> ImageFolderDataset:
+        return ImageFolderDataset(
+            layout.root,
+            split,
+            mode=split_mode,
+            verify=verify,
+            max_bad_fraction=max_bad_fraction,
+            verify_workers=verify_workers,
+        )
+
+    datasets = {first: read(first, mode)}
+    for split in layout.splits:
+        if split != first:
+            datasets[split] = read(split, datasets[first].mode)
+    return datasets
+
+
 def _channels(mode: str) -> str:
     return "1 channel" if mode == "L" else "3 channels"
+
+
+def _level(verify: object) -> Level:
+    """``verify`` as a level: True is 'full', False is 'none' (their meaning before levels)."""
+    if verify is True or verify is False:
+        return "full" if verify else "none"
+    if verify not in LEVELS:
+        raise ConfigError(
+            f"verify={verify!r} is not valid: expected one of {', '.join(map(repr, LEVELS))} "
+            "(or True for 'full', False for 'none')"
+        )
+    return verify

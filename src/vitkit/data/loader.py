@@ -12,10 +12,22 @@ Two paths, one set of options:
   whole batch at once (``random_crop_flip`` is a single gather), scale to float, all in the main
   process: a batch costs one gather, less than shipping its images from a worker would.
 - anything else (``ImageFolderDataset``): a ``torch.utils.data.DataLoader`` over a wrapper that
-  decodes one image, crops/resizes it to ``image_size`` and augments it; workers allowed.
+  decodes one image, crops/resizes it to ``image_size`` and augments it; workers allowed. A
+  dataset that can draw the inception crop before decoding (``ImageFolderDataset.inception_crop``)
+  does, from the same generator: a large JPEG whose box is 2-8x the output is then decoded at
+  that fraction of its size (the pixels close to the full decode's, not equal:
+  ``decode.read_crop``); otherwise the same pixels.
 
 Augmentation order on both paths: inception crop (or a plain resize to ``image_size``), then the
 padded random crop and the flip, at the output resolution; so ``crop_padding`` is in output pixels.
+
+What a batch holds: uint8 images with ``uint8=True`` (the training loop's choice: a quarter of
+the bytes to copy, scaled to [-1, 1] on the device by ``to_input``), else float32 images already
+scaled. With ``pin_memory`` the batches are in page-locked memory, so a copy to a GPU with
+``non_blocking=True`` does not wait for the host. The per-sample path keeps its workers alive for
+the whole ``stream`` (one ``DataLoader`` over every epoch's batches) and across the evaluations of
+one ``Batches`` (``persistent_workers``); neither changes what a batch holds, which depends on
+(seed, epoch, step) only.
 
 Data parallelism (``shard=(rank, world)``): every process walks the same batches and keeps its
 contiguous part of each, so the union over processes is exactly the batch one process would see,
@@ -73,6 +85,11 @@ class Augment:
             images = torch.stack(crops)  # (B, C, S_h, S_w)
         elif self.image_size is not None:
             images = resize(images, self.image_size)  # (B, C, S_h, S_w)
+        return self.after_crop(images, g)
+
+    def after_crop(self, images: Tensor, g: torch.Generator) -> Tensor:
+        """What follows the inception crop or the resize: the padded crop, the flip, RandAugment
+        (uint8 (B, C, S_h, S_w) at the output resolution)."""
         if self.crop_padding or self.flip:
             images = random_crop_flip(
                 images, padding=self.crop_padding, flip=self.flip, generator=g
@@ -99,11 +116,25 @@ class _Transformed(Dataset):
 
     def __getitem__(self, key: tuple[int, int]) -> tuple[Tensor, int]:
         epoch, index = key
+        if self.augment is not None:
+            g = generator(self.seed, _SAMPLE, epoch, index)
+            cropped = self._crop_first(index, g)
+            if cropped is not None:
+                return cropped
         image, label = self.dataset[index]  # (C, H, W) uint8, any H, W
         if self.augment is None:
             return resize(image, self.image_size), label
-        g = generator(self.seed, _SAMPLE, epoch, index)
         return self.augment(image[None], g)[0], label
+
+    def _crop_first(self, index: int, g: torch.Generator) -> tuple[Tensor, int] | None:
+        """The inception crop drawn before decoding, when the dataset can (``ImageFolderDataset``:
+        a large JPEG is decoded at 1/2-1/8 of its size when the box allows), else None."""
+        augment = self.augment
+        crop_first = getattr(self.dataset, "inception_crop", None)
+        if augment is None or not augment.inception_crop or crop_first is None:
+            return None
+        image, label = crop_first(index, self.image_size, generator=g)  # (C, S_h, S_w) uint8
+        return augment.after_crop(image[None], g)[0], label
 
 
 def _collate(items: list[tuple[Tensor, int]]) -> tuple[Tensor, Tensor]:
@@ -111,14 +142,34 @@ def _collate(items: list[tuple[Tensor, int]]) -> tuple[Tensor, Tensor]:
     return images, torch.tensor([label for _, label in items], dtype=torch.int64)
 
 
+def to_input(images: Tensor, device: torch.device) -> Tensor:
+    """A batch as the model takes it, on ``device``: copied there (without waiting, from pinned
+    memory) and, if uint8, scaled to [-1, 1] there."""
+    images = images.to(device, non_blocking=True)
+    return to_float(images) if images.dtype == torch.uint8 else images
+
+
+def default_workers() -> int:
+    """Decoding workers per process when ``data.num_workers`` is not set: this machine's cores
+    (those this process may use) divided among the processes on it (torchrun's
+    ``LOCAL_WORLD_SIZE``), less one for the process itself."""
+    import os
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    return max(0, (cores or 1) // max(local, 1) - 1)
+
+
 class Batches:
-    """Batches of (float images (B, C, H, W) in [-1, 1], int64 labels (B,)), one epoch at a time.
+    """Batches of (images (B, C, H, W), int64 labels (B,)), one epoch at a time: float32 in
+    [-1, 1], or uint8 with ``uint8=True`` (``to_input`` scales them on the device).
 
     ``train=True``: a fresh order each epoch, augmentation as asked, ``drop_last`` by default (every
     step sees a full batch). ``train=False``: dataset order, no augmentation, the last partial batch
     kept. ``image_size`` (an int, or (height, width)) is the output size: images are resized to it,
     or inception-cropped to it when training (required for datasets whose images vary in size);
-    ``None`` keeps an ``ArrayDataset``'s own size. ``num_workers`` applies to the per-sample path only.
+    ``None`` keeps an ``ArrayDataset``'s own size. ``num_workers`` applies to the per-sample path
+    only; ``pin_memory`` puts every batch in page-locked memory (for a GPU).
     ``shard=(rank, world)`` serves process ``rank``'s part of every batch (training batches must
     split evenly; the last evaluation batch may leave a process an empty part); ``steps_per_epoch``
     counts whole batches.
@@ -139,6 +190,8 @@ class Batches:
         num_workers: int = 0,
         drop_last: bool | None = None,
         shard: tuple[int, int] = (0, 1),
+        uint8: bool = False,
+        pin_memory: bool = False,
     ) -> None:
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ConfigError(
@@ -179,6 +232,9 @@ class Batches:
         self.seed = seed
         self.image_size = image_size
         self.num_workers = num_workers
+        self.uint8 = uint8
+        self.pin_memory = pin_memory
+        self._evaluation: DataLoader | None = None  # kept: its workers serve every evaluation
         self.drop_last = train if drop_last is None else drop_last
         self.in_memory = isinstance(dataset, ArrayDataset)
         if not self.in_memory and image_size is None:
@@ -213,6 +269,17 @@ class Batches:
 
     def epoch(self, epoch: int, start: int = 0) -> Iterator[tuple[Tensor, Tensor]]:
         """Batches ``start``, ..., ``steps_per_epoch - 1`` of ``epoch``."""
+        self._check_epoch(epoch, start)
+        if self.in_memory:
+            spans = self._spans(epoch, start, self.steps_per_epoch)
+            return (self._gather(span, epoch, b) for b, span in enumerate(spans, start))
+        if not self.train and start == 0:  # an evaluation: its workers stay for the next one
+            if self._evaluation is None:
+                self._evaluation = self._loader([self._keys(epoch, 0, self.steps_per_epoch)])
+            return self._out(self._evaluation, self._empty_tail(epoch))
+        return self._out(self._loader([self._keys(epoch, start, self.steps_per_epoch)]), 0)
+
+    def _check_epoch(self, epoch: int, start: int) -> None:
         if not isinstance(epoch, int) or epoch < 0:
             raise ConfigError(f"epoch={epoch!r} is not valid: expected an integer >= 0")
         if not 0 <= start <= self.steps_per_epoch:
@@ -220,12 +287,12 @@ class Batches:
                 f"start={start!r} is not valid: expected 0 <= start <= {self.steps_per_epoch} "
                 "(steps per epoch)"
             )
+
+    def _spans(self, epoch: int, start: int, stop: int) -> list[Tensor]:
+        """The dataset indices of batches ``start``, ..., ``stop - 1`` of ``epoch``."""
         order = self.order(epoch)
         B = self.batch_size
-        spans = [order[b * B : (b + 1) * B] for b in range(start, self.steps_per_epoch)]
-        if self.in_memory:
-            return (self._gather(span, epoch, b) for b, span in enumerate(spans, start))
-        return self._load([span[self._part(len(span))] for span in spans], epoch)
+        return [order[b * B : (b + 1) * B] for b in range(start, stop)]
 
     def _part(self, n: int) -> slice:
         """This process's contiguous part of a batch of ``n``: parts differ by at most one."""
@@ -233,11 +300,35 @@ class Batches:
         return slice(rank * n // world, (rank + 1) * n // world)
 
     def stream(self, start_step: int = 0) -> Iterator[tuple[Tensor, Tensor]]:
-        """Batches from global step ``start_step`` on, epoch after epoch, without end."""
+        """Batches from global step ``start_step`` on, epoch after epoch, without end. The
+        per-sample path reads them through one ``DataLoader``, whose workers live as long as the
+        stream."""
         epoch, start = divmod(start_step, self.steps_per_epoch)
+        if self.in_memory:
+            while True:
+                yield from self.epoch(epoch, start)
+                epoch, start = epoch + 1, 0
+        yield from self._out(self._loader(self._epochs(epoch, start)), 0)
+
+    def _epochs(self, epoch: int, start: int) -> Iterator[list[list[tuple[int, int]]]]:
+        """This process's (epoch, index) keys of every batch, from batch ``start`` of ``epoch``
+        on, an epoch at a time (each epoch's permutation drawn when it is reached)."""
         while True:
-            yield from self.epoch(epoch, start)
+            yield self._keys(epoch, start, self.steps_per_epoch)
             epoch, start = epoch + 1, 0
+
+    def _keys(self, epoch: int, start: int, stop: int) -> list[list[tuple[int, int]]]:
+        """This process's part of batches ``start``..``stop - 1`` of ``epoch``, as the keys
+        ``_Transformed`` loads; the empty parts of a last evaluation batch are left out."""
+        parts = [span[self._part(len(span))] for span in self._spans(epoch, start, stop)]
+        return [[(epoch, i) for i in part.tolist()] for part in parts if len(part)]
+
+    def _empty_tail(self, epoch: int) -> int:
+        """How many batches of ``epoch`` leave this process nothing (only a last, partial
+        evaluation batch can): it still gets an empty one, so that every process runs the same
+        number of forward passes (FSDP)."""
+        spans = self._spans(epoch, 0, self.steps_per_epoch)
+        return sum(len(span[self._part(len(span))]) == 0 for span in spans)
 
     def _gather(self, indices: Tensor, epoch: int, b: int) -> tuple[Tensor, Tensor]:
         part = self._part(len(indices))
@@ -250,26 +341,45 @@ class Batches:
             labels = labels[part]
         elif self.image_size is not None:
             images = resize(images, self.image_size)  # (B, C, S_h, S_w)
-        return to_float(images), labels
+        images = images.contiguous() if self.uint8 else to_float(images)
+        if self.pin_memory:
+            images, labels = images.pin_memory(), labels.pin_memory()
+        return images, labels
 
-    def _load(self, spans: list[Tensor], epoch: int) -> Iterator[tuple[Tensor, Tensor]]:
+    def _loader(self, epochs: Any) -> DataLoader:
+        """A ``DataLoader`` over batches of keys, ``epochs`` giving them an epoch at a time."""
         assert self.image_size is not None  # checked in __init__
-        # Only the last (partial) evaluation batch can leave a process nothing: it still gets an
-        # empty batch, so that every process runs the same number of forward passes (FSDP).
-        empty = sum(len(span) == 0 for span in spans)
-        spans = spans[: len(spans) - empty]
-        assert all(len(span) for span in spans)
-        loader = DataLoader(
+        return DataLoader(
             _Transformed(self.dataset, self.seed, self.image_size, self.augment),
-            batch_sampler=[[(epoch, i) for i in span.tolist()] for span in spans],
+            batch_sampler=_Chained(epochs),
             num_workers=self.num_workers,
             collate_fn=_collate,
+            pin_memory=self.pin_memory,
+            persistent_workers=self.num_workers > 0,
             # its own seed for worker seeding: never a draw from the global RNG (dropout's),
             # which would differ between a resumed and an uninterrupted run
-            generator=generator(self.seed, _LOADER, epoch),
+            generator=generator(self.seed, _LOADER),
         )
+
+    def _out(self, loader: DataLoader, empty: int) -> Iterator[tuple[Tensor, Tensor]]:
+        """``loader``'s batches as this ``Batches`` serves them, and ``empty`` empty ones."""
         for images, labels in loader:
-            yield to_float(images), labels
+            yield (images if self.uint8 else to_float(images)), labels
         if empty:
+            assert self.image_size is not None  # checked in __init__
             (H, W), C = size_hw(self.image_size), self.dataset[0][0].shape[0]
-            yield torch.empty(0, C, H, W), torch.empty(0, dtype=torch.int64)
+            dtype = torch.uint8 if self.uint8 else torch.float32
+            for _ in range(empty):
+                yield torch.empty(0, C, H, W, dtype=dtype), torch.empty(0, dtype=torch.int64)
+
+
+class _Chained:
+    """A batch sampler over batches handed out an epoch at a time: ``epochs`` is a list of
+    epochs (iterated again for every pass) or an endless iterator of them (one pass)."""
+
+    def __init__(self, epochs: Any) -> None:
+        self.epochs = epochs
+
+    def __iter__(self) -> Iterator[list[tuple[int, int]]]:
+        for batches in self.epochs:
+            yield from batches

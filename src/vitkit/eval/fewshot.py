@@ -38,6 +38,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..data import Batches, subset
+from ..data.loader import to_input
 from ..errors import ConfigError
 from ..model import ResNetClassifier, VisionTransformer
 from ..runtime.mode import eval_mode
@@ -53,10 +54,13 @@ STD_EPS = 1e-5
 
 @torch.inference_mode()
 def _forward_pre_logits(
-    model: VisionTransformer | ResNetClassifier, images: Tensor, device: torch.device, bf16: bool
+    model: VisionTransformer | ResNetClassifier,
+    images: Tensor,
+    device: torch.device,
+    autocast: torch.dtype | None,
 ) -> Tensor:
-    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
-        features = model.intermediates(images.to(device))["pre_logits"]  # (B, D)
+    with torch.autocast(device.type, dtype=autocast, enabled=autocast is not None):
+        features = model.intermediates(to_input(images, device))["pre_logits"]  # (B, D)
     return features.float().cpu()
 
 
@@ -64,7 +68,7 @@ def extract_features(
     model: VisionTransformer | ResNetClassifier,
     batches: Iterable[tuple[Tensor, Tensor]],
     *,
-    bf16: bool = False,
+    autocast: torch.dtype | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Frozen ``pre_logits`` features of every image in ``batches`` (float images, labels).
 
@@ -75,7 +79,7 @@ def extract_features(
     features, labels = [], []
     with eval_mode(model):
         for images, y in batches:  # (B, C, H, W), (B,)
-            features.append(_forward_pre_logits(model, images, device, bf16))  # (B, D)
+            features.append(_forward_pre_logits(model, images, device, autocast))  # (B, D)
             labels.append(torch.as_tensor(y, dtype=torch.int64).cpu())
     if not features:
         raise ConfigError("no batches to extract features from: the iterable was empty")
@@ -310,7 +314,8 @@ def fewshot_model(
     l2: float = L2,
     image_size: int | tuple[int, int] | None,
     batch_size: int = 256,
-    bf16: bool = False,
+    autocast: torch.dtype | None = None,
+    num_workers: int = 0,
 ) -> dict[int, dict]:
     """Few-shot linear accuracy of ``model``'s frozen features, as ``fewshot_evaluate``.
 
@@ -318,6 +323,8 @@ def fewshot_model(
     ``num_classes * max(shots) * seeds`` of them), and the whole test set. The result equals
     extracting every training feature and calling ``fewshot_evaluate``. ``num_classes`` is
     ``len(train_set.classes)`` (or the largest label + 1 for a dataset without ``classes``).
+    Images are read by ``num_workers`` processes, in page-locked memory for a GPU, and scaled on
+    the model's device; ``autocast``: a dtype to compute the features in.
     """
     _check_shots_seeds(shots, seeds)
     labels = _dataset_labels(train_set)  # (N,)
@@ -329,8 +336,16 @@ def fewshot_model(
     log.info("few-shot: features of %d of %d training examples", len(used), len(labels))
 
     def features(dataset: Any) -> tuple[Tensor, Tensor]:
-        batches = Batches(dataset, batch_size=batch_size, train=False, image_size=image_size)
-        return extract_features(model, batches.epoch(0), bf16=bf16)
+        batches = Batches(
+            dataset,
+            batch_size=batch_size,
+            train=False,
+            image_size=image_size,
+            uint8=True,
+            num_workers=num_workers,
+            pin_memory=model_device(model).type == "cuda",
+        )
+        return extract_features(model, batches.epoch(0), autocast=autocast)
 
     train_x, train_y = features(subset(train_set, used))  # (M, D), (M,)
     assert torch.equal(train_y, labels[used]), "the subset's labels disagree with the dataset's"

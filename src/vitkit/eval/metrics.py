@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..data.loader import to_input
 from ..runtime.mode import eval_mode
 
 
@@ -25,13 +26,13 @@ def evaluate(
     batches: Iterable[tuple[Tensor, Tensor]],
     num_classes: int,
     *,
-    bf16: bool = False,
+    autocast: torch.dtype | None = None,
     flip: bool = False,
     reduce: Callable[[Tensor], Tensor] | None = None,
 ) -> dict:
     """Run ``model`` over ``batches`` (float images, labels); returns loss, accuracy, top5,
     per_class (list) and confusion (K x K list, rows = true class), computed on ``model``'s
-    device. ``flip``: test-time augmentation, the class probabilities averaged over each image
+    device (uint8 batches are scaled there), under ``autocast`` (a dtype) if given. ``flip``: test-time augmentation, the class probabilities averaged over each image
     and its mirror image (two forward passes); every figure is then the averaged prediction's, and
     ``accuracy_one_view`` adds the unflipped images' own accuracy. ``reduce`` sums a tensor over
     processes when each evaluates its part of the batches (data parallelism)."""
@@ -40,11 +41,11 @@ def evaluate(
     loss_sum, top5_hits, one_view_hits, count = 0.0, 0, 0, 0
     with eval_mode(model):
         for images, labels in batches:
-            images = images.to(device, non_blocking=True)
+            images = to_input(images, device)  # (B, C, H, W) in [-1, 1]
             labels = labels.to(device, non_blocking=True)
             if flip:  # one forward pass over both views: (2B, C, H, W)
                 images = torch.cat([images, images.flip(-1)])
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+            with torch.autocast(device.type, dtype=autocast, enabled=autocast is not None):
                 logits = model(images).float()  # (B, K), or (2B, K) with flip
             if flip:
                 views = logits.log_softmax(1).unflatten(0, (2, -1))  # (2, B, K)

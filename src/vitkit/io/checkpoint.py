@@ -13,6 +13,7 @@ Nothing here runs code from a file: safetensors, ``np.load(allow_pickle=False)``
 from __future__ import annotations
 
 import json
+import logging
 import os
 import pickle
 import shutil
@@ -30,6 +31,8 @@ from torch import Tensor, nn
 
 from ..config import ConfigError, ModelConfig
 from ..errors import CheckpointError, MissingFileError, UserFileError
+
+log = logging.getLogger(__name__)
 
 FORMAT_NAME = "vitkit"
 FORMAT_VERSION = 1
@@ -154,6 +157,30 @@ def atomic_write(path: Path, write: Any) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+@contextmanager
+def exclusive(path: Path, waiting: str) -> Iterator[None]:
+    """An exclusive ``flock`` on the file ``path`` (created if missing) for the block, so that
+    processes asking at once take turns; the kernel releases it if the holder dies. ``waiting``
+    ends the log line shown while another process holds it ("waiting for another process that is
+    ..."). No lock where ``fcntl`` does not exist (Windows). ``OSError`` if ``path`` cannot be
+    opened for writing."""
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    with open(path, "ab") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log.info("waiting for another process that is %s", waiting)
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 @contextmanager

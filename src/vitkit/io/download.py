@@ -57,11 +57,10 @@ import logging
 import os
 import re
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from email.message import Message
 from pathlib import Path
-from typing import IO, Any, NoReturn
+from typing import Any, NoReturn
 from urllib.error import HTTPError
 from urllib.parse import unquote, urlsplit
 from urllib.request import Request, urlopen
@@ -70,7 +69,7 @@ from tqdm import tqdm
 
 from .. import __version__
 from ..errors import DownloadError, MissingExtraError
-from .checkpoint import atomic_write
+from .checkpoint import atomic_write, exclusive
 
 log = logging.getLogger(__name__)
 
@@ -272,23 +271,6 @@ def _record(
     }
 
 
-@contextlib.contextmanager
-def _exclusive(lock: IO[bytes], what: Path) -> Iterator[None]:
-    """Hold an exclusive ``flock`` on the open file ``lock`` (the kernel releases it if we die).
-    POSIX only: imported here so that the rest of this module imports anywhere."""
-    import fcntl
-
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        log.info("waiting for another process that is downloading %s", what)
-        fcntl.flock(lock, fcntl.LOCK_EX)
-    try:
-        yield
-    finally:
-        fcntl.flock(lock, fcntl.LOCK_UN)
-
-
 def fetch(
     url: str,
     *,
@@ -316,14 +298,14 @@ def fetch(
             f"{url} is not in the cache and offline mode is on (VITKIT_OFFLINE or HF_HUB_OFFLINE); "
             f"a copy downloaded by hand is read from {dest}"
         )
-    try:
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        lock = open(_sibling(dest, LOCK_SUFFIX), "ab")  # noqa: SIM115 (closed by the with below)
-    except OSError as e:
-        raise DownloadError(
-            f"cannot write to the cache folder {dest.parent}: {e.strerror}"
-        ) from None
-    with lock, _exclusive(lock, dest):
+    with contextlib.ExitStack() as stack:
+        try:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            stack.enter_context(exclusive(_sibling(dest, LOCK_SUFFIX), f"downloading {dest}"))
+        except OSError as e:
+            raise DownloadError(
+                f"cannot write to the cache folder {dest.parent}: {e.strerror}"
+            ) from None
         if _use_cached(dest, url, sha256, size):  # another process downloaded it while we waited
             return dest
         _download(url, dest, sha256=sha256, size=size, progress=progress)

@@ -50,10 +50,16 @@ def banner(
             f"{run_dir / 'skipped_images.txt'}"
         )
     lines.append(f"model    {_model_line(run, model)}")
-    precision = "bf16 autocast" if tc.bf16 else "fp32"
+    precision = {"bf16": "bf16 autocast", "fp16": "fp16 autocast, gradient scaling"}.get(
+        tc.precision, tc.precision
+    )
+    if device.type == "cuda" and tc.precision != "fp32":
+        precision += ", TF32 matmuls"
     threads = f", {torch.get_num_threads()} threads" if device.type == "cpu" else ""
     compiled = ", compiled" if tc.compile else ""
-    lines.append(f"device   {device}, {precision}{threads}{compiled}")
+    workers = run.data.num_workers
+    decoding = "" if workers is None else f", {workers} decoding workers"
+    lines.append(f"device   {device}, {precision}{threads}{compiled}{decoding}")
     batch = tc.batch_size * tc.accum_steps
     accumulation = (
         f" ({tc.batch_size} x {tc.accum_steps} accumulation)" if tc.accum_steps > 1 else ""

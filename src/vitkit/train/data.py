@@ -6,13 +6,16 @@ once at the end with the best weights, and never used to choose. ``data.validati
 takes a folder's ``val/`` split, else a seeded, class-balanced holdout of ``train``
 (``data.holdout`` of every class); for Fashion-MNIST, CIFAR and synthetic images it keeps
 today's practice of the paper's figures and our recipes: their test split, evaluated during the
-run (then ``val`` is ``test``, and nothing is evaluated twice).
+run (then ``val`` is ``test``, and nothing is evaluated twice). Tar shards (``wds:DIR``) and
+Hugging Face datasets (``hf:PATH``) have splits as a folder has (data/shards.py, data/hf.py say
+how they are named) and are read the same way; a stream (``data.streaming``) cannot be held out
+of, so it validates on its val split, else its test split.
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Mapping
+import dataclasses
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +33,9 @@ from ..data import (
     subset,
     synthetic,
 )
+from ..data.hf import open_hf
+from ..data.shards import WebDatasetShards, shard_layout
+from ..data.stream import ParquetStream, StreamBatches
 from ..errors import ConfigError, DataError
 
 
@@ -76,20 +82,69 @@ def _count(n: int, what: str = "image") -> str:
     return f"{n:,} {what}{'' if n == 1 else 's'}"
 
 
-def _folder(cfg: DataConfig, path: str, mode: str | None) -> tuple[dict[str, Any], str, str]:
-    """A folder's splits by name (a single tree is all ``train``), the training split's mode
-    and the reason for its channels."""
-    layout = folder_layout(path)
-    read = functools.partial(ImageFolderDataset, max_bad_fraction=cfg.max_bad_fraction)
-    if layout.kind == "tree":
-        train = read(layout.root, None, mode=mode)
-        return {"train": train}, train.mode, train.channels_reason
-    train = read(layout.root, "train", mode=mode)
-    splits = {"train": train}
-    for name in ("val", "test"):
-        if name in layout.splits:
-            splits[name] = read(layout.root, name, mode=train.mode)
-    return splits, train.mode, train.channels_reason
+# The kinds of data that come in splits (train, val, test) read the same way.
+SPLIT_KINDS = ("folder", "wds", "hf")
+
+
+@dataclass
+class _Splits:
+    """The splits of a folder, of tar shards or of a Hugging Face dataset, read on demand."""
+
+    root: str  # the data, as messages name it
+    names: tuple[str, ...]  # of train, val and test, in that order
+    named: bool  # False: one set of images (a single tree, unnamed shards), called train
+    read: Callable[[str, str | None, bool], Any]  # (split, mode, verify) -> its dataset
+    label: Callable[[str], str]  # a split as the run names it: "val/", "val shards"
+
+
+def _splits_of(cfg: DataConfig) -> _Splits:
+    """What ``cfg``'s folder, shards or Hugging Face dataset holds (listed, not yet read)."""
+    source, bad = cfg.source, cfg.max_bad_fraction
+    assert source.kind in SPLIT_KINDS and source.path is not None
+    if source.kind == "folder":
+        layout = folder_layout(source.path)
+        tree = layout.kind == "tree"
+
+        def folder(split: str, mode: str | None, verify: bool) -> ImageFolderDataset:
+            name = None if tree else split
+            level = cfg.verify if verify else "none"
+            return ImageFolderDataset(
+                layout.root, name, mode=mode, verify=level, max_bad_fraction=bad
+            )
+
+        names = ("train",) if tree else tuple(str(s) for s in layout.splits)
+        return _Splits(str(layout.root), names, not tree, folder, lambda split: f"{split}/")
+    if source.kind == "wds":
+        shards = shard_layout(source.path)
+
+        def tars(split: str, mode: str | None, verify: bool) -> WebDatasetShards:
+            return WebDatasetShards(
+                shards.root, split, mode=mode, verify=verify, max_bad_fraction=bad
+            )
+
+        names = tuple(shards.splits)
+        return _Splits(str(shards.root), names, shards.named, tars, lambda s: f"{s} shards")
+    hf = open_hf(
+        source.path,
+        image_column=cfg.image_column,
+        label_column=cfg.label_column,
+        streaming=cfg.streaming,
+    )
+
+    def rows(split: str, mode: str | None, verify: bool) -> Any:
+        dataset = hf.dataset(split, mode=mode, verify=verify, max_bad_fraction=bad)
+        if isinstance(dataset, ParquetStream):
+            dataset.shuffle_buffer = cfg.shuffle_buffer
+        return dataset
+
+    return _Splits(hf.spec, hf.splits, hf.named, rows, lambda split: f"{split} split")
+
+
+def _channels_reason(dataset: Any) -> str:
+    """Why a split has the channels it has, for the run's statement."""
+    if isinstance(dataset, ParquetStream):
+        return f"{dataset.channels} channels: a stream is read as RGB unless model.in_chans=1"
+    return str(dataset.channels_reason)
 
 
 # The channels of the datasets known by name.
@@ -115,16 +170,26 @@ def build_data(
         train, test = _synthetic(model, channels, seed)
         splits: dict[str, Any] = {"train": train, "test": test}
         named = {"test": f"synthetic test ({_count(len(test))})"}
-    elif source.kind == "folder":
-        assert source.path is not None
+    elif source.kind in SPLIT_KINDS:
+        found = _splits_of(cfg)
         mode = None if in_chans is None else ("L" if in_chans == 1 else "RGB")
-        splits, mode, reason = _folder(cfg, source.path, mode)
-        channels = 1 if mode == "L" else 3
+        if mode is None and cfg.verify == "none" and source.kind == "folder":
+            raise ConfigError(
+                "data.verify=none opens no image before training, so it cannot decide the "
+                "channels: set model.in_chans=3 (or 1), or data.verify=header"
+            )
+        train = found.read("train", mode, True)
+        splits = {"train": train}
+        for name in found.names[1:]:  # val and test, as the training split's channels
+            splits[name] = found.read(name, train.mode, True)
+        channels = train.channels
         if in_chans is None:
-            notes.append(reason)
+            notes.append(_channels_reason(train))
         for dataset in splits.values():
             skipped += [(str(path), why) for path, why in dataset.skipped]
-        named = {k: f"{k}/ ({_count(len(v))})" for k, v in splits.items() if k != "train"}
+        named = {
+            k: f"{found.label(k)} ({_count(len(v))})" for k, v in splits.items() if k != "train"
+        }
     else:
         native = NAMED_CHANNELS[source.kind]
         channels = native if in_chans is None else in_chans
@@ -139,13 +204,22 @@ def build_data(
 
     # the split that chooses the best weights (see the module docstring)
     use: str = cfg.validation
-    if use == "auto":
-        use = "test" if source.kind != "folder" else "val" if "val" in splits else "holdout"
+    if use == "auto" and source.kind in SPLIT_KINDS:
+        use = "val" if "val" in splits else "test" if cfg.streaming else "holdout"
+    elif use == "auto":
+        use = "test"
     elif use == "val_or_test":
         use = "val" if "val" in splits else "test"
-    if use == "test" and test is None:
+    if cfg.streaming and (use == "holdout" or (test is None and use == "test")):
         raise ConfigError(
-            f"data.validation={cfg.validation!r} but {source.spec} has no test split (test/): "
+            f"data.validation={cfg.validation!r} but {source.spec} is streamed and has no "
+            f"{'val or test' if use == 'test' else 'val'} split to validate on (a stream cannot be "
+            "held out of): give it a validation split, or set data.streaming=False"
+        )
+    if use == "test" and test is None:
+        where = {"folder": "test/", "wds": "test shards"}.get(source.kind, "a test split")
+        raise ConfigError(
+            f"data.validation={cfg.validation!r} but {source.spec} has no test split ({where}): "
             "use 'auto' or 'holdout'"
         )
     if use == "holdout":
@@ -177,11 +251,20 @@ NAMED_SIZES = {"fashion_mnist": (60_000, 10), "cifar10": (50_000, 10), "cifar100
 
 
 def peek_data(cfg: DataConfig, model: ModelConfig) -> tuple[int, int, str]:
-    """(classes, training images, what they are) of ``cfg``'s data without reading an image: a
-    folder's listing (before verification drops unreadable files), a named dataset's published
-    size, the synthetic set's; the holdout a run would take out of train is taken out."""
+    """(classes, training images, what they are) of ``cfg``'s data without decoding an image: a
+    folder's or shards' listing (before verification drops unreadable images), a Hugging Face
+    dataset's rows, a named dataset's published size, the synthetic set's; the holdout a run
+    would take out of train is taken out."""
     source = cfg.source
-    if source.kind == "folder":
+    if source.kind in ("wds", "hf"):
+        found = _splits_of(cfg)
+        listed = found.read("train", "RGB", False)
+        train, classes = len(listed), len(listed.classes)
+        holdout = cfg.validation == "holdout" or (
+            cfg.validation == "auto" and "val" not in found.names and not cfg.streaming
+        )
+        what = "listed, before verification"
+    elif source.kind == "folder":
         assert source.path is not None
         layout = folder_layout(source.path)
         train = layout.counts.get("train", layout.counts.get(None, 0))
@@ -206,6 +289,14 @@ def build_datasets(cfg: DataConfig, model: ModelConfig, *, seed: int) -> tuple[A
     return data.train, data.test if data.test is not None else data.val, data.classes
 
 
+def make_batches(dataset: Any, **options: Any) -> Batches:
+    """``Batches(dataset, **options)``, or ``StreamBatches`` (the same options and contract)
+    for a stream, which is read in its own order (data/stream.py)."""
+    if isinstance(dataset, ParquetStream):
+        return StreamBatches(dataset, **options)
+    return Batches(dataset, **options)
+
+
 def ordered_batches(
     test: Any,
     model: ModelConfig,
@@ -213,16 +304,20 @@ def ordered_batches(
     batch_size: int,
     num_workers: int = 0,
     shard: tuple[int, int] = (0, 1),
+    uint8: bool = False,
+    pin_memory: bool = False,
 ) -> Batches:
     """A test split in order, unaugmented, at the model's resolution (``shard``: this process's
-    part of every batch)."""
-    return Batches(
+    part of every batch; ``uint8``, ``pin_memory``: as ``Batches``)."""
+    return make_batches(
         test,
         batch_size=batch_size,
         train=False,
         image_size=model.image_size,
         num_workers=num_workers,
         shard=shard,
+        uint8=uint8,
+        pin_memory=pin_memory,
     )
 
 
@@ -243,9 +338,12 @@ def evaluation_split(
     else the data the checkpoint's run trained on (``checkpoint``: its metadata; ``source``: its
     path, for messages). Of a run's data, its test split (else its validation split: the same
     holdout it validated on); of a folder given as ``spec``, its test/ split (else val/), or the
-    folder itself when it holds class folders (``DIR/val`` given directly); of a named dataset,
-    its test split. Images are read with the model's channels. Only the split evaluated is
-    verified, and the training split listed (few-shot), unless a holdout must be made again."""
+    folder itself when it holds class folders (``DIR/val`` given directly); of shards or a
+    Hugging Face dataset, the same (unnamed shards, or one ``Dataset``, are evaluated whole); of
+    a named dataset, its test split. Images are read with the model's channels, and a Hugging
+    Face dataset's columns are the checkpoint's run's (``data.image_column``, ``label_column``).
+    Only the split evaluated is verified, and the training split listed (few-shot; none for a
+    stream), unless a holdout must be made again."""
     from ..config import RunConfig, normalise_data, recorded_data
 
     recorded = spec is None
@@ -260,33 +358,43 @@ def evaluation_split(
     else:
         assert spec is not None
         cfg, seed = DataConfig(dataset=normalise_data(spec)), 0
+        if recorded_data(checkpoint) is not None:  # a dataset's columns are the run's (no --set)
+            trained = RunConfig.from_dict(checkpoint["run"]).data
+            cfg = dataclasses.replace(
+                cfg, image_column=trained.image_column, label_column=trained.label_column
+            )
     mode = "L" if model.in_chans == 1 else "RGB"
-    folder = cfg.source
-    if folder.kind == "folder" and folder.path is not None:
-        layout = folder_layout(folder.path)
-        splits = layout.splits
-        if not recorded and layout.kind == "tree":  # class folders given directly: the split
-            dataset = ImageFolderDataset(layout.root, None, mode=mode)
-            return Split(dataset, list(dataset.classes), f"{layout.root} ({_count(len(dataset))})")
-        if recorded:  # test/, else the split the run validated on unless it was a holdout
-            held = cfg.validation == "holdout" or (cfg.validation == "auto" and "val" not in splits)
+    if cfg.source.kind in SPLIT_KINDS:
+        found = _splits_of(cfg)
+        folder = cfg.source.kind == "folder"
+        if not recorded and not found.named:  # one set of images given directly: the split
+            dataset = found.read("train", mode, True)
+            return Split(dataset, list(dataset.classes), f"{found.root} ({_count(len(dataset))})")
+        splits = found.names
+        if recorded:  # test, else the split the run validated on unless it was a holdout
+            held = cfg.validation == "holdout" or (
+                cfg.validation == "auto" and "val" not in splits and not cfg.streaming
+            )
             which = (
                 "test" if "test" in splits else None if held else "val" if "val" in splits else None
             )
         else:
             which = next((s for s in ("test", "val") if s in splits), None)
             if which is None:
+                only = {"folder": "a train/ split", "wds": "train shards"}
+                hint = f" (--data {found.root}/train evaluates the training images)"
                 raise DataError(
-                    f"{layout.root} has only a train/ split: give the folder to evaluate (--data "
-                    f"{layout.root / 'train'} evaluates the training images)"
+                    f"{found.root} has only {only.get(cfg.source.kind, 'a train split')}: give "
+                    f"the {'folder' if folder else 'data'} to evaluate" + (hint if folder else "")
                 )
         if which is not None:
-            dataset = ImageFolderDataset(layout.root, which, mode=mode)
-            train = ImageFolderDataset(layout.root, "train", mode=mode, verify=False)
-            name = f"{layout.root}: {which}/ ({_count(len(dataset))})"
+            dataset = found.read(which, mode, True)
+            train = found.read("train", mode, False)
+            name = f"{found.root}: {found.label(which)} ({_count(len(dataset))})"
             if recorded:
                 name += " (the checkpoint's data)"
-            return Split(dataset, list(dataset.classes), name, train)
+            streamed = isinstance(train, ParquetStream)  # no random access to draw shots from
+            return Split(dataset, list(dataset.classes), name, None if streamed else train)
     data = build_data(cfg, model, seed=seed, in_chans=model.in_chans)
     evaluated, named = (
         (data.test, data.test_name) if data.test is not None else (data.val, data.val_name)

@@ -10,7 +10,7 @@ part of the global batch and the wrapper averages them. ``train.parallel`` picks
   optimizer state, plus activations).
 - ``fsdp``: FSDP2's ``fully_shard`` on each transformer block, then on the root, shards
   parameters, gradients and optimizer state: a process holds 1/world of them and gathers one
-  block's weights at a time (ViT-L, ViT-H). ``train.bf16`` adds a ``MixedPrecisionPolicy`` (bf16
+  block's weights at a time (ViT-L, ViT-H). ``train.precision`` bf16 (or fp16) adds a ``MixedPrecisionPolicy`` (bf16
   compute, fp32 gradient reduction).
 
 Checkpoints hold *full* state dicts, gathered to rank 0 and offloaded to CPU
@@ -162,11 +162,16 @@ def all_mean(tensor: Tensor) -> Tensor:
 
 def all_max(value: int) -> int:
     """The largest ``value`` of any process (a stop request seen by one stops all)."""
+    return int(all_max_many([float(value)])[0])
+
+
+def all_max_many(values: list[float]) -> list[float]:
+    """The largest of each of ``values`` over processes, in one collective (a host read)."""
     if not is_distributed():
-        return value
-    tensor = torch.tensor([value], dtype=torch.int64, device=collective_device())
+        return values
+    tensor = torch.tensor(values, dtype=torch.float64, device=collective_device())
     dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
-    return int(tensor.item())
+    return [float(v) for v in tensor.tolist()]
 
 
 def barrier() -> None:
@@ -190,7 +195,7 @@ def parallelize(
     blocks: Sequence[nn.Module],
     *,
     parallel: Parallel,
-    bf16: bool,
+    dtype: torch.dtype | None,
     find_unused: bool = False,
 ) -> nn.Module:
     """The module to call for training: ``module`` wrapped in DDP, or ``module`` itself sharded in
@@ -200,20 +205,21 @@ def parallelize(
         from torch.nn.parallel import DistributedDataParallel
 
         return DistributedDataParallel(module, find_unused_parameters=find_unused)
-    shard(module, blocks, bf16=bf16)
+    shard(module, blocks, dtype=dtype)
     return module
 
 
-def shard(module: nn.Module, blocks: Sequence[nn.Module], *, bf16: bool) -> None:
+def shard(module: nn.Module, blocks: Sequence[nn.Module], *, dtype: torch.dtype | None) -> None:
     """FSDP2 in place: each of ``blocks`` becomes a unit whose weights are gathered for its own
-    forward and backward only; ``module`` is the root holding the rest (embeddings, head)."""
+    forward and backward only; ``module`` is the root holding the rest (embeddings, head).
+    ``dtype``: the autocast dtype of a mixed-precision run, the gathered weights' too."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     mesh = init_device_mesh(collective_device().type, (world_size(),))
     policy = (
-        MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-        if bf16
+        MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
+        if dtype is not None
         else MixedPrecisionPolicy()
     )
     for block in blocks:

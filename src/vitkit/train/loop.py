@@ -32,9 +32,9 @@ independently and a resume needs no per-process state.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import logging
-import math
 import signal
 import time
 from collections.abc import Iterator
@@ -48,15 +48,15 @@ from torch import Tensor, nn
 
 from ..config import RunConfig
 from ..data import Batches, Preprocess
-from ..data.loader import derive_seed
+from ..data.loader import default_workers, derive_seed, to_input
 from ..errors import ConfigError, VitkitError
 from ..io.checkpoint import atomic_write
 from ..model import ResNetClassifier, VisionTransformer, build_model
 from ..runtime.clock import process_seconds
-from . import distributed
+from . import distributed, precision
 from .banner import banner
 from .cadence import Cadence
-from .data import RunData, build_data, ordered_batches
+from .data import RunData, build_data, make_batches, ordered_batches
 from .objectives import MaskedPatchPrediction, Objective, evaluate_mpp
 from .optim import build_optimizer, learning_rate, set_learning_rate
 from .report import write_report
@@ -98,15 +98,19 @@ class DivergedError(VitkitError):
 
 @dataclass
 class _Window:
-    """Running sums between two log lines, saved with checkpoints so that a resumed run's log
-    lines equal an uninterrupted run's; ``seconds`` (the window's training time so far) too, so
-    that its images/s counts only the images trained since the window's clock started."""
+    """Running sums between two log lines. The loss and accuracy of this process's micro-batches
+    add up on the device (``device_sums``: no host read per step) and are read at log and save
+    steps only, averaged over processes then; ``loss`` and ``accuracy`` hold what a checkpoint
+    carried over (already averaged). Saved with checkpoints so that a resumed run's log lines
+    equal an uninterrupted run's, with ``seconds`` (the window's training time so far), so that
+    its images/s counts only the images trained since the window's clock started."""
 
     loss: float = 0.0
     accuracy: float = 0.0
     n: int = 0
     images: int = 0
     t: float = field(default_factory=time.perf_counter)
+    device_sums: Tensor | None = None  # (2,) float64: this process's loss and accuracy sums
 
     @classmethod
     def resumed(cls, sums: WindowSums) -> _Window:
@@ -117,14 +121,56 @@ class _Window:
             window.images, window.t = sums["images"], time.perf_counter() - seconds
         return window
 
+    def add(self, loss: Tensor, accuracy: Tensor, share: int) -> None:
+        """A micro-batch's loss and accuracy, one ``share``-th of its step, on the device."""
+        both = torch.stack([loss.detach(), accuracy.detach()]).double() / share  # (2,)
+        self.device_sums = both if self.device_sums is None else self.device_sums + both
+
+    def totals(self) -> tuple[float, float]:
+        """The window's loss and accuracy sums, averaged over processes (a host read, and a
+        collective under torchrun: at log and save steps only)."""
+        if self.device_sums is None:
+            return self.loss, self.accuracy
+        loss, accuracy = distributed.all_mean(self.device_sums).tolist()
+        return self.loss + loss, self.accuracy + accuracy
+
     def sums(self) -> WindowSums:
+        loss, accuracy = self.totals()
         return {
-            "loss": self.loss,
-            "accuracy": self.accuracy,
+            "loss": loss,
+            "accuracy": accuracy,
             "n": self.n,
             "images": self.images,
             "seconds": time.perf_counter() - self.t,
         }
+
+
+class _Agreement:
+    """When the processes of a torchrun job agree on a stop request (SIGTERM to one of them
+    stops them all): a collective read by the host, so not at every step, but at every log and
+    save step and at least every ``AGREE_EVERY_S`` seconds of training; the next agreement's step
+    comes from the slowest process's time per step, so every process agrees at the same steps.
+    A single process only looks at its own flag, at every step, which costs nothing."""
+
+    def __init__(self, step: int) -> None:
+        self.next, self.since, self.t = step + 1, step, time.perf_counter()
+
+    def stop(self, step: int, signal_number: int, *, now: bool) -> int:
+        """The signal any process has seen (0: none), agreed at this ``step`` when it is time."""
+        if not distributed.is_distributed():
+            return signal_number
+        if not now and step < self.next:
+            return 0
+        took = (time.perf_counter() - self.t) / max(step - self.since, 1)  # seconds a step
+        seen, slowest = distributed.all_max_many([float(signal_number), took])
+        self.next = step + max(1, int(AGREE_EVERY_S / max(slowest, 1e-9)))
+        self.since, self.t = step, time.perf_counter()
+        return int(seen)
+
+
+# How often, at least, the processes of a job agree on a stop request: SIGTERM's grace before
+# SIGKILL is typically 30 s under torchrun and SLURM, and a checkpoint must fit in it.
+AGREE_EVERY_S = 10.0
 
 
 @contextmanager
@@ -232,7 +278,10 @@ def train(
             f"train.batch_size={tc.batch_size} is the global batch: it must split evenly across "
             f"the {world} processes"
         )
-    train_batches = Batches(
+    # uint8 batches, scaled on the device; page-locked for a GPU, whose copies then overlap
+    workers = default_workers() if run.data.num_workers is None else run.data.num_workers
+    pinned = device.type == "cuda"
+    train_batches = make_batches(
         train_set,
         batch_size=tc.batch_size,
         train=True,
@@ -242,8 +291,10 @@ def train(
         inception_crop=run.data.inception_crop,
         rand_augment=run.data.rand_augment,
         image_size=run.model.image_size,
-        num_workers=run.data.num_workers,
+        num_workers=workers,
         shard=(rank, world),
+        uint8=True,
+        pin_memory=pinned,
     )
 
     def in_order(dataset: Any) -> Batches:
@@ -251,8 +302,10 @@ def train(
             dataset,
             run.model,
             batch_size=max(tc.batch_size, 256),
-            num_workers=run.data.num_workers,
+            num_workers=workers,
             shard=(rank, world),
+            uint8=True,
+            pin_memory=pinned,
         )
 
     evaluation = in_order(data.val)
@@ -270,6 +323,16 @@ def train(
         from ..eval.fewshot import check_shots
 
         check_shots(train_set, tc.fewshot)
+    # the arithmetic, resolved for the device and recorded so: a resume elsewhere cannot change it
+    resolved = precision.resolve(tc.precision, device)
+    run = dataclasses.replace(
+        run,
+        data=dataclasses.replace(run.data, num_workers=workers),
+        train=dataclasses.replace(tc, precision=resolved),
+    )
+    tc = run.train
+    precision.configure(resolved, device)
+    autocast = precision.autocast_dtype(resolved)
     run_dir.mkdir(parents=True, exist_ok=True)  # only once the run is known to be valid
     check_run_dir(run_dir, run.to_dict(), write=main)  # every process checks: all fail alike
     if main:
@@ -302,10 +365,10 @@ def train(
     if distributed.is_distributed():
         blocks = getattr(model, "blocks", ())  # a ResNet is sharded as one unit
         step_fn = distributed.parallelize(
-            objective, blocks, parallel=tc.parallel, bf16=tc.bf16, find_unused=mpp is not None
+            objective, blocks, parallel=tc.parallel, dtype=autocast, find_unused=mpp is not None
         )
         if ema is not None and tc.parallel == "fsdp":  # sharded like the model: the average
-            distributed.shard(ema, getattr(ema, "blocks", ()), bf16=tc.bf16)  # is shard-local
+            distributed.shard(ema, getattr(ema, "blocks", ()), dtype=autocast)  # is shard-local
     optimizer = build_optimizer(model, run.optim, mpp)  # after FSDP replaced the parameters
     trained = list(objective.parameters())
     averaged = ema if ema is not None else model  # what is evaluated and kept as best
@@ -313,7 +376,10 @@ def train(
     average = (
         _Average(ema, model, tc.ema, fixed=not sharded) if ema is not None and tc.ema else None
     )
-    live = LiveRun(objective=objective, optimizer=optimizer, ema=ema, mpp=mpp, device=device)
+    scaler = precision.scaler(resolved, device)  # fp16's gradient scaler, else None
+    live = LiveRun(
+        objective=objective, optimizer=optimizer, ema=ema, mpp=mpp, device=device, scaler=scaler
+    )
     step, best, window, earlier_s = 0, -1.0, _Window(), 0.0
     if resume is not None:
         weights, state = load_checkpoint(resume, model.cfg)
@@ -348,7 +414,7 @@ def train(
                     model,
                     batches.epoch(0),
                     len(classes),
-                    bf16=tc.bf16,
+                    autocast=autocast,
                     flip=run.data.test_flip,
                     reduce=distributed.all_sum,
                 )
@@ -364,7 +430,7 @@ def train(
                     shots=tc.fewshot,
                     seeds=3,
                     image_size=run.model.image_size,
-                    bf16=tc.bf16,
+                    autocast=autocast,
                 )
         return result
 
@@ -384,7 +450,8 @@ def train(
                     board.add_scalar(f"{prefix}/{key}", value, record["step"])
 
     # ---- the loop
-    batches = train_batches.stream(step * tc.accum_steps)  # micro-batches, across epochs
+    # micro-batches across epochs, on the device: each moved there while the previous computes
+    batches = _on_device(train_batches.stream(step * tc.accum_steps), device)
     bar = _progress(cadence.total_steps, step, enabled=progress and main)
     if distributed.is_distributed():
         bar.write(
@@ -393,6 +460,10 @@ def train(
         )
     result: dict[str, Any] = {}
     what = "masked-patch colour accuracy" if mpp is not None else "accuracy"
+    # the first step whose loss was not finite (-1: none), kept on the device: read when the
+    # host reads anyway (log and save steps, the end), never between
+    diverged = torch.full((), -1, dtype=torch.int64, device=device)
+    agreement = _Agreement(step)
     step_fn.train()
     with _stop_requests() as stop:
         while step < cadence.total_steps:
@@ -406,42 +477,46 @@ def train(
             )
             set_learning_rate(optimizer, lr)
             for micro in range(tc.accum_steps):
-                images, labels = (t.to(device, non_blocking=True) for t in next(batches))
+                images, labels = next(batches)
                 # gradients are averaged over processes on the last micro-batch only (DDP)
                 with distributed.no_sync(step_fn, micro < tc.accum_steps - 1):
-                    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=tc.bf16):
+                    with torch.autocast(device.type, dtype=autocast, enabled=autocast is not None):
                         out = step_fn(images, labels)
-                    (out["loss"] / tc.accum_steps).backward()
-                loss, accuracy = distributed.all_mean(
-                    torch.stack([out["loss"].detach(), out["accuracy"]])
-                ).tolist()
-                window.loss += loss / tc.accum_steps
-                window.accuracy += accuracy / tc.accum_steps
-                window.images += labels.numel() * world
-            if not math.isfinite(window.loss):
-                raise DivergedError(
-                    f"the loss is {window.loss} at step {step + 1}: the run diverged "
-                    "(lower optim.lr, or set optim.grad_clip)"
-                )
+                    loss = out["loss"] / tc.accum_steps
+                    (loss if scaler is None else scaler.scale(loss)).backward()
+                window.add(out["loss"], out["accuracy"], tc.accum_steps)
+                window.images += labels.shape[0] * world
+                finite = torch.isfinite(out["loss"].detach())
+                diverged = torch.where(finite | (diverged >= 0), diverged, step + 1)
+            if scaler is not None:
+                scaler.unscale_(optimizer)  # the clipping below sees the true gradients
             if run.optim.grad_clip:
                 torch.nn.utils.clip_grad_norm_(trained, run.optim.grad_clip)
-            optimizer.step()
+            if scaler is None:
+                optimizer.step()
+            else:
+                scaler.step(optimizer)  # skipped when the scaled gradients overflowed
+                scaler.update()
             optimizer.zero_grad(set_to_none=True)
             if average is not None:
                 average.update(step)
             step += 1
             window.n += 1
             bar.update(1)
-            stopping = distributed.all_max(stop["signal"])  # one process's signal stops all
+            due = cadence.log(step) or cadence.save(step)
+            stopping = agreement.stop(step, stop["signal"], now=due)  # one's signal stops all
+            if due or stopping or cadence.eval(step):
+                _check_finite(diverged)  # never a log line, evaluation or checkpoint of NaNs
 
             if cadence.log(step):
                 elapsed = time.perf_counter() - window.t
+                loss_sum, accuracy_sum = window.totals()
                 record = {
                     "step": step,
                     "epoch": step / steps_per_epoch,
                     "lr": lr,
-                    "loss": window.loss / window.n,
-                    "accuracy": window.accuracy / window.n,
+                    "loss": loss_sum / window.n,
+                    "accuracy": accuracy_sum / window.n,
                     "images_per_s": window.images / max(elapsed, 1e-9),
                 }
                 write(record)
@@ -520,6 +595,26 @@ def write_skipped(run_dir: Path, skipped: list[tuple[str, str]]) -> None:
     if skipped:
         text = "".join(f"{path}\t{why}\n" for path, why in skipped)
         atomic_write(run_dir / SKIPPED_FILE, lambda p: p.write_text(text))
+
+
+def _on_device(batches: Iterator[tuple[Tensor, Tensor]], device: torch.device) -> Iterator[Any]:
+    """Each (uint8 images, labels) micro-batch on ``device``, scaled there; the copy of the next
+    one is issued as soon as the loop asks for it, after the current step's work was queued, so
+    that the host decodes and copies while the device computes (from page-locked memory the copy
+    does not make the host wait)."""
+    for images, labels in batches:
+        yield to_input(images, device), labels.to(device, non_blocking=True)
+
+
+def _check_finite(diverged: Tensor) -> None:
+    """Raise ``DivergedError`` if any process saw a loss that was not finite (a host read and,
+    under torchrun, a collective: called at the same steps in every process)."""
+    first = int(distributed.all_max_many([float(diverged.item())])[0])
+    if first >= 0:
+        raise DivergedError(
+            f"the loss was not finite at step {first}: the run diverged (lower optim.lr, or set "
+            "optim.grad_clip)"
+        )
 
 
 def _scalars(result: dict[str, Any]) -> dict[str, float]:

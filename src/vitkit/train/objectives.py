@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..config import ModelConfig
+from ..data.loader import to_input
 from ..errors import ConfigError
 from ..eval.metrics import model_device
 from ..model.vit import VisionTransformer
@@ -35,11 +36,13 @@ def classification(
 ) -> dict[str, Tensor]:
     """Cross-entropy on ``model(images)``; with ``mixup`` > 0 the batch is blended with a shuffled
     copy of itself, weight λ ~ Beta(mixup, mixup), and so are the targets. The random draws use the
-    global RNG, which checkpoints save, so a resumed run draws the same."""
-    lam = 1.0
-    if mixup > 0:
-        lam = float(torch.distributions.Beta(mixup, mixup).sample())
-        perm = torch.randperm(images.shape[0])
+    device's global RNG, which checkpoints save, so a resumed run draws the same."""
+    lam: float | Tensor = 1.0
+    if mixup > 0:  # drawn on the device, so that no step waits for the host
+        alpha = torch.tensor(mixup, device=images.device)
+        # validate_args=False: the check of alpha would read it on the host at every step
+        lam = torch.distributions.Beta(alpha, alpha, validate_args=False).sample()  # ()
+        perm = torch.randperm(images.shape[0], device=images.device)
         images = lam * images + (1 - lam) * images[perm]  # (B, C, H, W)
     logits = model(images).float()  # (B, K)
     loss = F.cross_entropy(logits, labels, label_smoothing=label_smoothing)
@@ -186,7 +189,7 @@ def evaluate_mpp(
     with eval_mode(model), torch.random.fork_rng(devices=cuda):
         torch.manual_seed(seed)
         for images, _ in batches:
-            out = objective(model, images.to(device, non_blocking=True))
+            out = objective(model, to_input(images, device))  # (B, C, H, W) in [-1, 1]
             n = int(out["patches"])
             if n:  # a process's empty part of the last batch: its mean loss is NaN
                 loss_sum += out["loss"].item() * n

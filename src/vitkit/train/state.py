@@ -55,6 +55,7 @@ class LiveRun:
     ema: nn.Module | None
     mpp: nn.Module | None  # masked patch prediction's mask embedding and head
     device: torch.device
+    scaler: Any = None  # fp16's torch.amp.GradScaler
 
 
 class _WindowCounts(TypedDict):
@@ -88,6 +89,7 @@ class TrainState:
     objective: dict[str, Tensor] | None = None  # masked patch prediction's mask embedding and head
     cuda_rng: Tensor | None = None  # the GPU's RNG (dropout, masks) when the run computes on CUDA
     seconds: float = 0.0  # the run's time so far, summed over the processes that resumed it
+    scaler: dict[str, Any] | None = None  # fp16's gradient scaler (scale, growth tracker)
 
     @classmethod
     def capture(
@@ -105,6 +107,7 @@ class TrainState:
             objective=distributed.model_state(run.mpp) if run.mpp is not None else None,
             cuda_rng=torch.cuda.get_rng_state(run.device) if run.device.type == "cuda" else None,
             seconds=seconds,
+            scaler=run.scaler.state_dict() if run.scaler is not None else None,
         )
 
     def restore(self, run: LiveRun) -> None:
@@ -120,6 +123,8 @@ class TrainState:
             distributed.load_model_state(run.ema, self.ema)
         if run.mpp is not None and self.objective is not None:
             distributed.load_model_state(run.mpp, self.objective)
+        if run.scaler is not None and self.scaler is not None:
+            run.scaler.load_state_dict(self.scaler)
         torch.set_rng_state(self.rng)
         if run.device.type == "cuda" and self.cuda_rng is not None:  # none from a CPU run
             torch.cuda.set_rng_state(self.cuda_rng, run.device)
@@ -216,12 +221,11 @@ def training_checkpoint(path: str | Path, config: dict[str, Any]) -> Path:
     _, _, extra = read_ours(path)
     if "run" not in extra:
         raise CheckpointError(f"{path} records no run config: it cannot be continued exactly")
-    changed = config_differences(extra["run"], config, source=path / "config.json")
-    if changed:
-        raise CheckpointError(
-            f"{path} was written by a run with another config ({', '.join(changed)} differ): "
-            "continue it with that run's command, or start from its weights with --init-from"
-        )
+    refuse_changes(
+        config_differences(extra["run"], config, source=path / "config.json"),
+        str(path),
+        "continue it with that run's command, or start from its weights with --init-from",
+    )
     return path
 
 
@@ -250,34 +254,58 @@ def save_best(
     return best
 
 
-# Where and how a run is spread over processes and devices, not what it computes: a checkpoint
-# resumes under any of them (its tensors are written from the CPU).
-PLACEMENT = ("parallel", "activation_checkpointing", "device")
+# Where and how a run is spread over processes, devices and decoding workers, not what it
+# computes: a checkpoint resumes under any of them (its tensors are written from the CPU; a batch
+# depends on (seed, epoch, step) only).
+PLACEMENT = ("train.parallel", "train.activation_checkpointing", "train.device", "data.num_workers")
 
 
-def config_differences(saved: Any, config: dict[str, Any], *, source: Path) -> list[str]:
+def config_differences(
+    saved: Any, config: dict[str, Any], *, source: Path
+) -> dict[str, tuple[Any, Any]]:
     """The dotted keys in which the run config ``saved`` (read from ``source``) differs from
-    ``config``. Read through ``RunConfig``, so that keys added since (with defaults) and renamed
-    ones are no difference; the ``train`` keys in ``PLACEMENT`` may differ, and a data folder
-    written relative (before data specs) is the same as its absolute form."""
+    ``config``, with (saved, new) values. Read through ``RunConfig``, so that keys added since
+    (with defaults) and renamed ones are no difference; the keys in ``PLACEMENT`` may differ, and
+    a data folder written relative (before data specs) is the same as its absolute form."""
     from ..config import ConfigError, RunConfig, normalise_data
 
     try:
         old = RunConfig.from_dict(saved).to_dict()
     except ConfigError as e:
         raise CheckpointError(f"{source} is not a vitkit run config: {e}") from None
-    old["train"].update({k: config["train"][k] for k in PLACEMENT})
+    for dotted in PLACEMENT:
+        section, name = dotted.split(".")
+        old[section][name] = config[section][name]
     new = {**config, "data": {**config["data"]}}
     for data in (old["data"], new["data"]):
         data["dataset"] = normalise_data(data["dataset"])
-    changed = sorted(
-        f"{section}.{k}"
+    changed = {
+        f"{section}.{k}": (old.get(section, {}).get(k), new[section].get(k))
         for section in new
         if isinstance(new[section], dict)
-        for k in set(new[section]) | set(old.get(section, {}))
+        for k in sorted(set(new[section]) | set(old.get(section, {})))
         if new[section].get(k) != old.get(section, {}).get(k)
+    }
+    return changed or {k: (old.get(k), new.get(k)) for k in new if new.get(k) != old.get(k)}
+
+
+def refuse_changes(changed: dict[str, tuple[Any, Any]], what: str, remedy: str) -> None:
+    """One line refusing to continue ``what`` (a run directory, a checkpoint) under another
+    config: the keys that differ, and the precision's values by name, a change a user makes by
+    moving to another machine rather than by asking for it."""
+    from ..config import ConfigError
+
+    if not changed:
+        return
+    precision = changed.get("train.precision")
+    if precision is not None:
+        raise ConfigError(
+            f"{what} computes in {precision[0]}, this run would in {precision[1]}, which would not "
+            f"continue it exactly: add --set train.precision={precision[0]}, or {remedy}"
+        )
+    raise ConfigError(
+        f"{what} holds a run with a different config ({', '.join(changed)} differ): {remedy}"
     )
-    return changed or sorted(k for k in new if new.get(k) != old.get(k))
 
 
 def check_run_dir(run_dir: Path, config: dict[str, Any], *, write: bool = True) -> None:
@@ -290,14 +318,11 @@ def check_run_dir(run_dir: Path, config: dict[str, Any], *, write: bool = True) 
             saved = json.loads(path.read_text())
         except json.JSONDecodeError as e:
             raise CheckpointError(f"{path} is not a vitkit run config: {e}") from None
-        changed = config_differences(saved, config, source=path)
-        if changed:
-            from ..config import ConfigError
-
-            raise ConfigError(
-                f"{run_dir} holds a run with a different config ({', '.join(changed)} differ): "
-                "use another --run-dir, or delete that directory to start over"
-            )
+        refuse_changes(
+            config_differences(saved, config, source=path),
+            str(run_dir),
+            "use another --run-dir, or delete that directory to start over",
+        )
     elif write:
         atomic_write(path, lambda p: p.write_text(json.dumps(config, indent=2) + "\n"))
 

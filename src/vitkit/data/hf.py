@@ -1,0 +1,369 @@
+"""Hugging Face datasets: ``hf:PATH`` (a ``save_to_disk`` folder, a folder of parquet files, a
+``.parquet`` file or a glob of them) and ``hf:NAME`` (a dataset on the Hub).
+
+Why ``datasets``: it reads all three forms, and the Hub's, with one rule for their splits (file
+names such as ``train-00000-of-00004.parquet`` or ``data/test/*.parquet``; a ``save_to_disk``
+folder records its own); it converts parquet once to memory-mapped Arrow files (in its cache,
+``HF_DATASETS_CACHE``), after which row i is a lookup, not a scan, so a batch stays a function
+of (seed, epoch, step) and a killed run resumes exactly; and it runs no code from a dataset
+(since version 4 it refuses loading scripts; Arrow and parquet are data). ``pyarrow``, which it
+depends on, reads parquet footers and row groups for the stream (``data.streaming``,
+stream.py), which never converts anything.
+
+Splits: the dataset's ``train``, ``validation`` (or ``valid``, ``val``, ``dev``) and ``test``
+are vitkit's train, val and test; other splits are ignored, and ``train`` is required. A single
+``Dataset`` (``save_to_disk`` of one split, a parquet file or a glob) is ``train`` alone, and
+``vitkit eval`` evaluates it whole, as a folder of class folders.
+
+Columns: ``data.image_column`` (default ``image``: an ``Image`` feature, stored as bytes or as
+a path, or raw encoded bytes) and ``data.label_column`` (default ``label``). Class names: the
+label column's ``ClassLabel`` names when it is one; integers otherwise, named by their numbers
+("0" to the largest label of any split); strings are class names themselves, sorted (as a
+folder's class folders are). Images are decoded by PIL, as a folder's are (encoded.py), never by
+``datasets``.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..config import hf_is_local
+from ..errors import ConfigError, DataError, MissingExtraError, MissingFileError, VitkitError
+from .encoded import EncodedImages
+
+# The dataset's split names that are vitkit's train, val and test.
+HF_SPLITS = {
+    "train": "train",
+    "validation": "val",
+    "valid": "val",
+    "val": "val",
+    "dev": "val",
+    "test": "test",
+}
+_READ_ROWS = 256  # rows read at a time while verifying
+
+
+def require_datasets() -> Any:
+    """The ``datasets`` module, or the error that says which extra installs it."""
+    try:
+        import datasets
+    except ImportError:
+        raise MissingExtraError("hf: data", "data", "datasets") from None
+    return datasets
+
+
+def _saved(path: Path) -> bool:
+    """Whether ``path`` is a ``save_to_disk`` folder (a DatasetDict's, or one Dataset's)."""
+    return (path / "dataset_dict.json").is_file() or (path / "state.json").is_file()
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return f"{type(e).__name__}: {text.splitlines()[0] if text else ''}"
+
+
+def image_bytes(value: Any, where: str) -> bytes:
+    """The encoded image in a cell of an image column: an ``Image`` feature's ``{"bytes",
+    "path"}`` (the file read when only the path is stored) or the bytes themselves. Raises
+    ``OSError`` for a path that cannot be read (an unreadable image) and ``DataError`` for a
+    cell that holds no image at all."""
+    if isinstance(value, dict):
+        if value.get("bytes"):
+            return bytes(value["bytes"])
+        if value.get("path"):
+            with open(value["path"], "rb") as f:
+                return f.read()
+    elif isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value)
+    raise DataError(
+        f"{where} holds {type(value).__name__} {str(value)[:40]!r}: expected an image (an Image "
+        "feature or encoded bytes; data.image_column names the column)"
+    )
+
+
+@dataclass
+class HFSource:
+    """What ``hf:PATH`` or ``hf:NAME`` holds: its splits by vitkit's names (``datasets.Dataset``
+    each, or for a stream its parquet files), their labels as class indices, the class names,
+    and whether the dataset named its splits (False: one ``Dataset``, called train)."""
+
+    spec: str
+    tables: dict[str, Any]  # split -> datasets.Dataset, or list of parquet files (streaming)
+    classes: list[str]
+    named: bool
+    image_column: str
+    label_column: str
+    labels: dict[str, np.ndarray] = field(default_factory=dict)  # split -> int64 (n,)
+    label_names: dict[str, int] | None = None  # a string label column: name -> class index
+
+    @property
+    def splits(self) -> tuple[str, ...]:
+        return tuple(s for s in ("train", "val", "test") if s in self.tables)
+
+    def dataset(
+        self, split: str, *, mode: str | None, verify: bool = True, max_bad_fraction: float = 0.01
+    ) -> Any:
+        """Split ``split`` as a dataset: ``HFImages`` (random access), or ``ParquetStream``."""
+        if split not in self.tables:
+            raise DataError(f"{self.spec} has no {split} split: it has {', '.join(self.splits)}")
+        name = f"{self.spec} {split} split"
+        if isinstance(self.tables[split], list):
+            from .stream import ParquetStream
+
+            return ParquetStream(
+                self.tables[split],
+                name=name,
+                classes=self.classes,
+                image_column=self.image_column,
+                label_column=self.label_column,
+                label_names=self.label_names,
+                mode=mode or "RGB",  # a stream is not read ahead to decide (stream.py)
+                max_bad_fraction=max_bad_fraction,
+            )
+        return HFImages(
+            self.tables[split],
+            self.labels[split],
+            name=name,
+            classes=self.classes,
+            image_column=self.image_column,
+            mode=mode,
+            verify=verify,
+            max_bad_fraction=max_bad_fraction,
+        )
+
+
+def _load(path: str, datasets: Any) -> Any:
+    """``path`` as ``datasets`` reads it: a Dataset or a DatasetDict (see the module docstring)."""
+    if not hf_is_local(path):
+        return datasets.load_dataset(path)
+    local = Path(path).expanduser()
+    if local.is_dir() and _saved(local):
+        return datasets.load_from_disk(str(local))
+    if local.is_dir():
+        return datasets.load_dataset(str(local))
+    return datasets.load_dataset("parquet", data_files=_files(path), split="train")
+
+
+def _files(pattern: str) -> list[str]:
+    """The parquet files of a file or glob, sorted; an error when there are none."""
+    found = sorted(glob.glob(os.path.expanduser(pattern)))
+    if not found:
+        raise MissingFileError(
+            f"hf:{pattern} matches no file (expected a save_to_disk folder, a folder of parquet "
+            "files, a .parquet file or a glob of them)"
+        )
+    return found
+
+
+def _stream_files(path: str, datasets: Any) -> dict[str, list[str]]:
+    """The parquet files of every split of ``path`` by the dataset's split names (streaming)."""
+    local = Path(path).expanduser()
+    if hf_is_local(path) and not local.is_dir():
+        return {"train": _files(path)}
+    if hf_is_local(path) and _saved(local):
+        raise ConfigError(
+            f"data.streaming=True but hf:{path} is a save_to_disk folder (Arrow files, read with "
+            "random access): expected parquet files, or data.streaming=False"
+        )
+    builder = datasets.load_dataset_builder(str(local) if hf_is_local(path) else path)
+    if builder.name != "parquet":
+        raise DataError(
+            f"data.streaming=True reads parquet files, and hf:{path} holds {builder.name} data: "
+            "expected parquet, or data.streaming=False"
+        )
+    return {
+        str(split): sorted(map(str, files)) for split, files in builder.config.data_files.items()
+    }
+
+
+def _by_vitkit_split(found: Mapping[str, Any], spec: str) -> dict[str, Any]:
+    """The dataset's splits under vitkit's names (train, val, test)."""
+    out: dict[str, Any] = {}
+    names: dict[str, str] = {}
+    for name, table in found.items():
+        ours = HF_SPLITS.get(str(name).lower())
+        if ours is None:
+            continue
+        if ours in out:
+            raise DataError(
+                f"{spec} has the splits {names[ours]!r} and {name!r}, both {ours}: expected one"
+            )
+        out[ours], names[ours] = table, str(name)
+    if "train" not in out:
+        raise DataError(
+            f"{spec} has the splits {sorted(map(str, found))} and no train split: expected "
+            "train (and validation or test beside it)"
+        )
+    return out
+
+
+def open_hf(
+    path: str, *, image_column: str, label_column: str, streaming: bool = False
+) -> HFSource:
+    """Open ``hf:path``: its splits, labels and class names (see the module docstring); errors
+    of the Hub, of a file and of a missing column are one line."""
+    datasets = require_datasets()
+    spec = f"hf:{path}"
+    try:
+        if streaming:
+            return _open_stream(path, spec, datasets, image_column, label_column)
+        loaded = _load(path, datasets)
+    except VitkitError:
+        raise
+    except (OSError, ValueError) as e:  # the Hub's, a file's, datasets' own
+        raise DataError(f"{spec} cannot be read: {_first_line(e)}") from None
+    named = isinstance(loaded, Mapping)
+    tables = _by_vitkit_split(loaded if named else {"train": loaded}, spec)
+    for split, table in tables.items():
+        _check_columns(spec, split, list(table.column_names), image_column, label_column)
+        feature = table.features[image_column]
+        if isinstance(feature, datasets.Image):
+            tables[split] = table.cast_column(image_column, datasets.Image(decode=False))
+        elif getattr(feature, "dtype", None) != "binary":
+            raise DataError(
+                f"{spec} {split} split: column {image_column!r} holds {feature}: expected images "
+                "(an Image feature or encoded bytes; data.image_column names the column)"
+            )
+    train_feature = tables["train"].features[label_column]
+    columns = {
+        s: t.data.column(label_column).to_numpy(zero_copy_only=False) for s, t in tables.items()
+    }
+    names = getattr(train_feature, "names", None)  # a ClassLabel's
+    classes, labels, label_names = _classes(spec, columns, names)
+    return HFSource(
+        spec=spec,
+        tables=tables,
+        classes=classes,
+        named=named,
+        image_column=image_column,
+        label_column=label_column,
+        labels=labels,
+        label_names=label_names,
+    )
+
+
+def _open_stream(
+    path: str, spec: str, datasets: Any, image_column: str, label_column: str
+) -> HFSource:
+    """A streamed ``hf:path``: each split's parquet files; the labels of every split read (the
+    label column alone) only when no ``ClassLabel`` names the classes."""
+    import pyarrow.parquet as pq
+
+    from .stream import open_parquet
+
+    found = _stream_files(path, datasets)
+    files = _by_vitkit_split(found, spec)
+    schema = pq.ParquetFile(open_parquet(files["train"][0])).schema_arrow
+    _check_columns(spec, "train", schema.names, image_column, label_column)
+    features = datasets.Features.from_arrow_schema(schema)
+    names = getattr(features[label_column], "names", None)
+    columns: dict[str, np.ndarray] = {}
+    if names is None:  # the classes are what the labels are: read the label column
+        for split, paths in files.items():
+            parts = [
+                pq.read_table(open_parquet(p), columns=[label_column])
+                .column(0)
+                .to_numpy(zero_copy_only=False)
+                for p in paths
+            ]
+            columns[split] = np.concatenate(parts)
+    classes, _, label_names = _classes(spec, columns, names)
+    return HFSource(
+        spec=spec,
+        tables=files,
+        classes=classes,
+        named=not hf_is_local(path) or Path(path).expanduser().is_dir(),
+        image_column=image_column,
+        label_column=label_column,
+        label_names=label_names,
+    )
+
+
+def _check_columns(
+    spec: str, split: str, columns: Sequence[str], image_column: str, label_column: str
+) -> None:
+    for column, key in ((image_column, "data.image_column"), (label_column, "data.label_column")):
+        if column not in columns:
+            raise DataError(
+                f"{spec} {split} split has no column {column!r} ({key}): its columns are "
+                f"{', '.join(columns)}"
+            )
+
+
+def _classes(
+    spec: str, columns: Mapping[str, np.ndarray], names: list[str] | None
+) -> tuple[list[str], dict[str, np.ndarray], dict[str, int] | None]:
+    """(class names, each split's labels as class indices, the index of each name when the
+    labels are names), by the module docstring's rule; ``names``: a ClassLabel's."""
+    if names is not None:
+        return list(names), {s: c.astype(np.int64) for s, c in columns.items()}, None
+    values = list(columns.values())
+    if all(c.dtype.kind in "iu" for c in values):
+        largest = max(int(c.max()) for c in values if len(c))
+        return (
+            [str(k) for k in range(largest + 1)],
+            {s: c.astype(np.int64) for s, c in columns.items()},
+            None,
+        )
+    if all(c.dtype.kind in "OUS" for c in values):
+        classes = sorted({str(v) for c in values for v in c.tolist()})
+        index = {name: k for k, name in enumerate(classes)}
+        labels = {
+            s: np.array([index[str(v)] for v in c.tolist()], dtype=np.int64)
+            for s, c in columns.items()
+        }
+        return classes, labels, index
+    kinds = sorted({str(c.dtype) for c in values})
+    raise DataError(
+        f"{spec}: the label column holds {', '.join(kinds)}: expected a ClassLabel, integers "
+        "from 0 or class names (data.label_column names the column)"
+    )
+
+
+class HFImages(EncodedImages):
+    """One split of a Hugging Face dataset, by index: items (uint8 (C, H, W), label).
+
+    ``table`` is the ``datasets.Dataset`` (its image column not decoded by ``datasets``);
+    ``labels`` the class index of every row. ``mode``, ``verify`` and ``max_bad_fraction`` are
+    ``ImageFolderDataset``'s (encoded.py)."""
+
+    def __init__(
+        self,
+        table: Any,
+        labels: np.ndarray,
+        *,
+        name: str,
+        classes: list[str],
+        image_column: str,
+        mode: str | None = "RGB",
+        verify: bool = True,
+        max_bad_fraction: float = 0.01,
+    ) -> None:
+        self.name = name
+        self.classes = classes
+        self._column = image_column
+        self._table = table.select_columns([image_column])
+        self._index(labels, mode=mode, verify=verify, max_bad_fraction=max_bad_fraction)
+
+    def read(self, record: int) -> bytes:
+        return image_bytes(self._table[record][self._column], self.describe(record))
+
+    def read_all(self, records: Sequence[int]) -> Iterator[bytes | OSError]:
+        for start in range(0, len(records), _READ_ROWS):
+            chunk = list(records[start : start + _READ_ROWS])
+            cells = self._table[chunk][self._column]
+            for record, cell in zip(chunk, cells, strict=True):
+                try:
+                    yield image_bytes(cell, self.describe(record))
+                except OSError as e:  # a path that cannot be read: an unreadable image
+                    yield e
+
+    def describe(self, record: int) -> str:
+        return f"{self.name} row {record}"

@@ -1,0 +1,409 @@
+"""Images in tar shards of the webdataset layout, read by index: ``wds:DIR``.
+
+The layout [webdataset's]: each ``.tar`` holds samples as files named ``KEY.EXT``, the key being
+the member's path up to the first dot of its file name; a sample here is an image
+(``KEY.jpg``, ``.jpeg``, ``.png``, ``.webp`` or ``.bmp``) and its label (``KEY.cls``: an integer
+as text, counted from 0). Other members of a sample (``KEY.json``, ...) are ignored.
+
+Splits are told by the shards' names (``shard_layout``): a shard belongs to split ``train``,
+``val`` or ``test`` when that word (or ``validation`` for val) is one of the words of its path
+below DIR, words being cut at ``-``, ``_``, ``.`` and ``/``: ``DIR/train-000000.tar``,
+``DIR/imagenet-val-0001.tar``, ``DIR/test/0003.tar``. When no shard names a split, every shard
+is ``train`` (a holdout validates, as for a folder's single tree); a mix of named and unnamed
+shards, a shard naming two splits, or named splits without ``train`` are errors.
+
+Class names: ``DIR/classes.txt`` (line k names label k) or ``DIR/classes.json`` (a list of
+names), else the label numbers as text, ``"0"`` to the largest label of any split.
+
+Why our own index on ``tarfile`` and no library. A batch must be a function of (seed, epoch,
+step), so the loader needs sample i of a shard, not the next sample of a stream. Python's
+``tarfile`` lists every member with the offset of its data (it reads the 512-byte headers and
+seeks past the data); reading sample i is then one seek and one read into the shard, with no
+decompression, which is why only uncompressed ``.tar`` files are read (a compressed tar has no
+offsets to seek to). webdataset's ``WebDataset`` is a stream (its order is the shards' and a
+shuffle buffer's, and a resumed run would see other batches); its random-access companion
+``wids`` needs a JSON descriptor listing every shard and its sample count, prints to stderr on
+every construction, checks with ``assert``, and its decoders (like webdataset's) will unpickle
+``.pyd`` and ``.pth`` members: nothing we load may run code. Both would add a dependency for what
+fifty lines of the standard library do here.
+
+Each shard's index is kept in memory for the life of the process (keyed by the file's size and
+modification time), so reading train to find the labels and reading it again for training costs
+one pass. The index is not written to disk: listing a shard reads only its headers (and the few
+bytes of each ``.cls``).
+
+``pack_folder`` writes such shards from an image folder (``vitkit data pack``).
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import json
+import os
+import re
+import tarfile
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+
+import numpy as np
+
+from ..errors import ConfigError, DataError, MissingFileError
+from .encoded import EncodedImages
+from .folder import IMAGE_SUFFIXES, SPLITS, ImageFolderDataset, folder_layout
+
+# The words of a shard's name that make it a split's, and the split.
+SPLIT_WORDS = {"train": "train", "val": "val", "validation": "val", "test": "test"}
+CLASS_FILES = ("classes.txt", "classes.json")
+_IMAGE_EXTS = tuple(suffix[1:] for suffix in IMAGE_SUFFIXES)  # ("jpg", "jpeg", ...)
+
+
+def _visible(path: Path, root: Path) -> bool:
+    return not any(part.startswith(".") for part in path.relative_to(root).parts)
+
+
+@dataclass(frozen=True)
+class ShardLayout:
+    """What ``shard_layout`` found: the shards of each split, in name order, and whether the
+    names said the splits (False: every shard is ``train``)."""
+
+    root: Path
+    splits: Mapping[str, tuple[Path, ...]]
+    named: bool
+
+
+def shard_layout(root: str | os.PathLike) -> ShardLayout:
+    """The splits of the ``.tar`` files anywhere below ``root`` (hidden ones aside), from their
+    names alone (the rule is the module docstring's); no shard is opened."""
+    root = Path(root)
+    expected = f"expected {root}/train-000000.tar, {root}/val-000000.tar, ..."
+    if not root.exists():
+        raise MissingFileError(f"shard folder {root} not found ({expected})")
+    if not root.is_dir():
+        raise DataError(f"shard folder {root} is not a folder ({expected})")
+    shards = sorted(p for p in root.rglob("*.tar") if p.is_file() and _visible(p, root))
+    if not shards:
+        raise DataError(
+            f"{root} holds no .tar shards ({expected}; `vitkit data pack` writes them from an "
+            "image folder)"
+        )
+    splits: dict[str, list[Path]] = {}
+    unnamed: list[Path] = []
+    for shard in shards:
+        words = re.split(r"[-_./]", shard.relative_to(root).with_suffix("").as_posix().lower())
+        found = sorted({SPLIT_WORDS[w] for w in words if w in SPLIT_WORDS})
+        if len(found) > 1:
+            raise DataError(
+                f"shard {shard} names the splits {found}: expected one of train, val "
+                "(or validation), test in its name"
+            )
+        if found:
+            splits.setdefault(found[0], []).append(shard)
+        else:
+            unnamed.append(shard)
+    if not splits:
+        return ShardLayout(root, MappingProxyType({"train": tuple(unnamed)}), named=False)
+    if unnamed:
+        raise DataError(
+            f"{root} mixes shards named by split ({', '.join(sorted(splits))}) with shards "
+            f"named by none ({unnamed[0].relative_to(root)}"
+            + (f" and {len(unnamed) - 1} more" if len(unnamed) > 1 else "")
+            + "): expected train, val or test in every shard's name, or in none"
+        )
+    if "train" not in splits:
+        raise DataError(
+            f"{root} holds {', '.join(sorted(splits))} shards but no train shards: expected "
+            f"{root}/train-000000.tar beside them"
+        )
+    ordered = {s: tuple(splits[s]) for s in SPLITS if s in splits}
+    return ShardLayout(root, MappingProxyType(ordered), named=True)
+
+
+@dataclass(frozen=True)
+class ShardIndex:
+    """The samples of one shard in member order: key, the image's data offset and size, label."""
+
+    keys: tuple[str, ...]
+    offsets: np.ndarray  # int64 (n,)
+    sizes: np.ndarray  # int64 (n,)
+    labels: np.ndarray  # int64 (n,)
+
+
+def _split_name(name: str) -> tuple[str, str]:
+    """A member's (key, extension): webdataset's rule, the extension from the first dot of the
+    file name on (``a/b.seg.png`` -> ``a/b``, ``seg.png``)."""
+    folder, _, base = name.rpartition("/")
+    stem, dot, ext = base.partition(".")
+    return (f"{folder}/{stem}" if folder else stem), (ext.lower() if dot else "")
+
+
+def index_shard(path: Path) -> ShardIndex:
+    """Every sample of the tar file ``path``, its members found by their headers (cached for
+    the life of the process while the file's size and modification time stay the same)."""
+    stat = path.stat()
+    return _index_shard(str(path), stat.st_size, stat.st_mtime_ns)
+
+
+@functools.cache
+def _index_shard(path: str, size: int, mtime_ns: int) -> ShardIndex:
+    images: dict[str, tuple[str, int, int]] = {}  # key -> (extension, offset, size)
+    labels: dict[str, int] = {}
+    try:
+        with open(path, "rb") as f, tarfile.open(fileobj=f, mode="r:") as tar:
+            for member in tar:
+                if not member.isfile():
+                    continue
+                key, ext = _split_name(member.name)
+                if ext in _IMAGE_EXTS and key not in images:
+                    images[key] = (ext, member.offset_data, member.size)
+                elif ext == "cls":
+                    labels[key] = _read_label(f, member, path, key)
+    except tarfile.TarError as e:
+        raise DataError(
+            f"shard {path} is not a readable uncompressed tar file ({e}): expected a .tar "
+            "written by tar, webdataset or `vitkit data pack` (not .tar.gz)"
+        ) from None
+    if not images:
+        raise DataError(
+            f"shard {path} holds no image (expected KEY.jpg, KEY.png, KEY.webp beside KEY.cls)"
+        )
+    unlabelled = [k for k in images if k not in labels]
+    if unlabelled:
+        raise DataError(
+            f"shard {path}: sample {unlabelled[0]!r} has no {unlabelled[0]}.cls (its label, an "
+            f"integer as text)"
+            + (f"; {len(unlabelled) - 1} more lack one" if len(unlabelled) > 1 else "")
+        )
+    keys = tuple(images)
+    return ShardIndex(
+        keys=keys,
+        offsets=np.array([images[k][1] for k in keys], dtype=np.int64),
+        sizes=np.array([images[k][2] for k in keys], dtype=np.int64),
+        labels=np.array([labels[k] for k in keys], dtype=np.int64),
+    )
+
+
+def _read_label(f: io.BufferedReader, member: tarfile.TarInfo, path: str, key: str) -> int:
+    """The integer in a ``.cls`` member (read at its offset; the tar's position is restored)."""
+    where = f.tell()
+    f.seek(member.offset_data)
+    text = f.read(min(member.size, 64)).decode("utf-8", errors="replace").strip()
+    f.seek(where)
+    if not re.fullmatch(r"\d+", text):
+        raise DataError(
+            f"shard {path}: {key}.cls holds {text!r}: expected the label, an integer >= 0 as text"
+        )
+    return int(text)
+
+
+def read_classes(root: Path) -> list[str] | None:
+    """The class names ``root/classes.txt`` (one a line) or ``root/classes.json`` (a list)
+    give, or None when there is neither."""
+    txt, js = (root / name for name in CLASS_FILES)
+    if txt.is_file():
+        names = txt.read_text(encoding="utf-8").splitlines()
+        while names and not names[-1].strip():
+            names.pop()
+        if not names:
+            raise DataError(f"{txt} is empty: expected one class name a line, label 0 first")
+        return names
+    if js.is_file():
+        try:
+            names = json.loads(js.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as e:
+            raise DataError(f"{js} is not JSON ({e}): expected a list of class names") from None
+        if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+            raise DataError(f"{js}: expected a non-empty list of class names, label 0 first")
+        return names
+    return None
+
+
+class WebDatasetShards(EncodedImages):
+    """The samples of one split's tar shards, by index: items (uint8 (C, H, W), label).
+
+    ``WebDatasetShards(root, "train")`` reads ``shard_layout(root).splits["train"]``; the class
+    names are ``read_classes(root)``'s, else the label numbers (up to the largest label of any
+    split, so that every split agrees). ``mode``, ``verify`` and ``max_bad_fraction`` are
+    ``ImageFolderDataset``'s (encoded.py)."""
+
+    def __init__(
+        self,
+        root: str | os.PathLike,
+        split: str = "train",
+        *,
+        mode: str | None = "RGB",
+        verify: bool = True,
+        max_bad_fraction: float = 0.01,
+    ) -> None:
+        layout = shard_layout(root)
+        if split not in layout.splits:
+            raise DataError(
+                f"{layout.root} has no {split} shards (expected {split}-*.tar); it has "
+                f"{', '.join(layout.splits)}"
+            )
+        self.root = layout.root
+        self.split = split
+        self.shards = layout.splits[split]
+        self.name = f"{self.root} {split} shards"
+        indices = [index_shard(s) for s in self.shards]
+        labels = np.concatenate([ix.labels for ix in indices])
+        classes = read_classes(self.root)
+        if classes is None:
+            every = [
+                index_shard(s).labels.max() for shards in layout.splits.values() for s in shards
+            ]
+            classes = [str(k) for k in range(int(max(every)) + 1)]
+        self.classes = classes
+        counts = np.array([len(ix.keys) for ix in indices], dtype=np.int64)
+        self._shard_of = np.repeat(np.arange(len(indices)), counts)  # record -> shard
+        self._offsets = np.concatenate([ix.offsets for ix in indices])
+        self._sizes = np.concatenate([ix.sizes for ix in indices])
+        self._keys = [k for ix in indices for k in ix.keys]
+        self._index(labels, mode=mode, verify=verify, max_bad_fraction=max_bad_fraction)
+
+    def read(self, record: int) -> bytes:
+        with open(self.shards[self._shard_of[record]], "rb") as f:
+            f.seek(self._offsets[record])
+            return f.read(self._sizes[record])
+
+    def read_all(self, records: Sequence[int]) -> Iterator[bytes | OSError]:
+        """One open file per run of records of the same shard (verification reads in order)."""
+        f: io.BufferedReader | None = None
+        shard = -1
+        try:
+            for record in records:
+                if self._shard_of[record] != shard:
+                    if f is not None:
+                        f.close()
+                    shard = int(self._shard_of[record])
+                    f = open(self.shards[shard], "rb")  # noqa: SIM115  # closed below
+                assert f is not None
+                f.seek(self._offsets[record])
+                yield f.read(self._sizes[record])
+        finally:
+            if f is not None:
+                f.close()
+
+    def describe(self, record: int) -> str:
+        return f"{self.shards[self._shard_of[record]]}:{self._keys[record]}"
+
+
+# ------------------------------------------------------------------------------------ writing
+
+
+def _tar_entry(tar: tarfile.TarFile, name: str, data: bytes) -> None:
+    """One member, with fixed metadata (the same shard from the same images, byte for byte)."""
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    info.mode = 0o644
+    info.mtime = 0
+    tar.addfile(info, io.BytesIO(data))
+
+
+def _write_atomic(path: Path, write: Callable[[Path], object]) -> None:
+    """``write(tmp)`` then a rename to ``path``: a reader never finds half a file."""
+    tmp = path.with_name(f".{path.name}.partial")  # hidden: shard_layout never lists it
+    try:
+        write(tmp)
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+@dataclass(frozen=True)
+class Packed:
+    """One shard ``pack_folder`` wrote: its path, split and number of samples."""
+
+    path: Path
+    split: str
+    samples: int
+
+
+def pack_folder(
+    folder: str | os.PathLike,
+    out: str | os.PathLike,
+    *,
+    shard_size: int,
+    splits: Sequence[str] | None = None,
+    seed: int = 0,
+    max_bad_fraction: float = 0.01,
+) -> tuple[list[Packed], list[tuple[str, str]]]:
+    """Write an image folder's splits as ``out/{split}-{i:06d}.tar`` shards of ``shard_size``
+    samples (the last may hold fewer), and ``out/classes.txt``; returns the shards written and
+    the unreadable images left out (path, why).
+
+    ``folder`` is read as ``folder_layout`` says; a single tree is written as the split
+    ``splits[0]`` (default train), a split layout as ``splits`` (default all of its splits).
+    Samples are written in a seeded random order (``seed``), so that every shard mixes the
+    classes for a reader that streams them; keys are the sample's position in that order, eight
+    digits, so they are unique and sorted in every shard. Images are stored as their files' bytes
+    (not re-encoded), ``KEY.<suffix>`` beside ``KEY.cls``. Each shard is written beside its name
+    and renamed, so a shard that exists is whole; ``out`` must hold no shard of a split written.
+    """
+    if not isinstance(shard_size, int) or shard_size < 1:
+        raise ConfigError(f"--shard-size {shard_size!r}: expected a number of images >= 1")
+    for name in splits or ():
+        if name not in SPLITS:
+            raise ConfigError(f"--split {name!r}: expected one of {', '.join(SPLITS)}")
+    layout = folder_layout(folder)
+    out = Path(out)
+    if layout.kind == "tree":
+        if splits is not None and len(splits) != 1:
+            raise ConfigError(
+                f"{layout.root} is one tree of class folders: give one --split to call it, "
+                f"found {list(splits)}"
+            )
+        chosen = list(splits or ["train"])
+        sources: dict[str, str | None] = {chosen[0]: None}  # split -> its folder's split name
+    else:
+        chosen = list(splits or [s for s in SPLITS if s in layout.splits])
+        missing = [s for s in chosen if s not in layout.splits]
+        if missing:
+            raise DataError(
+                f"{layout.root} has no {', '.join(missing)}/ split: it has "
+                f"{', '.join(str(s) for s in layout.splits)}"
+            )
+        sources = {s: s for s in chosen}
+    if out.is_dir():
+        there = sorted(p.name for s in chosen for p in out.glob(f"{s}-*.tar"))
+        if there:
+            raise DataError(
+                f"{out} already holds shards of the splits written ({there[0]}"
+                + (f" and {len(there) - 1} more" if len(there) > 1 else "")
+                + "): expected a folder without them, so no old shard is mixed in"
+            )
+    classes = list(layout.classes)
+    listing = "".join(f"{name}\n" for name in classes)
+    classes_file = out / CLASS_FILES[0]
+    if classes_file.is_file() and classes_file.read_text(encoding="utf-8") != listing:
+        raise DataError(
+            f"{classes_file} lists other classes than {layout.root}'s: expected a folder of "
+            "shards of the same classes, or a new one"
+        )
+    out.mkdir(parents=True, exist_ok=True)
+    _write_atomic(classes_file, lambda tmp: tmp.write_text(listing, encoding="utf-8"))
+    written: list[Packed] = []
+    skipped: list[tuple[str, str]] = []
+    for split, split_dir in sources.items():
+        images = ImageFolderDataset(layout.root, split_dir, max_bad_fraction=max_bad_fraction)
+        skipped += [(str(path), why) for path, why in images.skipped]
+        order = np.random.default_rng(seed).permutation(len(images.samples))
+        for i, start in enumerate(range(0, len(order), shard_size)):
+            part = [images.samples[k] for k in order[start : start + shard_size].tolist()]
+            path = out / f"{split}-{i:06d}.tar"
+
+            def write(tmp: Path, part: list[tuple[Path, int]] = part, start: int = start) -> None:
+                with tarfile.open(tmp, "w", format=tarfile.PAX_FORMAT) as tar:
+                    for position, (image, label) in enumerate(part, start):
+                        key = f"{position:08d}"
+                        _tar_entry(tar, f"{key}{image.suffix.lower()}", image.read_bytes())
+                        _tar_entry(tar, f"{key}.cls", str(label).encode())
+
+            _write_atomic(path, write)
+            written.append(Packed(path, split, len(part)))
+    return written, skipped

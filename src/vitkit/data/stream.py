@@ -1,0 +1,349 @@
+"""Streams: parquet files read row group by row group (``data.streaming``), in batches that are
+still a function of (seed, epoch, step).
+
+A stream reads what it needs when it needs it: nothing is converted or copied first, and memory
+holds one window of rows. It has no random access (row i of a parquet file is a read of its whole
+row group), so ``StreamBatches`` orders it by row groups, not rows:
+
+- training, epoch e: the row groups of every file in an order drawn from (seed, e), cut into
+  windows of consecutive row groups holding at least ``shuffle_buffer`` rows (the last window may
+  hold fewer); each window's rows in an order drawn from (seed, e, window). Step b's batch is rows
+  b*B .. (b+1)*B - 1 of that sequence; the rest of an epoch (fewer than B rows) is dropped.
+- evaluation: files, row groups and rows in order, the last partial batch kept.
+
+Resume. The footers of the parquet files give every row group's size before anything is read, so
+the window and the row where step b starts are known: a resumed run reads that window again
+(skipping the rows before b) and goes on exactly as a run that never stopped. A stream with no
+footers to read (webdataset tars streamed, JSON lines) could only restart at the start of its
+shard; parquet, the Hub's format for datasets, never needs to, so no such fallback is written.
+What a resume costs: reading one window again. The order is set by the row groups, so
+re-writing the files (other row groups) changes it, as it would for any reader.
+
+Processes and workers. Every process (torchrun) reads the same stream, and keeps its contiguous
+part of every batch, as ``Batches`` does: the union over processes is the batch one process
+would see, so the mathematics does not change with the number of processes, nor does a resume
+with another number of them. The price is that every process reads every row's bytes (it decodes
+only its own part): on one machine the page cache serves the later readers; from the Hub, each
+process downloads the stream. Decoding and augmentation run in ``num_workers`` DataLoader
+workers, a batch's part being one work item, in order, so the workers need no shards of their
+own. Augmentation draws from (seed, epoch, position in the epoch), as ``Batches``' per-sample
+path draws from the index.
+
+Channels. A stream is not read ahead: its images are read as RGB (3 channels) unless the model
+takes 1 (``model.in_chans=1``). An image that fails to decode is replaced by the next one of its
+batch's part that decodes, with a warning; more than ``max_bad_fraction`` of the stream failing
+is an error.
+"""
+
+from __future__ import annotations
+
+import itertools
+import warnings
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+from torch.utils.data import DataLoader, Dataset
+
+from ..config import size_hw
+from ..errors import ConfigError, DataError
+from .encoded import decode
+from .folder import DECODE_ERRORS, UnreadableImageWarning
+from .hf import image_bytes
+from .loader import Augment, Batches, generator
+from .transforms import resize, to_float
+
+# Stream names for the random draws (the loader's are 0-3: they never meet these).
+_GROUPS, _WINDOW, _SAMPLE, _LOADER = 10, 11, 12, 13
+
+
+def open_parquet(path: str) -> Any:
+    """What ``pyarrow.parquet.ParquetFile`` reads: a local path as it is, a URL (``hf://...``,
+    as the Hub's files are listed) through fsspec."""
+    if "://" not in path:
+        return path
+    import fsspec
+
+    return fsspec.open(path, "rb").open()
+
+
+@dataclass(frozen=True)
+class Row:
+    """One row of a stream: its image cell, class index, and name for messages."""
+
+    image: Any  # an Image feature's {"bytes", "path"}, or bytes
+    label: int
+    name: str
+
+
+class ParquetStream:
+    """One split as parquet files read in row groups (see the module docstring).
+
+    ``len()`` is the number of rows (from the footers); ``classes`` the class names;
+    ``label_names`` maps a string label to its class (None: the labels are class indices).
+    ``shuffle_buffer`` is the size of the training windows. There is no ``__getitem__``: few-shot
+    evaluation, holdouts and class-balanced subsets need random access, and ``labels`` says so.
+    """
+
+    def __init__(
+        self,
+        files: Sequence[str],
+        *,
+        name: str,
+        classes: list[str],
+        image_column: str,
+        label_column: str,
+        label_names: dict[str, int] | None,
+        mode: str,
+        max_bad_fraction: float = 0.01,
+        shuffle_buffer: int = 1000,
+    ) -> None:
+        import pyarrow.parquet as pq
+
+        if mode not in ("RGB", "L"):
+            raise ConfigError(f"mode={mode!r} is not valid: expected 'RGB' or 'L'")
+        self.files = list(files)
+        self.name = name
+        self.classes = classes
+        self.mode = mode
+        self.channels = 1 if mode == "L" else 3
+        self.image_column = image_column
+        self.label_column = label_column
+        self.label_names = label_names
+        self.max_bad_fraction = max_bad_fraction
+        self.shuffle_buffer = shuffle_buffer
+        self.skipped: list[tuple[str, str]] = []  # nothing is verified ahead
+        self._open: tuple[int, Any] | None = None  # the file last read: (its number, its reader)
+        groups, sizes = [], []
+        for f, path in enumerate(self.files):
+            source = open_parquet(path)
+            meta = pq.ParquetFile(source).metadata  # the footer only
+            if not isinstance(source, str):
+                source.close()
+            for g in range(meta.num_row_groups):
+                groups.append((f, g))
+                sizes.append(meta.row_group(g).num_rows)
+        self.groups = groups  # (file, row group) of every row group, in file order
+        self.group_rows = np.array(sizes, dtype=np.int64)  # (G,)
+        if int(self.group_rows.sum()) == 0:
+            raise DataError(f"{name} holds no rows")
+
+    def __len__(self) -> int:
+        return int(self.group_rows.sum())
+
+    @property
+    def labels(self) -> Tensor:
+        raise DataError(
+            f"{self.name} is streamed (data.streaming=True): it has no labels to choose images "
+            "by (few-shot, inspect, a holdout, data.per_class); read it with random access "
+            "(data.streaming=False, or --data hf:PATH)"
+        )
+
+    def read_group(self, group: int) -> list[Row]:
+        """The rows of row group ``group`` (an index into ``groups``), in file order."""
+        import pyarrow.parquet as pq
+
+        f, g = self.groups[group]
+        path = self.files[f]
+        if self._open is None or self._open[0] != f:  # evaluation reads a file group by group
+            self._open = f, pq.ParquetFile(open_parquet(path))
+        table = self._open[1].read_row_group(g, columns=[self.image_column, self.label_column])
+        images = table.column(self.image_column).to_pylist()
+        labels = table.column(self.label_column).to_pylist()
+        first = int(self.group_rows[self.groups.index((f, 0)) : group].sum())  # its row in the file
+        rows = []
+        for i, (image, label) in enumerate(zip(images, labels, strict=True)):
+            where = f"{path} row {first + i}"
+            rows.append(Row(image, self._class_of(label, where), where))
+        return rows
+
+    def _class_of(self, label: Any, where: str) -> int:
+        k = self.label_names.get(str(label)) if self.label_names is not None else label
+        if not isinstance(k, int) or not 0 <= k < len(self.classes):
+            raise DataError(
+                f"{where}: label {label!r} is not one of the {len(self.classes)} classes of "
+                f"{self.name}"
+            )
+        return k
+
+
+def _as_is(item: Any) -> Any:
+    return item
+
+
+class _DecodeParts(Dataset):
+    """A work item of the DataLoader: one process's part of one batch, (epoch, rows with their
+    positions) -> (uint8 images (b, C, S_h, S_w) or None when none decodes, labels (b,),
+    [(row, why) of each failure])."""
+
+    def __init__(
+        self, mode: str, image_size: int | tuple[int, int], augment: Augment | None, seed: int
+    ) -> None:
+        self.mode = mode
+        self.image_size = image_size
+        self.augment = augment
+        self.seed = seed
+
+    def _image(self, row: Row, epoch: int, position: int) -> Tensor:
+        image = decode(image_bytes(row.image, row.name), self.mode)  # (C, H, W) uint8
+        if self.augment is None:
+            return resize(image, self.image_size)
+        g = generator(self.seed, _SAMPLE, epoch, position)
+        return self.augment(image[None], g)[0]
+
+    def __getitem__(
+        self, key: tuple[int, list[tuple[int, Row]]]
+    ) -> tuple[Tensor | None, Tensor, list[tuple[str, str]]]:
+        epoch, part = key
+        images: list[Tensor | None] = []
+        failures = []
+        for position, row in part:
+            try:
+                images.append(self._image(row, epoch, position))
+            except DECODE_ERRORS as e:
+                images.append(None)
+                failures.append((row.name, f"{type(e).__name__}: {e}"))
+        n = len(part)
+        kept = [i for i in range(n) if images[i] is not None]
+        if not kept:
+            return None, torch.empty(0, dtype=torch.int64), failures
+        # a failure takes the next image of the part that decodes, and its label
+        chosen = [i if i in kept else next((k for k in kept if k > i), kept[0]) for i in range(n)]
+        stacked = torch.stack(
+            [im for i in chosen if (im := images[i]) is not None]
+        )  # (b, C, S_h, S_w)
+        labels = torch.tensor([part[i][1].label for i in chosen], dtype=torch.int64)
+        return stacked, labels, failures
+
+
+class StreamBatches(Batches):
+    """``Batches`` over a ``ParquetStream``: the same options, batches and resume contract (a
+    batch is a function of (seed, epoch, step)), the order the module docstring describes."""
+
+    def __init__(self, dataset: ParquetStream, **options: Any) -> None:
+        super().__init__(dataset, **options)
+        self.source = dataset
+        self._failed = 0
+
+    def _windows(self, epoch: int) -> list[list[int]]:
+        """The row groups of each window of ``epoch``, in order."""
+        count = len(self.source.group_rows)
+        if not self.train:
+            return [[g] for g in range(count)]
+        order = torch.randperm(count, generator=generator(self.seed, _GROUPS, epoch)).tolist()
+        windows: list[list[int]] = [[]]
+        rows = 0
+        for g in order:
+            if rows >= self.source.shuffle_buffer:
+                windows.append([])
+                rows = 0
+            windows[-1].append(g)
+            rows += int(self.source.group_rows[g])
+        return windows
+
+    def _window_order(self, epoch: int, w: int, rows: int) -> Tensor:
+        if not self.train:
+            return torch.arange(rows)
+        return torch.randperm(rows, generator=generator(self.seed, _WINDOW, epoch, w))
+
+    def order(self, epoch: int) -> Tensor:
+        """The stream's rows of ``epoch`` in the order they are served, numbered as the files
+        hold them (N,): the same numbers whatever was read before."""
+        starts = np.concatenate([[0], np.cumsum(self.source.group_rows)[:-1]])
+        out = []
+        for w, groups in enumerate(self._windows(epoch)):
+            rows = torch.cat(
+                [torch.arange(starts[g], starts[g] + self.source.group_rows[g]) for g in groups]
+            )
+            out.append(rows[self._window_order(epoch, w, len(rows))])
+        return torch.cat(out)
+
+    def _rows(self, epoch: int, first: int) -> Iterator[Row]:
+        """The rows of ``epoch`` from position ``first`` on: the windows before it are not read."""
+        at = 0
+        for w, groups in enumerate(self._windows(epoch)):
+            size = int(self.source.group_rows[groups].sum())
+            if at + size <= first:
+                at += size
+                continue
+            rows = [row for g in groups for row in self.source.read_group(g)]
+            for i in self._window_order(epoch, w, size)[max(0, first - at) :].tolist():
+                yield rows[i]
+            at += size
+
+    def epoch(self, epoch: int, start: int = 0) -> Iterator[tuple[Tensor, Tensor]]:
+        """Batches ``start``, ..., ``steps_per_epoch - 1`` of ``epoch``."""
+        self._check_epoch(epoch, start)
+        return self._load_stream(self._parts(epoch, start), epoch)
+
+    def stream(self, start_step: int = 0) -> Iterator[tuple[Tensor, Tensor]]:
+        """Batches from global step ``start_step`` on, epoch after epoch, through one
+        ``DataLoader`` (its workers live as long as the stream)."""
+        epoch, start = divmod(start_step, self.steps_per_epoch)
+
+        def parts() -> Iterator[tuple[int, list[tuple[int, Row]]]]:
+            yield from self._parts(epoch, start)
+            for later in itertools.count(epoch + 1):
+                yield from self._parts(later, 0)
+
+        return self._load_stream(parts(), epoch)
+
+    def _parts(self, epoch: int, start: int) -> Iterator[tuple[int, list[tuple[int, Row]]]]:
+        """This process's part of batches ``start``, ... of ``epoch``, with the rows' positions."""
+        B, n = self.batch_size, len(self.source)
+        end = self.steps_per_epoch * B if self.drop_last else n
+        rows = self._rows(epoch, start * B)
+        for b in range(start, self.steps_per_epoch):
+            span = range(b * B, min((b + 1) * B, end))
+            batch = [(position, next(rows)) for position in span]
+            yield epoch, batch[self._part(len(batch))]
+
+    def _load_stream(
+        self, parts: Iterator[tuple[int, list[tuple[int, Row]]]], epoch: int
+    ) -> Iterator[tuple[Tensor, Tensor]]:
+        """Decoded ``parts``, in order (``epoch``, the first one's, seeds the workers)."""
+        assert self.image_size is not None  # Batches requires it of any dataset but arrays
+        loader = DataLoader(
+            _DecodeParts(self.source.mode, self.image_size, self.augment, self.seed),
+            sampler=parts,
+            batch_size=None,
+            num_workers=self.num_workers,
+            collate_fn=_as_is,
+            pin_memory=self.pin_memory,
+            generator=generator(self.seed, _LOADER, epoch),
+        )
+        (H, W), C = size_hw(self.image_size), self.source.channels
+        for images, labels, failures in loader:
+            self._count(failures)
+            if images is None and len(labels) == 0 and not failures:
+                dtype = torch.uint8 if self.uint8 else torch.float32
+                yield (
+                    torch.empty(0, C, H, W, dtype=dtype),
+                    labels,
+                )  # an empty part of the last batch
+                continue
+            if images is None:
+                raise DataError(
+                    f"no image of a batch of {self.source.name} decodes; first: {failures[0][0]} "
+                    f"({failures[0][1]})"
+                )
+            yield (images if self.uint8 else to_float(images)), labels
+
+    def _count(self, failures: list[tuple[str, str]]) -> None:
+        for where, why in failures:
+            self._failed += 1
+            if self._failed > self.source.max_bad_fraction * len(self.source):
+                raise DataError(
+                    f"{self._failed} images of {self.source.name} failed to decode, more than "
+                    f"max_bad_fraction={self.source.max_bad_fraction} of its {len(self.source)} "
+                    f"allows; last: {where} ({why})"
+                )
+            warnings.warn(
+                f"image {where} failed to decode ({why}); using the next readable image of its "
+                f"batch in its place ({self._failed} so far in {self.source.name})",
+                UnreadableImageWarning,
+                stacklevel=3,
+            )

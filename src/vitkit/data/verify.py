@@ -1,0 +1,382 @@
+"""Checking the images of a folder once: the pass, split across processes, and its cache.
+
+What a pass does (``ImageFolderDataset`` decides what to make of it). ``level='full'``: PIL opens
+every file and runs ``verify()`` (the header and, for PNG, every chunk's CRC); when the channels
+are to be decided, the pixels are decoded too, file after file, until the first colour image
+(``grey_kind``). ``level='header'``: the same ``verify()``, and channels decided from the PIL modes
+alone (nothing decoded). ``level='none'`` is no pass at all: the listing is the dataset and a file
+that fails to decode is replaced when it is read (``ImageFolderDataset.__getitem__``).
+
+In parallel. A listing of ``PARALLEL_MIN_FILES`` files or more is cut into contiguous chunks that a
+pool of worker processes checks (``workers``: all the cores this process may use, by default).
+Each chunk reports, file by file, what it saw (``Seen``); decoding for the channel decision stops
+at a chunk's first colour image, as the serial pass stops at the folder's first. ``summarise``
+then replays the serial pass over the reports in the listing's order: a file before the folder's
+first colour image was decoded in its own chunk too (its chunk had no colour image before it), so
+the replay sees exactly what a serial pass sees, and the kept files, the skipped ones and the
+decision are the same, index for index (the loader's determinism needs the indices). A decode
+failure after the first colour image, seen only by a later chunk, is ignored, as the serial pass
+never sees it.
+
+Processes (a ``ProcessPoolExecutor``) are forked on Linux: a forked worker starts at once with PIL,
+numpy and the file list already in memory, where a spawned one imports torch again (about 3 s here,
+and a few hundred MB each) and re-runs the caller's ``__main__`` (a script without an ``if __name__
+== "__main__"`` guard would start over, or raise). The usual hazard of forking a threaded process
+(a lock held by another thread: an OpenMP pool, CUDA) does not reach the workers: they run PIL and
+numpy only, never torch, and torch's own DataLoader forks its workers the same way. Elsewhere
+(macOS, whose system libraries are not fork-safe, and Windows) processes are spawned. A daemonic
+process (a DataLoader worker) cannot have children: there the pass is serial.
+
+The cache. After a pass, its findings are written to ``home()/verified/<folder name>-<hash of its
+absolute path>-<level>.json`` (``home()`` is ``$VITKIT_HOME``, see ``vitkit.io.download``): one
+file per folder and level, replaced when the folder changes, written atomically, read as JSON
+(nothing in it is executed). It holds the skipped files with the stage that dropped them and why,
+the first colour image, the greyscale counts, and the key: the folder's absolute path, the
+number of image files, and the sha256 of the listing, over every file's (path relative to the
+folder, size in bytes, modification time in ns) in the listing's order, with the level, Pillow's
+version (what ``verify()`` accepts can change with it) and the format's version. A later pass
+with the same key reads the entry instead of opening any image; adding, removing, renaming,
+rewriting or touching a file changes the key. (A file rewritten with the same size within the
+file system's timestamp resolution would not: on ext4, xfs and btrfs that is 1 ns.) The kept
+files are not written out: they are the listing, which the key pins, less the skipped ones. An
+entry made while deciding the channels also serves a pass that does not decide them (its skipped
+files that only the decoding found are left out then); the other way round is a miss. Computing
+the key costs one ``stat`` per file, not an open.
+
+Across processes (torchrun ranks, several jobs on one machine). The pass runs under an exclusive
+``flock`` on ``<entry>.lock``: the first process to ask verifies and writes the entry; the others
+wait on the lock, then read the entry. No collective operation runs meanwhile, so ranks that have
+already joined a process group wait on a lock, not on NCCL's timeout; ``verify_image_folder``
+(``vitkit.data.folder``) does the same before ``init_process_group``. Ranks on other machines
+share the work only when ``$VITKIT_HOME`` is on a file system they share that honours ``flock``
+(NFS v4 does); otherwise each machine verifies once. Where ``home()`` cannot be written, the pass
+runs without a cache, with a warning.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import multiprocessing
+import os
+import struct
+import sys
+import zlib
+from collections import Counter
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, NamedTuple
+
+import PIL
+from PIL import Image, ImageMode
+
+from .transforms import pil_to_array
+
+log = logging.getLogger(__name__)
+
+Level = Literal["full", "header", "none"]
+LEVELS: tuple[Level, ...] = ("full", "header", "none")
+PARALLEL_MIN_FILES = 2000  # below this a pool costs more than it saves
+_CHUNKS_PER_WORKER = 8  # small enough chunks that a slow one does not hold the pool up
+_FORMAT = 1  # of the cache entries: a change of what they hold or mean increments it
+
+# What PIL raises for a file that is not a readable image.
+DECODE_ERRORS = (
+    OSError,
+    SyntaxError,
+    ValueError,
+    EOFError,
+    struct.error,
+    zlib.error,
+    Image.DecompressionBombError,
+)
+
+
+class Seen(NamedTuple):
+    """What checking one file found."""
+
+    mode: str = ""  # its PIL mode, when open + verify() passed
+    failed: str = ""  # why open + verify() failed
+    looked: bool = False  # whether its pixels were decoded to tell grey from colour
+    grey: str = ""  # how it is grey ('L', 'RGB with R = G = B'), '' for colour
+    decode_failed: str = ""  # why decoding failed, when it was looked at
+
+
+def _why(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error}"
+
+
+def verified_mode(path: str | Path) -> str:
+    """The PIL mode of ``path`` once ``verify()`` passes (raises PIL's errors when it does not)."""
+    with Image.open(path) as image:
+        mode = image.mode
+        image.verify()
+    return mode
+
+
+def grey_kind(path: str | Path, mode: str) -> str | None:
+    """How the image at ``path`` (PIL mode ``mode``) is greyscale, or None when it is in colour.
+
+    One-channel modes (1, L, LA, I, I;16..., F) are grey by their mode, without decoding; any other
+    (RGB, RGBA, CMYK, P, PA) is decoded to RGB and is grey when R = G = B at every pixel (for P, at
+    the palette entries the pixels use). Raises PIL's errors for a file that fails to decode.
+    """
+    if ImageMode.getmode(mode).basemode == "L":
+        return mode
+    with Image.open(path) as image:
+        rgb = pil_to_array(image, "RGB")  # (H, W, 3)
+    # Exact equality, also for JPEG: libjpeg's fixed-point Cb and Cr weights sum to exactly zero,
+    # so a grey pixel encodes to Cb = Cr = 128, every chroma coefficient is 0, and decoding gives
+    # R = G = B again. Measured (Pillow 13, libjpeg-turbo 3): grey images saved as RGB JPEG decode
+    # with max |R - G|, |G - B| = 0 over 288 images (8x8 to 256x256; noise, gradients, edges;
+    # quality 1 to 100; 4:4:4, 4:2:2, 4:2:0) and over torchvision's encoder. A tolerance would buy
+    # nothing and would call colour images grey: a tint of 2 or 3 levels decodes as 1 or 2.
+    grey = bool((rgb[..., 0] == rgb[..., 1]).all() and (rgb[..., 1] == rgb[..., 2]).all())
+    return f"{mode} with R = G = B" if grey else None
+
+
+def check_files(paths: Sequence[str], look: bool) -> list[Seen]:
+    """Check ``paths`` in order: ``verify()`` each and, if ``look``, decode each until the first
+    colour image to tell grey from colour. Runs in the pool's workers (PIL and numpy only)."""
+    seen: list[Seen] = []
+    colour = False
+    for path in paths:
+        try:
+            mode = verified_mode(path)
+        except DECODE_ERRORS as e:
+            seen.append(Seen(failed=_why(e)))
+            continue
+        if not look or colour:
+            seen.append(Seen(mode=mode))
+            continue
+        try:
+            kind = grey_kind(path, mode)
+        except DECODE_ERRORS as e:
+            seen.append(Seen(mode=mode, looked=True, decode_failed=_why(e)))
+            continue
+        colour = kind is None
+        seen.append(Seen(mode=mode, looked=True, grey=kind or ""))
+    return seen
+
+
+@dataclass
+class Findings:
+    """What a pass over a folder's listing found, by index into the listing."""
+
+    level: Level
+    decided: bool  # whether grey and colour were looked for (the channels are to be decided)
+    skipped: list[tuple[int, str, str]] = field(default_factory=list)  # (index, stage, why)
+    colour: tuple[int, str] | None = None  # the first colour image: (index, PIL mode)
+    grey: dict[str, int] = field(default_factory=dict)  # how many are grey, by kind
+    cache: Path | None = None  # the entry it was read from, or written to
+    hit: bool = False  # whether it was read from the cache
+
+    def without_decision(self) -> Findings:
+        """The findings of the same pass had it not decided the channels: what decoding alone
+        found is dropped."""
+        skipped = [s for s in self.skipped if s[1] == "verify"]
+        return Findings(self.level, False, skipped, cache=self.cache, hit=self.hit)
+
+
+def summarise(seen: Sequence[Seen], *, level: Level, decide: bool) -> Findings:
+    """Replay the serial pass over per-file reports in the listing's order (module docstring)."""
+    found = Findings(level, decide)
+    grey: Counter[str] = Counter()
+    for i, s in enumerate(seen):
+        if s.failed:
+            found.skipped.append((i, "verify", s.failed))
+            continue
+        if not decide or found.colour is not None:
+            continue
+        if level == "header":
+            if ImageMode.getmode(s.mode).basemode == "L":
+                grey[s.mode] += 1
+            else:
+                found.colour = (i, s.mode)
+            continue
+        # Every file before the folder's first colour image was decoded, in whatever chunk.
+        assert s.looked, f"file {i} was not decoded before the first colour image"
+        if s.decode_failed:
+            found.skipped.append((i, "decode", s.decode_failed))
+        elif s.grey:
+            grey[s.grey] += 1
+        else:
+            found.colour = (i, s.mode)
+    found.grey = dict(sorted(grey.items()))
+    return found
+
+
+def default_workers() -> int:
+    """The cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def run_pass(
+    paths: Sequence[str], *, level: Level, decide: bool, workers: int | None = None
+) -> Findings:
+    """Check every file of ``paths`` (absolute, in the listing's order), serially or split across
+    ``workers`` processes (None: ``default_workers()`` when there are ``PARALLEL_MIN_FILES`` or
+    more; 0 or 1: serially); the findings are the serial pass's either way."""
+    assert level != "none"
+    look = decide and level == "full"
+    n = default_workers() if workers is None and len(paths) >= PARALLEL_MIN_FILES else workers or 1
+    n = min(n, len(paths))
+    if n <= 1 or multiprocessing.current_process().daemon:
+        return summarise(check_files(paths, look), level=level, decide=decide)
+    size = -(-len(paths) // (n * _CHUNKS_PER_WORKER))  # ceil
+    chunks = [paths[k : k + size] for k in range(0, len(paths), size)]
+    method = "fork" if sys.platform.startswith("linux") else "spawn"
+    log.info("verifying %d files with %d %s processes", len(paths), n, method)
+    # An executor, not multiprocessing.Pool: a worker killed by the OS (out of memory, a crash in
+    # a decoder) is an error here, where a Pool waits forever for its lost chunk.
+    with ProcessPoolExecutor(n, mp_context=multiprocessing.get_context(method)) as pool:
+        parts = list(pool.map(check_files, chunks, [look] * len(chunks)))  # in the listing's order
+    return summarise([s for part in parts for s in part], level=level, decide=decide)
+
+
+# ---------------------------------------------------------------------------------- the cache
+
+
+def cache_path(folder: Path, level: Level) -> Path:
+    """Where the findings of ``folder`` (absolute) at ``level`` are kept."""
+    from ..io.download import home  # io imports the model: only when a cache is used
+
+    digest = hashlib.sha256(str(folder).encode()).hexdigest()[:16]
+    return home() / "verified" / f"{folder.name or 'root'}-{digest}-{level}.json"
+
+
+def listing_key(folder: Path, files: Sequence[str]) -> str:
+    """sha256 over (relative path, size, mtime in ns) of ``files`` (relative to ``folder``), in
+    order: one ``stat`` per file."""
+    h = hashlib.sha256()
+    base = str(folder)
+    for rel in files:
+        st = os.stat(os.path.join(base, rel))  # strings, not Paths: a million of them add up
+        h.update(f"{rel}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()
+
+
+def _key(folder: Path, files: Sequence[str], level: Level) -> dict[str, Any]:
+    return {
+        "format": _FORMAT,
+        "folder": str(folder),
+        "level": level,
+        "pillow": PIL.__version__,
+        "files": len(files),
+        "listing_sha256": listing_key(folder, files),
+    }
+
+
+def _to_json(findings: Findings, key: dict[str, Any], files: Sequence[str]) -> dict[str, Any]:
+    colour = findings.colour
+    return {
+        **key,
+        "decided": findings.decided,
+        "skipped": [[files[i], stage, why] for i, stage, why in findings.skipped],
+        "colour": None if colour is None else [files[colour[0]], colour[1]],
+        "grey": findings.grey,
+    }
+
+
+def _from_json(entry: Any, key: dict[str, Any], files: Sequence[str], level: Level) -> Findings:
+    """The findings an entry holds; raises ``ValueError`` (or ``KeyError``, ``TypeError``) for an
+    entry that is malformed or not of this key."""
+    if not isinstance(entry, dict) or any(entry.get(k) != v for k, v in key.items()):
+        raise ValueError("another key")
+    index = {rel: i for i, rel in enumerate(files)}
+    skipped = [(index[str(rel)], str(stage), str(why)) for rel, stage, why in entry["skipped"]]
+    if any(stage not in ("verify", "decode") for _, stage, _ in skipped):
+        raise ValueError("unknown stage")
+    colour = entry["colour"]
+    grey = entry["grey"]
+    if not isinstance(grey, dict) or not isinstance(entry["decided"], bool):
+        raise TypeError("malformed")
+    return Findings(
+        level,
+        entry["decided"],
+        skipped,
+        None if colour is None else (index[str(colour[0])], str(colour[1])),
+        {str(k): int(v) for k, v in grey.items()},
+    )
+
+
+def _read(path: Path, key: dict[str, Any], files: Sequence[str], level: Level) -> Findings | None:
+    try:
+        with open(path, encoding="utf-8") as f:
+            entry = json.load(f)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        log.warning("ignoring the unreadable verification cache %s (%s)", path, e)
+        return None
+    try:
+        return _from_json(entry, key, files, level)
+    except (ValueError, KeyError, TypeError, IndexError):
+        return None  # another folder state, or malformed: verified again and replaced
+
+
+def verify_listing(
+    folder: Path,
+    files: Sequence[str],
+    *,
+    level: Level,
+    decide: bool,
+    workers: int | None = None,
+    cache: bool = True,
+) -> Findings:
+    """The findings of a pass at ``level`` over ``files`` (paths relative to ``folder``, in the
+    listing's order): from the cache when it holds this listing's, else from a pass (in parallel
+    for a large listing), then cached. Processes that ask at once wait for the first (module
+    docstring)."""
+    folder = folder.resolve()
+    paths = [os.path.join(folder, f) for f in files]
+    if not cache:
+        return run_pass(paths, level=level, decide=decide, workers=workers)
+    key = _key(folder, files, level)
+    entry = cache_path(folder, level)
+
+    def cached() -> Findings | None:
+        found = _read(entry, key, files, level)
+        if found is None or (decide and not found.decided):
+            return None
+        found.cache, found.hit = entry, True
+        return found if decide else found.without_decision()
+
+    found = cached()
+    if found is not None:
+        return found
+    from ..io.checkpoint import exclusive  # io imports the model: only when a cache is used
+
+    with contextlib.ExitStack() as stack:
+        try:
+            entry.parent.mkdir(parents=True, exist_ok=True)
+            stack.enter_context(
+                exclusive(entry.with_suffix(".lock"), f"verifying the images of {folder}")
+            )
+        except OSError as e:
+            log.warning("cannot cache the verification of %s in %s (%s)", folder, entry.parent, e)
+            return run_pass(paths, level=level, decide=decide, workers=workers)
+        found = cached()  # another process may have written it while this one waited
+        if found is not None:
+            return found
+        found = run_pass(paths, level=level, decide=decide, workers=workers)
+        if _write(entry, _to_json(found, key, files)):
+            found.cache = entry
+        return found
+
+
+def _write(entry: Path, record: dict[str, Any]) -> bool:
+    """Write an entry atomically; whether it was written (a failure is a warning)."""
+    from ..io.checkpoint import atomic_write
+
+    text = json.dumps(record, ensure_ascii=False)
+    try:
+        atomic_write(entry, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+    except OSError as e:
+        log.warning("cannot write the verification cache %s (%s)", entry, e)
+        return False
+    return True

@@ -1,0 +1,308 @@
+"""vitkit.data.decode and the fast path through the loader: PIL's pixels from the JPEG decoder,
+the crop-first path equal to decode-then-crop where it does not reduce and close to it where it
+does (the bound and why), the generator left as inception_crop leaves it, and batches that are
+the same twice and across worker counts.
+
+The images are pink noise (amplitude 1/f, the spectrum of natural images) saved as JPEG, so the
+reduced decodes are compared on content with photographs' statistics, not on flat noise.
+"""
+
+from __future__ import annotations
+
+import copy
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from torchvision.transforms.v2 import functional as TF
+
+from vitkit.data import Batches, ImageFolderDataset, UnreadableImageWarning
+from vitkit.data import decode as dc
+from vitkit.data.folder import DECODE_ERRORS
+from vitkit.data.transforms import (
+    crop_box,
+    inception_crop,
+    pil_to_tensor,
+    random_crop_flip,
+    resize,
+    resized_crop,
+)
+
+fast = pytest.mark.skipif(dc._simplejpeg() is None, reason="simplejpeg is not installed")
+
+
+@pytest.fixture(params=["simplejpeg", "pil"])
+def decoder(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each test once with simplejpeg (when installed) and once with PIL for every file."""
+    if request.param == "pil":
+        monkeypatch.setattr(dc, "_simplejpeg", lambda: None)
+    elif dc._simplejpeg() is None:
+        pytest.skip("simplejpeg is not installed")
+    return request.param
+
+
+def pink(seed: int, height: int, width: int) -> Image.Image:
+    """An RGB image of pink noise: random phases, amplitude 1/f, channels correlated."""
+    rng = np.random.default_rng(seed)
+    fy = np.fft.fftfreq(height)[:, None]
+    fx = np.fft.rfftfreq(width)[None, :]
+    amplitude = 1 / np.maximum(np.hypot(fy, fx), 1 / max(height, width))
+    base = rng.normal(size=(height, width // 2 + 1)) + 1j * rng.normal(
+        size=(height, width // 2 + 1)
+    )
+    planes = []
+    for _ in range(3):  # mostly shared structure, some per channel: colour, not grey
+        own = rng.normal(size=base.shape) + 1j * rng.normal(size=base.shape)
+        field = np.fft.irfft2((base + 0.4 * own) * amplitude, s=(height, width))
+        planes.append((field - field.mean()) / field.std())
+    pixels = np.stack(planes, -1) * 40 + 128
+    return Image.fromarray(pixels.clip(0, 255).astype(np.uint8))
+
+
+def _jpeg(path: Path, image: Image.Image, **kwargs) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    image.save(path, "JPEG", **kwargs)
+    return path
+
+
+# ---------------------------------------------------------------- read_image
+
+
+def test_read_image_gives_pils_pixels_for_every_kind_of_file(tmp_path: Path, decoder: str) -> None:
+    image = pink(0, 45, 61)
+    files = {
+        f"s{s}{'p' if p else ''}.jpg": dict(quality=85, subsampling=s, progressive=p)
+        for s in (0, 1, 2)
+        for p in (False, True)
+    }
+    paths = [_jpeg(tmp_path / name, image, **kw) for name, kw in files.items()]
+    paths.append(_jpeg(tmp_path / "grey.jpg", image.convert("L")))
+    paths.append(_jpeg(tmp_path / "cmyk.jpg", image.convert("CMYK")))  # PIL decodes it: exact
+    image.save(tmp_path / "x.png")
+    paths.append(tmp_path / "x.png")
+    for path in paths:
+        for mode in ("RGB", "L"):
+            with Image.open(path) as pil:
+                expected = pil_to_tensor(pil, mode)
+            got = dc.read_image(path, mode)
+            assert got.dtype == torch.uint8 and got.shape == expected.shape, (path.name, mode)
+            assert torch.equal(got, expected), (path.name, mode, decoder)
+
+
+def test_a_truncated_or_garbage_jpeg_raises_a_decode_error(tmp_path: Path, decoder: str) -> None:
+    data = _jpeg(tmp_path / "a.jpg", pink(1, 40, 40)).read_bytes()
+    (tmp_path / "cut.jpg").write_bytes(data[: data.index(b"\xff\xda") + 40])
+    (tmp_path / "junk.jpg").write_bytes(b"\xff\xd8 not a jpeg")
+    for name in ("cut.jpg", "junk.jpg"):
+        with pytest.raises(DECODE_ERRORS):
+            dc.read_image(tmp_path / name)
+
+
+@fast
+def test_the_dataset_decodes_jpegs_with_simplejpeg(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _jpeg(tmp_path / "a/0.jpg", pink(2, 30, 40))
+    calls: list[int] = []
+    codec = dc._simplejpeg()
+    assert codec is not None
+    decode = codec.decode_jpeg
+    monkeypatch.setattr(codec, "decode_jpeg", lambda *a, **k: calls.append(1) or decode(*a, **k))
+    image, _ = ImageFolderDataset(tmp_path, None)[0]
+    assert calls == [1] and image.shape == (3, 30, 40)
+    assert image.stride() == (1, 40 * 3, 3)  # a (C, H, W) view of channels-last memory
+
+
+# ---------------------------------------------------------------- read_crop
+
+
+def test_crop_first_equals_decode_then_crop_where_it_does_not_reduce(
+    tmp_path: Path, decoder: str
+) -> None:
+    path = _jpeg(tmp_path / "a.jpg", pink(3, 120, 160), quality=90)
+    png = tmp_path / "a.png"
+    pink(3, 120, 160).save(png)
+    for file in (path, png):
+        for seed in range(20):
+            for size in (64, (70, 50)):  # larger than half the image: never reduced
+                g1, g2 = torch.Generator().manual_seed(seed), torch.Generator().manual_seed(seed)
+                expected = inception_crop(dc.read_image(file), size, generator=g1)
+                got = dc.read_crop(file, "RGB", size, generator=g2)
+                assert torch.equal(got, expected), (file.name, seed, size)
+                assert got.is_contiguous() and got.dtype == torch.uint8
+                assert torch.equal(g1.get_state(), g2.get_state())  # the same draws
+
+
+@fast
+@pytest.mark.parametrize("size", [64, 112])
+def test_a_reduced_decode_is_close_to_the_full_one(tmp_path: Path, size: int) -> None:
+    # Both paths low-pass the crop below the output's Nyquist frequency and sample it; they differ
+    # in the filter (the DCT's low frequencies then bilinear, against bilinear alone), so they
+    # differ most where an image has most energy near that frequency. Measured on photographs
+    # (retina, Hubble, astronaut, coffee, motorcycle at ~1000 px, 60 crops each, outputs 64-224):
+    # mean |difference| 0.5-1.1 levels by scale, at most 3 for one crop, single pixels up to
+    # 30-50 (isolated bright points). Pink noise keeps more energy near Nyquist than photographs
+    # do: 1.2-2.0 by scale, at most 3.0 for one crop, single pixels up to 19. The bounds below
+    # hold that with room; the same box moved by one reduced pixel (s pixels) fails them.
+    path = _jpeg(tmp_path / "big.jpg", pink(4, 720, 960), quality=90)
+    full = dc.read_image(path)
+    reduced: dict[int, list[float]] = {}
+    for seed in range(40):
+        g1, g2 = torch.Generator().manual_seed(seed), torch.Generator().manual_seed(seed)
+        expected = inception_crop(full, size, generator=g1).float()
+        got = dc.read_crop(path, "RGB", size, generator=g2).float()
+        assert torch.equal(g1.get_state(), g2.get_state())
+        top, left, h, w = box = crop_box(
+            720,
+            960,
+            area=(0.05, 1.0),
+            ratio=(3 / 4, 4 / 3),
+            generator=torch.Generator().manual_seed(seed),
+        )
+        s = dc.reduction((h, w), (size, size))
+        diff = (got - expected).abs()
+        if s == 1:
+            assert diff.max() == 0
+            continue
+        reduced.setdefault(s, []).append(diff.mean().item())
+        assert diff.mean() < 3.5 and diff.max() < 32, (seed, s, diff.mean(), diff.max())
+        if top + h + s <= 720 and left + w + s <= 960:  # one reduced pixel down and right
+            moved = resized_crop(full, (top + s, left + s, h, w), size).float()
+            assert diff.mean() < (moved - expected).abs().mean(), (seed, box)
+    assert set(reduced) >= {2, 4}, reduced  # both scales were exercised
+    assert max(np.mean(v) for v in reduced.values()) < 2.5
+
+
+def test_reduction_picks_the_largest_scale_that_keeps_the_output_size() -> None:
+    assert dc.reduction((448, 460), (224, 224)) == 2
+    assert dc.reduction((447, 900), (224, 224)) == 1
+    assert dc.reduction((900, 1800), (224, 224)) == 4
+    assert dc.reduction((1800, 1800), (224, 224)) == 8
+    assert dc.reduction((4000, 4000), (224, 224)) == 8
+    assert dc.reduction((100, 400), (24, 48)) == 4  # (height, width) apart
+
+
+def test_the_dataset_crop_replaces_a_bad_image_as_indexing_does(
+    tmp_path: Path, decoder: str
+) -> None:
+    for k in range(3):
+        _jpeg(tmp_path / f"a/{k}.jpg", pink(k, 50 + 10 * k, 60))
+    data = (tmp_path / "a/1.jpg").read_bytes()
+    (tmp_path / "a/1.jpg").write_bytes(data[: data.index(b"\xff\xda") + 40])
+    ds = ImageFolderDataset(tmp_path, None, max_bad_fraction=0.5)
+    g1, g2 = torch.Generator().manual_seed(7), torch.Generator().manual_seed(7)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UnreadableImageWarning)
+        image, label = ds[1]  # the replacement, 2.jpg
+        expected = inception_crop(image, 32, generator=g1)
+        got, got_label = ds.inception_crop(1, 32, generator=g2)
+    assert label == got_label and torch.equal(got, expected)
+    assert torch.equal(g1.get_state(), g2.get_state())
+
+
+# ---------------------------------------------------------------- the transforms it relies on
+
+
+def test_a_channels_last_crop_resizes_to_the_same_pixels() -> None:
+    hwc = torch.randint(
+        0, 256, (37, 53, 3), dtype=torch.uint8, generator=torch.Generator().manual_seed(0)
+    )
+    view = hwc.permute(2, 0, 1)  # (3, 37, 53), channels last
+    chw = view.contiguous()
+    for box in [(0, 0, 37, 53), (3, 5, 20, 31), (10, 2, 9, 50)]:
+        for size in (16, (24, 40), (9, 9)):
+            expected = TF.resized_crop(chw, *box, list(np.broadcast_to(size, 2)), antialias=True)
+            got = resized_crop(view, box, size)
+            assert torch.equal(got, expected) and got.is_contiguous()
+    assert torch.equal(resize(view, 20), TF.resize(chw, [20, 20], antialias=True))
+    assert resize(view, (37, 53)).is_contiguous()  # even when nothing is resized
+
+
+def test_a_flip_without_padding_is_the_gathers_flip() -> None:
+    images = torch.randint(0, 256, (9, 2, 4, 5), dtype=torch.uint8)
+    for flip in (True, False):
+        g = torch.Generator().manual_seed(3)
+        out = random_crop_flip(images, padding=0, flip=flip, generator=g)
+        g = torch.Generator().manual_seed(3)
+        torch.randint(0, 1, (9,), generator=g), torch.randint(0, 1, (9,), generator=g)
+        flipped = torch.rand(9, generator=g) < 0.5
+        expected = torch.where(flipped[:, None, None, None] & flip, images.flip(-1), images)
+        assert torch.equal(out, expected) and 0 < int(flipped.sum()) < 9
+
+
+# ---------------------------------------------------------------- through the loader
+
+
+def test_folder_batches_are_the_same_twice_and_for_any_worker_count(
+    tmp_path: Path, decoder: str
+) -> None:
+    for k in range(12):
+        _jpeg(tmp_path / f"c{k % 3}/{k}.jpg", pink(k, 40 + 3 * k, 70 - 2 * k), quality=90)
+    (tmp_path / "c1/x.png").write_bytes(b"garbage")  # skipped by verification
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UnreadableImageWarning)
+        ds = ImageFolderDataset(tmp_path, None, max_bad_fraction=0.2)
+
+    def epoch(workers: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        batches = Batches(
+            ds,
+            batch_size=4,
+            train=True,
+            seed=5,
+            image_size=(24, 32),
+            inception_crop=True,
+            flip=True,
+            num_workers=workers,
+        )
+        return list(batches.epoch(1))
+
+    first = epoch(0)
+    assert [(x.shape, x.dtype, y.shape) for x, y in first] == [
+        ((4, 3, 24, 32), torch.float32, (4,))
+    ] * 3
+    for other in (epoch(0), epoch(2)):
+        assert all(
+            torch.equal(a, c) and torch.equal(b, d)
+            for (a, b), (c, d) in zip(first, other, strict=True)
+        )
+
+
+def test_batches_draw_the_inception_crop_before_decoding(
+    tmp_path: Path, decoder: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The loader crops through ``ImageFolderDataset.inception_crop``: the batches of a folder
+    whose boxes never allow a reduced decode are those of decoding first, pixel for pixel; a
+    large JPEG's are close to them (the bound of ``read_crop``)."""
+    for k in range(6):
+        _jpeg(tmp_path / f"small/c{k % 2}/{k}.jpg", pink(k, 40, 48), quality=90)
+    _jpeg(tmp_path / "big/c0/0.jpg", pink(9, 480, 640), quality=90)
+    _jpeg(tmp_path / "big/c1/1.jpg", pink(10, 512, 512), quality=90)
+    calls: list[int] = []
+    crop = ImageFolderDataset.inception_crop
+
+    def counted(self: ImageFolderDataset, index: int, *args, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append(index)
+        return crop(self, index, *args, **kwargs)
+
+    monkeypatch.setattr(ImageFolderDataset, "inception_crop", counted)
+
+    def epoch(dataset: object, size: int) -> torch.Tensor:
+        batches = Batches(dataset, batch_size=2, train=True, seed=1, image_size=size,
+                          inception_crop=True, flip=True, uint8=True)  # fmt: skip
+        return torch.cat([x for e in range(4) for x, _ in batches.epoch(e)]).float()
+
+    for folder, size in (("small", 32), ("big", 24)):
+        ds = ImageFolderDataset(tmp_path / folder, None)
+        decoded_first = copy.copy(ds)
+        decoded_first.inception_crop = None  # type: ignore[method-assign,assignment]
+        calls.clear()
+        got, expected = epoch(ds, size), epoch(decoded_first, size)
+        assert len(calls) == len(got)  # every image went through the crop-first path
+        if folder == "small" or decoder == "pil":  # boxes <= 40 x 48 px for 32; PIL: no scaling
+            assert torch.equal(got, expected)
+        else:  # boxes of 24-640 px for 24: mostly decoded reduced
+            diff = (got - expected).abs().mean(dim=(1, 2, 3))  # per image
+            assert diff.max() < 3.5 and not torch.equal(got, expected), diff

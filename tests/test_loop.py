@@ -1,0 +1,276 @@
+"""The loop at a GPU's pace: no host read between log steps, stop requests agreed on a cadence,
+uint8 batches scaled on the device with workers that stay, and the precision a device wants."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import torch
+
+from vitkit.config import ConfigError, RunConfig, replace
+from vitkit.recipes import get_recipe
+from vitkit.train.loop import TIMING_KEYS, train
+
+# Tensor methods that read a tensor's value on the host: on CUDA each one waits for the device.
+HOST_READS = ("item", "tolist", "cpu", "numpy", "__bool__", "__float__", "__int__")
+# Who may read on the host, because the tensors they read live on the CPU whatever the device:
+# data preparation (the loader, its workers) and the optimizers' step counters.
+CPU_SIDE = ("vitkit.data", "torch.utils.data", "torch.optim")
+
+
+def _counting(monkeypatch) -> Counter:
+    """Count host reads made inside the training loop (``vitkit.train.loop`` on the stack), by
+    the module and line that asked, leaving out ``CPU_SIDE``."""
+    seen: Counter = Counter()
+
+    def wrap(name: str):
+        original = getattr(torch.Tensor, name)
+
+        def read(self, *args, **kwargs):
+            frame = sys._getframe(1)
+            caller = frame.f_globals.get("__name__", "")
+            if not caller.startswith(CPU_SIDE):
+                where, f = f"{caller}:{frame.f_lineno}", frame
+                while f is not None:
+                    if f.f_globals.get("__name__") == "vitkit.train.loop":
+                        seen[where] += 1
+                        break
+                    f = f.f_back
+            return original(self, *args, **kwargs)
+
+        return read
+
+    for name in HOST_READS:
+        monkeypatch.setattr(torch.Tensor, name, wrap(name))
+    return seen
+
+
+def _quiet_run(device: str) -> RunConfig:
+    """Classification with accumulation, clipping, EMA and mixup, logging, evaluating and saving
+    only at the last step."""
+    return replace(
+        get_recipe("smoke"),
+        {
+            "train.accum_steps": 2,
+            "train.batch_size": 8,
+            "train.ema": 0.9,
+            "train.mixup": 0.2,
+            "optim.grad_clip": 1.0,
+            "train.log_every": "1000st",
+            "train.eval_every": "1000st",
+            "train.save_every": "1000st",
+            "train.device": device,
+        },
+    )
+
+
+def test_steps_that_do_not_log_read_nothing_on_the_host(tmp_path: Path, monkeypatch) -> None:
+    """Classification with accumulation, clipping, EMA and mixup: a run of 8 steps reads on the
+    host exactly what a run of 4 does, both logging, evaluating and saving at their last step
+    only, so the 4 steps more read nothing."""
+    run = _quiet_run("cpu")
+    counts = []
+    for steps in (4, 8):
+        with monkeypatch.context() as m:
+            seen = _counting(m)
+            train(
+                replace(run, {"train.duration": f"{steps}st"}),
+                tmp_path / str(steps),
+                progress=False,
+            )
+        counts.append(seen)
+    assert counts[1] == counts[0], f"host reads in steps that do not log: {counts[1] - counts[0]}"
+    assert sum(counts[0].values()) > 0  # the counting sees the reads of the last step
+
+
+@pytest.mark.gpu
+def test_no_step_synchronises_on_cuda(tmp_path: Path) -> None:
+    """The same on CUDA, where it matters, through torch's own detector: every synchronising
+    call warns; 8 steps warn as often as 4."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    import warnings
+
+    run = _quiet_run("cuda")
+    counts = []
+    for steps in (4, 8):
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                train(
+                    replace(run, {"train.duration": f"{steps}st"}),
+                    tmp_path / str(steps),
+                    progress=False,
+                )
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        counts.append(sum("synchroniz" in str(w.message) for w in caught))
+    assert counts[1] == counts[0]
+
+
+def test_stop_requests_are_agreed_on_a_cadence_of_seconds(monkeypatch) -> None:
+    """Under torchrun the processes agree every ~10 s of steps (the slowest one's pace) and at
+    every log or save step; alone, a process looks at its own flag at every step, for free."""
+    from vitkit.train import distributed, loop
+
+    agreement = loop._Agreement(0)
+    assert agreement.stop(1, 15, now=False) == 15  # one process: at once
+    calls: list[list[float]] = []
+    monkeypatch.setattr(distributed, "is_distributed", lambda: True)
+
+    def all_max_many(values: list[float]) -> list[float]:
+        calls.append(values)
+        return [values[0], 0.5]  # the slowest process takes 0.5 s a step
+
+    monkeypatch.setattr(distributed, "all_max_many", all_max_many)
+    agreement = loop._Agreement(0)
+    assert agreement.stop(1, 0, now=False) == 0 and len(calls) == 1  # the first step agrees
+    assert agreement.next == 1 + 20  # 10 s at 0.5 s a step
+    assert [agreement.stop(s, 15, now=False) for s in range(2, 21)] == [0] * 19
+    assert len(calls) == 1  # no collective in between
+    assert agreement.stop(5, 15, now=True) == 15  # a log or save step agrees whenever it comes
+    assert agreement.stop(25, 15, now=False) == 15 and len(calls) == 3
+    assert loop.AGREE_EVERY_S == 10.0
+
+
+def test_batches_are_uint8_scaled_on_the_device_as_before() -> None:
+    from vitkit.data import Batches, synthetic
+    from vitkit.data.loader import to_input
+
+    data = synthetic(num_classes=4, per_class=8, image_size=16, channels=3, seed=0)
+    kwargs = {"batch_size": 8, "train": True, "seed": 3, "flip": True, "crop_padding": 2}
+    floats = list(Batches(data, **kwargs).epoch(0))
+    raw = list(Batches(data, uint8=True, **kwargs).epoch(0))
+    assert all(x.dtype == torch.uint8 for x, _ in raw)
+    for (x, y), (u, v) in zip(floats, raw, strict=True):
+        assert torch.equal(to_input(u, torch.device("cpu")), x) and torch.equal(y, v)
+
+
+def test_workers_stay_for_the_whole_stream_and_every_evaluation(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """One DataLoader (and its workers) serves every epoch of a stream, another every
+    evaluation; the batches are those of zero workers."""
+    from PIL import Image
+
+    from vitkit.data import Batches, ImageFolderDataset
+    from vitkit.data import loader as loader_module
+
+    for k in range(2):
+        (tmp_path / "train" / f"c{k}").mkdir(parents=True)
+        for i in range(6):
+            Image.new("RGB", (12 + i, 10), (40 * k, 30 * i, 100)).save(
+                tmp_path / "train" / f"c{k}" / f"{i}.png"
+            )
+    data = ImageFolderDataset(tmp_path, "train")
+    made: list[int] = []
+
+    class Counted(loader_module.DataLoader):
+        def __init__(self, *args, **kwargs) -> None:
+            made.append(kwargs["num_workers"])
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(loader_module, "DataLoader", Counted)
+    train = {
+        "batch_size": 4,
+        "train": True,
+        "seed": 1,
+        "image_size": 8,
+        "flip": True,
+        "uint8": True,
+    }
+    with_workers, alone = (
+        Batches(data, num_workers=2, **train),
+        Batches(data, num_workers=0, **train),
+    )
+    stream, reference = with_workers.stream(1), alone.stream(1)
+    for _ in range(3 * with_workers.steps_per_epoch):  # three epochs
+        (x, y), (u, v) = next(stream), next(reference)
+        assert torch.equal(x, u) and torch.equal(y, v)
+    assert made == [2, 0]  # one loader each, whatever the epochs
+    evaluation = Batches(data, batch_size=5, train=False, image_size=8, num_workers=2)
+    first, second = list(evaluation.epoch(0)), list(evaluation.epoch(0))
+    assert all(torch.equal(a[0], b[0]) for a, b in zip(first, second, strict=True))
+    assert made == [2, 0, 2]
+
+
+def test_default_workers_divide_the_cores_among_the_processes(monkeypatch) -> None:
+    import os
+
+    from vitkit.data.loader import default_workers
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _: set(range(16)))
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    assert default_workers() == 15
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
+    assert default_workers() == 3
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _: {0})
+    assert default_workers() == 0
+
+
+def _records(run_dir: Path) -> list[dict]:
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return [{k: v for k, v in json.loads(x).items() if k not in TIMING_KEYS} for x in lines]
+
+
+def test_precision_is_resolved_recorded_and_kept_on_resume(tmp_path: Path) -> None:
+    run = replace(get_recipe("smoke"), {"train.device": "cpu", "data.num_workers": 0})
+    assert run.train.precision == "auto"
+    train(run, tmp_path / "a", progress=False)
+    saved = json.loads((tmp_path / "a" / "config.json").read_text())
+    assert saved["train"]["precision"] == "fp32"  # auto, on a CPU
+    assert saved["data"]["num_workers"] == 0
+    with pytest.raises(ConfigError, match="computes in fp32, this run would in bf16") as info:
+        train(replace(run, {"train.precision": "bf16"}), tmp_path / "a", progress=False)
+    assert "--set train.precision=fp32" in str(info.value) and "\n" not in str(info.value)
+    # another number of decoding workers is where the run computes, not what: it resumes
+    train(replace(run, {"data.num_workers": 1}), tmp_path / "a", progress=False)
+
+
+def test_old_train_bf16_reads_as_a_precision() -> None:
+    from vitkit.config.keys import parse_set
+
+    old = get_recipe("smoke").to_dict()
+    del old["train"]["precision"]
+    for bf16, precision in ((True, "bf16"), (False, "fp32")):
+        assert (
+            RunConfig.from_dict({**old, "train": {**old["train"], "bf16": bf16}}).train.precision
+            == precision
+        )
+    assert parse_set(RunConfig, ["train.bf16=yes"]) == {"train.bf16": "yes"}
+    assert (
+        replace(get_recipe("smoke"), parse_set(RunConfig, ["train.bf16=yes"])).train.precision
+        == "bf16"
+    )
+
+
+@pytest.mark.slow
+def test_fp16_scales_the_gradients_and_resumes_exactly(tmp_path: Path) -> None:
+    """fp16 autocast with a gradient scaler (here on the CPU, where torch has both): its state
+    travels with the checkpoints, so a resumed run logs what an uninterrupted one does."""
+    from helpers import stopped_copy
+
+    run = replace(
+        get_recipe("smoke"),
+        {
+            "train.precision": "fp16",
+            "train.device": "cpu",
+            "train.log_every": "1st",
+            "train.save_every": "2st",
+            "train.keep_last": 4,
+        },
+    )
+    train(run, tmp_path / "full", progress=False)
+    state = torch.load(
+        tmp_path / "full" / "checkpoints" / "step_00000008" / "state.pt", weights_only=True
+    )
+    assert state["scaler"]["scale"] > 0
+    resumed = stopped_copy(tmp_path / "full", tmp_path / "resumed", step=4)
+    (resumed / "metrics.jsonl").unlink()
+    train(run, resumed, progress=False)
+    assert _records(resumed) == [r for r in _records(tmp_path / "full") if r["step"] > 4]

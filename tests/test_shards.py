@@ -1,0 +1,436 @@
+"""Datasets in shards: ``vitkit data pack`` writes an image folder as webdataset tar shards that
+read back as the folder's images and labels; ``wds:DIR`` and ``hf:PATH`` (a ``save_to_disk``
+folder, parquet files) train, resume exactly and evaluate through the command line; a stream of
+parquet row groups (``data.streaming``) serves batches that are a function of (seed, epoch,
+step), split across processes and workers, and resumes exactly; every user error is one line.
+No test touches the Hub: every dataset here is made by the test."""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+import vitkit
+from helpers import stopped_copy
+from vitkit.cli import main
+from vitkit.config import replace
+from vitkit.data import ImageFolderDataset
+from vitkit.data.shards import WebDatasetShards, shard_layout
+from vitkit.errors import DataError
+from vitkit.recipes import get_recipe
+from vitkit.train.data import build_data, make_batches
+from vitkit.train.loop import TIMING_KEYS, train
+
+datasets = pytest.importorskip("datasets")
+
+# A tiny ViT at 16 px (4x4 patches of 4), so every run takes seconds.
+TINY = ("--model", "ViT-mu/16", "--set", "model.image_size=16", "--set", "model.patch_size=4")
+CLASSES = ("blue", "green", "red")
+SIZES = {"train": 10, "val": 3, "test": 3}  # images per class
+
+
+def _pixels(k: int, seed: int) -> np.ndarray:
+    """A 12x14 RGB picture whose class ``k`` is its brightest channel, with noise."""
+    rng = np.random.default_rng(seed)
+    pixels = rng.integers(0, 90, (12, 14, 3))
+    pixels[..., 2 - k] += 150  # blue, green, red
+    return pixels.astype(np.uint8)
+
+
+@pytest.fixture(scope="module")
+def photos(tmp_path_factory) -> Path:
+    """photos/{train,val,test}/<class>/: PNGs and JPEGs, RGB and one greyscale PNG per class."""
+    root = tmp_path_factory.mktemp("data") / "photos"
+    for s, (split, n) in enumerate(SIZES.items()):
+        for k, name in enumerate(CLASSES):
+            folder = root / split / name
+            folder.mkdir(parents=True)
+            for i in range(n):
+                image = Image.fromarray(_pixels(k, 1000 * s + 100 * k + i))
+                if i == 1:
+                    image.convert("L").save(folder / f"{i}.png")
+                else:
+                    image.save(folder / f"{i}.{'jpg' if i % 2 else 'png'}", quality=95)
+    return root
+
+
+@pytest.fixture(scope="module")
+def shards(photos: Path, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("data") / "shards"
+    assert main(["data", "pack", str(photos), str(out), "--shard-size", "7"]) == 0
+    return out
+
+
+def _rows(folder: ImageFolderDataset) -> dict[str, list]:
+    """A split as a datasets table: the files' bytes as an Image feature, ClassLabel labels."""
+    return {
+        "image": [{"bytes": path.read_bytes(), "path": None} for path, _ in folder.samples],
+        "label": [label for _, label in folder.samples],
+    }
+
+
+@pytest.fixture(scope="module")
+def hf_data(photos: Path, tmp_path_factory) -> dict[str, Path]:
+    """The photos as a save_to_disk folder (train/validation/test) and as parquet files (two
+    train files of row groups of 5 rows, shuffled; validation; test)."""
+    features = datasets.Features(
+        {"image": datasets.Image(), "label": datasets.ClassLabel(names=list(CLASSES))}
+    )
+    tables = {
+        hf_name: datasets.Dataset.from_dict(
+            _rows(ImageFolderDataset(photos, split)), features=features
+        )
+        for hf_name, split in (("train", "train"), ("validation", "val"), ("test", "test"))
+    }
+    root = tmp_path_factory.mktemp("hf")
+    datasets.DatasetDict(tables).save_to_disk(root / "saved")
+    parquet = root / "parquet" / "data"
+    parquet.mkdir(parents=True)
+    train = tables["train"].shuffle(seed=0)
+    half = len(train) // 2
+    train.select(range(half)).to_parquet(parquet / "train-00000-of-00002.parquet", batch_size=5)
+    train.select(range(half, len(train))).to_parquet(
+        parquet / "train-00001-of-00002.parquet", batch_size=5
+    )
+    for name in ("validation", "test"):
+        tables[name].to_parquet(parquet / f"{name}-00000-of-00001.parquet", batch_size=5)
+    return {"saved": root / "saved", "parquet": root / "parquet"}
+
+
+@pytest.fixture(autouse=True)
+def hf_cache(tmp_path_factory, monkeypatch) -> None:
+    """datasets' cache (parquet converted to Arrow) in a folder of the test's, not the user's."""
+    monkeypatch.setattr(
+        datasets.config, "HF_DATASETS_CACHE", tmp_path_factory.getbasetemp() / "hf-cache"
+    )
+
+
+def _pairs(dataset) -> list[tuple[int, bytes]]:
+    """(label, pixels) of every item, sorted: the same images and labels, whatever the order."""
+    out = []
+    for i in range(len(dataset)):
+        image, label = dataset[i]
+        out.append((label, bytes(image.numpy()) + bytes(str(tuple(image.shape)), "ascii")))
+    return sorted(out)
+
+
+def _same_weights(a: Path, b: Path) -> None:
+    x, y = (vitkit.load(d).state_dict() for d in (a, b))
+    assert x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x)
+
+
+def _one_line_error(capsys, argv: list[str], expected: str) -> str:
+    """Run ``vitkit argv``: it fails with one line on stderr that contains ``expected``."""
+    capsys.readouterr()  # what came before
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1, err
+    assert expected in err, err
+    return err
+
+
+# ------------------------------------------------------------------------------------ pack, wds
+
+
+def test_pack_writes_shards_that_read_back_as_the_folder(photos: Path, shards: Path) -> None:
+    layout = shard_layout(shards)
+    assert [p.name for p in layout.splits["train"]] == [f"train-00000{i}.tar" for i in range(5)]
+    assert [p.name for p in layout.splits["val"]] == ["val-000000.tar", "val-000001.tar"]
+    assert (shards / "classes.txt").read_text() == "blue\ngreen\nred\n"
+    assert not list(shards.glob(".*"))  # no partial file left beside the shards
+    originals = {p.read_bytes() for p in photos.rglob("*.*")}
+    for shard in layout.splits["train"]:
+        with tarfile.open(shard) as tar:
+            names = tar.getnames()
+            keys = [n.partition(".")[0] for n in names[::2]]
+            assert keys == sorted(set(keys))  # unique, sorted, image then label
+            assert all(n.endswith(".cls") for n in names[1::2])
+            for member in tar.getmembers()[::2]:  # the files' own bytes, not re-encoded
+                assert tar.extractfile(member).read() in originals  # type: ignore[union-attr]
+        assert len(names) == 2 * (7 if shard.name != "train-000004.tar" else 2)
+    for split in SIZES:
+        ours = WebDatasetShards(shards, split, mode=None)
+        folder = ImageFolderDataset(photos, split, mode=None)
+        assert ours.classes == list(CLASSES) and ours.mode == folder.mode == "RGB"
+        assert _pairs(ours) == _pairs(folder)  # pixel for pixel, label for label
+    grey = WebDatasetShards(shards, "val", mode="L")
+    assert grey[0][0].shape == (1, 12, 14)
+
+
+def test_a_tree_packed_as_one_split_and_keys_classes_without_a_classes_file(
+    photos: Path, tmp_path: Path, capsys
+) -> None:
+    assert main(["data", "pack", str(photos / "val"), str(tmp_path), "--shard-size", "100",
+                 "--split", "val", "--seed", "3"]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    assert "val: 9 images in 1 shard, val-000000.tar .. val-000000.tar" in out
+    assert [p.name for p in tmp_path.glob("*.tar")] == ["val-000000.tar"]
+    # shards named by no split are all train; without classes.txt the labels name the classes
+    (tmp_path / "val-000000.tar").rename(tmp_path / "part-a.tar")
+    (tmp_path / "classes.txt").unlink()
+    layout = shard_layout(tmp_path)
+    assert list(layout.splits) == ["train"] and not layout.named
+    assert WebDatasetShards(tmp_path, "train").classes == ["0", "1", "2"]
+
+
+def test_the_split_of_a_shard_is_a_word_of_its_name(tmp_path: Path) -> None:
+    for name in ("train-000000.tar", "imagenet-train-0001.tar", "in1k_validation_0.tar",
+                 "test/0000.tar", ".hidden-val.tar", "test-notes.txt"):  # fmt: skip
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_bytes(b"")
+    layout = shard_layout(tmp_path)
+    assert {
+        k: [p.relative_to(tmp_path).as_posix() for p in v] for k, v in layout.splits.items()
+    } == {
+        "train": ["imagenet-train-0001.tar", "train-000000.tar"],
+        "val": ["in1k_validation_0.tar"],
+        "test": ["test/0000.tar"],
+    }
+    (tmp_path / "extra-0.tar").write_bytes(b"")
+    with pytest.raises(DataError, match=r"mixes shards named by split .* \(extra-0.tar\)"):
+        shard_layout(tmp_path)
+    (tmp_path / "extra-0.tar").rename(tmp_path / "train-val-0.tar")
+    with pytest.raises(DataError, match=r"names the splits \['train', 'val'\]"):
+        shard_layout(tmp_path)
+
+
+def test_an_unreadable_sample_is_skipped_and_named(shards: Path, tmp_path: Path) -> None:
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    with (
+        tarfile.open(shards / "test-000000.tar") as src,
+        tarfile.open(bad / "test-000000.tar", "w") as dst,
+    ):
+        for member in src.getmembers():
+            data = src.extractfile(member).read()  # type: ignore[union-attr]
+            if member.name.startswith("00000002.") and not member.name.endswith(".cls"):
+                data = b"\x89PNG\r\n\x1a\nnot an image"
+            member.size = len(data)
+            dst.addfile(member, io.BytesIO(data))
+    for name in ("train-000000.tar", "test-000001.tar", "classes.txt"):
+        (bad / name).write_bytes((shards / name).read_bytes())
+    with pytest.warns(UserWarning, match=r"test-000000.tar:00000002"):
+        test = WebDatasetShards(bad, "test", max_bad_fraction=0.2)
+    assert len(test) == 8 and test.skipped[0][0].endswith("test-000000.tar:00000002")
+    with pytest.raises(DataError, match=r"1 of 9 images .* unreadable, more than"):
+        WebDatasetShards(bad, "test", max_bad_fraction=0.1)
+
+
+# ------------------------------------------------------------------------------------ training
+
+
+def _log(run_dir: Path) -> list[dict]:
+    """metrics.jsonl without the timings."""
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return [{k: v for k, v in json.loads(x).items() if k not in TIMING_KEYS} for x in lines]
+
+
+@pytest.mark.parametrize("kind", ["wds", "saved", "parquet"])
+def test_train_eval_fewshot_inspect_finetune_from_the_command_line(
+    kind: str, shards: Path, hf_data: dict[str, Path], tmp_path: Path, capsys
+) -> None:
+    spec = f"wds:{shards}" if kind == "wds" else f"hf:{hf_data[kind]}"
+    run_dir = tmp_path / "run"
+    assert main(["train", "--data", spec, *TINY, "--set", "train.duration=2st",
+                 "--set", "train.batch_size=8", "--run-dir", str(run_dir), "--no-progress"]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    val, test = ("val shards", "test shards") if kind == "wds" else ("val split", "test split")
+    assert (
+        f"{spec}: 30 training images; validation: {val} (9 images); test: {test} (9 images); 3 classes"
+        in out
+    )
+    assert "3 channels: " in out  # decided by the data: the images are in colour
+    records = _log(run_dir)
+    assert [r["step"] for r in records if r.get("split") == "val"] == [1, 2]
+    assert records[-1]["split"] == "test" and "accuracy" in records[-1]
+    root = shards if kind == "wds" else spec  # a Hub name would be bare: hf: says what it is
+    best = str(run_dir / "best")
+    for argv in (["eval", best], ["eval", best, "--data", spec]):
+        assert main(argv) == 0
+        out = capsys.readouterr().out
+        assert f"on {root}: {test} (9 images)" in out and "top-1 " in out
+    assert main(["fewshot", best, "--data", spec, "--shots", "1,2", "--seeds", "1"]) == 0
+    assert "2-shot" in capsys.readouterr().out
+    assert main(["inspect", best, "--data", spec, "--out", str(tmp_path / "page"),
+                 "--num-images", "6", "--max-maps", "2"]) == 0  # fmt: skip
+    assert (tmp_path / "page" / "index.html").is_file()
+    assert main(["finetune", "--init-from", best, "--data", spec, "--set", "train.duration=1st",
+                 "--set", "model.image_size=24", "--run-dir", str(tmp_path / "ft"),
+                 "--no-progress"]) == 0  # fmt: skip
+    assert (tmp_path / "ft" / "best").is_dir()
+
+
+def test_columns_are_settings_and_labels_may_be_names(photos: Path, tmp_path: Path, capsys) -> None:
+    """Images in 'img' and class names as text in 'y' (no ClassLabel): the classes are the names,
+    sorted; eval --data reads the columns the checkpoint's run named."""
+    rows = {split: _rows(ImageFolderDataset(photos, split)) for split in ("train", "test")}
+    datasets.DatasetDict(
+        {
+            split: datasets.Dataset.from_dict(
+                {"img": r["image"], "y": [CLASSES[k] for k in r["label"]]},
+                features=datasets.Features(
+                    {"img": datasets.Image(), "y": datasets.Value("string")}
+                ),
+            )
+            for split, r in rows.items()
+        }
+    ).save_to_disk(tmp_path / "named")
+    spec = f"hf:{tmp_path / 'named'}"
+    run_dir = tmp_path / "run"
+    assert main(["train", "--data", spec, *TINY, "--set", "train.duration=1st",
+                 "--set", "data.image_column=img", "--set", "data.label_column=y",
+                 "--run-dir", str(run_dir), "--no-progress"]) == 0  # fmt: skip
+    assert "a holdout of 10% of every class of train" in capsys.readouterr().out  # no val split
+    assert vitkit.load(run_dir / "best").cfg.num_classes == 3
+    assert main(["eval", str(run_dir / "best"), "--data", spec]) == 0
+    out = capsys.readouterr().out
+    assert f"on {spec}: test split (9 images)" in out
+    assert [line.split()[0] for line in out.splitlines()[2:]] == list(CLASSES)
+
+
+def test_a_killed_run_on_shards_resumes_as_if_never_stopped(shards: Path, tmp_path: Path) -> None:
+    run = replace(
+        get_recipe("smoke"),
+        {"data.dataset": f"wds:{shards}", "model.num_classes": 3, "train.device": "cpu",
+         "train.duration": "6st", "train.batch_size": 8, "train.save_every": "2st",
+         "train.eval_every": "3st", "train.log_every": "1st", "data.flip": True, "train.keep_last": 3,
+         "data.inception_crop": True, "model.dropout_rate": 0.1},
+    )  # fmt: skip
+    full = tmp_path / "full"
+    train(run, full, progress=False)
+    resumed = stopped_copy(full, tmp_path / "resumed", step=4)  # mid-epoch: 3 steps an epoch
+    train(run, resumed, progress=False)
+    assert _log(resumed) == _log(full) and len(_log(full)) == 9
+    _same_weights(full / "checkpoints" / "step_00000006", resumed / "checkpoints" / "step_00000006")
+
+
+# ------------------------------------------------------------------------------------ streaming
+
+
+def _stream_cfg(parquet: Path, **keys) -> dict:
+    return {"data.dataset": f"hf:{parquet}", "data.streaming": True, "data.shuffle_buffer": 8,
+            "model.num_classes": 3, "train.device": "cpu", **keys}  # fmt: skip
+
+
+def test_a_stream_serves_every_row_once_an_epoch_in_windows_and_resumes_exactly(
+    hf_data: dict[str, Path],
+) -> None:
+    run = replace(get_recipe("smoke"), _stream_cfg(hf_data["parquet"]))
+    data = build_data(run.data, run.model, seed=0, in_chans=3)
+    stream = data.train
+    assert len(stream) == 30 and stream.classes == list(CLASSES)
+    assert data.val_name == "val split (9 images)"  # its validation split, not a holdout
+    options = dict(batch_size=6, train=True, seed=5, image_size=16, flip=True)
+    batches = make_batches(stream, **options)
+    assert batches.steps_per_epoch == 5
+    orders = [batches.order(e) for e in (0, 1)]
+    assert all(sorted(o.tolist()) == list(range(30)) for o in orders)
+    assert not torch.equal(orders[0], orders[1])  # a new order every epoch
+    # windows of >= 8 rows out of row groups of 5: rows 0-9 of the epoch are two whole groups
+    assert sorted(orders[0][:10].tolist()) in (list(range(a, a + 5)) + list(range(b, b + 5))
+                                                 for a in range(0, 30, 5) for b in range(0, 30, 5))  # fmt: skip
+    uninterrupted = [b for _, b in zip(range(12), batches.stream(0), strict=False)]
+    for start in (0, 3, 7):  # mid-epoch and in the second epoch: exactly the same batches
+        again = make_batches(stream, **options)
+        got = [b for _, b in zip(range(12 - start), again.stream(start), strict=False)]
+        for (x, y), (ex, ey) in zip(got, uninterrupted[start:], strict=True):
+            assert torch.equal(x, ex) and torch.equal(y, ey)
+    # two processes keep their halves of every batch; workers decode the same images
+    halves = [make_batches(stream, **options, shard=(r, 2), num_workers=r) for r in (0, 1)]
+    for b, ((x0, y0), (x1, y1)) in enumerate(zip(*(h.epoch(1) for h in halves), strict=True)):
+        x, y = uninterrupted[5 + b]
+        assert torch.equal(torch.cat([x0, x1]), x) and torch.equal(torch.cat([y0, y1]), y)
+
+
+def test_a_stream_serves_the_rows_in_file_order_for_evaluation(hf_data: dict[str, Path]) -> None:
+    run = replace(get_recipe("smoke"), _stream_cfg(hf_data["parquet"]))
+    data = build_data(run.data, run.model, seed=0, in_chans=3)
+    saved = datasets.load_from_disk(str(hf_data["saved"]))["test"]
+    batches = make_batches(data.test, batch_size=4, train=False, image_size=(12, 14))
+    got = list(batches.epoch(0))
+    assert [len(y) for _, y in got] == [4, 4, 1]
+    labels = torch.cat([y for _, y in got])
+    assert labels.tolist() == saved["label"]  # the test file was written in folder order
+    first = np.array(saved[0]["image"].convert("RGB"))  # (12, 14, 3)
+    assert torch.equal(
+        ((got[0][0][0] * 127.5) + 127.5).round().byte(), torch.from_numpy(first).permute(2, 0, 1)
+    )
+
+
+def test_a_killed_streaming_run_resumes_as_if_never_stopped(
+    hf_data: dict[str, Path], tmp_path: Path
+) -> None:
+    run = replace(get_recipe("smoke"), _stream_cfg(
+        hf_data["parquet"], **{"train.duration": "8st", "train.batch_size": 8,
+                               "train.save_every": "2st", "train.keep_last": 4,
+                               "train.log_every": "1st", "data.flip": True,
+                               "data.num_workers": 1}))  # fmt: skip
+    full = tmp_path / "full"
+    train(run, full, progress=False)
+    # 3 steps an epoch, windows of 10 rows: step 4 starts at row 8 of epoch 1, inside a window
+    resumed = stopped_copy(full, tmp_path / "resumed", step=4)
+    train(run, resumed, progress=False)
+    assert _log(resumed) == _log(full) and len([r for r in _log(full) if "lr" in r]) == 8
+    _same_weights(full / "checkpoints" / "step_00000008", resumed / "checkpoints" / "step_00000008")
+
+
+# ------------------------------------------------------------------------------------ errors
+
+
+def test_every_user_error_is_one_line(
+    shards: Path, hf_data: dict[str, Path], tmp_path: Path, capsys
+) -> None:
+    run = ["train", *TINY, "--set", "train.duration=1st", "--run-dir", str(tmp_path / "r")]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    _one_line_error(capsys, [*run, "--data", f"wds:{empty}"], "holds no .tar shards")
+    _one_line_error(capsys, [*run, "--data", f"wds:{tmp_path / 'nowhere'}"], "not found")
+    unlabelled = tmp_path / "unlabelled"
+    unlabelled.mkdir()
+    with tarfile.open(unlabelled / "train-0.tar", "w") as tar:
+        data = (shards / "classes.txt").read_bytes()
+        info = tarfile.TarInfo("a.png")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    _one_line_error(capsys, [*run, "--data", f"wds:{unlabelled}"], "sample 'a' has no a.cls")
+    saved = f"hf:{hf_data['saved']}"
+    _one_line_error(capsys, [*run, "--data", saved, "--set", "data.image_column=img"],
+                    "has no column 'img' (data.image_column): its columns are image, label")  # fmt: skip
+    _one_line_error(capsys, [*run, "--data", saved, "--set", "data.label_column=y"],
+                    "has no column 'y' (data.label_column)")  # fmt: skip
+    _one_line_error(capsys, [*run, "--data", f"hf:{tmp_path}/none-*.parquet"], "not found")
+    _one_line_error(capsys, [*run, "--data", saved, "--set", "data.streaming=true"],
+                    "is a save_to_disk folder")  # fmt: skip
+    _one_line_error(capsys, [*run, "--data", f"wds:{shards}", "--set", "data.streaming=true"],
+                    "data.streaming=True is not valid")  # fmt: skip
+    # an unknown split: a dataset without train, shards asked for a split they lack
+    odd = tmp_path / "odd"
+    datasets.DatasetDict(
+        {"extra": datasets.load_from_disk(str(hf_data["saved"]))["test"]}
+    ).save_to_disk(odd)
+    _one_line_error(
+        capsys, [*run, "--data", f"hf:{odd}"], "has the splits ['extra'] and no train split"
+    )
+    with pytest.raises(DataError, match=r"has no holdout shards \(expected holdout-\*.tar\)"):
+        WebDatasetShards(shards, "holdout")
+    train_only = tmp_path / "train-only"
+    train_only.mkdir()
+    (train_only / "train-000000.tar").write_bytes((shards / "train-000000.tar").read_bytes())
+    (train_only / "classes.txt").write_bytes((shards / "classes.txt").read_bytes())
+    best = tmp_path / "r2"
+    assert main(["train", "--data", f"wds:{shards}", *TINY, "--set", "train.duration=1st",
+                 "--run-dir", str(best), "--no-progress"]) == 0  # fmt: skip
+    capsys.readouterr()
+    _one_line_error(capsys, ["eval", str(best / "best"), "--data", f"wds:{train_only}"],
+                    "has only train shards: give the data to evaluate")  # fmt: skip
+    _one_line_error(capsys, ["data", "pack", str(tmp_path / "nowhere"), str(tmp_path / "o"),
+                             "--shard-size", "2"], "not found")  # fmt: skip
+    _one_line_error(capsys, ["data", "pack", str(hf_data["saved"]), str(shards), "--shard-size", "0"],
+                    "--shard-size 0")  # fmt: skip

@@ -202,6 +202,14 @@ def versions() -> str:
     return ", ".join(found) + f", libjpeg-turbo {features.version('libjpeg_turbo')} (Pillow's)"
 
 
+def publish(lines: list[str], out: Path | None) -> None:
+    """Print a result table (markdown lines) and, if ``out`` is given, write it there too."""
+    table = "\n".join(lines)
+    print(table)
+    if out:
+        out.write_text(table + "\n")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("folder", type=Path, help="FOLDER/train/<class>/<image> (make_jpeg_folder)")
@@ -235,9 +243,7 @@ def main(argv: list[str] | None = None) -> None:
                 f"| {name} | {statistics.median(got):.3f} | {min(got):.3f}-{max(got):.3f} | "
                 f"{1e3 / statistics.median(got):.0f} | {ratio:.3f} |"
             )
-        print("\n".join(lines))
-        if args.out:
-            args.out.write_text("\n".join(lines) + "\n")
+        publish(lines, args.out)
         return
     lines = [
         f"Command: `{' '.join([Path(sys.executable).name, *sys.argv])}`  ",
@@ -276,10 +282,7 @@ def main(argv: list[str] | None = None) -> None:
                 f"| {workers} | {name} | {median:.1f} | {min(got):.1f}-{max(got):.1f} | "
                 f"{per_core:.1f} | {need} | {ratio} |"
             )
-    table = "\n".join(lines)
-    print(table)
-    if args.out:
-        args.out.write_text(table + "\n")
+    publish(lines, args.out)
 
 
 if __name__ == "__main__":

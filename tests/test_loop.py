@@ -199,6 +199,47 @@ def test_workers_stay_for_the_whole_stream_and_every_evaluation(
     assert made == [2, 0, 2]
 
 
+def test_workers_leave_ctrl_c_to_the_main_process_however_started(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """A Ctrl-C reaches the whole process group: it must not kill the workers before the loop
+    has saved its checkpoint, also when they are not forked from the loop's handlers."""
+    import os
+    import signal
+    import time
+
+    from PIL import Image
+
+    from vitkit.data import Batches, ImageFolderDataset
+    from vitkit.data import loader as loader_module
+
+    for k in range(2):
+        (tmp_path / "train" / f"c{k}").mkdir(parents=True)
+        for i in range(4):
+            Image.new("RGB", (10, 10), (90 * k, 40 * i, 50)).save(tmp_path / f"train/c{k}/{i}.png")
+    iterators: list = []
+
+    class Forkserver(loader_module.DataLoader):
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, multiprocessing_context="forkserver", **kwargs)
+
+        def __iter__(self):  # type: ignore[no-untyped-def]
+            iterators.append(super().__iter__())
+            return iterators[-1]
+
+    monkeypatch.setattr(loader_module, "DataLoader", Forkserver)
+    data = ImageFolderDataset(tmp_path, "train")
+    batches = Batches(data, batch_size=2, train=True, seed=0, image_size=8, num_workers=1)
+    stream = batches.stream(0)
+    next(stream)
+    (worker,) = iterators[0]._workers
+    os.kill(worker.pid, signal.SIGINT)
+    time.sleep(0.5)
+    assert worker.is_alive()
+    for _ in range(2 * batches.steps_per_epoch):  # the worker still serves
+        next(stream)
+
+
 def test_default_workers_divide_the_cores_among_the_processes(monkeypatch) -> None:
     import os
 

@@ -23,7 +23,7 @@ from vitkit.cli import main
 from vitkit.config import replace
 from vitkit.data import ImageFolderDataset
 from vitkit.data.shards import WebDatasetShards, shard_layout
-from vitkit.errors import DataError
+from vitkit.errors import ConfigError, DataError
 from vitkit.recipes import get_recipe
 from vitkit.train.data import build_data, make_batches
 from vitkit.train.loop import TIMING_KEYS, train
@@ -223,6 +223,59 @@ def test_an_unreadable_sample_is_skipped_and_named(shards: Path, tmp_path: Path)
         WebDatasetShards(bad, "test", max_bad_fraction=0.1)
 
 
+@pytest.mark.parametrize("kind", ["wds", "hf"])
+def test_data_verify_none_opens_no_image_and_needs_the_channels(
+    kind: str, shards: Path, hf_data: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec = f"wds:{shards}" if kind == "wds" else f"hf:{hf_data['saved']}"
+    opened: list[object] = []
+    open_ = Image.open
+    monkeypatch.setattr(Image, "open", lambda *a, **k: opened.append(a) or open_(*a, **k))
+    for level, in_chans in (("full", None), ("none", 3)):
+        opened.clear()
+        run = replace(get_recipe("smoke"), {"data.dataset": spec, "data.verify": level})
+        data = build_data(run.data, run.model, seed=0, in_chans=in_chans)
+        assert len(data.train) > 0 and (len(opened) > 0) == (level == "full")
+    with pytest.raises(ConfigError, match=r"data\.verify=none opens no image"):
+        build_data(run.data, run.model, seed=0, in_chans=None)
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_a_split_without_labels_is_left_out_with_a_warning(streaming: bool, tmp_path: Path) -> None:
+    def pngs(n: int) -> list[dict]:
+        out = []
+        for k in range(n):
+            buffer = io.BytesIO()
+            Image.fromarray(_pixels(k % 3, k).astype(np.uint8)).save(buffer, "PNG")
+            out.append({"bytes": buffer.getvalue(), "path": None})
+        return out
+
+    features = datasets.Features(
+        {"image": datasets.Image(), "label": datasets.ClassLabel(names=list(CLASSES))}
+    )
+    train = datasets.Dataset.from_dict(
+        {"image": pngs(9), "label": [k % 3 for k in range(9)]}, features=features
+    )
+    test = datasets.Dataset.from_dict({"image": pngs(4), "label": [-1] * 4}, features=features)
+    folder = tmp_path / "parquet"
+    folder.mkdir()
+    train.to_parquet(folder / "train-00000-of-00001.parquet")
+    test.to_parquet(folder / "test-00000-of-00001.parquet")
+    keys = {"data.dataset": f"hf:{folder}", "data.streaming": streaming, "model.num_classes": 3}
+    keys |= {"data.validation": "holdout"} if not streaming else {}
+    run = replace(get_recipe("smoke"), keys)
+    if streaming:  # a stream cannot hold out: without its test split it has nothing to validate on
+        with (
+            pytest.warns(UserWarning, match=r"every label of its test split is -1"),
+            pytest.raises(ConfigError, match=r"has no val or test split"),
+        ):
+            build_data(run.data, run.model, seed=0, in_chans=3)
+        return
+    with pytest.warns(UserWarning, match=r"every label of its test split is -1"):
+        data = build_data(run.data, run.model, seed=0, in_chans=3)
+    assert data.test is None and len(data.train) + len(data.val) == 9
+
+
 # ------------------------------------------------------------------------------------ training
 
 
@@ -347,6 +400,31 @@ def test_a_stream_serves_every_row_once_an_epoch_in_windows_and_resumes_exactly(
     for b, ((x0, y0), (x1, y1)) in enumerate(zip(*(h.epoch(1) for h in halves), strict=True)):
         x, y = uninterrupted[5 + b]
         assert torch.equal(torch.cat([x0, x1]), x) and torch.equal(torch.cat([y0, y1]), y)
+
+
+def test_a_bad_row_of_a_stream_counts_once_however_often_it_is_read(tmp_path: Path) -> None:
+    pq = pytest.importorskip("pyarrow.parquet")
+    import pyarrow as pa
+
+    def png(k: int) -> bytes:
+        buffer = io.BytesIO()
+        Image.fromarray(_pixels(k % 2, k).astype(np.uint8)).save(buffer, "PNG")
+        return buffer.getvalue()
+
+    images = [png(k) if k != 7 else b"\x89PNG\r\n\x1a\nnot an image" for k in range(20)]
+    folder = tmp_path / "data"
+    folder.mkdir()
+    table = pa.table({"image": images, "label": [k % 2 for k in range(20)]})
+    for split in ("train", "test"):
+        pq.write_table(table, folder / f"{split}-00000-of-00001.parquet", row_group_size=5)
+    keys = {"data.max_bad_fraction": 0.05, "model.num_classes": 2}  # 1 of 20 allowed, not 2
+    run = replace(get_recipe("smoke"), _stream_cfg(folder, **keys))
+    stream = build_data(run.data, run.model, seed=0, in_chans=3).train
+    batches = make_batches(stream, batch_size=5, train=True, seed=0, image_size=8)
+    with pytest.warns(UserWarning, match=r"failed to decode") as caught:
+        for epoch in range(3):  # the bad row is read every epoch
+            assert sum(len(y) for _, y in batches.epoch(epoch)) == 20
+    assert len([w for w in caught if "failed to decode" in str(w.message)]) == 1
 
 
 def test_a_stream_serves_the_rows_in_file_order_for_evaluation(hf_data: dict[str, Path]) -> None:

@@ -118,6 +118,24 @@ def test_a_second_construction_reads_the_cache_and_opens_no_image(
     assert entry["colour"] == ["b/12.png", "RGB"] and entry["decided"] is True
 
 
+def test_names_that_are_not_utf8_are_listed_verified_and_cached(
+    tmp_path: Path, opens: list[str]
+) -> None:
+    root = tmp_path / "data"
+    _save(root / "b/0.png", _colour(0))
+    (root / "a").mkdir()
+    buffer = io.BytesIO()
+    _colour(1).save(buffer, "PNG")
+    with open(os.fsencode(root / "a") + b"/\xff\xfe.png", "wb") as f:  # Latin-1 bytes, not UTF-8
+        f.write(buffer.getvalue())
+    first = ImageFolderDataset(root, None, mode=None)
+    assert len(first) == 2 and not first.verified_cached and first.verified_from is not None
+    opens.clear()
+    second = ImageFolderDataset(root, None, mode=None)
+    assert opens == [] and second.verified_cached and _outcome(second) == _outcome(first)
+    assert second[0][0].shape == (3, 6, 5)  # the odd name still opens
+
+
 @pytest.mark.parametrize("change", ["touch", "rewrite", "add", "remove", "rename"])
 def test_a_changed_folder_misses_and_verifies_again(
     tmp_path: Path, opens: list[str], change: str

@@ -222,7 +222,9 @@ class DataConfig(Section):
         doc="how much of each image file a folder's first read checks: full = PIL's verify() of "
         "every file (and decoding until a colour image when the channels are decided); header = "
         "verify() only, channels from the files' modes; none = the listing only, a bad file "
-        "replaced when read (needs model.in_chans). The findings are cached under $VITKIT_HOME",
+        "replaced when read (needs model.in_chans). A folder's findings are cached under "
+        "$VITKIT_HOME; wds: and hf: data are checked at every start (header as full), or not "
+        "at all with none",
     )
     max_bad_fraction: float = key(
         0.01,

@@ -11,7 +11,9 @@ depends on, reads parquet footers and row groups for the stream (``data.streamin
 stream.py), which never converts anything.
 
 Splits: the dataset's ``train``, ``validation`` (or ``valid``, ``val``, ``dev``) and ``test``
-are vitkit's train, val and test; other splits are ignored, and ``train`` is required. A single
+are vitkit's train, val and test; other splits are ignored, and ``train`` is required. A val
+or test split whose labels are all -1 (published without labels, as the Hub's imagenet-1k test
+split is) is left out with a warning, as if absent. A single
 ``Dataset`` (``save_to_disk`` of one split, a parquet file or a glob) is ``train`` alone, and
 ``vitkit eval`` evaluates it whole, as a folder of class folders.
 
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import glob
 import os
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -235,6 +238,8 @@ def open_hf(
     columns = {
         s: t.data.column(label_column).to_numpy(zero_copy_only=False) for s, t in tables.items()
     }
+    for split in _unlabelled(spec, columns):
+        del tables[split], columns[split]
     names = getattr(train_feature, "names", None)  # a ClassLabel's
     classes, labels, label_names = _classes(spec, columns, names)
     return HFSource(
@@ -274,6 +279,15 @@ def _open_stream(
                 for p in paths
             ]
             columns[split] = np.concatenate(parts)
+    else:  # a ClassLabel names the classes: only whether val and test hold labels is read
+        for split, paths in files.items():
+            if split != "train":
+                read = [pq.read_table(open_parquet(p), columns=[label_column]) for p in paths]
+                columns[split] = np.concatenate(
+                    [t.column(0).to_numpy(zero_copy_only=False) for t in read]
+                )
+    for split in _unlabelled(spec, columns):
+        del files[split], columns[split]
     classes, _, label_names = _classes(spec, columns, names)
     return HFSource(
         spec=spec,
@@ -284,6 +298,22 @@ def _open_stream(
         label_column=label_column,
         label_names=label_names,
     )
+
+
+def _unlabelled(spec: str, columns: Mapping[str, np.ndarray]) -> list[str]:
+    """The val and test splits whose labels are all -1 (a ClassLabel's "no label", e.g. the
+    Hub's imagenet-1k test split): left out, with a warning, as if absent."""
+    found = [
+        split
+        for split, labels in columns.items()
+        if split != "train" and len(labels) and labels.dtype.kind in "iu" and (labels < 0).all()
+    ]
+    for split in found:
+        warnings.warn(
+            f"{spec}: every label of its {split} split is -1 (no labels): that split is left out",
+            stacklevel=3,
+        )
+    return found
 
 
 def _check_columns(

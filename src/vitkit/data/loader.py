@@ -142,6 +142,17 @@ def _collate(items: list[tuple[Tensor, int]]) -> tuple[Tensor, Tensor]:
     return images, torch.tensor([label for _, label in items], dtype=torch.int64)
 
 
+def ignore_interrupts(_worker: int) -> None:
+    """A loader worker's start: Ctrl-C (SIGINT, sent to the terminal's whole process group) is
+    the main process's to handle (it saves a checkpoint, then ends its workers), whatever way the
+    workers were started. SIGTERM keeps its default: it is how the main process's exit ends
+    workers it did not shut down (multiprocessing terminates them); forked workers inherit the
+    training loop's handler for it."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def to_input(images: Tensor, device: torch.device) -> Tensor:
     """A batch as the model takes it, on ``device``: copied there (without waiting, from pinned
     memory) and, if uint8, scaled to [-1, 1] there."""
@@ -356,6 +367,7 @@ class Batches:
             collate_fn=_collate,
             pin_memory=self.pin_memory,
             persistent_workers=self.num_workers > 0,
+            worker_init_fn=ignore_interrupts,
             # its own seed for worker seeding: never a draw from the global RNG (dropout's),
             # which would differ between a resumed and an uninterrupted run
             generator=generator(self.seed, _LOADER),

@@ -53,7 +53,7 @@ from ..errors import ConfigError, DataError
 from .encoded import decode
 from .folder import DECODE_ERRORS, UnreadableImageWarning
 from .hf import image_bytes
-from .loader import Augment, Batches, generator
+from .loader import Augment, Batches, generator, ignore_interrupts
 from .transforms import resize, to_float
 
 # Stream names for the random draws (the loader's are 0-3: they never meet these).
@@ -210,7 +210,8 @@ class _DecodeParts(Dataset):
         kept = [i for i in range(n) if images[i] is not None]
         if not kept:
             return None, torch.empty(0, dtype=torch.int64), failures
-        # a failure takes the next image of the part that decodes, and its label
+        # a failure takes the next image of the part that decodes, and its label: of this
+        # process's part, so a batch with a failure depends on the number of processes
         chosen = [i if i in kept else next((k for k in kept if k > i), kept[0]) for i in range(n)]
         stacked = torch.stack(
             [im for i in chosen if (im := images[i]) is not None]
@@ -226,7 +227,7 @@ class StreamBatches(Batches):
     def __init__(self, dataset: ParquetStream, **options: Any) -> None:
         super().__init__(dataset, **options)
         self.source = dataset
-        self._failed = 0
+        self._failed: set[str] = set()  # the rows that failed, each counted once however often read
 
     def _windows(self, epoch: int) -> list[list[int]]:
         """The row groups of each window of ``epoch``, in order."""
@@ -313,6 +314,7 @@ class StreamBatches(Batches):
             num_workers=self.num_workers,
             collate_fn=_as_is,
             pin_memory=self.pin_memory,
+            worker_init_fn=ignore_interrupts,
             generator=generator(self.seed, _LOADER, epoch),
         )
         (H, W), C = size_hw(self.image_size), self.source.channels
@@ -334,16 +336,18 @@ class StreamBatches(Batches):
 
     def _count(self, failures: list[tuple[str, str]]) -> None:
         for where, why in failures:
-            self._failed += 1
-            if self._failed > self.source.max_bad_fraction * len(self.source):
+            if where in self._failed:  # read again (another epoch, another evaluation): known
+                continue
+            self._failed.add(where)
+            if len(self._failed) > self.source.max_bad_fraction * len(self.source):
                 raise DataError(
-                    f"{self._failed} images of {self.source.name} failed to decode, more than "
+                    f"{len(self._failed)} images of {self.source.name} failed to decode, more than "
                     f"max_bad_fraction={self.source.max_bad_fraction} of its {len(self.source)} "
                     f"allows; last: {where} ({why})"
                 )
             warnings.warn(
                 f"image {where} failed to decode ({why}); using the next readable image of its "
-                f"batch in its place ({self._failed} so far in {self.source.name})",
+                f"batch in its place ({len(self._failed)} so far in {self.source.name})",
                 UnreadableImageWarning,
                 stacklevel=3,
             )

@@ -245,7 +245,7 @@ def cache_path(folder: Path, level: Level) -> Path:
     """Where the findings of ``folder`` (absolute) at ``level`` are kept."""
     from ..io.download import home  # io imports the model: only when a cache is used
 
-    digest = hashlib.sha256(str(folder).encode()).hexdigest()[:16]
+    digest = hashlib.sha256(os.fsencode(folder)).hexdigest()[:16]  # any bytes a name holds
     return home() / "verified" / f"{folder.name or 'root'}-{digest}-{level}.json"
 
 
@@ -256,7 +256,7 @@ def listing_key(folder: Path, files: Sequence[str]) -> str:
     base = str(folder)
     for rel in files:
         st = os.stat(os.path.join(base, rel))  # strings, not Paths: a million of them add up
-        h.update(f"{rel}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+        h.update(os.fsencode(rel) + f"\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
     return h.hexdigest()
 
 
@@ -373,7 +373,7 @@ def _write(entry: Path, record: dict[str, Any]) -> bool:
     """Write an entry atomically; whether it was written (a failure is a warning)."""
     from ..io.checkpoint import atomic_write
 
-    text = json.dumps(record, ensure_ascii=False)
+    text = json.dumps(record)  # ASCII: names that are not UTF-8 survive (surrogate escapes)
     try:
         atomic_write(entry, lambda tmp: tmp.write_text(text, encoding="utf-8"))
     except OSError as e:

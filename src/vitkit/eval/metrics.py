@@ -38,7 +38,9 @@ def evaluate(
     processes when each evaluates its part of the batches (data parallelism)."""
     device = model_device(model)
     confusion = torch.zeros(num_classes, num_classes, dtype=torch.long, device=device)
-    loss_sum, top5_hits, one_view_hits, count = 0.0, 0, 0, 0
+    # loss sum, top-5 hits, one-view hits: on the device, read once at the end (no host read
+    # per batch); the count of images is the host's
+    sums, count = torch.zeros(3, dtype=torch.float64, device=device), 0
     with eval_mode(model):
         for images, labels in batches:
             images = to_input(images, device)  # (B, C, H, W) in [-1, 1]
@@ -47,24 +49,24 @@ def evaluate(
                 images = torch.cat([images, images.flip(-1)])
             with torch.autocast(device.type, dtype=autocast, enabled=autocast is not None):
                 logits = model(images).float()  # (B, K), or (2B, K) with flip
+            unflipped = torch.zeros((), device=device)  # hits of the images alone (flip)
             if flip:
                 views = logits.log_softmax(1).unflatten(0, (2, -1))  # (2, B, K)
-                one_view_hits += (views[0].argmax(dim=1) == labels).sum().item()
+                unflipped = (views[0].argmax(dim=1) == labels).sum()
                 # the log of the mean probability: the averaged prediction's loss, top-5, argmax
                 logits = torch.logsumexp(views, dim=0) - math.log(2)  # (B, K)
-            loss_sum += F.cross_entropy(logits, labels, reduction="sum").item()
             k = min(5, num_classes)
-            top5_hits += (logits.topk(k, dim=1).indices == labels[:, None]).any(dim=1).sum().item()
+            top5 = (logits.topk(k, dim=1).indices == labels[:, None]).any(dim=1).sum()
+            loss = F.cross_entropy(logits, labels, reduction="sum")
+            sums += torch.stack([loss.double(), top5.double(), unflipped.double()])
+            count += labels.numel()
             confusion += torch.bincount(
                 labels * num_classes + logits.argmax(dim=1), minlength=num_classes * num_classes
             ).reshape(num_classes, num_classes)
-            count += labels.numel()
+    totals = torch.cat([sums, sums.new_tensor([count])])  # (4,)
     if reduce is not None:
-        confusion = reduce(confusion)
-        totals = reduce(
-            torch.tensor([loss_sum, top5_hits, one_view_hits, count], dtype=torch.float64)
-        )
-        loss_sum, top5_hits, one_view_hits, count = totals[0].item(), *map(int, totals[1:])
+        confusion, totals = reduce(confusion), reduce(totals)
+    loss_sum, top5_hits, one_view_hits, count = totals[0].item(), *map(int, totals[1:].tolist())
     per_class = (confusion.diag() / confusion.sum(dim=1).clamp(min=1)).tolist()
     one_view = {"accuracy_one_view": one_view_hits / max(count, 1)} if flip else {}
     return {

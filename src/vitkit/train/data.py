@@ -118,8 +118,9 @@ def _splits_of(cfg: DataConfig) -> _Splits:
         shards = shard_layout(source.path)
 
         def tars(split: str, mode: str | None, verify: bool) -> WebDatasetShards:
+            checked = verify and cfg.verify != "none"  # header checks as full does here
             return WebDatasetShards(
-                shards.root, split, mode=mode, verify=verify, max_bad_fraction=bad
+                shards.root, split, mode=mode, verify=checked, max_bad_fraction=bad
             )
 
         names = tuple(shards.splits)
@@ -132,7 +133,8 @@ def _splits_of(cfg: DataConfig) -> _Splits:
     )
 
     def rows(split: str, mode: str | None, verify: bool) -> Any:
-        dataset = hf.dataset(split, mode=mode, verify=verify, max_bad_fraction=bad)
+        checked = verify and cfg.verify != "none"  # header checks as full does here
+        dataset = hf.dataset(split, mode=mode, verify=checked, max_bad_fraction=bad)
         if isinstance(dataset, ParquetStream):
             dataset.shuffle_buffer = cfg.shuffle_buffer
         return dataset
@@ -173,7 +175,7 @@ def build_data(
     elif source.kind in SPLIT_KINDS:
         found = _splits_of(cfg)
         mode = None if in_chans is None else ("L" if in_chans == 1 else "RGB")
-        if mode is None and cfg.verify == "none" and source.kind == "folder":
+        if mode is None and cfg.verify == "none" and not cfg.streaming:  # a stream reads RGB
             raise ConfigError(
                 "data.verify=none opens no image before training, so it cannot decide the "
                 "channels: set model.in_chans=3 (or 1), or data.verify=header"

@@ -301,7 +301,7 @@ def train(
         return ordered_batches(
             dataset,
             run.model,
-            batch_size=max(tc.batch_size, 256),
+            batch_size=tc.batch_size,  # larger starves the overlap of input and compute
             num_workers=workers,
             shard=(rank, world),
             uint8=True,
@@ -598,12 +598,32 @@ def write_skipped(run_dir: Path, skipped: list[tuple[str, str]]) -> None:
 
 
 def _on_device(batches: Iterator[tuple[Tensor, Tensor]], device: torch.device) -> Iterator[Any]:
-    """Each (uint8 images, labels) micro-batch on ``device``, scaled there; the copy of the next
-    one is issued as soon as the loop asks for it, after the current step's work was queued, so
-    that the host decodes and copies while the device computes (from page-locked memory the copy
-    does not make the host wait)."""
-    for images, labels in batches:
-        yield to_input(images, device), labels.to(device, non_blocking=True)
+    """Each (uint8 images, labels) micro-batch on ``device``, scaled there. On CUDA the next
+    micro-batch's copy (from page-locked memory) and scaling are issued on a side stream before
+    the current one is handed over, so they run while the device computes this step; the step's
+    stream waits for them only when it takes that batch. Elsewhere one after the other."""
+    if device.type != "cuda":
+        for images, labels in batches:
+            yield to_input(images, device), labels.to(device)
+        return
+    side = torch.cuda.Stream(device)
+
+    def issue(batch: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:
+        with torch.cuda.stream(side):
+            images, labels = batch
+            return to_input(images, device), labels.to(device, non_blocking=True)
+
+    it = iter(batches)
+    ahead = next(it, None)
+    ready = None if ahead is None else issue(ahead)
+    while ready is not None:
+        compute = torch.cuda.current_stream(device)
+        compute.wait_stream(side)  # this batch's copy is done before the step reads it
+        for tensor in ready:
+            tensor.record_stream(compute)  # its memory is not reused while the step runs
+        following = next(it, None)
+        current, ready = ready, None if following is None else issue(following)
+        yield current
 
 
 def _check_finite(diverged: Tensor) -> None:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import copy
 import io
-import warnings
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from typing import TypeVar
@@ -31,7 +30,7 @@ from torch import Tensor
 
 from ..errors import ConfigError, DataError
 from .arrays import as_indices
-from .folder import DECODE_ERRORS, UnreadableImageWarning, skip_unreadable
+from .folder import DECODE_ERRORS, count_decode_failure, skip_unreadable
 from .transforms import pil_to_tensor
 
 _Images = TypeVar("_Images", bound="EncodedImages")
@@ -133,7 +132,7 @@ class EncodedImages:
         self.channels = 1 if self.mode == "L" else 3
         self.rows = rows  # this dataset's index -> record
         self.labels = all_labels[torch.from_numpy(rows)]
-        self._failed: set[int] = set()  # records that passed the check but failed to decode
+        self._failed: set[str] = set()  # records that passed the check but failed to decode
 
     def _verify(
         self, rows: np.ndarray, labels: Tensor, *, decide: bool
@@ -192,20 +191,13 @@ class EncodedImages:
         raise DataError(f"no image in {self.name} can be decoded")
 
     def _decode_failed(self, record: int, error: Exception) -> None:
-        if record in self._failed:
-            return
-        self._failed.add(record)
-        where = self.describe(record)
-        if len(self._failed) > self.max_bad_fraction * len(self.rows):
-            raise DataError(
-                f"{len(self._failed)} of {len(self.rows)} images in {self.name} failed to decode, "
-                f"more than max_bad_fraction={self.max_bad_fraction} allows; last: {where} "
-                f"({type(error).__name__}: {error})"
-            )
-        warnings.warn(
-            f"image {where} failed to decode ({type(error).__name__}: {error}); using the next "
-            f"readable image in its place ({len(self._failed)} so far in {self.name})",
-            UnreadableImageWarning,
+        count_decode_failure(
+            self._failed,
+            self.describe(record),
+            error,
+            total=len(self.rows),
+            where=self.name,
+            max_bad_fraction=self.max_bad_fraction,
             stacklevel=3,
         )
 

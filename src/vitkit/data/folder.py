@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from torch import Tensor
@@ -79,6 +79,38 @@ def skip_unreadable(
             UnreadableImageWarning,
             stacklevel=stacklevel + 1,
         )
+
+
+def count_decode_failure(
+    failed: set[Any],
+    key: object,
+    error: Exception | str,
+    *,
+    total: int,
+    where: object,
+    max_bad_fraction: float,
+    replaced_by: str = "the next readable image",
+    stacklevel: int,
+) -> None:
+    """An image that passed the listing's check failed to decode when read: counted once
+    however often it is read again (``failed``: the keys seen so far, updated), a warning, or a
+    ``DataError`` when the failures are more than ``max_bad_fraction`` of the ``total`` images in
+    ``where``. ``stacklevel``: the warning's frame, counted from the caller."""
+    if key in failed:
+        return
+    failed.add(key)
+    why = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
+    if len(failed) > max_bad_fraction * total:
+        raise DataError(
+            f"{len(failed)} of {total} images in {where} failed to decode, more than "
+            f"max_bad_fraction={max_bad_fraction} allows; last: {key} ({why})"
+        )
+    warnings.warn(
+        f"image {key} failed to decode ({why}); using {replaced_by} in its place "
+        f"({len(failed)} so far in {where})",
+        UnreadableImageWarning,
+        stacklevel=stacklevel + 1,
+    )
 
 
 def _visible(name: str) -> bool:
@@ -450,19 +482,13 @@ class ImageFolderDataset:
         raise DataError(f"no image in {self.split_dir} can be decoded")
 
     def _decode_failed(self, path: Path, error: Exception) -> None:
-        if path in self._failed:
-            return
-        self._failed.add(path)
-        if len(self._failed) > self.max_bad_fraction * len(self.samples):
-            raise DataError(
-                f"{len(self._failed)} of {len(self.samples)} images in {self.split_dir} failed to "
-                f"decode, more than max_bad_fraction={self.max_bad_fraction} allows; last: {path} "
-                f"({type(error).__name__}: {error})"
-            )
-        warnings.warn(
-            f"image {path} failed to decode ({type(error).__name__}: {error}); using the next "
-            f"readable image in its place ({len(self._failed)} so far in {self.split_dir})",
-            UnreadableImageWarning,
+        count_decode_failure(
+            self._failed,
+            path,
+            error,
+            total=len(self.samples),
+            where=self.split_dir,
+            max_bad_fraction=self.max_bad_fraction,
             stacklevel=4,
         )
 

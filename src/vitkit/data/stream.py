@@ -38,7 +38,6 @@ is an error.
 from __future__ import annotations
 
 import itertools
-import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -51,7 +50,7 @@ from torch.utils.data import DataLoader, Dataset
 from ..config import size_hw
 from ..errors import ConfigError, DataError
 from .encoded import decode
-from .folder import DECODE_ERRORS, UnreadableImageWarning
+from .folder import DECODE_ERRORS, count_decode_failure
 from .hf import image_bytes
 from .loader import Augment, Batches, generator, ignore_interrupts
 from .transforms import resize, to_float
@@ -335,19 +334,14 @@ class StreamBatches(Batches):
             yield (images if self.uint8 else to_float(images)), labels
 
     def _count(self, failures: list[tuple[str, str]]) -> None:
-        for where, why in failures:
-            if where in self._failed:  # read again (another epoch, another evaluation): known
-                continue
-            self._failed.add(where)
-            if len(self._failed) > self.source.max_bad_fraction * len(self.source):
-                raise DataError(
-                    f"{len(self._failed)} images of {self.source.name} failed to decode, more than "
-                    f"max_bad_fraction={self.source.max_bad_fraction} of its {len(self.source)} "
-                    f"allows; last: {where} ({why})"
-                )
-            warnings.warn(
-                f"image {where} failed to decode ({why}); using the next readable image of its "
-                f"batch in its place ({len(self._failed)} so far in {self.source.name})",
-                UnreadableImageWarning,
+        for where, why in failures:  # a row read again (another epoch, evaluation) counts once
+            count_decode_failure(
+                self._failed,
+                where,
+                why,
+                total=len(self.source),
+                where=self.source.name,
+                max_bad_fraction=self.source.max_bad_fraction,
+                replaced_by="the next readable image of its batch",
                 stacklevel=3,
             )

@@ -164,6 +164,15 @@ def test_set_text_is_read_by_the_fields_type() -> None:
         ),
         ("model.resnet=(3,4)", "model.resnet=(3,4) is not valid: expected a ResNetConfig, or none"),
         ("train.seed", "--set expects key=value, found 'train.seed'"),
+        (  # more than torch.manual_seed takes: an overflow traceback once the data was built
+            "train.seed=99999999999999999999999",
+            "train.seed=99999999999999999999999 is not valid: "
+            "expected an integer in [0, 9223372036854775807]",
+        ),
+        (
+            "train.seed=-1",
+            "train.seed=-1 is not valid: expected an integer in [0, 9223372036854775807]",
+        ),
     ],
 )
 def test_a_wrong_value_is_one_line_naming_key_value_and_type(item: str, message: str) -> None:

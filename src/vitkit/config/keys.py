@@ -74,7 +74,7 @@ class Key:
 
 
 def _num(x: float) -> str:
-    return f"{x:g}"
+    return str(x) if isinstance(x, int) else f"{x:g}"  # an integer bound exactly (2**63 - 1)
 
 
 @dataclass(frozen=True)

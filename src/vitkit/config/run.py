@@ -350,7 +350,12 @@ class TrainConfig(Section):
         "fp32; bf16 (autocast); fp16 (autocast and a gradient scaler, for GPUs without bf16)",
     )
     compile: bool = key(False, doc="compile the training step (torch.compile)")
-    seed: int = key(0, doc="seeds the weights, the batch order, augmentation and holdouts")
+    seed: int = key(
+        0,
+        doc="seeds the weights, the batch order, augmentation and holdouts",
+        ge=0,
+        le=2**63 - 1,  # torch.manual_seed takes a 64-bit integer; numpy's seeds are non-negative
+    )
     log_every: Duration = key("50st", doc="how often to log the training loss")
     eval_every: Duration = key("1ep", doc="how often to evaluate (and keep the best weights)")
     save_every: Duration = key("1ep", doc="how often to write a resumable checkpoint")

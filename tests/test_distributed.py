@@ -101,6 +101,9 @@ def test_ddp_on_two_processes_equals_one(one_process: Path, tmp_path: Path) -> N
     vitkit(*RUN, "--run-dir", str(tmp_path), "--nproc", "2")  # vitkit's own way into torchrun
     assert_same_run(tmp_path, one_process)
     assert_same_weights(tmp_path, one_process)
+    # each process's predictions gathered: the same confusion cells as one process's
+    table = [(d / "confusion.csv").read_text() for d in (tmp_path, one_process)]
+    assert table[0] == table[1] and table[0].count("\n") > 1
 
 
 def assert_resumed(run_dir: Path, source: Path, step: int) -> None:

@@ -3,6 +3,8 @@ test-time flips, split into batches or summed over (simulated) processes."""
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -34,10 +36,14 @@ def test_figures_match_a_direct_computation(data) -> None:
     assert result["accuracy"] == (logits.argmax(1) == labels).sum().item() / 40
     top5 = (logits.topk(5, 1).indices == labels[:, None]).any(1).float().mean().item()
     assert result["top5"] == pytest.approx(top5)
-    confusion = torch.zeros(K, K, dtype=torch.long)
-    for t, p in zip(labels, logits.argmax(1), strict=True):
-        confusion[t, p] += 1
-    assert result["confusion"] == confusion.tolist()
+    cells = Counter(zip(labels.tolist(), logits.argmax(1).tolist(), strict=True))
+    assert result["confusion"] == [(t, p, n) for (t, p), n in sorted(cells.items())]
+    per_class = [
+        sum(n for (t, p), n in cells.items() if t == p == k)
+        / max(1, sum(n for (t, _), n in cells.items() if t == k))
+        for k in range(K)
+    ]
+    assert result["per_class"] == pytest.approx(per_class)
     assert "accuracy_one_view" not in result
 
 
@@ -66,7 +72,12 @@ def test_reduce_sums_every_figure_over_processes(data) -> None:
     """Two processes holding the same half each add up to the whole evaluated once."""
     model, images, labels = data
     half = evaluate(
-        model, batches(images[:20], labels[:20], 8), K, flip=True, reduce=lambda t: 2 * t
+        model,
+        batches(images[:20], labels[:20], 8),
+        K,
+        flip=True,
+        reduce=lambda t: 2 * t,
+        gather=lambda t: torch.cat([t, t]),
     )
     twice = evaluate(
         model,
@@ -75,6 +86,6 @@ def test_reduce_sums_every_figure_over_processes(data) -> None:
         flip=True,
     )
     assert half["count"] == twice["count"] == 40
-    for key in ("accuracy", "accuracy_one_view", "top5", "confusion"):
+    for key in ("accuracy", "accuracy_one_view", "top5", "confusion", "per_class"):
         assert half[key] == twice[key]
     assert half["loss"] == pytest.approx(twice["loss"], rel=1e-6)

@@ -155,6 +155,26 @@ def all_sum(tensor: Tensor) -> Tensor:
     return total.to(tensor.device)
 
 
+def all_concat(tensor: Tensor) -> Tensor:
+    """The 1-D ``tensor`` of every process, concatenated in rank order (the parts may differ in
+    length: each is padded to the longest for ``all_gather``, then cut back); ``tensor`` itself
+    without processes."""
+    if not is_distributed():
+        return tensor
+    device = collective_device()
+    length = torch.tensor([tensor.numel()], device=device)
+    lengths = [torch.zeros_like(length) for _ in range(world_size())]
+    dist.all_gather(lengths, length)
+    sizes = [int(n) for n in torch.cat(lengths).tolist()]
+    if max(sizes) == 0:
+        return tensor
+    padded = tensor.new_zeros(max(sizes), device=device)
+    padded[: tensor.numel()] = tensor
+    parts = [torch.empty_like(padded) for _ in sizes]
+    dist.all_gather(parts, padded)
+    return torch.cat([part[:n] for part, n in zip(parts, sizes, strict=True)]).to(tensor.device)
+
+
 def all_mean(tensor: Tensor) -> Tensor:
     """``tensor`` averaged over processes (each holds the mean of an equal part of a batch)."""
     return all_sum(tensor) / world_size() if is_distributed() else tensor

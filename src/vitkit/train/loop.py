@@ -417,6 +417,7 @@ def train(
                     autocast=autocast,
                     flip=run.data.test_flip,
                     reduce=distributed.all_sum,
+                    gather=distributed.all_concat,
                 )
             else:  # the colour accuracy of the chosen patches, the same patches every time
                 result = evaluate_mpp(

@@ -1,12 +1,20 @@
 """What a finished run leaves for a person: a loss/accuracy curve and (when it classifies) a
-confusion matrix (PNG), drawn from ``metrics.jsonl`` and the final evaluation; and the run's time
-to accuracy and best evaluation, read from the same log."""
+confusion matrix (its non-zero cells as CSV, and a PNG whose size is bounded whatever the number
+of classes: ImageNet's 1,000 or 21,843 too), drawn from ``metrics.jsonl`` and the final
+evaluation; and the run's time to accuracy and best evaluation, read from the same log."""
 
 from __future__ import annotations
 
+import csv
 import json
 from pathlib import Path
 from typing import Any
+
+DPI = 100
+ANNOTATED_MAX = 30  # classes whose every cell is drawn with its count: at most 1,900 px a side
+BINS_MAX = 800  # a larger matrix is drawn in blocks of classes, about a pixel each
+FIGURE_INCHES = (17.0, 10.0)  # the bounded figure: 1,700 x 1,000 px at DPI
+CONFUSED_SHOWN = 25
 
 
 def _records(run_dir: Path) -> list[dict[str, Any]]:
@@ -55,7 +63,9 @@ def best_evaluation(run_dir: Path) -> dict[str, Any] | None:
 
 
 def write_report(run_dir: Path, result: dict[str, Any], classes: list[str]) -> list[Path]:
-    """Write ``curves.png`` and ``confusion.png`` into ``run_dir``; returns their paths."""
+    """Write ``curves.png`` and, for a classifier, ``confusion.csv`` and ``confusion.png`` into
+    ``run_dir``; returns their paths. ``result["confusion"]``: the sparse cells ``evaluate``
+    returns."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -77,24 +87,92 @@ def write_report(run_dir: Path, result: dict[str, Any], classes: list[str]) -> l
         ax.legend()
     fig.tight_layout()
     curves = run_dir / "curves.png"
-    fig.savefig(curves, dpi=100)
+    fig.savefig(curves, dpi=DPI)
     plt.close(fig)
 
     if "confusion" not in result:  # masked patch prediction: no classes to confuse
         return [curves]
-    confusion = result["confusion"]
-    k = len(confusion)
-    fig, ax = plt.subplots(figsize=(1.0 + 0.6 * k, 1.0 + 0.6 * k))
-    ax.imshow(confusion, cmap="Blues")
-    for i in range(k):
-        for j in range(k):
-            ax.text(j, i, str(confusion[i][j]), ha="center", va="center", fontsize=7)
-    ax.set_xticks(range(k), classes, rotation=60, ha="right", fontsize=8)
-    ax.set_yticks(range(k), classes, fontsize=8)
-    split = result.get("split", "test")
-    ax.set(xlabel="predicted", ylabel="true", title=f"{split} accuracy {result['accuracy']:.4f}")
-    fig.tight_layout()
+    cells = result["confusion"]
+    table = run_dir / "confusion.csv"
+    write_confusion_table(table, cells, classes)
+    title = f"{result.get('split', 'test')} accuracy {result['accuracy']:.4f}"
+    fig = confusion_figure(cells, classes, title=title)
     matrix = run_dir / "confusion.png"
-    fig.savefig(matrix, dpi=100)
+    fig.savefig(matrix, dpi=DPI)
     plt.close(fig)
-    return [curves, matrix]
+    return [curves, table, matrix]
+
+
+def write_confusion_table(
+    path: Path, cells: list[tuple[int, int, int]], classes: list[str]
+) -> None:
+    """``confusion.csv``: every non-zero cell of the confusion matrix, one row each (true,
+    predicted, count, true_name, predicted_name), in the order of ``cells``."""
+    with open(path, "w", newline="") as f:
+        out = csv.writer(f)
+        out.writerow(["true", "predicted", "count", "true_name", "predicted_name"])
+        out.writerows((t, p, n, classes[t], classes[p]) for t, p, n in cells)
+
+
+def most_confused(
+    cells: list[tuple[int, int, int]], count: int = CONFUSED_SHOWN
+) -> list[tuple[int, int, int]]:
+    """The ``count`` off-diagonal cells with the most images, most first (ties: by true, then
+    predicted class)."""
+    wrong = [c for c in cells if c[0] != c[1]]
+    return sorted(wrong, key=lambda c: (-c[2], c[0], c[1]))[:count]
+
+
+def confusion_figure(cells: list[tuple[int, int, int]], classes: list[str], *, title: str) -> Any:
+    """The confusion matrix as a matplotlib figure (rows: true class). Up to
+    ``ANNOTATED_MAX`` classes every cell is drawn with its count and the axes name the classes;
+    above, the figure is bounded whatever the number of classes (``FIGURE_INCHES`` at ``DPI``,
+    at most ``BINS_MAX`` x ``BINS_MAX`` cells, each the sum of a block of classes, on a log
+    scale, no text per cell) beside a table of the most confused pairs."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    k = len(classes)
+    true, predicted, counts = np.array(cells, dtype=np.int64).reshape(-1, 3).T  # 3 x (cells,)
+    if k <= ANNOTATED_MAX:
+        matrix = np.zeros((k, k), dtype=np.int64)
+        np.add.at(matrix, (true, predicted), counts)
+        fig, ax = plt.subplots(figsize=(1.0 + 0.6 * k, 1.0 + 0.6 * k))
+        ax.imshow(matrix, cmap="Blues")
+        for i in range(k):
+            for j in range(k):
+                ax.text(j, i, str(matrix[i, j]), ha="center", va="center", fontsize=7)
+        ax.set_xticks(range(k), classes, rotation=60, ha="right", fontsize=8)
+        ax.set_yticks(range(k), classes, fontsize=8)
+        ax.set(xlabel="predicted", ylabel="true", title=title)
+        fig.tight_layout()
+        return fig
+    bins = min(k, BINS_MAX)  # class c falls in bin c * bins // k
+    binned = np.zeros((bins, bins), dtype=np.float64)
+    np.add.at(binned, (true * bins // k, predicted * bins // k), counts)
+    fig, (ax, side) = plt.subplots(
+        1, 2, figsize=FIGURE_INCHES, gridspec_kw={"width_ratios": [1.6, 1]}
+    )
+    shown = ax.imshow(np.log1p(binned), cmap="Blues", interpolation="nearest", extent=(0, k, k, 0))
+    fig.colorbar(shown, ax=ax, fraction=0.046, pad=0.04, label="log(1 + images)")
+    per_bin = f", {k / bins:.1f} classes a cell" if bins < k else ""
+    ax.set(
+        xlabel="predicted class (index)",
+        ylabel="true class (index)",
+        title=f"{title}, {k:,} classes{per_bin}",
+    )
+    images_of = np.bincount(true, weights=counts, minlength=k)  # (K,) images of each true class
+    lines = [f"{'images':>7} {'share':>6}  true -> predicted"]
+    lines += [
+        f"{n:>7} {n / images_of[t]:>6.1%}  {_short(classes[t])} -> {_short(classes[p])}"
+        for t, p, n in most_confused(cells)
+    ]
+    side.axis("off")
+    side.set_title("most confused pairs (all cells: confusion.csv)")
+    side.text(0, 1, "\n".join(lines), va="top", family="monospace", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def _short(name: str, width: int = 30) -> str:
+    return name if len(name) <= width else name[: width - 3] + "..."

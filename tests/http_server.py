@@ -1,7 +1,8 @@
 """A local HTTP server for tests that download: files the test makes, served on 127.0.0.1.
 
 ``FileServer`` serves a dict of path -> bytes with what downloads meet in the wild: Range requests
-(206 + Content-Range, 416 past the end), extra headers per path (a publisher's ``x-goog-hash``),
+(206 + Content-Range, 416 past the end) and the validators that make them safe (ETag,
+Last-Modified, If-Range), redirects, extra headers per path (a publisher's ``x-goog-hash``),
 responses cut after N bytes (an interrupted transfer), a delay before each body (so that
 processes overlap), and a log of every request. ``FakeHub`` adds the Hugging Face Hub's
 ``/{repo_id}/resolve/{revision}/{filename}`` for ``HF_ENDPOINT``. Nothing leaves the machine::
@@ -20,6 +21,7 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from email.utils import formatdate
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import unquote
@@ -57,14 +59,22 @@ class FileServer:
 
     Attributes tests change as they go: ``files``; ``headers`` (path -> extra headers);
     ``cuts`` (path -> for each of the next GETs of it, how many body bytes to send before
-    hanging up); ``ranges`` (False: ignore Range and answer 200); ``delay`` (seconds to wait
-    before each body); ``requests`` (every request, in order)."""
+    hanging up); ``ranges`` (False: ignore Range and answer 200); ``validators`` (what each
+    response names its file's version with, as Google Cloud Storage does: ``"etag"``, a strong
+    ``ETag`` of the bytes; ``"weak-etag"``, a weak one, ``W/"..."``; ``"last-modified"``, a date
+    that changes with the bytes); ``if_range`` (False: ignore If-Range, answer a Range request
+    with the current file's range even when its validator no longer matches); ``moved`` (path ->
+    URL: answer 302 to it); ``delay`` (seconds to wait before each body); ``requests`` (every
+    request, in order)."""
 
     def __init__(self, files: Mapping[str, bytes] | None = None) -> None:
         self.files: dict[str, bytes] = dict(files or {})
         self.headers: dict[str, Headers] = {}
         self.cuts: dict[str, list[int]] = {}
         self.ranges = True
+        self.validators = ["etag", "last-modified"]
+        self.if_range = True
+        self.moved: dict[str, str] = {}
         self.delay = 0.0
         self.requests: list[Seen] = []
         self._lock = threading.Lock()
@@ -83,6 +93,17 @@ class FileServer:
     def url(self, path: str) -> str:
         return self.base_url + path
 
+    def versions(self, data: bytes) -> Headers:
+        """The validators of ``data`` that ``validators`` asks for."""
+        md5 = hashlib.md5(data).hexdigest()
+        named = {
+            "etag": ("ETag", f'"{md5}"'),
+            "weak-etag": ("ETag", f'W/"{md5}"'),
+            # a date derived from the bytes: another file is another date
+            "last-modified": ("Last-Modified", formatdate(1.6e9 + int(md5[:6], 16), usegmt=True)),
+        }
+        return [named[v] for v in self.validators]
+
     def gets(self, path: str | None = None) -> list[Seen]:
         """The GET requests (of ``path``, if given)."""
         return [r for r in self.requests if r.method == "GET" and path in (None, r.path)]
@@ -98,13 +119,21 @@ class FileServer:
         self.close()
 
     def reply(self, method: str, path: str, headers: Mapping[str, str]) -> Reply:
-        """The answer to a request: the file at ``path``, whole or the range asked for."""
+        """The answer to a request: the file at ``path``, whole or the range asked for (whole
+        if an If-Range names another version of it)."""
+        if path in self.moved:
+            return Reply(302, [("Location", self.moved[path])])
         data = self.files.get(path)
         if data is None:
             return Reply(404, body=b"not found")
-        extra = list(self.headers.get(path, []))
+        version = self.versions(data)
+        extra = [*self.headers.get(path, []), *version]
         match = re.fullmatch(r"bytes=(\d+)-(\d*)", headers.get("range", ""))
-        if match is None or not self.ranges:
+        # If-Range compares strongly: only a strong ETag or a date that is this version's matches
+        strong = [value for name, value in version if not value.startswith("W/")]
+        asked = headers.get("if-range")
+        changed = self.if_range and asked is not None and asked not in strong
+        if match is None or not self.ranges or changed:
             return Reply(200, [*extra, ("Accept-Ranges", "bytes")], data)
         start = int(match[1])
         end = min(int(match[2]) if match[2] else len(data) - 1, len(data) - 1)

@@ -82,7 +82,9 @@ def test_cached_path_is_host_and_path_and_never_leaves_the_cache(tmp_path: Path)
     assert cached_path("https://example.org:8443/a/b%20c.npz?sig=1") == (
         home / "weights" / "example.org_8443" / "a" / "b c.npz"
     )
-    for bad in ("https://example.org/a/../../x", "https://example.org/", "ftp://example.org/x"):
+    bad_paths = ("https://example.org/a/../../x", "https://example.org/", "ftp://example.org/x")
+    bad_hosts = ("http://../x.npz", "http://./x.npz", "http://@/x.npz", "http://:80/x.npz")
+    for bad in (*bad_paths, *bad_hosts, "http://a\\..\\b/x.npz", "http://user@../x.npz"):
         with pytest.raises(DownloadError):
             cached_path(bad)
 
@@ -270,6 +272,28 @@ def test_a_wrong_hand_placed_file_is_refused_not_overwritten(server: FileServer)
         fetch(url, sha256=SHA, progress=False)
     assert f"expected {SHA}" in one_line(e) and "delete it" in str(e.value)
     assert dest.read_bytes() == DATA[::-1] and server.requests == []
+
+
+@pytest.mark.parametrize("suffix", ["", ".part", ".lock"])
+def test_a_link_planted_in_the_cache_is_refused_not_followed(
+    server: FileServer, tmp_path: Path, suffix: str
+) -> None:
+    """A symbolic link at ``F`` (to a file with the right bytes), ``F.part`` (to a file it would
+    append to) or ``F.lock`` (to a file it would create) pointing out of the cache: one line
+    naming the link, the target as it was, and no request."""
+    dest = cached_path(server.url(PATH))
+    dest.parent.mkdir(parents=True)
+    target = tmp_path / "outside"
+    if suffix != ".lock":
+        target.write_bytes(DATA if suffix == "" else b"precious")
+    link = dest.with_name(dest.name + suffix)
+    link.symlink_to(target)
+    before = target.read_bytes() if target.exists() else None
+    with pytest.raises(DownloadError) as e:
+        fetch(server.url(PATH), progress=False)
+    assert f"{link} is a symbolic link" in one_line(e)
+    assert (target.read_bytes() if target.exists() else None) == before
+    assert link.is_symlink() and server.requests == []
 
 
 # -- sources and mirrors ------------------------------------------------------------------------

@@ -24,7 +24,9 @@ The cache
       are left in place (removing one another process may hold is a race) and are empty.
 
     A file put at ``F`` by hand (no ``F.download.json``) is used if it matches the expected size
-    and sha256 (when given) and is recorded then.
+    and sha256 (when given) and is recorded then. A symbolic link at ``F``, ``F.part`` or
+    ``F.lock`` is refused (one line naming it), never read or written through: whoever can write
+    into the cache must not be able to make vitkit load or overwrite a file elsewhere.
 
 Environment
     ``VITKIT_HOME``                   the cache (above).
@@ -56,11 +58,12 @@ import json
 import logging
 import os
 import re
+import stat
 import time
 from dataclasses import dataclass
 from email.message import Message
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, BinaryIO, NoReturn
 from urllib.error import HTTPError
 from urllib.parse import unquote, urlsplit
 from urllib.request import Request, urlopen
@@ -84,6 +87,8 @@ DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _SOURCE_NAME = re.compile(r"[a-z][a-z0-9_]*")
 _TRUE = {"1", "true", "yes", "on"}
+# POSIX's flag to refuse a link as the last component of a path (ELOOP); Windows has none.
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
 
 def home() -> Path:
@@ -117,9 +122,11 @@ def cached_path(url: str) -> Path:
     (``<host>`` with ``_`` for a port's ``:``; the query string is not part of it). Files of a
     named source use ``Source.cached_path`` instead, which does not change with a mirror."""
     parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise DownloadError(f"expected an http(s) URL, found {url!r}")
     host = parts.netloc.rsplit("@", 1)[-1].replace(":", "_")
+    # the host is a folder name: "..", "." or a separator would climb out of weights/
+    bad_host = not parts.hostname or host in (".", "..") or any(c in host for c in "\\\0")
+    if parts.scheme not in ("http", "https") or bad_host:
+        raise DownloadError(f"expected an http(s) URL with a host name, found {url!r}")
     return home().joinpath("weights", host, *_safe_parts(parts.path, url))
 
 
@@ -175,6 +182,28 @@ def _sibling(path: Path, suffix: str) -> Path:
     return path.with_name(path.name + suffix)
 
 
+def _link_error(path: Path) -> DownloadError:
+    try:
+        target = os.readlink(path)
+    except OSError:  # gone or replaced since: name it all the same
+        target = "?"
+    return DownloadError(
+        f"{path} is a symbolic link (to {target}); vitkit does not read or write its cache "
+        "through links: delete it (a copy of the file may be put there instead)"
+    )
+
+
+def _lstat(path: Path) -> os.stat_result | None:
+    """``path``'s own status, None if nothing is there; a ``DownloadError`` if it is a link."""
+    try:
+        status = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    if stat.S_ISLNK(status.st_mode):
+        raise _link_error(path)
+    return status
+
+
 def _digests(path: Path, *, md5: bool = False) -> tuple[str, str | None]:
     """The sha256 (and md5, if asked) of a file, as hex."""
     sha = hashlib.sha256()
@@ -221,7 +250,8 @@ def verify(path: str | os.PathLike) -> None:
     record = _read_record(path)
     if record is None:
         raise DownloadError(f"{path} has no download record ({path.name}{RECORD_SUFFIX})")
-    if not path.is_file():
+    status = _lstat(path)
+    if status is None or not stat.S_ISREG(status.st_mode):
         raise DownloadError(f"{path} is recorded as downloaded but is missing: fetch it again")
     found, _ = _digests(path)
     if found != record["sha256"]:
@@ -232,10 +262,11 @@ def _use_cached(dest: Path, url: str, sha256: str | None, size: int | None) -> b
     """Whether ``dest`` holds the file: checked against its record (a download) or the expected
     size and sha256 (a file put there by hand, then recorded). A file that is there but wrong
     is an error, not a reason to download over it: it may be someone's."""
-    if not dest.is_file():
+    status = _lstat(dest)
+    if status is None or not stat.S_ISREG(status.st_mode):
         return False
     record = _read_record(dest)
-    found_size = dest.stat().st_size
+    found_size = status.st_size
     if size is not None and found_size != size:
         raise DownloadError(
             f"{dest} is {found_size} bytes, {url} should be {size}; delete it to download it again"
@@ -298,11 +329,14 @@ def fetch(
             f"{url} is not in the cache and offline mode is on (VITKIT_OFFLINE or HF_HUB_OFFLINE); "
             f"a copy downloaded by hand is read from {dest}"
         )
+    lock = _sibling(dest, LOCK_SUFFIX)
     with contextlib.ExitStack() as stack:
         try:
             dest.parent.mkdir(parents=True, exist_ok=True)
-            stack.enter_context(exclusive(_sibling(dest, LOCK_SUFFIX), f"downloading {dest}"))
+            stack.enter_context(exclusive(lock, f"downloading {dest}"))
         except OSError as e:
+            if e.errno == errno.ELOOP and lock.is_symlink():  # exclusive does not follow it
+                raise _link_error(lock) from None
             raise DownloadError(
                 f"cannot write to the cache folder {dest.parent}: {e.strerror}"
             ) from None
@@ -330,7 +364,7 @@ def _download(
     part = _sibling(dest, PART_SUFFIX)
     resumes = restarts = 0
     while True:
-        offset = part.stat().st_size if part.exists() else 0
+        offset = status.st_size if (status := _lstat(part)) else 0
         if size is not None and offset > size:  # not a prefix of this file
             part.unlink()
             offset = 0
@@ -399,10 +433,7 @@ def _transfer(
         else:  # 200: the server sends the whole file (it ignored or does not do Range)
             offset = 0
         publisher = _publisher_hashes(response.headers)
-        try:
-            f = open(part, "ab" if offset else "wb")  # noqa: SIM115 (closed in the finally below)
-        except OSError as e:
-            raise DownloadError(f"cannot write {part}: {e.strerror}") from None
+        f = _open_part(part, append=bool(offset))
         received = 0
         bar = tqdm(
             total=total,
@@ -438,6 +469,17 @@ def _transfer(
     if total is not None and offset + received < total:  # closed early without an error
         raise _InterruptedError(f"{offset + received} of {total} bytes", received)
     return total, publisher
+
+
+def _open_part(part: Path, *, append: bool) -> BinaryIO:
+    """``part`` opened to append to or to write afresh, never through a link planted there."""
+    flags = os.O_WRONLY | os.O_CREAT | _NOFOLLOW | (os.O_APPEND if append else os.O_TRUNC)
+    try:
+        return os.fdopen(os.open(part, flags, 0o666), "ab" if append else "wb")
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise _link_error(part) from None
+        raise DownloadError(f"cannot write {part}: {e.strerror}") from None
 
 
 def _check_and_place(

@@ -135,6 +135,46 @@ def test_interrupted_transfer_resumes_with_a_range_request(server: FileServer) -
     first, second = server.gets(PATH)
     assert "range" not in first.headers
     assert second.headers["range"] == "bytes=100000-"
+    assert second.headers["if-range"] == dict(server.versions(DATA))["ETag"]
+
+
+@pytest.mark.parametrize(
+    ("validators", "if_range"),
+    [(["etag"], True), (["weak-etag", "last-modified"], True), (["etag"], False)],
+    ids=["etag", "last-modified", "if-range-ignored"],
+)
+def test_a_file_that_changed_between_attempts_is_downloaded_whole_not_spliced(
+    server: FileServer, validators: list[str], if_range: bool
+) -> None:
+    """The mirror's file is replaced by another of the same size between two attempts: the
+    resume names the first version (If-Range: its strong ETag, else its Last-Modified, never a
+    weak ETag), and the new file arrives whole; a server that ignores If-Range sends the new
+    file's range with its new ETag, and the part is started again."""
+    server.validators, server.if_range = validators, if_range
+    server.cuts[PATH] = [100_000, 0]
+    url = server.url(PATH)
+    with pytest.raises(DownloadError, match="run again to resume"):
+        fetch(url, progress=False)
+    new = DATA[::-1]
+    server.files[PATH] = new
+    path = fetch(url, progress=False)
+    assert path.read_bytes() == new
+    first_version = [v for _, v in server.versions(DATA) if not v.startswith("W/")]
+    assert server.gets(PATH)[2].headers["if-range"] == first_version[0]
+    record = json.loads(path.with_name("w.npz.download.json").read_text())
+    assert record["sha256"] == hashlib.sha256(new).hexdigest()
+    assert siblings(path) == {"w.npz", "w.npz.download.json"}
+
+
+def test_a_part_without_a_validator_is_started_again_not_resumed(server: FileServer) -> None:
+    """A server that names no version of its file (no ETag, no Last-Modified): what an
+    interrupted transfer left cannot be told from another version's start, so it is
+    downloaded again from byte 0."""
+    server.validators = []
+    server.cuts[PATH] = [100_000]
+    path = fetch(server.url(PATH), progress=False)
+    assert path.read_bytes() == DATA
+    assert ["range" in r.headers for r in server.gets(PATH)] == [False, False]
 
 
 def test_an_interrupted_download_is_kept_and_the_next_call_resumes_it(server: FileServer) -> None:
@@ -194,13 +234,16 @@ def test_the_publishers_md5_is_checked_and_recorded(server: FileServer) -> None:
 
 
 def test_a_resumed_download_is_checked_whole(server: FileServer) -> None:
-    """A stale ``.part`` whose bytes differ from the file: the resumed tail is right, the whole
-    is not, and the publisher's md5 of the whole file catches it."""
+    """A ``.part`` of this version of the file (its validator matches) whose bytes rotted on
+    disk: the resumed tail is right, the whole is not, and the publisher's md5 of the whole file
+    catches it."""
     server.headers[PATH] = goog_hash(DATA)
     url = server.url(PATH)
     part = cached_path(url).with_name("w.npz.part")
     part.parent.mkdir(parents=True)
     part.write_bytes(bytes(100_000))
+    etag = dict(server.versions(DATA))["ETag"]
+    part.with_name("w.npz.part.json").write_text(json.dumps({"header": "ETag", "value": etag}))
     with pytest.raises(DownloadError) as e:
         fetch(url, progress=False)
     assert "md5" in one_line(e)

@@ -19,6 +19,11 @@ The cache
     - ``F.part``: an interrupted transfer, resumed with an HTTP ``Range`` request by the next
       attempt. It is kept only after a network failure; a disk error (full disk, quota, file size
       limit) or a failed check deletes it, so nothing half-written stays behind.
+    - ``F.part.json``: the validator of the response ``F.part`` is the start of (its strong
+      ``ETag``, else its ``Last-Modified``), sent as ``If-Range`` when resuming: a server whose
+      file changed since answers with the whole new file, which replaces the part (never a
+      splice of two versions). A part without one (the server sent neither) is not resumed: it is
+      downloaded again from the start.
     - ``F.lock``: an exclusive ``flock`` held while downloading, so processes that ask at once
       (torchrun ranks) download once: the others wait and then find the file cached. Lock files
       are left in place (removing one another process may hold is a race) and are empty.
@@ -355,7 +360,76 @@ class _InterruptedError(Exception):
 
 
 class _RestartError(Exception):
-    """The server cannot continue our ``.part`` (416, or a range we did not ask for)."""
+    """The server cannot continue our ``.part`` (416, a range we did not ask for, or a file that
+    is no longer the one the part began)."""
+
+
+# A version of a file as a response names it: (header, value), "ETag" or "Last-Modified".
+_Validator = tuple[str, str]
+
+
+def _validator(headers: Message) -> _Validator | None:
+    """What names this version of the file strongly enough for ``If-Range`` (RFC 9110 13.1.5):
+    the ``ETag`` unless it is weak (``W/...``), else the ``Last-Modified`` date."""
+    etag = (headers.get("ETag") or "").strip()
+    if etag and not etag.startswith("W/"):
+        return "ETag", etag
+    modified = (headers.get("Last-Modified") or "").strip()
+    return ("Last-Modified", modified) if modified else None
+
+
+def _validator_file(part: Path) -> Path:
+    """``F.part.json``: which version of the file ``F.part`` holds the start of."""
+    return _sibling(part, ".json")
+
+
+def _saved_validator(part: Path) -> _Validator | None:
+    """The validator saved beside ``part``; None if there is none or it cannot be read."""
+    try:
+        saved = json.loads(_validator_file(part).read_text())
+        header, value = saved["header"], saved["value"]
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError):
+        return None
+    if header not in ("ETag", "Last-Modified") or not isinstance(value, str):
+        return None
+    return header, value
+
+
+def _save_validator(part: Path, validator: _Validator | None) -> None:
+    path = _validator_file(part)
+    if validator is None:
+        path.unlink(missing_ok=True)
+        return
+    text = json.dumps({"header": validator[0], "value": validator[1]}) + "\n"
+    atomic_write(path, lambda p: p.write_text(text))
+
+
+def _discard(part: Path) -> None:
+    """Delete ``part`` and the validator saved beside it."""
+    part.unlink(missing_ok=True)
+    _validator_file(part).unlink(missing_ok=True)
+
+
+def _resumable(url: str, part: Path, size: int | None) -> tuple[int, _Validator | None]:
+    """Where to continue ``part`` from, and the validator of what it holds: (0, None) to start
+    afresh, after deleting a part that cannot be continued safely."""
+    offset = status.st_size if (status := _lstat(part)) else 0
+    if not offset:
+        return 0, None
+    if size is not None and offset > size:  # not a prefix of this file
+        _discard(part)
+        return 0, None
+    validator = _saved_validator(part)
+    if validator is None:  # which version it is the start of is unknown: a resume could splice
+        log.warning(
+            "%s: %s has no ETag or Last-Modified saved to resume it against; downloading the "
+            "file from the start",
+            url,
+            part.name,
+        )
+        _discard(part)
+        return 0, None
+    return offset, validator
 
 
 def _download(
@@ -364,15 +438,12 @@ def _download(
     part = _sibling(dest, PART_SUFFIX)
     resumes = restarts = 0
     while True:
-        offset = status.st_size if (status := _lstat(part)) else 0
-        if size is not None and offset > size:  # not a prefix of this file
-            part.unlink()
-            offset = 0
+        offset, validator = _resumable(url, part, size)
         try:
-            total, publisher = _transfer(url, dest, part, offset, progress=progress)
+            total, publisher = _transfer(url, dest, part, offset, validator, progress=progress)
             break
         except _RestartError as e:
-            part.unlink(missing_ok=True)
+            _discard(part)
             restarts += 1
             if restarts > 1:
                 raise DownloadError(f"cannot download {url}: {e}") from None
@@ -395,24 +466,33 @@ def _unreachable(url: str, dest: Path, reason: object) -> DownloadError:
     )
 
 
-def _write_failed(path: Path, e: OSError, total: int | None) -> NoReturn:
-    """Delete what was written of ``path`` (it is suspect) and raise one line."""
-    path.unlink(missing_ok=True)
+def _write_failed(part: Path, e: OSError, total: int | None) -> NoReturn:
+    """Delete what was written of ``part`` (it is suspect) and raise one line."""
+    _discard(part)
     fix = ""
     if e.errno in DISK_ERRNOS:
         need = f" for {total} bytes" if total is not None else ""
         fix = f"; make room{need}, or set VITKIT_HOME to a disk that has it"
-    raise DownloadError(f"cannot write {path}: {e.strerror}{fix}") from None
+    raise DownloadError(f"cannot write {part}: {e.strerror}{fix}") from None
 
 
 def _transfer(
-    url: str, dest: Path, part: Path, offset: int, *, progress: bool
+    url: str,
+    dest: Path,
+    part: Path,
+    offset: int,
+    validator: _Validator | None,
+    *,
+    progress: bool,
 ) -> tuple[int | None, dict[str, str]]:
-    """One request for ``url`` from byte ``offset``, appended to ``part``; returns the file's
-    total size (if the server said) and the publisher's hashes it reported."""
+    """One request for ``url`` from byte ``offset`` (of the version ``validator`` names),
+    appended to ``part``; returns the file's total size (if the server said) and the publisher's
+    hashes it reported."""
     headers = {"User-Agent": f"vitkit/{__version__}", "Accept-Encoding": "identity"}
     if offset:
+        assert validator is not None, "a part is resumed only against its validator"
         headers["Range"] = f"bytes={offset}-"
+        headers["If-Range"] = validator[1]
     try:
         response = urlopen(Request(url, headers=headers), timeout=TIMEOUT_S)
     except HTTPError as e:
@@ -430,7 +510,14 @@ def _transfer(
                 raise _RestartError(
                     f"asked for bytes from {offset}, the server sent Content-Range {content_range!r}"
                 )
-        else:  # 200: the server sends the whole file (it ignored or does not do Range)
+            _same_version(validator, response.headers)
+        elif offset:  # 200: the file changed since (If-Range), or the server does not do Range
+            log.warning(
+                "%s: the server sent the whole file, not the rest of %s (it changed since, or "
+                "the server does not resume); it replaces the part",
+                url,
+                part.name,
+            )
             offset = 0
         publisher = _publisher_hashes(response.headers)
         f = _open_part(part, append=bool(offset))
@@ -446,6 +533,8 @@ def _transfer(
             dynamic_ncols=True,
         )
         try:
+            if not offset:  # what the part now holds the start of, for the next resume
+                _save_validator(part, _validator(response.headers))
             while True:
                 try:
                     chunk = response.read(CHUNK)
@@ -469,6 +558,18 @@ def _transfer(
     if total is not None and offset + received < total:  # closed early without an error
         raise _InterruptedError(f"{offset + received} of {total} bytes", received)
     return total, publisher
+
+
+def _same_version(validator: _Validator | None, headers: Message) -> None:
+    """A ``_RestartError`` if a 206 names another version than the part's: a server that
+    ignores ``If-Range`` sends the new file's range, and appending it would splice two files."""
+    assert validator is not None, "a part is resumed only against its validator"
+    header, value = validator
+    now = (headers.get(header) or "").strip()
+    if now and now != value:
+        raise _RestartError(
+            f"the file changed since the part was begun ({header} {value} -> {now})"
+        )
 
 
 def _open_part(part: Path, *, append: bool) -> BinaryIO:
@@ -496,7 +597,7 @@ def _check_and_place(
     a file that fails a check is deleted."""
 
     def refuse(what: str) -> NoReturn:
-        part.unlink(missing_ok=True)
+        _discard(part)
         raise DownloadError(f"the download of {url} is corrupted: {what}; it was deleted")
 
     found_size = part.stat().st_size
@@ -514,6 +615,8 @@ def _check_and_place(
         os.replace(part, dest)
     except OSError as e:
         _write_failed(part, e, total)
+    with contextlib.suppress(OSError):  # a validator left behind is replaced with the next part
+        _validator_file(part).unlink(missing_ok=True)
     log.info("downloaded %s to %s (sha256 %s)", url, dest, found)
 
 

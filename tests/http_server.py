@@ -4,7 +4,8 @@
 (206 + Content-Range, 416 past the end) and the validators that make them safe (ETag,
 Last-Modified, If-Range), redirects, extra headers per path (a publisher's ``x-goog-hash``),
 responses cut after N bytes (an interrupted transfer), a delay before each body (so that
-processes overlap), and a log of every request. ``FakeHub`` adds the Hugging Face Hub's
+processes overlap), a log of every request, and HTTPS (``tls=True``, with a certificate that a
+client trusts through ``SSL_CERT_FILE=TLS_CERT``). ``FakeHub`` adds the Hugging Face Hub's
 ``/{repo_id}/resolve/{revision}/{filename}`` for ``HF_ENDPOINT``. Nothing leaves the machine::
 
     with FileServer({"/models/w.npz": data}) as server:
@@ -17,16 +18,22 @@ from __future__ import annotations
 import base64
 import hashlib
 import re
+import ssl
 import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from email.utils import formatdate
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
 Headers = list[tuple[str, str]]
+# A self-signed certificate for 127.0.0.1 and its key, for tests only (valid until 2126); made by
+# openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 36500
+#   -subj /CN=127.0.0.1 -addext subjectAltName=IP:127.0.0.1, the key appended to the certificate.
+TLS_CERT = Path(__file__).parent / "data" / "tls" / "127.0.0.1.pem"
 
 
 @dataclass(frozen=True)
@@ -67,7 +74,7 @@ class FileServer:
     URL: answer 302 to it); ``delay`` (seconds to wait before each body); ``requests`` (every
     request, in order)."""
 
-    def __init__(self, files: Mapping[str, bytes] | None = None) -> None:
+    def __init__(self, files: Mapping[str, bytes] | None = None, *, tls: bool = False) -> None:
         self.files: dict[str, bytes] = dict(files or {})
         self.headers: dict[str, Headers] = {}
         self.cuts: dict[str, list[int]] = {}
@@ -80,6 +87,11 @@ class FileServer:
         self._lock = threading.Lock()
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self._httpd.daemon_threads = True
+        self.scheme = "https" if tls else "http"
+        if tls:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(TLS_CERT)
+            self._httpd.socket = context.wrap_socket(self._httpd.socket, server_side=True)
         # a short poll: close() waits for it
         serve = lambda: self._httpd.serve_forever(poll_interval=0.02)  # noqa: E731
         self._thread = threading.Thread(target=serve, daemon=True)
@@ -88,7 +100,7 @@ class FileServer:
     @property
     def base_url(self) -> str:
         host, port = self._httpd.server_address[:2]
-        return f"http://{host!s}:{port}"
+        return f"{self.scheme}://{host!s}:{port}"
 
     def url(self, path: str) -> str:
         return self.base_url + path

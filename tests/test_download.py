@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from http_server import FakeHub, FileServer, goog_hash
+from http_server import TLS_CERT, FakeHub, FileServer, goog_hash
 from vitkit.errors import DownloadError
 from vitkit.io import download
 from vitkit.io.download import Source, cached_path, fetch, hub_file, verify
@@ -359,6 +359,42 @@ def test_a_source_is_cached_by_name_so_a_mirror_keeps_its_cache(
         assert official.requests == []  # the mirror's download serves the official URL too
     with pytest.raises(ValueError, match=r"Source\.name"):
         Source(name="ViT", url="https://example.org")
+
+
+def test_a_redirect_to_another_host_is_refused_unless_allowed(
+    server: FileServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Within the host of the URL asked for, a redirect is followed (a relative Location too);
+    to another host, it is one line naming both hosts and the setting that allows it."""
+    with FileServer({PATH: DATA}) as front:
+        front.moved["/old/w.npz"] = PATH  # relative: the same host
+        assert fetch(front.url("/old/w.npz"), progress=False).read_bytes() == DATA
+        front.moved[PATH] = server.url(PATH)
+        with pytest.raises(DownloadError) as e:
+            fetch(front.url(PATH), progress=False)
+        message = one_line(e)
+        source, target = front.base_url.split("//")[1], server.base_url.split("//")[1]
+        assert f"from {source} to another host, {target}" in message
+        assert f"VITKIT_REDIRECT_HOSTS={target}" in message
+        assert server.requests == [] and not cached_path(front.url(PATH)).exists()
+
+        monkeypatch.setenv("VITKIT_REDIRECT_HOSTS", f"example.org, {target}")
+        assert fetch(front.url(PATH), progress=False).read_bytes() == DATA
+        assert len(server.gets(PATH)) == 1
+
+
+def test_a_redirect_from_https_to_http_is_refused_whatever_is_allowed(
+    server: FileServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SSL_CERT_FILE", str(TLS_CERT))  # trust the test server's certificate
+    monkeypatch.setenv("VITKIT_REDIRECT_HOSTS", "*")
+    with FileServer({"/models/direct.npz": DATA}, tls=True) as secure:
+        assert fetch(secure.url("/models/direct.npz"), progress=False).read_bytes() == DATA
+        secure.moved[PATH] = server.url(PATH)
+        with pytest.raises(DownloadError) as e:
+            fetch(secure.url(PATH), progress=False)
+    assert f"from https to http ({secure.url(PATH)} -> {server.url(PATH)})" in one_line(e)
+    assert server.requests == []
 
 
 # -- several processes, a full disk -------------------------------------------------------------

@@ -40,6 +40,13 @@ Environment
                                       from; ``HF_HUB_OFFLINE=1`` means the same.
     ``VITKIT_<SOURCE>_URL``           the base URL of a source (an internal mirror, a proxy):
                                       ``<base>/<path>`` is fetched instead; ``Source.env_var``.
+    ``VITKIT_REDIRECT_HOSTS``         hosts (``host`` or ``host:port``, comma-separated; ``*``
+                                      for any) that a download may be redirected to from
+                                      another host. Redirects within the host of the URL asked
+                                      for (a source's base URL or its mirror's) are followed;
+                                      to any other host they are refused unless it is listed
+                                      (a mirror that hands out its storage's URLs needs it);
+                                      from https to http they are always refused.
     ``HTTPS_PROXY``, ``NO_PROXY``...  honoured by ``urllib``.
     ``HF_ENDPOINT``, ``HF_HOME``, ``HF_TOKEN``, ``HF_HUB_OFFLINE``: ``hub_file`` goes through
                                       ``huggingface_hub``, which reads them (``HF_ENDPOINT`` is the
@@ -68,10 +75,10 @@ import time
 from dataclasses import dataclass
 from email.message import Message
 from pathlib import Path
-from typing import Any, BinaryIO, NoReturn
+from typing import IO, Any, BinaryIO, NoReturn
 from urllib.error import HTTPError
 from urllib.parse import unquote, urlsplit
-from urllib.request import Request, urlopen
+from urllib.request import HTTPRedirectHandler, Request, build_opener
 
 from tqdm import tqdm
 
@@ -92,6 +99,7 @@ DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _SOURCE_NAME = re.compile(r"[a-z][a-z0-9_]*")
 _TRUE = {"1", "true", "yes", "on"}
+REDIRECT_HOSTS_ENV = "VITKIT_REDIRECT_HOSTS"
 # POSIX's flag to refuse a link as the last component of a path (ELOOP); Windows has none.
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
@@ -493,12 +501,15 @@ def _transfer(
         assert validator is not None, "a part is resumed only against its validator"
         headers["Range"] = f"bytes={offset}-"
         headers["If-Range"] = validator[1]
+    opener = build_opener(_CheckedRedirects(url))
     try:
-        response = urlopen(Request(url, headers=headers), timeout=TIMEOUT_S)
+        response = opener.open(Request(url, headers=headers), timeout=TIMEOUT_S)
     except HTTPError as e:
         if e.code == 416 and offset:
             raise _RestartError(f"the server cannot resume from byte {offset} (HTTP 416)") from None
         raise DownloadError(f"cannot download {url}: HTTP {e.code} {e.reason}") from None
+    except DownloadError:  # a redirect refused
+        raise
     except (OSError, http.client.HTTPException) as e:  # URLError is an OSError
         raise _unreachable(url, dest, getattr(e, "reason", None) or e) from None
     with response:
@@ -558,6 +569,56 @@ def _transfer(
     if total is not None and offset + received < total:  # closed early without an error
         raise _InterruptedError(f"{offset + received} of {total} bytes", received)
     return total, publisher
+
+
+def _host(url: str) -> str:
+    """A URL's ``host[:port]``, in lower case."""
+    return urlsplit(url).netloc.rsplit("@", 1)[-1].lower()
+
+
+def _redirect_refusal(asked: str, old: str, new: str) -> str | None:
+    """Why a download of ``asked`` is not redirected from ``old`` to ``new`` (one line), or
+    None if it may be: to a host other than ``asked``'s only if ``VITKIT_REDIRECT_HOSTS``
+    lists it, and from https to http never."""
+    scheme = urlsplit(new).scheme
+    if scheme not in ("http", "https"):
+        return f"refusing the redirect of {asked} to {new}: expected an http(s) URL"
+    if urlsplit(old).scheme == "https" and scheme == "http":
+        return (
+            f"refusing the redirect of {asked} from https to http ({old} -> {new}): the file would "
+            "arrive unprotected; give an http:// URL (e.g. a mirror's) if plain http is meant"
+        )
+    source, target = _host(asked), _host(new)
+    allowed = {h.strip().lower() for h in os.environ.get(REDIRECT_HOSTS_ENV, "").split(",")}
+    if target == source or allowed & {"*", target, urlsplit(new).hostname}:
+        return None
+    return (
+        f"refusing the redirect of {asked} from {source} to another host, {target} ({new}): set "
+        f"{REDIRECT_HOSTS_ENV}={target} to allow it"
+    )
+
+
+class _CheckedRedirects(HTTPRedirectHandler):
+    """urllib's redirects, each one first passed by ``_redirect_refusal``."""
+
+    def __init__(self, asked: str) -> None:
+        super().__init__()
+        self.asked = asked
+
+    def redirect_request(
+        self,
+        req: Request,
+        fp: IO[bytes],
+        code: int,
+        msg: str,
+        headers: http.client.HTTPMessage,
+        newurl: str,
+    ) -> Request | None:
+        refusal = _redirect_refusal(self.asked, req.full_url, newurl)
+        if refusal is not None:
+            fp.close()
+            raise DownloadError(refusal)
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
 
 
 def _same_version(validator: _Validator | None, headers: Message) -> None:

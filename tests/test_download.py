@@ -101,7 +101,8 @@ def test_download_checks_and_records_then_a_second_load_makes_no_request(
     assert path.read_bytes() == DATA
     record = json.loads(path.with_name("w.npz.download.json").read_text())
     assert record["url"] == url and record["size"] == len(DATA) and record["sha256"] == SHA
-    assert record["how"] == "downloaded"
+    assert record["how"] == "downloaded" and record["final_url"] == url
+    assert record["validator"] == {"ETag": dict(server.versions(DATA))["ETag"]}
     assert siblings(path) == {"w.npz", "w.npz.download.json"}  # no .part left
     assert len(server.requests) == 1
 
@@ -251,6 +252,49 @@ def test_a_resumed_download_is_checked_whole(server: FileServer) -> None:
     assert siblings(cached_path(url)) == set()
 
 
+def test_a_size_outside_the_listed_range_is_refused_before_the_download(
+    server: FileServer,
+) -> None:
+    url = server.url(PATH)
+    with pytest.raises(DownloadError) as e:
+        fetch(url, size_range=(len(DATA) - 10, len(DATA) - 1), progress=False)
+    message = one_line(e)
+    assert f"{len(DATA)} bytes, expected {len(DATA) - 10} to {len(DATA) - 1}" in message
+    assert "nothing was downloaded" in message and siblings(cached_path(url)) == set()
+    path = fetch(url, size_range=(len(DATA) - 10, len(DATA)), progress=False)
+    assert path.read_bytes() == DATA
+
+
+def test_a_later_download_must_be_the_file_first_recorded(server: FileServer) -> None:
+    """The cached file deleted, the same URL downloaded again: the same bytes are taken; a file
+    that changed at its source (same size, or another size, refused before its body is read) is
+    refused in one line naming the record to delete to accept it, and is then taken."""
+    url = server.url(PATH)
+    path = fetch(url, progress=False)
+    record_file = path.with_name("w.npz.download.json")
+    path.unlink()
+    assert fetch(url, progress=False).read_bytes() == DATA  # unchanged at its source
+
+    other = DATA[::-1]
+    for new, found, first in [
+        (other, f"sha256 {hashlib.sha256(other).hexdigest()}", f"sha256 {SHA}"),
+        (DATA + b"!", f"{len(DATA) + 1} bytes", f"{len(DATA)} bytes"),
+    ]:
+        path.unlink(missing_ok=True)
+        server.files[PATH] = new
+        with pytest.raises(DownloadError) as e:
+            fetch(url, progress=False)
+        message = one_line(e)
+        assert f"{found}, but its first download (" in message
+        assert f") had {first}: the file changed at its source" in message
+        assert f"delete {record_file} to accept the new one" in message
+        assert siblings(path) == {"w.npz.download.json"}
+        assert json.loads(record_file.read_text())["sha256"] == SHA
+
+    record_file.unlink()
+    assert fetch(url, progress=False).read_bytes() == DATA + b"!"
+
+
 # -- offline -------------------------------------------------------------------------------------
 
 
@@ -368,7 +412,10 @@ def test_a_redirect_to_another_host_is_refused_unless_allowed(
     to another host, it is one line naming both hosts and the setting that allows it."""
     with FileServer({PATH: DATA}) as front:
         front.moved["/old/w.npz"] = PATH  # relative: the same host
-        assert fetch(front.url("/old/w.npz"), progress=False).read_bytes() == DATA
+        path = fetch(front.url("/old/w.npz"), progress=False)
+        assert path.read_bytes() == DATA
+        record = json.loads(path.with_name("w.npz.download.json").read_text())
+        assert (record["url"], record["final_url"]) == (front.url("/old/w.npz"), front.url(PATH))
         front.moved[PATH] = server.url(PATH)
         with pytest.raises(DownloadError) as e:
             fetch(front.url(PATH), progress=False)

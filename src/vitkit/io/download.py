@@ -2,8 +2,9 @@
 
 ``fetch(url)`` returns a local path for a URL: from the cache if it is there and still the file
 that was downloaded, else downloaded (HTTPS with ``urllib``, a progress bar with size, rate and
-ETA), checked (size, the expected sha256, the publisher's own hash where the response reports
-one) and renamed into place. ``hub_file(repo_id, filename)`` does the same for the Hugging Face
+ETA), checked (the expected size, or the range of sizes its listing allows, the expected sha256,
+the publisher's own hash where the response reports one, and what its first download recorded)
+and renamed into place. ``hub_file(repo_id, filename)`` does the same for the Hugging Face
 Hub through ``huggingface_hub`` and its own cache. ``verify(path)`` re-checks a cached file.
 
 The cache
@@ -14,8 +15,12 @@ The cache
     cache, and a file downloaded by hand goes to the same place whichever server it came from.
     Beside each file ``F``:
 
-    - ``F.download.json``: what was downloaded (url, size, sha256, the publisher's hash if any,
-      when); its sha256 is checked at every later ``fetch`` and ``verify``.
+    - ``F.download.json``: what was downloaded (the URL asked for and the one the bytes came
+      from after redirects, size, sha256, the response's validator, the publisher's hash if any,
+      when); its sha256 is checked at every later ``fetch`` and ``verify``. It outlives ``F``: a
+      later download (``F`` deleted) must give the same size and sha256, or is refused in one
+      line saying to delete the record to accept the new file (a file that changed at its
+      source, or a mirror that serves another one, is never taken silently).
     - ``F.part``: an interrupted transfer, resumed with an HTTP ``Range`` request by the next
       attempt. It is kept only after a network failure; a disk error (full disk, quota, file size
       limit) or a failed check deletes it, so nothing half-written stays behind.
@@ -63,6 +68,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import dataclasses
 import errno
 import hashlib
 import http.client
@@ -179,6 +185,7 @@ class Source:
         *,
         sha256: str | None = None,
         size: int | None = None,
+        size_range: tuple[int, int] | None = None,
         progress: bool = True,
     ) -> Path:
         """``fetch`` of ``path`` under the base URL in use, into ``cached_path(path)``."""
@@ -187,6 +194,7 @@ class Source:
             dest=self.cached_path(path),
             sha256=sha256,
             size=size,
+            size_range=size_range,
             progress=progress,
         )
 
@@ -271,7 +279,43 @@ def verify(path: str | os.PathLike) -> None:
         raise _changed(path, found, record)
 
 
-def _use_cached(dest: Path, url: str, sha256: str | None, size: int | None) -> bool:
+@dataclass(frozen=True)
+class _Expected:
+    """What a file must be: what the caller gives (its size, or the range of sizes its listing
+    allows, and its sha256) and what its first download recorded (``recorded``: the record's
+    path and contents, when the file is to be downloaded again)."""
+
+    sha256: str | None = None
+    size: int | None = None
+    size_range: tuple[int, int] | None = None
+    recorded: tuple[Path, dict[str, Any]] | None = None
+
+    def problem(self, size: int, sha256: str | None = None) -> str | None:
+        """Why a file of ``size`` bytes (and ``sha256``, once known) is not this one, or None."""
+        if self.size is not None and size != self.size:
+            return f"{size} bytes, expected {self.size}"
+        if self.size_range is not None and not self.size_range[0] <= size <= self.size_range[1]:
+            low, high = self.size_range
+            return f"{size} bytes, expected {low} to {high} (its listed size)"
+        if sha256 is not None and self.sha256 is not None and sha256 != self.sha256.lower():
+            return f"sha256 {sha256}, expected {self.sha256.lower()}"
+        if self.recorded is None:
+            return None
+        path, record = self.recorded
+        if size != record.get("size", size):
+            found, first = f"{size} bytes", f"{record['size']} bytes"
+        elif sha256 is not None and sha256 != record["sha256"]:
+            found, first = f"sha256 {sha256}", f"sha256 {record['sha256']}"
+        else:
+            return None
+        return (
+            f"{found}, but its first download ({record.get('recorded', '?')}) had {first}: the "
+            f"file changed at its source (or a mirror serves another); delete {path} to accept "
+            "the new one"
+        )
+
+
+def _use_cached(dest: Path, url: str, expected: _Expected) -> bool:
     """Whether ``dest`` holds the file: checked against its record (a download) or the expected
     size and sha256 (a file put there by hand, then recorded). A file that is there but wrong
     is an error, not a reason to download over it: it may be someone's."""
@@ -280,36 +324,36 @@ def _use_cached(dest: Path, url: str, sha256: str | None, size: int | None) -> b
         return False
     record = _read_record(dest)
     found_size = status.st_size
-    if size is not None and found_size != size:
+    if (problem := expected.problem(found_size)) is None:
+        found, _ = _digests(dest)
+        if record is not None and found != record["sha256"]:
+            raise _changed(dest, found, record)
+        problem = expected.problem(found_size, found)
+    if problem is not None:
         raise DownloadError(
-            f"{dest} is {found_size} bytes, {url} should be {size}; delete it to download it again"
-        )
-    found, _ = _digests(dest)
-    if record is not None and found != record["sha256"]:
-        raise _changed(dest, found, record)
-    if sha256 is not None and found != sha256.lower():
-        raise DownloadError(
-            f"{dest} has sha256 {found}, expected {sha256.lower()} for {url}; "
-            "delete it to download it again"
+            f"{dest} is not {url}'s file: {problem}; delete it to download it again"
         )
     if record is None:
         log.info("using %s, found in the cache (placed by hand); recording its sha256", dest)
         try:
-            _write_record(dest, _record(url, found_size, found, {}, how="found in the cache"))
+            _write_record(dest, _record(url, found_size, found, how="found in the cache"))
         except OSError as e:  # a read-only cache still serves the file; it is just not recorded
             log.warning("cannot record %s: %s", dest, e)
     return True
 
 
 def _record(
-    url: str, size: int, sha256: str, publisher: dict[str, str], *, how: str
+    url: str, size: int, sha256: str, *, how: str, sent: _Sent | None = None
 ) -> dict[str, Any]:
-    """A download record: ``how`` is "downloaded" or "found in the cache" (placed by hand)."""
+    """A download record: ``how`` is "downloaded" (``sent``: what the server said) or "found in
+    the cache" (placed by hand)."""
     return {
         "url": url,
+        "final_url": sent.final_url if sent else None,
         "size": size,
         "sha256": sha256,
-        "publisher_hash": publisher,
+        "validator": dict([sent.validator]) if sent and sent.validator else {},
+        "publisher_hash": sent.publisher if sent else {},
         "how": how,
         "recorded": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
@@ -321,21 +365,26 @@ def fetch(
     dest: str | os.PathLike | None = None,
     sha256: str | None = None,
     size: int | None = None,
+    size_range: tuple[int, int] | None = None,
     progress: bool = True,
 ) -> Path:
     """The local path of ``url``'s file: from the cache if it is there (and still what was
     downloaded), else downloaded into ``dest`` (default ``cached_path(url)``).
 
-    ``sha256`` (hex) and ``size`` (bytes), when given, are what the file must be; the
-    publisher's md5 is checked too where the response reports one (``x-goog-hash``). An
+    ``sha256`` (hex) and ``size`` (bytes), when given, are what the file must be;
+    ``size_range`` (low, high: bytes, inclusive) bounds a size known only as a listing's rounded
+    figure. Sizes are checked against the server's Content-Length before the download and
+    against the file after it. The publisher's md5 is checked too where the response reports one
+    (``x-goog-hash``), and a file downloaded before (its record kept) must be the same again. An
     interrupted transfer is resumed from ``dest.part`` (here, up to ``RETRIES`` times while it
     makes progress, and by the next call). ``progress`` shows a progress bar on stderr.
 
     Raises ``DownloadError`` (one line) when offline or the server cannot be reached (naming the
-    path a hand-downloaded copy is read from), on an HTTP error, a full disk, or a file that
-    fails a check (then nothing of it is left in the cache)."""
+    path a hand-downloaded copy is read from), on an HTTP error, a redirect refused, a full disk,
+    or a file that fails a check (then nothing of it is left in the cache)."""
     dest = Path(dest) if dest is not None else cached_path(url)
-    if _use_cached(dest, url, sha256, size):
+    expected = _Expected(sha256=sha256, size=size, size_range=size_range)
+    if _use_cached(dest, url, expected):
         return dest
     if offline():
         raise DownloadError(
@@ -353,10 +402,24 @@ def fetch(
             raise DownloadError(
                 f"cannot write to the cache folder {dest.parent}: {e.strerror}"
             ) from None
-        if _use_cached(dest, url, sha256, size):  # another process downloaded it while we waited
+        if _use_cached(dest, url, expected):  # another process downloaded it while we waited
             return dest
-        _download(url, dest, sha256=sha256, size=size, progress=progress)
+        if (record := _read_record(dest)) is not None:  # the file was deleted: it must come back
+            expected = dataclasses.replace(
+                expected, recorded=(_sibling(dest, RECORD_SUFFIX), record)
+            )
+        _download(url, dest, expected, progress=progress)
     return dest
+
+
+@dataclass(frozen=True)
+class _Sent:
+    """What the server said about the file in the response that completed it."""
+
+    total: int | None  # its size, if the server said
+    publisher: dict[str, str]  # the publisher's hashes it reported
+    validator: _Validator | None  # the version the part holds (the first response's)
+    final_url: str  # where the bytes came from, after redirects
 
 
 class _InterruptedError(Exception):
@@ -440,15 +503,13 @@ def _resumable(url: str, part: Path, size: int | None) -> tuple[int, _Validator 
     return offset, validator
 
 
-def _download(
-    url: str, dest: Path, *, sha256: str | None, size: int | None, progress: bool
-) -> None:
+def _download(url: str, dest: Path, expected: _Expected, *, progress: bool) -> None:
     part = _sibling(dest, PART_SUFFIX)
     resumes = restarts = 0
     while True:
-        offset, validator = _resumable(url, part, size)
+        offset, validator = _resumable(url, part, expected.size)
         try:
-            total, publisher = _transfer(url, dest, part, offset, validator, progress=progress)
+            sent = _transfer(url, dest, part, offset, validator, expected, progress=progress)
             break
         except _RestartError as e:
             _discard(part)
@@ -465,7 +526,7 @@ def _download(
                 ) from None
             resumes += 1
             log.warning("the download of %s was interrupted (%s); resuming", url, e)
-    _check_and_place(url, dest, part, total=total, size=size, sha256=sha256, publisher=publisher)
+    _check_and_place(url, dest, part, expected, sent)
 
 
 def _unreachable(url: str, dest: Path, reason: object) -> DownloadError:
@@ -490,12 +551,13 @@ def _transfer(
     part: Path,
     offset: int,
     validator: _Validator | None,
+    expected: _Expected,
     *,
     progress: bool,
-) -> tuple[int | None, dict[str, str]]:
+) -> _Sent:
     """One request for ``url`` from byte ``offset`` (of the version ``validator`` names),
-    appended to ``part``; returns the file's total size (if the server said) and the publisher's
-    hashes it reported."""
+    appended to ``part``; returns what the server said about the file. A size that ``expected``
+    rules out (the server's Content-Length) is refused before anything is written."""
     headers = {"User-Agent": f"vitkit/{__version__}", "Accept-Encoding": "identity"}
     if offset:
         assert validator is not None, "a part is resumed only against its validator"
@@ -530,7 +592,17 @@ def _transfer(
                 part.name,
             )
             offset = 0
-        publisher = _publisher_hashes(response.headers)
+        if total is not None and (problem := expected.problem(total)) is not None:
+            _discard(part)
+            raise DownloadError(
+                f"{url} is not the file expected: the server sends {problem}; nothing was downloaded"
+            )
+        sent = _Sent(
+            total,
+            _publisher_hashes(response.headers),
+            _validator(response.headers) if not offset else validator,
+            response.geturl(),
+        )
         f = _open_part(part, append=bool(offset))
         received = 0
         bar = tqdm(
@@ -545,7 +617,7 @@ def _transfer(
         )
         try:
             if not offset:  # what the part now holds the start of, for the next resume
-                _save_validator(part, _validator(response.headers))
+                _save_validator(part, sent.validator)
             while True:
                 try:
                     chunk = response.read(CHUNK)
@@ -568,7 +640,7 @@ def _transfer(
                 f.close()
     if total is not None and offset + received < total:  # closed early without an error
         raise _InterruptedError(f"{offset + received} of {total} bytes", received)
-    return total, publisher
+    return sent
 
 
 def _host(url: str) -> str:
@@ -644,38 +716,30 @@ def _open_part(part: Path, *, append: bool) -> BinaryIO:
         raise DownloadError(f"cannot write {part}: {e.strerror}") from None
 
 
-def _check_and_place(
-    url: str,
-    dest: Path,
-    part: Path,
-    *,
-    total: int | None,
-    size: int | None,
-    sha256: str | None,
-    publisher: dict[str, str],
-) -> None:
+def _check_and_place(url: str, dest: Path, part: Path, expected: _Expected, sent: _Sent) -> None:
     """Check the whole of ``part`` (a resumed one too), then record it and rename it to ``dest``;
     a file that fails a check is deleted."""
 
     def refuse(what: str) -> NoReturn:
         _discard(part)
-        raise DownloadError(f"the download of {url} is corrupted: {what}; it was deleted")
+        raise DownloadError(f"the download of {url} was deleted: {what}")
 
     found_size = part.stat().st_size
-    for expected in (total, size):
-        if expected is not None and found_size != expected:
-            refuse(f"{found_size} bytes, expected {expected}")
-    found, md5 = _digests(part, md5="md5" in publisher)
-    if sha256 is not None and found != sha256.lower():
-        refuse(f"sha256 {found}, expected {sha256.lower()}")
-    if md5 is not None and md5 != publisher["md5"]:
-        refuse(f"md5 {md5}, the publisher's (x-goog-hash) is {publisher['md5']}")
+    if sent.total is not None and found_size != sent.total:
+        refuse(f"{found_size} bytes, expected {sent.total} (Content-Length)")
+    if (problem := expected.problem(found_size)) is not None:
+        refuse(problem)
+    found, md5 = _digests(part, md5="md5" in sent.publisher)
+    if (problem := expected.problem(found_size, found)) is not None:
+        refuse(problem)
+    if md5 is not None and md5 != sent.publisher["md5"]:
+        refuse(f"md5 {md5}, the publisher's (x-goog-hash) is {sent.publisher['md5']}")
     # The record first: a file in place without one would pass for a hand-placed file.
     try:
-        _write_record(dest, _record(url, found_size, found, publisher, how="downloaded"))
+        _write_record(dest, _record(url, found_size, found, how="downloaded", sent=sent))
         os.replace(part, dest)
     except OSError as e:
-        _write_failed(part, e, total)
+        _write_failed(part, e, sent.total)
     with contextlib.suppress(OSError):  # a validator left behind is replaced with the next part
         _validator_file(part).unlink(missing_ok=True)
     log.info("downloaded %s to %s (sha256 %s)", url, dest, found)

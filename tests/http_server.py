@@ -1,9 +1,11 @@
 """A local HTTP server for tests that download: files the test makes, served on 127.0.0.1.
 
 ``FileServer`` serves a dict of path -> bytes with what downloads meet in the wild: Range requests
-(206 + Content-Range, 416 past the end), extra headers per path (a publisher's ``x-goog-hash``),
+(206 + Content-Range, 416 past the end) and the validators that make them safe (ETag,
+Last-Modified, If-Range), redirects, extra headers per path (a publisher's ``x-goog-hash``),
 responses cut after N bytes (an interrupted transfer), a delay before each body (so that
-processes overlap), and a log of every request. ``FakeHub`` adds the Hugging Face Hub's
+processes overlap), a log of every request, and HTTPS (``tls=True``, with a certificate that a
+client trusts through ``SSL_CERT_FILE=TLS_CERT``). ``FakeHub`` adds the Hugging Face Hub's
 ``/{repo_id}/resolve/{revision}/{filename}`` for ``HF_ENDPOINT``. Nothing leaves the machine::
 
     with FileServer({"/models/w.npz": data}) as server:
@@ -16,15 +18,22 @@ from __future__ import annotations
 import base64
 import hashlib
 import re
+import ssl
 import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from email.utils import formatdate
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
 Headers = list[tuple[str, str]]
+# A self-signed certificate for 127.0.0.1 and its key, for tests only (valid until 2126); made by
+# openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 36500
+#   -subj /CN=127.0.0.1 -addext subjectAltName=IP:127.0.0.1, the key appended to the certificate.
+TLS_CERT = Path(__file__).parent / "data" / "tls" / "127.0.0.1.pem"
 
 
 @dataclass(frozen=True)
@@ -57,19 +66,32 @@ class FileServer:
 
     Attributes tests change as they go: ``files``; ``headers`` (path -> extra headers);
     ``cuts`` (path -> for each of the next GETs of it, how many body bytes to send before
-    hanging up); ``ranges`` (False: ignore Range and answer 200); ``delay`` (seconds to wait
-    before each body); ``requests`` (every request, in order)."""
+    hanging up); ``ranges`` (False: ignore Range and answer 200); ``validators`` (what each
+    response names its file's version with, as Google Cloud Storage does: ``"etag"``, a strong
+    ``ETag`` of the bytes; ``"weak-etag"``, a weak one, ``W/"..."``; ``"last-modified"``, a date
+    that changes with the bytes); ``if_range`` (False: ignore If-Range, answer a Range request
+    with the current file's range even when its validator no longer matches); ``moved`` (path ->
+    URL: answer 302 to it); ``delay`` (seconds to wait before each body); ``requests`` (every
+    request, in order)."""
 
-    def __init__(self, files: Mapping[str, bytes] | None = None) -> None:
+    def __init__(self, files: Mapping[str, bytes] | None = None, *, tls: bool = False) -> None:
         self.files: dict[str, bytes] = dict(files or {})
         self.headers: dict[str, Headers] = {}
         self.cuts: dict[str, list[int]] = {}
         self.ranges = True
+        self.validators = ["etag", "last-modified"]
+        self.if_range = True
+        self.moved: dict[str, str] = {}
         self.delay = 0.0
         self.requests: list[Seen] = []
         self._lock = threading.Lock()
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self._httpd.daemon_threads = True
+        self.scheme = "https" if tls else "http"
+        if tls:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(TLS_CERT)
+            self._httpd.socket = context.wrap_socket(self._httpd.socket, server_side=True)
         # a short poll: close() waits for it
         serve = lambda: self._httpd.serve_forever(poll_interval=0.02)  # noqa: E731
         self._thread = threading.Thread(target=serve, daemon=True)
@@ -78,10 +100,21 @@ class FileServer:
     @property
     def base_url(self) -> str:
         host, port = self._httpd.server_address[:2]
-        return f"http://{host!s}:{port}"
+        return f"{self.scheme}://{host!s}:{port}"
 
     def url(self, path: str) -> str:
         return self.base_url + path
+
+    def versions(self, data: bytes) -> Headers:
+        """The validators of ``data`` that ``validators`` asks for."""
+        md5 = hashlib.md5(data).hexdigest()
+        named = {
+            "etag": ("ETag", f'"{md5}"'),
+            "weak-etag": ("ETag", f'W/"{md5}"'),
+            # a date derived from the bytes: another file is another date
+            "last-modified": ("Last-Modified", formatdate(1.6e9 + int(md5[:6], 16), usegmt=True)),
+        }
+        return [named[v] for v in self.validators]
 
     def gets(self, path: str | None = None) -> list[Seen]:
         """The GET requests (of ``path``, if given)."""
@@ -98,13 +131,21 @@ class FileServer:
         self.close()
 
     def reply(self, method: str, path: str, headers: Mapping[str, str]) -> Reply:
-        """The answer to a request: the file at ``path``, whole or the range asked for."""
+        """The answer to a request: the file at ``path``, whole or the range asked for (whole
+        if an If-Range names another version of it)."""
+        if path in self.moved:
+            return Reply(302, [("Location", self.moved[path])])
         data = self.files.get(path)
         if data is None:
             return Reply(404, body=b"not found")
-        extra = list(self.headers.get(path, []))
+        version = self.versions(data)
+        extra = [*self.headers.get(path, []), *version]
         match = re.fullmatch(r"bytes=(\d+)-(\d*)", headers.get("range", ""))
-        if match is None or not self.ranges:
+        # If-Range compares strongly: only a strong ETag or a date that is this version's matches
+        strong = [value for name, value in version if not value.startswith("W/")]
+        asked = headers.get("if-range")
+        changed = self.if_range and asked is not None and asked not in strong
+        if match is None or not self.ranges or changed:
             return Reply(200, [*extra, ("Accept-Ranges", "bytes")], data)
         start = int(match[1])
         end = min(int(match[2]) if match[2] else len(data) - 1, len(data) - 1)

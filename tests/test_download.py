@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from http_server import FakeHub, FileServer, goog_hash
+from http_server import TLS_CERT, FakeHub, FileServer, goog_hash
 from vitkit.errors import DownloadError
 from vitkit.io import download
 from vitkit.io.download import Source, cached_path, fetch, hub_file, verify
@@ -82,7 +82,9 @@ def test_cached_path_is_host_and_path_and_never_leaves_the_cache(tmp_path: Path)
     assert cached_path("https://example.org:8443/a/b%20c.npz?sig=1") == (
         home / "weights" / "example.org_8443" / "a" / "b c.npz"
     )
-    for bad in ("https://example.org/a/../../x", "https://example.org/", "ftp://example.org/x"):
+    bad_paths = ("https://example.org/a/../../x", "https://example.org/", "ftp://example.org/x")
+    bad_hosts = ("http://../x.npz", "http://./x.npz", "http://@/x.npz", "http://:80/x.npz")
+    for bad in (*bad_paths, *bad_hosts, "http://a\\..\\b/x.npz", "http://user@../x.npz"):
         with pytest.raises(DownloadError):
             cached_path(bad)
 
@@ -99,7 +101,8 @@ def test_download_checks_and_records_then_a_second_load_makes_no_request(
     assert path.read_bytes() == DATA
     record = json.loads(path.with_name("w.npz.download.json").read_text())
     assert record["url"] == url and record["size"] == len(DATA) and record["sha256"] == SHA
-    assert record["how"] == "downloaded"
+    assert record["how"] == "downloaded" and record["final_url"] == url
+    assert record["validator"] == {"ETag": dict(server.versions(DATA))["ETag"]}
     assert siblings(path) == {"w.npz", "w.npz.download.json"}  # no .part left
     assert len(server.requests) == 1
 
@@ -133,6 +136,46 @@ def test_interrupted_transfer_resumes_with_a_range_request(server: FileServer) -
     first, second = server.gets(PATH)
     assert "range" not in first.headers
     assert second.headers["range"] == "bytes=100000-"
+    assert second.headers["if-range"] == dict(server.versions(DATA))["ETag"]
+
+
+@pytest.mark.parametrize(
+    ("validators", "if_range"),
+    [(["etag"], True), (["weak-etag", "last-modified"], True), (["etag"], False)],
+    ids=["etag", "last-modified", "if-range-ignored"],
+)
+def test_a_file_that_changed_between_attempts_is_downloaded_whole_not_spliced(
+    server: FileServer, validators: list[str], if_range: bool
+) -> None:
+    """The mirror's file is replaced by another of the same size between two attempts: the
+    resume names the first version (If-Range: its strong ETag, else its Last-Modified, never a
+    weak ETag), and the new file arrives whole; a server that ignores If-Range sends the new
+    file's range with its new ETag, and the part is started again."""
+    server.validators, server.if_range = validators, if_range
+    server.cuts[PATH] = [100_000, 0]
+    url = server.url(PATH)
+    with pytest.raises(DownloadError, match="run again to resume"):
+        fetch(url, progress=False)
+    new = DATA[::-1]
+    server.files[PATH] = new
+    path = fetch(url, progress=False)
+    assert path.read_bytes() == new
+    first_version = [v for _, v in server.versions(DATA) if not v.startswith("W/")]
+    assert server.gets(PATH)[2].headers["if-range"] == first_version[0]
+    record = json.loads(path.with_name("w.npz.download.json").read_text())
+    assert record["sha256"] == hashlib.sha256(new).hexdigest()
+    assert siblings(path) == {"w.npz", "w.npz.download.json"}
+
+
+def test_a_part_without_a_validator_is_started_again_not_resumed(server: FileServer) -> None:
+    """A server that names no version of its file (no ETag, no Last-Modified): what an
+    interrupted transfer left cannot be told from another version's start, so it is
+    downloaded again from byte 0."""
+    server.validators = []
+    server.cuts[PATH] = [100_000]
+    path = fetch(server.url(PATH), progress=False)
+    assert path.read_bytes() == DATA
+    assert ["range" in r.headers for r in server.gets(PATH)] == [False, False]
 
 
 def test_an_interrupted_download_is_kept_and_the_next_call_resumes_it(server: FileServer) -> None:
@@ -192,18 +235,64 @@ def test_the_publishers_md5_is_checked_and_recorded(server: FileServer) -> None:
 
 
 def test_a_resumed_download_is_checked_whole(server: FileServer) -> None:
-    """A stale ``.part`` whose bytes differ from the file: the resumed tail is right, the whole
-    is not, and the publisher's md5 of the whole file catches it."""
+    """A ``.part`` of this version of the file (its validator matches) whose bytes rotted on
+    disk: the resumed tail is right, the whole is not, and the publisher's md5 of the whole file
+    catches it."""
     server.headers[PATH] = goog_hash(DATA)
     url = server.url(PATH)
     part = cached_path(url).with_name("w.npz.part")
     part.parent.mkdir(parents=True)
     part.write_bytes(bytes(100_000))
+    etag = dict(server.versions(DATA))["ETag"]
+    part.with_name("w.npz.part.json").write_text(json.dumps({"header": "ETag", "value": etag}))
     with pytest.raises(DownloadError) as e:
         fetch(url, progress=False)
     assert "md5" in one_line(e)
     assert server.gets(PATH)[0].headers["range"] == "bytes=100000-"
     assert siblings(cached_path(url)) == set()
+
+
+def test_a_size_outside_the_listed_range_is_refused_before_the_download(
+    server: FileServer,
+) -> None:
+    url = server.url(PATH)
+    with pytest.raises(DownloadError) as e:
+        fetch(url, size_range=(len(DATA) - 10, len(DATA) - 1), progress=False)
+    message = one_line(e)
+    assert f"{len(DATA)} bytes, expected {len(DATA) - 10} to {len(DATA) - 1}" in message
+    assert "nothing was downloaded" in message and siblings(cached_path(url)) == set()
+    path = fetch(url, size_range=(len(DATA) - 10, len(DATA)), progress=False)
+    assert path.read_bytes() == DATA
+
+
+def test_a_later_download_must_be_the_file_first_recorded(server: FileServer) -> None:
+    """The cached file deleted, the same URL downloaded again: the same bytes are taken; a file
+    that changed at its source (same size, or another size, refused before its body is read) is
+    refused in one line naming the record to delete to accept it, and is then taken."""
+    url = server.url(PATH)
+    path = fetch(url, progress=False)
+    record_file = path.with_name("w.npz.download.json")
+    path.unlink()
+    assert fetch(url, progress=False).read_bytes() == DATA  # unchanged at its source
+
+    other = DATA[::-1]
+    for new, found, first in [
+        (other, f"sha256 {hashlib.sha256(other).hexdigest()}", f"sha256 {SHA}"),
+        (DATA + b"!", f"{len(DATA) + 1} bytes", f"{len(DATA)} bytes"),
+    ]:
+        path.unlink(missing_ok=True)
+        server.files[PATH] = new
+        with pytest.raises(DownloadError) as e:
+            fetch(url, progress=False)
+        message = one_line(e)
+        assert f"{found}, but its first download (" in message
+        assert f") had {first}: the file changed at its source" in message
+        assert f"delete {record_file} to accept the new one" in message
+        assert siblings(path) == {"w.npz.download.json"}
+        assert json.loads(record_file.read_text())["sha256"] == SHA
+
+    record_file.unlink()
+    assert fetch(url, progress=False).read_bytes() == DATA + b"!"
 
 
 # -- offline -------------------------------------------------------------------------------------
@@ -272,6 +361,28 @@ def test_a_wrong_hand_placed_file_is_refused_not_overwritten(server: FileServer)
     assert dest.read_bytes() == DATA[::-1] and server.requests == []
 
 
+@pytest.mark.parametrize("suffix", ["", ".part", ".lock"])
+def test_a_link_planted_in_the_cache_is_refused_not_followed(
+    server: FileServer, tmp_path: Path, suffix: str
+) -> None:
+    """A symbolic link at ``F`` (to a file with the right bytes), ``F.part`` (to a file it would
+    append to) or ``F.lock`` (to a file it would create) pointing out of the cache: one line
+    naming the link, the target as it was, and no request."""
+    dest = cached_path(server.url(PATH))
+    dest.parent.mkdir(parents=True)
+    target = tmp_path / "outside"
+    if suffix != ".lock":
+        target.write_bytes(DATA if suffix == "" else b"precious")
+    link = dest.with_name(dest.name + suffix)
+    link.symlink_to(target)
+    before = target.read_bytes() if target.exists() else None
+    with pytest.raises(DownloadError) as e:
+        fetch(server.url(PATH), progress=False)
+    assert f"{link} is a symbolic link" in one_line(e)
+    assert (target.read_bytes() if target.exists() else None) == before
+    assert link.is_symlink() and server.requests == []
+
+
 # -- sources and mirrors ------------------------------------------------------------------------
 
 
@@ -292,6 +403,45 @@ def test_a_source_is_cached_by_name_so_a_mirror_keeps_its_cache(
         assert official.requests == []  # the mirror's download serves the official URL too
     with pytest.raises(ValueError, match=r"Source\.name"):
         Source(name="ViT", url="https://example.org")
+
+
+def test_a_redirect_to_another_host_is_refused_unless_allowed(
+    server: FileServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Within the host of the URL asked for, a redirect is followed (a relative Location too);
+    to another host, it is one line naming both hosts and the setting that allows it."""
+    with FileServer({PATH: DATA}) as front:
+        front.moved["/old/w.npz"] = PATH  # relative: the same host
+        path = fetch(front.url("/old/w.npz"), progress=False)
+        assert path.read_bytes() == DATA
+        record = json.loads(path.with_name("w.npz.download.json").read_text())
+        assert (record["url"], record["final_url"]) == (front.url("/old/w.npz"), front.url(PATH))
+        front.moved[PATH] = server.url(PATH)
+        with pytest.raises(DownloadError) as e:
+            fetch(front.url(PATH), progress=False)
+        message = one_line(e)
+        source, target = front.base_url.split("//")[1], server.base_url.split("//")[1]
+        assert f"from {source} to another host, {target}" in message
+        assert f"VITKIT_REDIRECT_HOSTS={target}" in message
+        assert server.requests == [] and not cached_path(front.url(PATH)).exists()
+
+        monkeypatch.setenv("VITKIT_REDIRECT_HOSTS", f"example.org, {target}")
+        assert fetch(front.url(PATH), progress=False).read_bytes() == DATA
+        assert len(server.gets(PATH)) == 1
+
+
+def test_a_redirect_from_https_to_http_is_refused_whatever_is_allowed(
+    server: FileServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SSL_CERT_FILE", str(TLS_CERT))  # trust the test server's certificate
+    monkeypatch.setenv("VITKIT_REDIRECT_HOSTS", "*")
+    with FileServer({"/models/direct.npz": DATA}, tls=True) as secure:
+        assert fetch(secure.url("/models/direct.npz"), progress=False).read_bytes() == DATA
+        secure.moved[PATH] = server.url(PATH)
+        with pytest.raises(DownloadError) as e:
+            fetch(secure.url(PATH), progress=False)
+    assert f"from https to http ({secure.url(PATH)} -> {server.url(PATH)})" in one_line(e)
+    assert server.requests == []
 
 
 # -- several processes, a full disk -------------------------------------------------------------

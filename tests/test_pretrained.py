@@ -6,7 +6,14 @@ from __future__ import annotations
 import pytest
 
 from vitkit.config import ConfigError
-from vitkit.io.pretrained import DEFAULT_TAG, REGISTRY, find, for_preset, list_pretrained
+from vitkit.io.pretrained import (
+    DEFAULT_TAG,
+    REGISTRY,
+    find,
+    for_preset,
+    list_pretrained,
+    listed_range,
+)
 from vitkit.presets import get_config
 
 
@@ -20,12 +27,42 @@ def test_every_entry_names_a_preset_a_file_and_its_source() -> None:
         assert entry.num_classes in (1000, 21843)
         assert (entry.fine_tuned_on is None) == (entry.num_classes != 1000 or "sam" in entry.tag)
         assert entry.top1 is None or 0.7 < entry.top1 < 0.9
+        # a listed size bounds the file, within its rounding; only the AugReg fine-tunes have none
+        assert (entry.size_range is None) == (entry.tag == "augreg-in21k-in1k-384")
     # the paper's models pre-trained on ImageNet-21k and their ImageNet fine-tunes
     for preset in ("ViT-B/16", "ViT-B/32", "ViT-L/16", "ViT-L/32", "ViT-H/14", "R50+ViT-B/16"):
         assert f"{preset}@in21k" in REGISTRY
     for name in ("ViT-B/16", "ViT-B/32", "ViT-L/16", "ViT-L/32", "R50+ViT-B/16"):
         assert REGISTRY[f"{name}@in21k-in1k-384"].image_size == 384
     assert REGISTRY["ViT-B/16@in21k-in1k-224"].top1 == 0.812  # the README's changelog
+
+
+def test_a_listed_size_allows_one_unit_of_its_last_digit_either_side() -> None:
+    mib, gib = 1 << 20, 1 << 30
+    for listed, value, unit in [("393.69 MiB", "393.69", mib), ("331.4 MiB", "331.4", mib),
+                                ("1.22 GiB", "1.22", gib), ("1243 MiB", "1243", mib)]:  # fmt: skip
+        low, high = listed_range(listed)
+        step = 10 ** -len(value.partition(".")[2])
+        assert low <= float(value) * unit <= high
+        assert not low <= (float(value) - 1.01 * step) * unit <= high
+        assert not low <= (float(value) + 1.01 * step) * unit <= high
+    assert listed_range("") is None
+    with pytest.raises(ValueError, match=r"found '393\.69 MB'"):
+        listed_range("393.69 MB")
+
+
+def test_the_readme_says_what_pins_each_entry() -> None:
+    from pathlib import Path
+
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    table = readme.split("| entry | listed size: bounds the file |")[1].split("</details>")[0]
+    rows = [line for line in table.splitlines() if line.startswith("| `")]
+    assert len(rows) == len(REGISTRY)
+    for row, entry in zip(rows, REGISTRY.values(), strict=True):
+        name, size, hub = (cell.strip() for cell in row.strip("|").split("|"))
+        assert name == f"`{entry.name}`"
+        assert size.startswith(entry.size) if entry.size else size == "none listed"
+        assert hub == (f"`{entry.timm}` (main)" if entry.timm else "none")
 
 
 def test_urls_follow_the_base_url(monkeypatch) -> None:
@@ -73,8 +110,9 @@ def served(tmp_path, monkeypatch):
     model = randomize(vitkit.create_model(cfg))
     buffer = io.BytesIO()
     np.savez(buffer, **to_official(model))
+    listed = f"{len(buffer.getvalue()) / 1024:.2f} KiB"  # as gsutil ls -lh lists it
     entry = pretrained.Pretrained(
-        "ViT-mu/16", "test", "test/mu.npz", 32, "ImageNet-21k", "ImageNet-1k", 1000, "", "a test"
+        "ViT-mu/16", "test", "test/mu.npz", 32, "ImageNet-21k", "ImageNet-1k", 1000, listed, "test"
     )
     monkeypatch.setitem(pretrained.REGISTRY, entry.name, entry)
     monkeypatch.setenv("VITKIT_HOME", str(tmp_path / "home"))
@@ -159,6 +197,22 @@ def test_offline_without_the_file_is_one_line_naming_where_to_put_it(
     assert server.gets() == []
 
 
+def test_a_file_its_listed_size_rules_out_is_not_downloaded(served, monkeypatch) -> None:
+    import dataclasses
+
+    import vitkit
+    from vitkit.errors import DownloadError
+    from vitkit.io import pretrained
+
+    _, _, tmp_path = served
+    entry = dataclasses.replace(pretrained.REGISTRY["ViT-mu/16@test"], size="1 KiB")
+    monkeypatch.setitem(pretrained.REGISTRY, entry.name, entry)
+    with pytest.raises(DownloadError, match=r"expected 0 to 2048 \(its listed size\)"):
+        vitkit.load("ViT-mu/16@test")
+    folder = tmp_path / "home" / "weights" / "vit_models" / "test"
+    assert [p.name for p in folder.iterdir()] == ["mu.npz.lock"]  # no file, part or record
+
+
 def test_an_existing_path_wins_over_a_name(served, tmp_path, monkeypatch) -> None:
     import dataclasses
 
@@ -175,8 +229,9 @@ def test_an_existing_path_wins_over_a_name(served, tmp_path, monkeypatch) -> Non
 @pytest.mark.slow
 def test_a_hub_counterpart_through_huggingface_hub(tmp_path) -> None:
     """VITKIT_PRETRAINED_SOURCE=hub fetches the timm Hub repository that holds the official
-    file's tensors, through huggingface_hub (its endpoint and cache: HF_ENDPOINT, HF_HOME), and
-    keeps the official numerics (tanh GELU)."""
+    file's tensors, through huggingface_hub (its endpoint and cache: HF_ENDPOINT, HF_HOME), at the
+    commit the entry names (another, newer file on main), and keeps the official numerics (tanh
+    GELU)."""
     import os
     import subprocess
     import sys
@@ -195,15 +250,22 @@ def test_a_hub_counterpart_through_huggingface_hub(tmp_path) -> None:
     with torch.no_grad():
         expected = model(x)
     torch.save(x, tmp_path / "x.pt")
-    code = (
-        "import sys, torch, vitkit\n"
+    repo = "timm/vit_tiny_patch16_224.augreg_in21k"
+    code = (  # the entry as if it named the commit of v1 (none can be read here)
+        "import dataclasses, sys, torch, vitkit\n"
+        "from vitkit.io import pretrained\n"
+        "entry = pretrained.REGISTRY[sys.argv[1]]\n"
+        "pin = dataclasses.replace(entry, timm_revision=sys.argv[4])\n"
+        "pretrained.REGISTRY[sys.argv[1]] = pin\n"
         "m = vitkit.load(sys.argv[1])\n"
         "assert m.cfg.act == 'gelu_tanh', m.cfg.act\n"
         "torch.save(m(torch.load(sys.argv[2])).detach(), sys.argv[3])\n"
     )
     with FakeHub() as hub:
         state = {k: v.contiguous() for k, v in model.state_dict().items()}
-        hub.add("timm/vit_tiny_patch16_224.augreg_in21k", "model.safetensors", save(state))
+        hub.add(repo, "model.safetensors", save(state), revision="v1")
+        newer = {k: v + 1 for k, v in state.items()}
+        hub.add(repo, "model.safetensors", save(newer))
         env = {
             **os.environ,
             "HF_ENDPOINT": hub.base_url,
@@ -211,7 +273,7 @@ def test_a_hub_counterpart_through_huggingface_hub(tmp_path) -> None:
             "VITKIT_HOME": str(tmp_path / "vitkit"),
             "VITKIT_PRETRAINED_SOURCE": "hub",
         }
-        args = [str(tmp_path / "x.pt"), str(tmp_path / "y.pt")]
+        args = [str(tmp_path / "x.pt"), str(tmp_path / "y.pt"), hub.commit(repo, "v1")]
         run = [sys.executable, "-c", code, "ViT-Ti/16@augreg-in21k", *args]
         proc = subprocess.run(run, env=env, capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, proc.stderr

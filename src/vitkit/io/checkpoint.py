@@ -165,13 +165,16 @@ def exclusive(path: Path, waiting: str) -> Iterator[None]:
     processes asking at once take turns; the kernel releases it if the holder dies. ``waiting``
     ends the log line shown while another process holds it ("waiting for another process that is
     ..."). No lock where ``fcntl`` does not exist (Windows). ``OSError`` if ``path`` cannot be
-    opened for writing."""
+    opened for writing or is a symbolic link."""
     try:
         import fcntl
     except ImportError:
         yield
         return
-    with open(path, "ab") as lock:
+    # O_NOFOLLOW: a link planted at ``path`` is an OSError (ELOOP), never a file created or
+    # locked elsewhere through it
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW
+    with open(os.open(path, flags, 0o666), "ab") as lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

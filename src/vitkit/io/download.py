@@ -2,8 +2,9 @@
 
 ``fetch(url)`` returns a local path for a URL: from the cache if it is there and still the file
 that was downloaded, else downloaded (HTTPS with ``urllib``, a progress bar with size, rate and
-ETA), checked (size, the expected sha256, the publisher's own hash where the response reports
-one) and renamed into place. ``hub_file(repo_id, filename)`` does the same for the Hugging Face
+ETA), checked (the expected size, or the range of sizes its listing allows, the expected sha256,
+the publisher's own hash where the response reports one, and what its first download recorded)
+and renamed into place. ``hub_file(repo_id, filename)`` does the same for the Hugging Face
 Hub through ``huggingface_hub`` and its own cache. ``verify(path)`` re-checks a cached file.
 
 The cache
@@ -14,17 +15,28 @@ The cache
     cache, and a file downloaded by hand goes to the same place whichever server it came from.
     Beside each file ``F``:
 
-    - ``F.download.json``: what was downloaded (url, size, sha256, the publisher's hash if any,
-      when); its sha256 is checked at every later ``fetch`` and ``verify``.
+    - ``F.download.json``: what was downloaded (the URL asked for and the one the bytes came
+      from after redirects, size, sha256, the response's validator, the publisher's hash if any,
+      when); its sha256 is checked at every later ``fetch`` and ``verify``. It outlives ``F``: a
+      later download (``F`` deleted) must give the same size and sha256, or is refused in one
+      line saying to delete the record to accept the new file (a file that changed at its
+      source, or a mirror that serves another one, is never taken silently).
     - ``F.part``: an interrupted transfer, resumed with an HTTP ``Range`` request by the next
       attempt. It is kept only after a network failure; a disk error (full disk, quota, file size
       limit) or a failed check deletes it, so nothing half-written stays behind.
+    - ``F.part.json``: the validator of the response ``F.part`` is the start of (its strong
+      ``ETag``, else its ``Last-Modified``), sent as ``If-Range`` when resuming: a server whose
+      file changed since answers with the whole new file, which replaces the part (never a
+      splice of two versions). A part without one (the server sent neither) is not resumed: it is
+      downloaded again from the start.
     - ``F.lock``: an exclusive ``flock`` held while downloading, so processes that ask at once
       (torchrun ranks) download once: the others wait and then find the file cached. Lock files
       are left in place (removing one another process may hold is a race) and are empty.
 
     A file put at ``F`` by hand (no ``F.download.json``) is used if it matches the expected size
-    and sha256 (when given) and is recorded then.
+    and sha256 (when given) and is recorded then. A symbolic link at ``F``, ``F.part`` or
+    ``F.lock`` is refused (one line naming it), never read or written through: whoever can write
+    into the cache must not be able to make vitkit load or overwrite a file elsewhere.
 
 Environment
     ``VITKIT_HOME``                   the cache (above).
@@ -33,6 +45,13 @@ Environment
                                       from; ``HF_HUB_OFFLINE=1`` means the same.
     ``VITKIT_<SOURCE>_URL``           the base URL of a source (an internal mirror, a proxy):
                                       ``<base>/<path>`` is fetched instead; ``Source.env_var``.
+    ``VITKIT_REDIRECT_HOSTS``         hosts (``host`` or ``host:port``, comma-separated; ``*``
+                                      for any) that a download may be redirected to from
+                                      another host. Redirects within the host of the URL asked
+                                      for (a source's base URL or its mirror's) are followed;
+                                      to any other host they are refused unless it is listed
+                                      (a mirror that hands out its storage's URLs needs it);
+                                      from https to http they are always refused.
     ``HTTPS_PROXY``, ``NO_PROXY``...  honoured by ``urllib``.
     ``HF_ENDPOINT``, ``HF_HOME``, ``HF_TOKEN``, ``HF_HUB_OFFLINE``: ``hub_file`` goes through
                                       ``huggingface_hub``, which reads them (``HF_ENDPOINT`` is the
@@ -49,6 +68,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import dataclasses
 import errno
 import hashlib
 import http.client
@@ -56,14 +76,15 @@ import json
 import logging
 import os
 import re
+import stat
 import time
 from dataclasses import dataclass
 from email.message import Message
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import IO, Any, BinaryIO, NoReturn
 from urllib.error import HTTPError
 from urllib.parse import unquote, urlsplit
-from urllib.request import Request, urlopen
+from urllib.request import HTTPRedirectHandler, Request, build_opener
 
 from tqdm import tqdm
 
@@ -84,6 +105,9 @@ DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _SOURCE_NAME = re.compile(r"[a-z][a-z0-9_]*")
 _TRUE = {"1", "true", "yes", "on"}
+REDIRECT_HOSTS_ENV = "VITKIT_REDIRECT_HOSTS"
+# POSIX's flag to refuse a link as the last component of a path (ELOOP); Windows has none.
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
 
 def home() -> Path:
@@ -117,9 +141,11 @@ def cached_path(url: str) -> Path:
     (``<host>`` with ``_`` for a port's ``:``; the query string is not part of it). Files of a
     named source use ``Source.cached_path`` instead, which does not change with a mirror."""
     parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise DownloadError(f"expected an http(s) URL, found {url!r}")
     host = parts.netloc.rsplit("@", 1)[-1].replace(":", "_")
+    # the host is a folder name: "..", "." or a separator would climb out of weights/
+    bad_host = not parts.hostname or host in (".", "..") or any(c in host for c in "\\\0")
+    if parts.scheme not in ("http", "https") or bad_host:
+        raise DownloadError(f"expected an http(s) URL with a host name, found {url!r}")
     return home().joinpath("weights", host, *_safe_parts(parts.path, url))
 
 
@@ -159,6 +185,7 @@ class Source:
         *,
         sha256: str | None = None,
         size: int | None = None,
+        size_range: tuple[int, int] | None = None,
         progress: bool = True,
     ) -> Path:
         """``fetch`` of ``path`` under the base URL in use, into ``cached_path(path)``."""
@@ -167,12 +194,35 @@ class Source:
             dest=self.cached_path(path),
             sha256=sha256,
             size=size,
+            size_range=size_range,
             progress=progress,
         )
 
 
 def _sibling(path: Path, suffix: str) -> Path:
     return path.with_name(path.name + suffix)
+
+
+def _link_error(path: Path) -> DownloadError:
+    try:
+        target = os.readlink(path)
+    except OSError:  # gone or replaced since: name it all the same
+        target = "?"
+    return DownloadError(
+        f"{path} is a symbolic link (to {target}); vitkit does not read or write its cache "
+        "through links: delete it (a copy of the file may be put there instead)"
+    )
+
+
+def _lstat(path: Path) -> os.stat_result | None:
+    """``path``'s own status, None if nothing is there; a ``DownloadError`` if it is a link."""
+    try:
+        status = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    if stat.S_ISLNK(status.st_mode):
+        raise _link_error(path)
+    return status
 
 
 def _digests(path: Path, *, md5: bool = False) -> tuple[str, str | None]:
@@ -221,51 +271,89 @@ def verify(path: str | os.PathLike) -> None:
     record = _read_record(path)
     if record is None:
         raise DownloadError(f"{path} has no download record ({path.name}{RECORD_SUFFIX})")
-    if not path.is_file():
+    status = _lstat(path)
+    if status is None or not stat.S_ISREG(status.st_mode):
         raise DownloadError(f"{path} is recorded as downloaded but is missing: fetch it again")
     found, _ = _digests(path)
     if found != record["sha256"]:
         raise _changed(path, found, record)
 
 
-def _use_cached(dest: Path, url: str, sha256: str | None, size: int | None) -> bool:
+@dataclass(frozen=True)
+class _Expected:
+    """What a file must be: what the caller gives (its size, or the range of sizes its listing
+    allows, and its sha256) and what its first download recorded (``recorded``: the record's
+    path and contents, when the file is to be downloaded again)."""
+
+    sha256: str | None = None
+    size: int | None = None
+    size_range: tuple[int, int] | None = None
+    recorded: tuple[Path, dict[str, Any]] | None = None
+
+    def problem(self, size: int, sha256: str | None = None) -> str | None:
+        """Why a file of ``size`` bytes (and ``sha256``, once known) is not this one, or None."""
+        if self.size is not None and size != self.size:
+            return f"{size} bytes, expected {self.size}"
+        if self.size_range is not None and not self.size_range[0] <= size <= self.size_range[1]:
+            low, high = self.size_range
+            return f"{size} bytes, expected {low} to {high} (its listed size)"
+        if sha256 is not None and self.sha256 is not None and sha256 != self.sha256.lower():
+            return f"sha256 {sha256}, expected {self.sha256.lower()}"
+        if self.recorded is None:
+            return None
+        path, record = self.recorded
+        if size != record.get("size", size):
+            found, first = f"{size} bytes", f"{record['size']} bytes"
+        elif sha256 is not None and sha256 != record["sha256"]:
+            found, first = f"sha256 {sha256}", f"sha256 {record['sha256']}"
+        else:
+            return None
+        return (
+            f"{found}, but its first download ({record.get('recorded', '?')}) had {first}: the "
+            f"file changed at its source (or a mirror serves another); delete {path} to accept "
+            "the new one"
+        )
+
+
+def _use_cached(dest: Path, url: str, expected: _Expected) -> bool:
     """Whether ``dest`` holds the file: checked against its record (a download) or the expected
     size and sha256 (a file put there by hand, then recorded). A file that is there but wrong
     is an error, not a reason to download over it: it may be someone's."""
-    if not dest.is_file():
+    status = _lstat(dest)
+    if status is None or not stat.S_ISREG(status.st_mode):
         return False
     record = _read_record(dest)
-    found_size = dest.stat().st_size
-    if size is not None and found_size != size:
+    found_size = status.st_size
+    if (problem := expected.problem(found_size)) is None:
+        found, _ = _digests(dest)
+        if record is not None and found != record["sha256"]:
+            raise _changed(dest, found, record)
+        problem = expected.problem(found_size, found)
+    if problem is not None:
         raise DownloadError(
-            f"{dest} is {found_size} bytes, {url} should be {size}; delete it to download it again"
-        )
-    found, _ = _digests(dest)
-    if record is not None and found != record["sha256"]:
-        raise _changed(dest, found, record)
-    if sha256 is not None and found != sha256.lower():
-        raise DownloadError(
-            f"{dest} has sha256 {found}, expected {sha256.lower()} for {url}; "
-            "delete it to download it again"
+            f"{dest} is not {url}'s file: {problem}; delete it to download it again"
         )
     if record is None:
         log.info("using %s, found in the cache (placed by hand); recording its sha256", dest)
         try:
-            _write_record(dest, _record(url, found_size, found, {}, how="found in the cache"))
+            _write_record(dest, _record(url, found_size, found, how="found in the cache"))
         except OSError as e:  # a read-only cache still serves the file; it is just not recorded
             log.warning("cannot record %s: %s", dest, e)
     return True
 
 
 def _record(
-    url: str, size: int, sha256: str, publisher: dict[str, str], *, how: str
+    url: str, size: int, sha256: str, *, how: str, sent: _Sent | None = None
 ) -> dict[str, Any]:
-    """A download record: ``how`` is "downloaded" or "found in the cache" (placed by hand)."""
+    """A download record: ``how`` is "downloaded" (``sent``: what the server said) or "found in
+    the cache" (placed by hand)."""
     return {
         "url": url,
+        "final_url": sent.final_url if sent else None,
         "size": size,
         "sha256": sha256,
-        "publisher_hash": publisher,
+        "validator": dict([sent.validator]) if sent and sent.validator else {},
+        "publisher_hash": sent.publisher if sent else {},
         "how": how,
         "recorded": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
@@ -277,39 +365,61 @@ def fetch(
     dest: str | os.PathLike | None = None,
     sha256: str | None = None,
     size: int | None = None,
+    size_range: tuple[int, int] | None = None,
     progress: bool = True,
 ) -> Path:
     """The local path of ``url``'s file: from the cache if it is there (and still what was
     downloaded), else downloaded into ``dest`` (default ``cached_path(url)``).
 
-    ``sha256`` (hex) and ``size`` (bytes), when given, are what the file must be; the
-    publisher's md5 is checked too where the response reports one (``x-goog-hash``). An
+    ``sha256`` (hex) and ``size`` (bytes), when given, are what the file must be;
+    ``size_range`` (low, high: bytes, inclusive) bounds a size known only as a listing's rounded
+    figure. Sizes are checked against the server's Content-Length before the download and
+    against the file after it. The publisher's md5 is checked too where the response reports one
+    (``x-goog-hash``), and a file downloaded before (its record kept) must be the same again. An
     interrupted transfer is resumed from ``dest.part`` (here, up to ``RETRIES`` times while it
     makes progress, and by the next call). ``progress`` shows a progress bar on stderr.
 
     Raises ``DownloadError`` (one line) when offline or the server cannot be reached (naming the
-    path a hand-downloaded copy is read from), on an HTTP error, a full disk, or a file that
-    fails a check (then nothing of it is left in the cache)."""
+    path a hand-downloaded copy is read from), on an HTTP error, a redirect refused, a full disk,
+    or a file that fails a check (then nothing of it is left in the cache)."""
     dest = Path(dest) if dest is not None else cached_path(url)
-    if _use_cached(dest, url, sha256, size):
+    expected = _Expected(sha256=sha256, size=size, size_range=size_range)
+    if _use_cached(dest, url, expected):
         return dest
     if offline():
         raise DownloadError(
             f"{url} is not in the cache and offline mode is on (VITKIT_OFFLINE or HF_HUB_OFFLINE); "
             f"a copy downloaded by hand is read from {dest}"
         )
+    lock = _sibling(dest, LOCK_SUFFIX)
     with contextlib.ExitStack() as stack:
         try:
             dest.parent.mkdir(parents=True, exist_ok=True)
-            stack.enter_context(exclusive(_sibling(dest, LOCK_SUFFIX), f"downloading {dest}"))
+            stack.enter_context(exclusive(lock, f"downloading {dest}"))
         except OSError as e:
+            if e.errno == errno.ELOOP and lock.is_symlink():  # exclusive does not follow it
+                raise _link_error(lock) from None
             raise DownloadError(
                 f"cannot write to the cache folder {dest.parent}: {e.strerror}"
             ) from None
-        if _use_cached(dest, url, sha256, size):  # another process downloaded it while we waited
+        if _use_cached(dest, url, expected):  # another process downloaded it while we waited
             return dest
-        _download(url, dest, sha256=sha256, size=size, progress=progress)
+        if (record := _read_record(dest)) is not None:  # the file was deleted: it must come back
+            expected = dataclasses.replace(
+                expected, recorded=(_sibling(dest, RECORD_SUFFIX), record)
+            )
+        _download(url, dest, expected, progress=progress)
     return dest
+
+
+@dataclass(frozen=True)
+class _Sent:
+    """What the server said about the file in the response that completed it."""
+
+    total: int | None  # its size, if the server said
+    publisher: dict[str, str]  # the publisher's hashes it reported
+    validator: _Validator | None  # the version the part holds (the first response's)
+    final_url: str  # where the bytes came from, after redirects
 
 
 class _InterruptedError(Exception):
@@ -321,24 +431,88 @@ class _InterruptedError(Exception):
 
 
 class _RestartError(Exception):
-    """The server cannot continue our ``.part`` (416, or a range we did not ask for)."""
+    """The server cannot continue our ``.part`` (416, a range we did not ask for, or a file that
+    is no longer the one the part began)."""
 
 
-def _download(
-    url: str, dest: Path, *, sha256: str | None, size: int | None, progress: bool
-) -> None:
+# A version of a file as a response names it: (header, value), "ETag" or "Last-Modified".
+_Validator = tuple[str, str]
+
+
+def _validator(headers: Message) -> _Validator | None:
+    """What names this version of the file strongly enough for ``If-Range`` (RFC 9110 13.1.5):
+    the ``ETag`` unless it is weak (``W/...``), else the ``Last-Modified`` date."""
+    etag = (headers.get("ETag") or "").strip()
+    if etag and not etag.startswith("W/"):
+        return "ETag", etag
+    modified = (headers.get("Last-Modified") or "").strip()
+    return ("Last-Modified", modified) if modified else None
+
+
+def _validator_file(part: Path) -> Path:
+    """``F.part.json``: which version of the file ``F.part`` holds the start of."""
+    return _sibling(part, ".json")
+
+
+def _saved_validator(part: Path) -> _Validator | None:
+    """The validator saved beside ``part``; None if there is none or it cannot be read."""
+    try:
+        saved = json.loads(_validator_file(part).read_text())
+        header, value = saved["header"], saved["value"]
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError):
+        return None
+    if header not in ("ETag", "Last-Modified") or not isinstance(value, str):
+        return None
+    return header, value
+
+
+def _save_validator(part: Path, validator: _Validator | None) -> None:
+    path = _validator_file(part)
+    if validator is None:
+        path.unlink(missing_ok=True)
+        return
+    text = json.dumps({"header": validator[0], "value": validator[1]}) + "\n"
+    atomic_write(path, lambda p: p.write_text(text))
+
+
+def _discard(part: Path) -> None:
+    """Delete ``part`` and the validator saved beside it."""
+    part.unlink(missing_ok=True)
+    _validator_file(part).unlink(missing_ok=True)
+
+
+def _resumable(url: str, part: Path, size: int | None) -> tuple[int, _Validator | None]:
+    """Where to continue ``part`` from, and the validator of what it holds: (0, None) to start
+    afresh, after deleting a part that cannot be continued safely."""
+    offset = status.st_size if (status := _lstat(part)) else 0
+    if not offset:
+        return 0, None
+    if size is not None and offset > size:  # not a prefix of this file
+        _discard(part)
+        return 0, None
+    validator = _saved_validator(part)
+    if validator is None:  # which version it is the start of is unknown: a resume could splice
+        log.warning(
+            "%s: %s has no ETag or Last-Modified saved to resume it against; downloading the "
+            "file from the start",
+            url,
+            part.name,
+        )
+        _discard(part)
+        return 0, None
+    return offset, validator
+
+
+def _download(url: str, dest: Path, expected: _Expected, *, progress: bool) -> None:
     part = _sibling(dest, PART_SUFFIX)
     resumes = restarts = 0
     while True:
-        offset = part.stat().st_size if part.exists() else 0
-        if size is not None and offset > size:  # not a prefix of this file
-            part.unlink()
-            offset = 0
+        offset, validator = _resumable(url, part, expected.size)
         try:
-            total, publisher = _transfer(url, dest, part, offset, progress=progress)
+            sent = _transfer(url, dest, part, offset, validator, expected, progress=progress)
             break
         except _RestartError as e:
-            part.unlink(missing_ok=True)
+            _discard(part)
             restarts += 1
             if restarts > 1:
                 raise DownloadError(f"cannot download {url}: {e}") from None
@@ -352,7 +526,7 @@ def _download(
                 ) from None
             resumes += 1
             log.warning("the download of %s was interrupted (%s); resuming", url, e)
-    _check_and_place(url, dest, part, total=total, size=size, sha256=sha256, publisher=publisher)
+    _check_and_place(url, dest, part, expected, sent)
 
 
 def _unreachable(url: str, dest: Path, reason: object) -> DownloadError:
@@ -361,30 +535,43 @@ def _unreachable(url: str, dest: Path, reason: object) -> DownloadError:
     )
 
 
-def _write_failed(path: Path, e: OSError, total: int | None) -> NoReturn:
-    """Delete what was written of ``path`` (it is suspect) and raise one line."""
-    path.unlink(missing_ok=True)
+def _write_failed(part: Path, e: OSError, total: int | None) -> NoReturn:
+    """Delete what was written of ``part`` (it is suspect) and raise one line."""
+    _discard(part)
     fix = ""
     if e.errno in DISK_ERRNOS:
         need = f" for {total} bytes" if total is not None else ""
         fix = f"; make room{need}, or set VITKIT_HOME to a disk that has it"
-    raise DownloadError(f"cannot write {path}: {e.strerror}{fix}") from None
+    raise DownloadError(f"cannot write {part}: {e.strerror}{fix}") from None
 
 
 def _transfer(
-    url: str, dest: Path, part: Path, offset: int, *, progress: bool
-) -> tuple[int | None, dict[str, str]]:
-    """One request for ``url`` from byte ``offset``, appended to ``part``; returns the file's
-    total size (if the server said) and the publisher's hashes it reported."""
+    url: str,
+    dest: Path,
+    part: Path,
+    offset: int,
+    validator: _Validator | None,
+    expected: _Expected,
+    *,
+    progress: bool,
+) -> _Sent:
+    """One request for ``url`` from byte ``offset`` (of the version ``validator`` names),
+    appended to ``part``; returns what the server said about the file. A size that ``expected``
+    rules out (the server's Content-Length) is refused before anything is written."""
     headers = {"User-Agent": f"vitkit/{__version__}", "Accept-Encoding": "identity"}
     if offset:
+        assert validator is not None, "a part is resumed only against its validator"
         headers["Range"] = f"bytes={offset}-"
+        headers["If-Range"] = validator[1]
+    opener = build_opener(_CheckedRedirects(url))
     try:
-        response = urlopen(Request(url, headers=headers), timeout=TIMEOUT_S)
+        response = opener.open(Request(url, headers=headers), timeout=TIMEOUT_S)
     except HTTPError as e:
         if e.code == 416 and offset:
             raise _RestartError(f"the server cannot resume from byte {offset} (HTTP 416)") from None
         raise DownloadError(f"cannot download {url}: HTTP {e.code} {e.reason}") from None
+    except DownloadError:  # a redirect refused
+        raise
     except (OSError, http.client.HTTPException) as e:  # URLError is an OSError
         raise _unreachable(url, dest, getattr(e, "reason", None) or e) from None
     with response:
@@ -396,13 +583,27 @@ def _transfer(
                 raise _RestartError(
                     f"asked for bytes from {offset}, the server sent Content-Range {content_range!r}"
                 )
-        else:  # 200: the server sends the whole file (it ignored or does not do Range)
+            _same_version(validator, response.headers)
+        elif offset:  # 200: the file changed since (If-Range), or the server does not do Range
+            log.warning(
+                "%s: the server sent the whole file, not the rest of %s (it changed since, or "
+                "the server does not resume); it replaces the part",
+                url,
+                part.name,
+            )
             offset = 0
-        publisher = _publisher_hashes(response.headers)
-        try:
-            f = open(part, "ab" if offset else "wb")  # noqa: SIM115 (closed in the finally below)
-        except OSError as e:
-            raise DownloadError(f"cannot write {part}: {e.strerror}") from None
+        if total is not None and (problem := expected.problem(total)) is not None:
+            _discard(part)
+            raise DownloadError(
+                f"{url} is not the file expected: the server sends {problem}; nothing was downloaded"
+            )
+        sent = _Sent(
+            total,
+            _publisher_hashes(response.headers),
+            _validator(response.headers) if not offset else validator,
+            response.geturl(),
+        )
+        f = _open_part(part, append=bool(offset))
         received = 0
         bar = tqdm(
             total=total,
@@ -415,6 +616,8 @@ def _transfer(
             dynamic_ncols=True,
         )
         try:
+            if not offset:  # what the part now holds the start of, for the next resume
+                _save_validator(part, sent.validator)
             while True:
                 try:
                     chunk = response.read(CHUNK)
@@ -437,41 +640,108 @@ def _transfer(
                 f.close()
     if total is not None and offset + received < total:  # closed early without an error
         raise _InterruptedError(f"{offset + received} of {total} bytes", received)
-    return total, publisher
+    return sent
 
 
-def _check_and_place(
-    url: str,
-    dest: Path,
-    part: Path,
-    *,
-    total: int | None,
-    size: int | None,
-    sha256: str | None,
-    publisher: dict[str, str],
-) -> None:
+def _host(url: str) -> str:
+    """A URL's ``host[:port]``, in lower case."""
+    return urlsplit(url).netloc.rsplit("@", 1)[-1].lower()
+
+
+def _redirect_refusal(asked: str, old: str, new: str) -> str | None:
+    """Why a download of ``asked`` is not redirected from ``old`` to ``new`` (one line), or
+    None if it may be: to a host other than ``asked``'s only if ``VITKIT_REDIRECT_HOSTS``
+    lists it, and from https to http never."""
+    scheme = urlsplit(new).scheme
+    if scheme not in ("http", "https"):
+        return f"refusing the redirect of {asked} to {new}: expected an http(s) URL"
+    if urlsplit(old).scheme == "https" and scheme == "http":
+        return (
+            f"refusing the redirect of {asked} from https to http ({old} -> {new}): the file would "
+            "arrive unprotected; give an http:// URL (e.g. a mirror's) if plain http is meant"
+        )
+    source, target = _host(asked), _host(new)
+    allowed = {h.strip().lower() for h in os.environ.get(REDIRECT_HOSTS_ENV, "").split(",")}
+    if target == source or allowed & {"*", target, urlsplit(new).hostname}:
+        return None
+    return (
+        f"refusing the redirect of {asked} from {source} to another host, {target} ({new}): set "
+        f"{REDIRECT_HOSTS_ENV}={target} to allow it"
+    )
+
+
+class _CheckedRedirects(HTTPRedirectHandler):
+    """urllib's redirects, each one first passed by ``_redirect_refusal``."""
+
+    def __init__(self, asked: str) -> None:
+        super().__init__()
+        self.asked = asked
+
+    def redirect_request(
+        self,
+        req: Request,
+        fp: IO[bytes],
+        code: int,
+        msg: str,
+        headers: http.client.HTTPMessage,
+        newurl: str,
+    ) -> Request | None:
+        refusal = _redirect_refusal(self.asked, req.full_url, newurl)
+        if refusal is not None:
+            fp.close()
+            raise DownloadError(refusal)
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
+def _same_version(validator: _Validator | None, headers: Message) -> None:
+    """A ``_RestartError`` if a 206 names another version than the part's: a server that
+    ignores ``If-Range`` sends the new file's range, and appending it would splice two files."""
+    assert validator is not None, "a part is resumed only against its validator"
+    header, value = validator
+    now = (headers.get(header) or "").strip()
+    if now and now != value:
+        raise _RestartError(
+            f"the file changed since the part was begun ({header} {value} -> {now})"
+        )
+
+
+def _open_part(part: Path, *, append: bool) -> BinaryIO:
+    """``part`` opened to append to or to write afresh, never through a link planted there."""
+    flags = os.O_WRONLY | os.O_CREAT | _NOFOLLOW | (os.O_APPEND if append else os.O_TRUNC)
+    try:
+        return os.fdopen(os.open(part, flags, 0o666), "ab" if append else "wb")
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise _link_error(part) from None
+        raise DownloadError(f"cannot write {part}: {e.strerror}") from None
+
+
+def _check_and_place(url: str, dest: Path, part: Path, expected: _Expected, sent: _Sent) -> None:
     """Check the whole of ``part`` (a resumed one too), then record it and rename it to ``dest``;
     a file that fails a check is deleted."""
 
     def refuse(what: str) -> NoReturn:
-        part.unlink(missing_ok=True)
-        raise DownloadError(f"the download of {url} is corrupted: {what}; it was deleted")
+        _discard(part)
+        raise DownloadError(f"the download of {url} was deleted: {what}")
 
     found_size = part.stat().st_size
-    for expected in (total, size):
-        if expected is not None and found_size != expected:
-            refuse(f"{found_size} bytes, expected {expected}")
-    found, md5 = _digests(part, md5="md5" in publisher)
-    if sha256 is not None and found != sha256.lower():
-        refuse(f"sha256 {found}, expected {sha256.lower()}")
-    if md5 is not None and md5 != publisher["md5"]:
-        refuse(f"md5 {md5}, the publisher's (x-goog-hash) is {publisher['md5']}")
+    if sent.total is not None and found_size != sent.total:
+        refuse(f"{found_size} bytes, expected {sent.total} (Content-Length)")
+    if (problem := expected.problem(found_size)) is not None:
+        refuse(problem)
+    found, md5 = _digests(part, md5="md5" in sent.publisher)
+    if (problem := expected.problem(found_size, found)) is not None:
+        refuse(problem)
+    if md5 is not None and md5 != sent.publisher["md5"]:
+        refuse(f"md5 {md5}, the publisher's (x-goog-hash) is {sent.publisher['md5']}")
     # The record first: a file in place without one would pass for a hand-placed file.
     try:
-        _write_record(dest, _record(url, found_size, found, publisher, how="downloaded"))
+        _write_record(dest, _record(url, found_size, found, how="downloaded", sent=sent))
         os.replace(part, dest)
     except OSError as e:
-        _write_failed(part, e, total)
+        _write_failed(part, e, sent.total)
+    with contextlib.suppress(OSError):  # a validator left behind is replaced with the next part
+        _validator_file(part).unlink(missing_ok=True)
     log.info("downloaded %s to %s (sha256 %s)", url, dest, found)
 
 

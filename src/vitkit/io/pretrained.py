@@ -33,13 +33,25 @@ are listed by no source here, so they predict indices.
 Files are fetched through ``io/download.py`` into ``$VITKIT_HOME`` and checked at every load; a
 source's base URL can be changed (``VITKIT_VIT_MODELS_URL``: a mirror or proxy of
 ``https://storage.googleapis.com/vit_models``). No torch import here.
+
+What pins an entry's bytes: no source here gives the official files' exact sizes or hashes (the
+listings round them; the timm Hub's LFS hashes are of its ``model.safetensors``, another file),
+so none is written here. An entry's listed size bounds its file, within the listing's rounding
+(``size_range``), checked before and after the download; the first download records the file's
+sha256, size, validator and final URL, and a later download must match them (``io/download.py``).
+With ``VITKIT_PRETRAINED_SOURCE=hub`` an entry's ``timm_revision`` pins the Hub commit; none is
+readable here, so every entry follows its repository's main branch (checked against its LFS
+sha256 by ``hub_file``).
 """
 
 from __future__ import annotations
 
 import fnmatch
+import math
 import os
+import re
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -51,6 +63,24 @@ if TYPE_CHECKING:
     from ..config import ModelConfig
 
 VIT_MODELS = "https://storage.googleapis.com/vit_models"  # the official checkpoints' bucket
+_LISTED_SIZE = re.compile(r"(\d+)(?:\.(\d+))? ([KMG]iB)")
+_UNIT = {"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
+
+
+def listed_range(size: str) -> tuple[int, int] | None:
+    """The bytes a listed size allows, inclusive: one unit of its last written digit either side
+    ("393.69 MiB": 393.68 to 393.70 MiB; "1243 MiB": 1242 to 1244 MiB), which holds whether the
+    listing rounded or truncated the figure. None for no listed size ("")."""
+    if not size:
+        return None
+    match = _LISTED_SIZE.fullmatch(size)
+    if match is None:
+        raise ValueError(f"a listed size: expected e.g. '393.69 MiB', found {size!r}")
+    decimals = match[2] or ""
+    step = Fraction(1, 10 ** len(decimals))
+    value = int(match[1] + decimals) * step  # exact: no float rounding at the bounds
+    unit = _UNIT[match[3]]
+    return math.floor((value - step) * unit), math.ceil((value + step) * unit)
 
 
 @dataclass(frozen=True)
@@ -64,14 +94,25 @@ class Pretrained:
     pretrained_on: str
     fine_tuned_on: str | None
     num_classes: int
-    size: str  # as the source lists it
+    size: str  # as the source lists it ("393.69 MiB"), "" where it lists none
     source: str  # where the entry's facts were read
     top1: float | None = None  # ImageNet top-1, where the source publishes it
     timm: str | None = None  # the timm Hub repository with the same tensors
+    # The commit of ``timm`` to fetch (VITKIT_PRETRAINED_SOURCE=hub); None: its main branch. No
+    # source here names one (timm's configurations name repositories, not commits).
+    timm_revision: str | None = None
+
+    def __post_init__(self) -> None:
+        listed_range(self.size)  # a size the registry cannot read is a ValueError at import
 
     @property
     def name(self) -> str:
         return f"{self.preset}@{self.tag}"
+
+    @property
+    def size_range(self) -> tuple[int, int] | None:
+        """The bytes its file may be, from its listed size (``listed_range``); None if unlisted."""
+        return listed_range(self.size)
 
     @property
     def url(self) -> str:
@@ -317,9 +358,10 @@ def _source() -> Any:
 
 
 def weights_file(entry: Pretrained, *, progress: bool = True) -> Path:
-    """The entry's file in the cache, downloaded if it is not there yet; checked against the
-    sha256 recorded when it was downloaded (and the publisher's md5 at download)."""
-    return Path(_source().fetch(entry.path, progress=progress))
+    """The entry's file in the cache, downloaded if it is not there yet; checked against its
+    listed size (``size_range``) and the sha256 recorded when it was first downloaded (and the
+    publisher's md5 at download)."""
+    return Path(_source().fetch(entry.path, size_range=entry.size_range, progress=progress))
 
 
 def is_cached(entry: Pretrained) -> bool:
@@ -340,9 +382,10 @@ SOURCE_ENV = "VITKIT_PRETRAINED_SOURCE"  # 'official' (default) or 'hub': where 
 
 
 def _from_hub(entry: Pretrained) -> tuple[ModelConfig, dict[str, Tensor]]:
-    """The entry's weights from its timm Hub repository (``model.safetensors``), through
-    huggingface_hub. They are the official file's tensors; timm computes the exact GELU with
-    them, the official code the tanh one, which they were trained with, and which is kept."""
+    """The entry's weights from its timm Hub repository (``model.safetensors``, at its
+    ``timm_revision`` if it names one), through huggingface_hub. They are the official file's
+    tensors; timm computes the exact GELU with them, the official code the tanh one, which they
+    were trained with, and which is kept."""
     import dataclasses
 
     from ..presets import get_config
@@ -355,7 +398,9 @@ def _from_hub(entry: Pretrained) -> tuple[ModelConfig, dict[str, Tensor]]:
             f"{entry.name} has no Hub repository with its tensors ({SOURCE_ENV}=hub): unset "
             f"{SOURCE_ENV} to fetch the official file"
         )
-    state = read_safetensors(hub_file(entry.timm, "model.safetensors"))
+    state = read_safetensors(
+        hub_file(entry.timm, "model.safetensors", revision=entry.timm_revision)
+    )
     cfg, state = read_timm(state, num_heads=get_config(entry.preset).num_heads)
     return dataclasses.replace(cfg, act="gelu_tanh"), state
 

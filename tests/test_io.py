@@ -187,6 +187,28 @@ def test_mismatched_checkpoint_lists_everything(tmp_path) -> None:
     assert "blocks.0.mlp.fc1.bias: model (128,) vs checkpoint (7,)" in msg
 
 
+def test_mismatch_lists_ten_names_of_each_kind_and_counts_the_rest() -> None:
+    from vitkit.io.checkpoint import check_state_dict
+
+    expected = {f"model.{i}": torch.zeros(1) for i in range(25)}
+    expected |= {f"both.{i}": torch.zeros(2) for i in range(12)}
+    found = {f"file.{i}": torch.zeros(1) for i in range(11)}
+    found |= {f"both.{i}": torch.zeros(3) for i in range(12)}
+    with pytest.raises(CheckpointError) as err:
+        check_state_dict(expected, found)
+    missing, unexpected, mismatched = str(err.value).split(" | ")
+    assert missing.endswith(
+        "missing from the checkpoint (25): "
+        + ", ".join(f"model.{i}" for i in range(10))
+        + ", ... and 15 more"
+    )
+    assert unexpected == (
+        "not in the model (11): " + ", ".join(f"file.{i}" for i in range(10)) + ", ... and 1 more"
+    )
+    assert mismatched.startswith("shape mismatch (12): both.0: model (2,) vs checkpoint (3,); ")
+    assert mismatched.endswith("both.9: model (2,) vs checkpoint (3,); ... and 2 more")
+
+
 def test_missing_file_and_unknown_type(tmp_path) -> None:
     with pytest.raises(FileNotFoundError, match="checkpoint not found"):
         vitkit.load(tmp_path / "nope.npz")

@@ -20,7 +20,7 @@ import shutil
 import tempfile
 import uuid
 import zipfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -38,6 +38,7 @@ FORMAT_NAME = "vitkit"
 FORMAT_VERSION = 1
 WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
+LISTED = 10  # names of each kind a mismatch lists; the rest are counted
 
 
 def _exists(path: Path) -> Path:
@@ -113,10 +114,19 @@ def _shape(t: Any) -> tuple[int, ...]:
     return tuple(t.shape)
 
 
+def listing(names: Sequence[str], sep: str = ", ") -> str:
+    """The first ``LISTED`` of ``names`` and the count of the rest ("... and 47,995 more"): a
+    mismatch stays a readable line however many names it holds."""
+    shown = sep.join(names[:LISTED])
+    rest = len(names) - LISTED
+    return f"{shown}{sep}... and {rest:,} more" if rest > 0 else shown
+
+
 def check_state_dict(
     expected: Mapping[str, Any], found: Mapping[str, Any], *, source: str = "checkpoint"
 ) -> None:
-    """Raise one ``CheckpointError`` listing every missing, unexpected and mis-shaped tensor."""
+    """Raise one ``CheckpointError`` naming every kind of mismatch (missing, unexpected and
+    mis-shaped tensors): the first ``LISTED`` names of each and the count of the rest."""
     missing = [k for k in expected if k not in found]
     unexpected = [k for k in found if k not in expected]
     mismatched = [
@@ -128,11 +138,11 @@ def check_state_dict(
         return
     parts = []
     if missing:
-        parts.append(f"missing from the {source} ({len(missing)}): {', '.join(missing)}")
+        parts.append(f"missing from the {source} ({len(missing):,}): {listing(missing)}")
     if unexpected:
-        parts.append(f"not in the model ({len(unexpected)}): {', '.join(unexpected)}")
+        parts.append(f"not in the model ({len(unexpected):,}): {listing(unexpected)}")
     if mismatched:
-        parts.append(f"shape mismatch ({len(mismatched)}): {'; '.join(mismatched)}")
+        parts.append(f"shape mismatch ({len(mismatched):,}): {listing(mismatched, '; ')}")
     raise CheckpointError(f"{source} does not fit the model. " + " | ".join(parts))
 
 

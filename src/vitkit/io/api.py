@@ -22,12 +22,12 @@ from torch import Tensor, nn
 
 from ..config import ModelConfig, image_size_of, size_hw
 from ..errors import ConfigError, MissingFileError
-from ..model import ResNetClassifier, VisionTransformer, build_model
+from ..model import ResNetClassifier, VisionTransformer
 from .checkpoint import (
     WEIGHTS_FILE,
     CheckpointError,
+    build_loaded,
     is_ours,
-    load_state_dict_strict,
     read_json,
     read_npz,
     read_ours,
@@ -178,9 +178,9 @@ def load_with_extra(
     ``preprocess``, ...), from one read of it. With ``image_size``, a recorded ``preprocess``
     takes the model's new image size, since that is what the model now takes."""
     cfg, state, extra = read(source, num_heads=num_heads, posemb=posemb)
-    model = build_model(cfg)  # a ViT, or the ResNet baseline (arch='resnet') from our format
     name = str(source) if isinstance(source, (str, os.PathLike)) else "checkpoint"
-    load_state_dict_strict(model, state, source=name)
+    # a ViT, or the ResNet baseline (arch='resnet') from our format; built once the weights fit
+    model = build_loaded(cfg, state, source=name)
     if image_size is not None and isinstance(model, VisionTransformer):
         h, w = size_hw(image_size_of(image_size))
         stride = cfg.total_stride

@@ -8,6 +8,11 @@ one.
 
 Nothing here runs code from a file: safetensors, ``np.load(allow_pickle=False)`` and
 ``torch.load(weights_only=True)`` only; a pickle that holds objects is refused.
+
+Nothing a file's metadata claims is allocated before its weights agree: ``build_loaded`` checks
+the config's depth against the weights' names, then every name and shape against a shape-only
+(meta) model, and only then builds the model. A mismatch lists the first ``LISTED`` names of each
+kind and counts the rest.
 """
 
 from __future__ import annotations
@@ -16,11 +21,12 @@ import json
 import logging
 import os
 import pickle
+import re
 import shutil
 import tempfile
 import uuid
 import zipfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -31,6 +37,7 @@ from torch import Tensor, nn
 
 from ..config import ConfigError, ModelConfig
 from ..errors import CheckpointError, MissingFileError, UserFileError
+from ..model import ResNetClassifier, VisionTransformer, build_model
 
 log = logging.getLogger(__name__)
 
@@ -144,6 +151,56 @@ def check_state_dict(
     if mismatched:
         parts.append(f"shape mismatch ({len(mismatched):,}): {listing(mismatched, '; ')}")
     raise CheckpointError(f"{source} does not fit the model. " + " | ".join(parts))
+
+
+def check_depth(claimed: int, keys: Iterable[str], layer: str, *, what: str, source: str) -> None:
+    """The number of layers a config claims (``what``, as the config names it) against the number
+    the weights' names ``keys`` hold, layer ``i``'s names starting ``layer.format(i=i)``: a config
+    that says 20,000 layers beside the weights of one is refused here, before a model of that
+    depth is built (tens of seconds and gigabytes, even shape-only) to list what is missing."""
+    before, after = layer.split("{i}")
+    pattern = re.compile(re.escape(before) + r"(\d+)" + re.escape(after))
+    held = 1 + max((int(m[1]) for k in keys if (m := pattern.match(k))), default=-1)
+    if held != claimed:
+        raise CheckpointError(
+            f"{source}: the config says {what}={claimed}, the weights hold {held:,} "
+            f"layer{'' if held == 1 else 's'} ({layer.format(i='<i>')}*): expected the same "
+            "depth in both"
+        )
+
+
+def _check_our_depth(cfg: ModelConfig, keys: Sequence[str], source: str) -> None:
+    """``check_depth`` for every repeated part of our layout: the transformer's blocks, and the
+    ResNet's units in each stage (a hybrid's, under ``patch_embed.``, or the baseline's)."""
+    if cfg.arch == "vit":
+        check_depth(cfg.num_layers, keys, "blocks.{i}.", what="num_layers", source=source)
+    if cfg.resnet is not None:
+        root = "backbone." if cfg.arch == "resnet" else "patch_embed.backbone."
+        for s, units in enumerate(cfg.resnet.num_layers):
+            check_depth(
+                units,
+                keys,
+                f"{root}stages.{s}.blocks.{{i}}.",
+                what=f"resnet.num_layers[{s}]",
+                source=source,
+            )
+
+
+def build_loaded(
+    cfg: ModelConfig, state: Mapping[str, Tensor], *, source: str = "checkpoint"
+) -> VisionTransformer | ResNetClassifier:
+    """The model ``cfg`` describes, holding ``state`` (strictly: every name and shape, both
+    ways). Nothing of the configured size is allocated before the weights are found to fit: the
+    depth is checked against the names, every shape against a shape-only (meta) model, and only
+    then is the model built (and initialised, as ``build_model`` does, so that buffers the
+    weights do not hold, such as a fixed sin-cos posemb, are right) and loaded."""
+    _check_our_depth(cfg, list(state), source)
+    with torch.device("meta"):
+        shapes = build_model(cfg).state_dict()
+    check_state_dict(shapes, state, source=source)
+    model = build_model(cfg)
+    model.load_state_dict(state, strict=True)
+    return model
 
 
 def load_state_dict_strict(

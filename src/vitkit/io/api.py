@@ -29,7 +29,6 @@ from .checkpoint import (
     build_loaded,
     is_ours,
     read_json,
-    read_npz,
     read_ours,
     read_safetensors,
     read_torch,
@@ -90,10 +89,10 @@ def _read_path(
         # cannot (pooling, eps, a non-square grid, class names, preprocessing)
         return read_ours(path.parent)
     suffix = path.suffix.lower()
-    if suffix == ".npz":
-        cfg, state = _read_state(
-            read_npz(path), num_heads=num_heads, posemb=posemb, source=str(path)
-        )
+    if suffix == ".npz":  # official arrays, their names and shapes checked before they are read
+        from .formats.official import read_official_file
+
+        cfg, state = read_official_file(path, posemb=posemb)
     elif suffix == ".safetensors":
         cfg, state = _read_state(
             read_safetensors(path), num_heads=num_heads, posemb=posemb, source=str(path)

@@ -11,8 +11,9 @@ Nothing here runs code from a file: safetensors, ``np.load(allow_pickle=False)``
 
 Nothing a file's metadata claims is allocated before its weights agree: ``build_loaded`` checks
 the config's depth against the weights' names, then every name and shape against a shape-only
-(meta) model, and only then builds the model. A mismatch lists the first ``LISTED`` names of each
-kind and counts the rest.
+(meta) model, and only then builds the model; an ``.npz``'s names and shapes are read from its
+members' headers (``npz_shapes``) before any array. A mismatch lists the first ``LISTED`` names of
+each kind and counts the rest.
 """
 
 from __future__ import annotations
@@ -90,20 +91,50 @@ def read_torch(path: str | os.PathLike) -> dict[str, Tensor]:
     return dict(obj)
 
 
+def _npz_error(path: Path, e: Exception) -> CheckpointError:
+    if "pickle" in str(e).lower():
+        return CheckpointError(
+            f"refusing to load {path}: it holds pickled objects, not plain arrays"
+        )
+    return CheckpointError(f"cannot read {path} as .npz (corrupt or truncated?): {e}")
+
+
 def read_npz(path: str | os.PathLike) -> dict[str, np.ndarray]:
     """An ``.npz`` of arrays, read without pickle."""
     path = _exists(Path(path))
     try:
         with np.load(path, allow_pickle=False) as data:
             return {k: data[k] for k in data.files}
-    except ValueError as e:
-        if "pickle" in str(e).lower():
-            raise CheckpointError(
-                f"refusing to load {path}: it holds pickled objects, not plain arrays"
-            ) from None
-        raise CheckpointError(f"cannot read {path} as .npz (corrupt or truncated?): {e}") from None
-    except (OSError, zipfile.BadZipFile, EOFError) as e:
-        raise CheckpointError(f"cannot read {path} as .npz (corrupt or truncated?): {e}") from None
+    except (ValueError, OSError, zipfile.BadZipFile, EOFError) as e:
+        raise _npz_error(path, e) from None
+
+
+def npz_shapes(path: str | os.PathLike) -> dict[str, tuple[int, ...]]:
+    """The name (as ``read_npz`` gives it) and shape of every array of an ``.npz``, from the
+    members' ``.npy`` headers: no array's data is read, and a compressed member is inflated only
+    as far as its header, so a small file that holds gigabytes of zeros costs nothing here."""
+    path = _exists(Path(path))
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return {
+                name.removesuffix(".npy"): _npy_shape(archive, name) for name in archive.namelist()
+            }
+    except (ValueError, OSError, zipfile.BadZipFile, EOFError) as e:
+        raise _npz_error(path, e) from None
+
+
+def _npy_shape(archive: zipfile.ZipFile, name: str) -> tuple[int, ...]:
+    """The shape in the header of the ``.npy`` member ``name``; a ``ValueError`` if it holds
+    Python objects (which ``np.load`` would unpickle) or is not an ``.npy``."""
+    with archive.open(name) as f:
+        version = np.lib.format.read_magic(f)
+        if version == (1, 0):
+            shape, _, dtype = np.lib.format.read_array_header_1_0(f)
+        else:
+            shape, _, dtype = np.lib.format.read_array_header_2_0(f)
+    if dtype.hasobject:
+        raise ValueError(f"{name} holds Python objects, which only pickle can read")
+    return tuple(shape)
 
 
 def read_json(path: str | os.PathLike) -> dict[str, Any]:

@@ -252,6 +252,25 @@ def test_config_that_claims_more_than_its_weights_is_refused_before_building(
         vitkit.load(tmp_path)
 
 
+@pytest.mark.parametrize(
+    ("names", "match"),
+    [
+        (7, r"class_names: expected a list of 10 strings \(one per class\), found 7$"),
+        (["cat", "dog"], "2 class_names for a model with num_classes=10: expected one name per"),
+        (list(range(10)), r"class_names: expected a list of 10 strings .*found \[0, 1, 2, 3, 4, 5"),
+        (["cat"] * 10, r"class_names must be distinct, found \['cat'\]"),
+    ],
+    ids=["number", "short", "numbers", "repeated"],
+)
+def test_recorded_class_names_are_checked_on_reading(tmp_path, names, match: str) -> None:
+    vitkit.save(VisionTransformer(tiny(num_layers=1)), tmp_path)
+    meta = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**meta, "class_names": names}))
+    with pytest.raises(CheckpointError, match=match) as err:
+        read(tmp_path)
+    assert str(err.value).startswith(f"{tmp_path / 'config.json'}: ")
+
+
 def test_missing_file_and_unknown_type(tmp_path) -> None:
     with pytest.raises(FileNotFoundError, match="checkpoint not found"):
         vitkit.load(tmp_path / "nope.npz")

@@ -349,7 +349,10 @@ def is_ours(directory: Path) -> bool:
 def read_ours(
     directory: str | os.PathLike,
 ) -> tuple[ModelConfig, dict[str, Tensor], dict[str, Any]]:
-    """Config, weights and the extra metadata of a checkpoint in our format."""
+    """Config, weights and the extra metadata of a checkpoint in our format; its
+    ``class_names``, when it records them, checked against the model (one string per class)."""
+    from .metadata import recorded_class_names
+
     directory = _exists(Path(directory))
     meta = read_json(directory / CONFIG_FILE)
     if meta.get("format") != FORMAT_NAME:
@@ -364,6 +367,10 @@ def read_ours(
         cfg = ModelConfig.from_dict(meta.get("model", {}))
     except ConfigError as e:
         raise CheckpointError(f"{directory / CONFIG_FILE}: {e}") from None
-    state = read_safetensors(directory / WEIGHTS_FILE)
     extra = {k: v for k, v in meta.items() if k not in ("format", "version", "model")}
-    return cfg, state, extra
+    names = recorded_class_names(
+        extra.pop("class_names", None), cfg, source=str(directory / CONFIG_FILE)
+    )
+    if names:
+        extra["class_names"] = names
+    return cfg, read_safetensors(directory / WEIGHTS_FILE), extra

@@ -172,3 +172,40 @@ def test_user_errors_are_one_line_bugs_keep_their_traceback(monkeypatch, capsys)
         monkeypatch.setattr(cli, "_summary", raises(bug))
         with pytest.raises(type(bug)):
             main(["summary", "ViT-mu/16"])
+
+
+@pytest.mark.parametrize(
+    ("names", "found"),
+    [
+        (7, "class_names: expected a list of 3 strings (one per class), found 7"),
+        (["cat", "dog"], "2 class_names for a model with num_classes=3: expected one name per"),
+    ],
+    ids=["number", "short"],
+)
+def test_class_names_a_checkpoint_records_are_checked_by_every_verb(
+    tmp_path, capsys, names, found: str
+) -> None:
+    """Before: predict and eval raised a TypeError (a number) or an IndexError (too few names),
+    or printed fewer classes than the model has; export and convert a TypeError, or the short
+    list's error without the file's name."""
+    import json
+
+    from PIL import Image
+
+    from helpers import tiny
+
+    ckpt = vitkit.save(vitkit.create_model(tiny(num_layers=1, num_classes=3)), tmp_path / "ckpt")
+    meta = json.loads((ckpt / "config.json").read_text())
+    (ckpt / "config.json").write_text(json.dumps({**meta, "class_names": names}))
+    Image.new("RGB", (32, 32)).save(tmp_path / "x.png")
+    for args in (
+        ["predict", str(ckpt), str(tmp_path / "x.png")],
+        ["eval", str(ckpt), "--data", "synthetic"],
+        ["export", str(ckpt), "--onnx", str(tmp_path / "x.onnx")],
+        ["convert", str(ckpt), str(tmp_path / "out")],
+        ["convert", str(ckpt), str(tmp_path / "hf"), "--format", "hf"],
+    ):
+        assert main(args) == 2, args
+        err = capsys.readouterr().err
+        assert err.startswith(f"vitkit {args[0]}: error: {ckpt / 'config.json'}: {found}")
+        assert err.endswith("\n") and err.count("\n") == 1

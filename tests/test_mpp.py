@@ -213,3 +213,21 @@ def test_mpp_backbone_loads_and_fine_tunes(tmp_path: Path) -> None:
             assert not value.any()
         else:
             assert torch.equal(value, pretrained[key]), key
+
+
+def test_mpp_run_with_a_head_of_other_classes_than_its_data_resumes(tmp_path: Path) -> None:
+    """A run's checkpoints record class names only when they name the head's outputs: an mpp run
+    on 3 classes with model.num_classes=2 wrote 3 names, which reading then refused (found when
+    reading began to check them), so the same command could not resume or re-read the run."""
+    from PIL import Image
+
+    for k in range(3):
+        (tmp_path / "data" / f"c{k}").mkdir(parents=True)
+        for i in range(8):
+            Image.new("L", (16, 16), 30 * k + i).save(tmp_path / "data" / f"c{k}" / f"{i}.png")
+    run = _mpp_run(**{"data.dataset": str(tmp_path / "data"), "model.num_classes": 2})
+    run = replace(run, {"train.duration": "4st", "train.eval_every": "4st", "train.batch_size": 8})
+    train(run, tmp_path / "run", progress=False)
+    meta = json.loads((tmp_path / "run" / "best" / "config.json").read_text())
+    assert "class_names" not in meta and meta["model"]["num_classes"] == 2
+    train(run, tmp_path / "run", progress=False)  # the finished run, read again

@@ -12,7 +12,9 @@ the layout.
 from __future__ import annotations
 
 import functools
+import io
 import math
+import zipfile
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -20,6 +22,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import vitkit
 from vitkit.config import ResNetConfig
 from vitkit.io.checkpoint import CheckpointError, load_state_dict_strict, read_npz
 from vitkit.io.formats.official import read_official
@@ -555,6 +558,50 @@ def test_missing_and_unused_arrays_are_listed_in_one_error() -> None:
         "Transformer/encoderblock_0/Extra_9/kernel",
     ):
         assert name in message
+
+
+def npz_declaring(path, arrays: dict[str, np.ndarray], name: str, shape: tuple[int, ...]) -> None:
+    """``arrays`` as an ``.npz`` at ``path``, with the member ``name`` (added, or in place of the
+    array of that name) an ``.npy`` header that declares float32 ``shape`` and no data."""
+    with zipfile.ZipFile(path, "w") as archive:
+        for key, array in arrays.items():
+            if key != name:
+                npy = io.BytesIO()
+                np.save(npy, array)
+                archive.writestr(f"{key}.npy", npy.getvalue())
+        header = io.BytesIO()
+        np.lib.format.write_array_header_1_0(
+            header, {"descr": "<f4", "fortran_order": False, "shape": shape}
+        )
+        archive.writestr(f"{name}.npy", header.getvalue())
+
+
+@pytest.mark.parametrize(
+    ("name", "match"),
+    [
+        (
+            "Transformer/encoderblock_0/Extra_9/kernel",
+            r"not used \(1\): Transformer/encoderblock_0/",
+        ),
+        (
+            "Transformer/encoderblock_1/MlpBlock_3/Dense_1/kernel",
+            r"shape mismatch \(1\): Transformer/encoderblock_1/MlpBlock_3/Dense_1/kernel: "
+            r"model \(64, 32\) vs file \(1099511627776, 32\)",
+        ),
+    ],
+    ids=["unknown-name", "wrong-shape"],
+)
+def test_npz_names_and_shapes_are_checked_from_headers_before_reading(
+    tmp_path, name: str, match: str
+) -> None:
+    """An array of 128 TiB that the file only declares is refused from its header: reading the
+    arrays first (numpy allocates an array, then fills it) was a MemoryError traceback. The
+    issue's 1 MB .npz holding 1 GiB of zeros under a name the model does not have reached 2.0 GB
+    resident before that name was checked; now 0.76 GB, what importing vitkit takes."""
+    path = tmp_path / "vit.npz"
+    npz_declaring(path, official_arrays(Spec()), name, (2**40, 32))
+    with pytest.raises(CheckpointError, match=match):
+        vitkit.load(path)
 
 
 def test_map_head_with_other_heads_than_the_encoder_is_refused() -> None:

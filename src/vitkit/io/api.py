@@ -22,14 +22,13 @@ from torch import Tensor, nn
 
 from ..config import ModelConfig, image_size_of, size_hw
 from ..errors import ConfigError, MissingFileError
-from ..model import ResNetClassifier, VisionTransformer, build_model
+from ..model import ResNetClassifier, VisionTransformer
 from .checkpoint import (
     WEIGHTS_FILE,
     CheckpointError,
+    build_loaded,
     is_ours,
-    load_state_dict_strict,
     read_json,
-    read_npz,
     read_ours,
     read_safetensors,
     read_torch,
@@ -90,10 +89,10 @@ def _read_path(
         # cannot (pooling, eps, a non-square grid, class names, preprocessing)
         return read_ours(path.parent)
     suffix = path.suffix.lower()
-    if suffix == ".npz":
-        cfg, state = _read_state(
-            read_npz(path), num_heads=num_heads, posemb=posemb, source=str(path)
-        )
+    if suffix == ".npz":  # official arrays, their names and shapes checked before they are read
+        from .formats.official import read_official_file
+
+        cfg, state = read_official_file(path, posemb=posemb)
     elif suffix == ".safetensors":
         cfg, state = _read_state(
             read_safetensors(path), num_heads=num_heads, posemb=posemb, source=str(path)
@@ -178,9 +177,9 @@ def load_with_extra(
     ``preprocess``, ...), from one read of it. With ``image_size``, a recorded ``preprocess``
     takes the model's new image size, since that is what the model now takes."""
     cfg, state, extra = read(source, num_heads=num_heads, posemb=posemb)
-    model = build_model(cfg)  # a ViT, or the ResNet baseline (arch='resnet') from our format
     name = str(source) if isinstance(source, (str, os.PathLike)) else "checkpoint"
-    load_state_dict_strict(model, state, source=name)
+    # a ViT, or the ResNet baseline (arch='resnet') from our format; built once the weights fit
+    model = build_loaded(cfg, state, source=name)
     if image_size is not None and isinstance(model, VisionTransformer):
         h, w = size_hw(image_size_of(image_size))
         stride = cfg.total_stride

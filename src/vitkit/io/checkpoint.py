@@ -8,6 +8,12 @@ one.
 
 Nothing here runs code from a file: safetensors, ``np.load(allow_pickle=False)`` and
 ``torch.load(weights_only=True)`` only; a pickle that holds objects is refused.
+
+Nothing a file's metadata claims is allocated before its weights agree: ``build_loaded`` checks
+the config's depth against the weights' names, then every name and shape against a shape-only
+(meta) model, and only then builds the model; an ``.npz``'s names and shapes are read from its
+members' headers (``npz_shapes``) before any array. A mismatch lists the first ``LISTED`` names of
+each kind and counts the rest.
 """
 
 from __future__ import annotations
@@ -16,11 +22,12 @@ import json
 import logging
 import os
 import pickle
+import re
 import shutil
 import tempfile
 import uuid
 import zipfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -31,6 +38,7 @@ from torch import Tensor, nn
 
 from ..config import ConfigError, ModelConfig
 from ..errors import CheckpointError, MissingFileError, UserFileError
+from ..model import ResNetClassifier, VisionTransformer, build_model
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +46,7 @@ FORMAT_NAME = "vitkit"
 FORMAT_VERSION = 1
 WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
+LISTED = 10  # names of each kind a mismatch lists; the rest are counted
 
 
 def _exists(path: Path) -> Path:
@@ -82,20 +91,50 @@ def read_torch(path: str | os.PathLike) -> dict[str, Tensor]:
     return dict(obj)
 
 
+def _npz_error(path: Path, e: Exception) -> CheckpointError:
+    if "pickle" in str(e).lower():
+        return CheckpointError(
+            f"refusing to load {path}: it holds pickled objects, not plain arrays"
+        )
+    return CheckpointError(f"cannot read {path} as .npz (corrupt or truncated?): {e}")
+
+
 def read_npz(path: str | os.PathLike) -> dict[str, np.ndarray]:
     """An ``.npz`` of arrays, read without pickle."""
     path = _exists(Path(path))
     try:
         with np.load(path, allow_pickle=False) as data:
             return {k: data[k] for k in data.files}
-    except ValueError as e:
-        if "pickle" in str(e).lower():
-            raise CheckpointError(
-                f"refusing to load {path}: it holds pickled objects, not plain arrays"
-            ) from None
-        raise CheckpointError(f"cannot read {path} as .npz (corrupt or truncated?): {e}") from None
-    except (OSError, zipfile.BadZipFile, EOFError) as e:
-        raise CheckpointError(f"cannot read {path} as .npz (corrupt or truncated?): {e}") from None
+    except (ValueError, OSError, zipfile.BadZipFile, EOFError) as e:
+        raise _npz_error(path, e) from None
+
+
+def npz_shapes(path: str | os.PathLike) -> dict[str, tuple[int, ...]]:
+    """The name (as ``read_npz`` gives it) and shape of every array of an ``.npz``, from the
+    members' ``.npy`` headers: no array's data is read, and a compressed member is inflated only
+    as far as its header, so a small file that holds gigabytes of zeros costs nothing here."""
+    path = _exists(Path(path))
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return {
+                name.removesuffix(".npy"): _npy_shape(archive, name) for name in archive.namelist()
+            }
+    except (ValueError, OSError, zipfile.BadZipFile, EOFError) as e:
+        raise _npz_error(path, e) from None
+
+
+def _npy_shape(archive: zipfile.ZipFile, name: str) -> tuple[int, ...]:
+    """The shape in the header of the ``.npy`` member ``name``; a ``ValueError`` if it holds
+    Python objects (which ``np.load`` would unpickle) or is not an ``.npy``."""
+    with archive.open(name) as f:
+        version = np.lib.format.read_magic(f)
+        if version == (1, 0):
+            shape, _, dtype = np.lib.format.read_array_header_1_0(f)
+        else:
+            shape, _, dtype = np.lib.format.read_array_header_2_0(f)
+    if dtype.hasobject:
+        raise ValueError(f"{name} holds Python objects, which only pickle can read")
+    return tuple(shape)
 
 
 def read_json(path: str | os.PathLike) -> dict[str, Any]:
@@ -113,10 +152,19 @@ def _shape(t: Any) -> tuple[int, ...]:
     return tuple(t.shape)
 
 
+def listing(names: Sequence[str], sep: str = ", ") -> str:
+    """The first ``LISTED`` of ``names`` and the count of the rest ("... and 47,995 more"): a
+    mismatch stays a readable line however many names it holds."""
+    shown = sep.join(names[:LISTED])
+    rest = len(names) - LISTED
+    return f"{shown}{sep}... and {rest:,} more" if rest > 0 else shown
+
+
 def check_state_dict(
     expected: Mapping[str, Any], found: Mapping[str, Any], *, source: str = "checkpoint"
 ) -> None:
-    """Raise one ``CheckpointError`` listing every missing, unexpected and mis-shaped tensor."""
+    """Raise one ``CheckpointError`` naming every kind of mismatch (missing, unexpected and
+    mis-shaped tensors): the first ``LISTED`` names of each and the count of the rest."""
     missing = [k for k in expected if k not in found]
     unexpected = [k for k in found if k not in expected]
     mismatched = [
@@ -128,12 +176,62 @@ def check_state_dict(
         return
     parts = []
     if missing:
-        parts.append(f"missing from the {source} ({len(missing)}): {', '.join(missing)}")
+        parts.append(f"missing from the {source} ({len(missing):,}): {listing(missing)}")
     if unexpected:
-        parts.append(f"not in the model ({len(unexpected)}): {', '.join(unexpected)}")
+        parts.append(f"not in the model ({len(unexpected):,}): {listing(unexpected)}")
     if mismatched:
-        parts.append(f"shape mismatch ({len(mismatched)}): {'; '.join(mismatched)}")
+        parts.append(f"shape mismatch ({len(mismatched):,}): {listing(mismatched, '; ')}")
     raise CheckpointError(f"{source} does not fit the model. " + " | ".join(parts))
+
+
+def check_depth(claimed: int, keys: Iterable[str], layer: str, *, what: str, source: str) -> None:
+    """The number of layers a config claims (``what``, as the config names it) against the number
+    the weights' names ``keys`` hold, layer ``i``'s names starting ``layer.format(i=i)``: a config
+    that says 20,000 layers beside the weights of one is refused here, before a model of that
+    depth is built (tens of seconds and gigabytes, even shape-only) to list what is missing."""
+    before, after = layer.split("{i}")
+    pattern = re.compile(re.escape(before) + r"(\d+)" + re.escape(after))
+    held = 1 + max((int(m[1]) for k in keys if (m := pattern.match(k))), default=-1)
+    if held != claimed:
+        raise CheckpointError(
+            f"{source}: the config says {what}={claimed}, the weights hold {held:,} "
+            f"layer{'' if held == 1 else 's'} ({layer.format(i='<i>')}*): expected the same "
+            "depth in both"
+        )
+
+
+def _check_our_depth(cfg: ModelConfig, keys: Sequence[str], source: str) -> None:
+    """``check_depth`` for every repeated part of our layout: the transformer's blocks, and the
+    ResNet's units in each stage (a hybrid's, under ``patch_embed.``, or the baseline's)."""
+    if cfg.arch == "vit":
+        check_depth(cfg.num_layers, keys, "blocks.{i}.", what="num_layers", source=source)
+    if cfg.resnet is not None:
+        root = "backbone." if cfg.arch == "resnet" else "patch_embed.backbone."
+        for s, units in enumerate(cfg.resnet.num_layers):
+            check_depth(
+                units,
+                keys,
+                f"{root}stages.{s}.blocks.{{i}}.",
+                what=f"resnet.num_layers[{s}]",
+                source=source,
+            )
+
+
+def build_loaded(
+    cfg: ModelConfig, state: Mapping[str, Tensor], *, source: str = "checkpoint"
+) -> VisionTransformer | ResNetClassifier:
+    """The model ``cfg`` describes, holding ``state`` (strictly: every name and shape, both
+    ways). Nothing of the configured size is allocated before the weights are found to fit: the
+    depth is checked against the names, every shape against a shape-only (meta) model, and only
+    then is the model built (and initialised, as ``build_model`` does, so that buffers the
+    weights do not hold, such as a fixed sin-cos posemb, are right) and loaded."""
+    _check_our_depth(cfg, list(state), source)
+    with torch.device("meta"):
+        shapes = build_model(cfg).state_dict()
+    check_state_dict(shapes, state, source=source)
+    model = build_model(cfg)
+    model.load_state_dict(state, strict=True)
+    return model
 
 
 def load_state_dict_strict(
@@ -254,7 +352,10 @@ def is_ours(directory: Path) -> bool:
 def read_ours(
     directory: str | os.PathLike,
 ) -> tuple[ModelConfig, dict[str, Tensor], dict[str, Any]]:
-    """Config, weights and the extra metadata of a checkpoint in our format."""
+    """Config, weights and the extra metadata of a checkpoint in our format; its
+    ``class_names``, when it records them, checked against the model (one string per class)."""
+    from .metadata import recorded_class_names
+
     directory = _exists(Path(directory))
     meta = read_json(directory / CONFIG_FILE)
     if meta.get("format") != FORMAT_NAME:
@@ -269,6 +370,10 @@ def read_ours(
         cfg = ModelConfig.from_dict(meta.get("model", {}))
     except ConfigError as e:
         raise CheckpointError(f"{directory / CONFIG_FILE}: {e}") from None
-    state = read_safetensors(directory / WEIGHTS_FILE)
     extra = {k: v for k, v in meta.items() if k not in ("format", "version", "model")}
-    return cfg, state, extra
+    names = recorded_class_names(
+        extra.pop("class_names", None), cfg, source=str(directory / CONFIG_FILE)
+    )
+    if names:
+        extra["class_names"] = names
+    return cfg, read_safetensors(directory / WEIGHTS_FILE), extra

@@ -396,7 +396,9 @@ def train(
         ):
             log.info(line)
     preprocess = Preprocess(image_size=run.model.image_size, in_chans=run.model.in_chans)
-    extra = {"class_names": classes, "preprocess": preprocess.to_dict(), "run": run.to_dict()}
+    extra: dict[str, Any] = {"preprocess": preprocess.to_dict(), "run": run.to_dict()}
+    if len(classes) == run.model.num_classes:  # not an mpp run's head, sized apart from the data
+        extra["class_names"] = classes  # what the head's outputs are, as reading checks
 
     def run_seconds() -> float:
         return earlier_s + process_seconds()

@@ -89,6 +89,7 @@ from ...model import VisionTransformer
 from ..checkpoint import (
     CheckpointError,
     atomic_directory,
+    check_depth,
     check_state_dict,
     load_state_dict_strict,
     read_json,
@@ -295,9 +296,10 @@ def read_hf(
 
     The config's architecture fields decide the model; the weights decide whether there is a
     pooler (-> pre-logits, R = ``pooler_output_size``) and a classifier (-> head, K from
-    ``classifier.weight``). Every missing, unexpected and mis-shaped tensor is listed in one
-    ``CheckpointError``. The returned tensors may share memory with ``state`` (q, k, v are copied
-    into the fused qkv).
+    ``classifier.weight``). The config's depth is checked against the weights' layers first (a
+    config of 20,000 layers is not built to find that the weights hold one); then every missing,
+    unexpected and mis-shaped tensor is listed in one ``CheckpointError``. The returned tensors
+    may share memory with ``state`` (q, k, v are copied into the fused qkv).
     """
     model_type = hf_config.get("model_type", "vit")
     if model_type != "vit":
@@ -315,8 +317,11 @@ def read_hf(
     cfg = _model_config(
         hf_config, num_classes=0 if head is None else head.shape[0], has_pooler=has_pooler
     )
+    source = "Hugging Face state dict"
+    layer = prefix + _LAYER_PREFIX[layout]
+    check_depth(cfg.num_layers, state, layer, what="num_hidden_layers", source=source)
     try:
-        check_state_dict(_hf_shapes(cfg, layout, prefix), state, source="Hugging Face state dict")
+        check_state_dict(_hf_shapes(cfg, layout, prefix), state, source=source)
     except CheckpointError as e:
         if any(k.endswith("embeddings.mask_token") for k in state):
             raise CheckpointError(

@@ -30,7 +30,9 @@ is timm's ``attn_pool``, q from the query, kv from key and value) and ``gap`` ot
 the later ``MAPHead(buggy=True)``, which adds the MLP to the normed probe instead).
 
 Loading is strict: every array in the file must be used and every array the inferred model needs
-must be there, or one ``CheckpointError`` lists all of them.
+must be there with the shape it needs, or one ``CheckpointError`` lists all of them. A file's
+names and shapes come from its members' headers and are checked before any array is read
+(``read_official_file``), so a small file that declares gigabytes of arrays is refused at once.
 
 Writing (``write_official``) is the reader's crosswalk run backwards, in the released vit_jax
 naming (``RELEASED`` blocks, the (1, T, D) posemb with its class slot), float32, so that Google's
@@ -60,7 +62,7 @@ from ...config import Classifier, ConfigError, ModelConfig, ResNetConfig
 from ...errors import UserFileError
 from ...model import ResNetClassifier, VisionTransformer
 from ...model.posemb import grid_of
-from ..checkpoint import CheckpointError, atomic_write
+from ..checkpoint import CheckpointError, atomic_write, listing, npz_shapes, read_npz
 
 PREFIXES = ("", "opt/target/", "params/")  # plain / vit_jax training state / big_vision
 RELEASED = ("LayerNorm_0", "MultiHeadDotProductAttention_1", "LayerNorm_2", "MlpBlock_3")
@@ -146,6 +148,10 @@ def _to_out_kernel(w: np.ndarray, n: int, heads: int) -> list[np.ndarray]:
     return [w.T.reshape(heads, -1, w.shape[0])]  # (D, H*Dh) -> (H*Dh, D) -> (H, Dh, D)
 
 
+def _to_no_slot(pe: np.ndarray, n: int, heads: int) -> list[np.ndarray]:
+    return [pe[:, 1:]]  # (1, 1+N, D) -> (1, N, D): big_vision's posemb has no class slot
+
+
 _INVERSES: dict[Callable[..., np.ndarray], Callable[[np.ndarray, int, int], list[np.ndarray]]] = {
     _same: _to_same,
     _conv: _to_hwio,
@@ -153,29 +159,31 @@ _INVERSES: dict[Callable[..., np.ndarray], Callable[[np.ndarray, int, int], list
     _qkv_weight: _to_head_kernels,
     _qkv_bias: _to_head_biases,
     _out_weight: _to_out_kernel,
+    _cls_slot: _to_no_slot,
 }
 
 
 class _Arrays:
-    """A checkpoint's arrays, addressed without the file's key prefix."""
+    """A checkpoint's array names and shapes (not their data), addressed without the file's key
+    prefix."""
 
-    def __init__(self, arrays: Mapping[str, np.ndarray]) -> None:
-        prefix = next((p for p in PREFIXES if f"{p}embedding/kernel" in arrays), None)
+    def __init__(self, shapes: Mapping[str, tuple[int, ...]]) -> None:
+        prefix = next((p for p in PREFIXES if f"{p}embedding/kernel" in shapes), None)
         if prefix is None:
             raise CheckpointError(
                 "not an official ViT checkpoint: no patch embedding 'embedding/kernel' "
                 f"(nor under {', '.join(repr(p) for p in PREFIXES[1:])}); "
-                f"first keys: {', '.join(list(arrays)[:5])}"
+                f"first keys: {', '.join(list(shapes)[:5])}"
             )
-        self.all = arrays
+        self.shapes = shapes
         self.prefix = prefix
-        self.keys = [k[len(prefix) :] for k in arrays if k.startswith(prefix)]
+        self.keys = [k[len(prefix) :] for k in shapes if k.startswith(prefix)]
 
     def __contains__(self, key: str) -> bool:
-        return self.prefix + key in self.all
+        return self.prefix + key in self.shapes
 
     def shape(self, key: str, ndim: int) -> tuple[int, ...]:
-        shape = tuple(np.shape(self.all[self.prefix + key]))
+        shape = self.shapes[self.prefix + key]
         if len(shape) != ndim:
             raise CheckpointError(f"{self.prefix}{key}: expected {ndim} dimensions, found {shape}")
         return shape
@@ -184,11 +192,13 @@ class _Arrays:
         """The first key matching a regular expression (the shape it fixes is the same in all)."""
         return next((k for k in self.keys if re.fullmatch(pattern, k)), None)
 
-    def get(self, key: str, layer: int | None) -> np.ndarray:
-        a = np.asarray(self.all[self.prefix + key])
-        if not np.issubdtype(a.dtype, np.floating):
-            raise CheckpointError(f"{self.prefix}{key}: dtype {a.dtype} is not a float type")
-        return (a if layer is None else a[layer]).astype(np.float32)
+
+def _array(arrays: Mapping[str, np.ndarray], key: str, layer: int | None) -> np.ndarray:
+    """The array ``key`` (its ``layer`` when scan-stacked) as float32."""
+    a = np.asarray(arrays[key])
+    if not np.issubdtype(a.dtype, np.floating):
+        raise CheckpointError(f"{key}: dtype {a.dtype} is not a float type")
+    return (a if layer is None else a[layer]).astype(np.float32)
 
 
 def _width(w: _Arrays, dense: str) -> int | None:
@@ -361,24 +371,39 @@ def _rules(
     return rules
 
 
+def _needed_shapes(cfg: ModelConfig, rules: Mapping[str, _Rule]) -> dict[str, tuple[int, ...]]:
+    """The shape of every array ``rules`` read, as the model ``cfg`` needs it: the crosswalk run
+    backwards (``_INVERSES``) on zero-stride views of a shape-only model's tensors, so nothing of
+    the model's size is allocated."""
+    with torch.device("meta"):
+        ours = VisionTransformer(cfg).state_dict()
+    needed: dict[str, tuple[int, ...]] = {}
+    for target, rule in rules.items():
+        view = np.broadcast_to(np.float32(0), tuple(ours[target].shape))  # no memory of its size
+        arrays = _INVERSES[rule.convert](view, len(rule.keys), cfg.num_heads)
+        for key, a in zip(rule.keys, arrays, strict=True):
+            # scan-stacked arrays hold every layer: a leading axis L
+            needed[key] = a.shape if rule.layer is None else (cfg.num_layers, *a.shape)
+    return needed
+
+
 def _check_keys(w: _Arrays, rules: Mapping[str, _Rule], cfg: ModelConfig) -> None:
-    """One error naming every array the model needs and lacks, and every array left unused."""
-    needed = {k for rule in rules.values() for k in rule.keys}
+    """One error naming every array the model needs and lacks, every array left unused and
+    every array of another shape than the model needs (the first ``LISTED`` of each kind)."""
+    needed = _needed_shapes(cfg, rules)
     missing = sorted(w.prefix + k for k in needed if k not in w)
-    unused = sorted(set(w.all) - {w.prefix + k for k in needed})
-    unstacked = sorted(  # scan-stacked arrays must all hold L layers
-        w.prefix + k
-        for rule in rules.values()
-        if rule.layer is not None
-        for k in rule.keys
-        if k in w and np.shape(w.all[w.prefix + k])[:1] != (cfg.num_layers,)
+    unused = sorted(set(w.shapes) - {w.prefix + k for k in needed})
+    mismatched = sorted(
+        f"{w.prefix}{k}: model {shape} vs file {w.shapes[w.prefix + k]}"
+        for k, shape in needed.items()
+        if k in w and w.shapes[w.prefix + k] != shape
     )
     parts = [
-        f"{what} ({len(keys)}): {', '.join(dict.fromkeys(keys))}"
-        for what, keys in (
-            ("missing", missing),
-            ("not used", unused),
-            (f"leading axis is not the {cfg.num_layers} layers", unstacked),
+        f"{what} ({len(keys):,}): {listing(keys, sep)}"
+        for what, keys, sep in (
+            ("missing", missing, ", "),
+            ("not used", unused, ", "),
+            ("shape mismatch", mismatched, "; "),
         )
         if keys
     ]
@@ -390,32 +415,54 @@ def _check_keys(w: _Arrays, rules: Mapping[str, _Rule], cfg: ModelConfig) -> Non
         )
 
 
+def _plan(
+    shapes: Mapping[str, tuple[int, ...]], posemb: str | None
+) -> tuple[ModelConfig, str, dict[str, _Rule]]:
+    """The model that arrays of these names and shapes describe, their key prefix and the
+    crosswalk, every name and shape checked: what reading needs before any array's data."""
+    if posemb not in (None, "learn", "sincos2d", "none"):
+        raise CheckpointError(f"posemb={posemb!r}: expected None, 'learn', 'sincos2d' or 'none'")
+    w = _Arrays(shapes)
+    cfg, names, scan, posemb_key = _infer(w, posemb)
+    rules = _rules(cfg, names, scan, posemb_key)
+    _check_keys(w, rules, cfg)
+    return cfg, w.prefix, rules
+
+
+def _convert(
+    arrays: Mapping[str, np.ndarray], prefix: str, rules: Mapping[str, _Rule]
+) -> dict[str, torch.Tensor]:
+    """Our state dict from the official ``arrays``, whose names and shapes ``_plan`` checked (so
+    every conversion fits)."""
+    state = {}
+    for target, rule in rules.items():
+        value = rule.convert(*(_array(arrays, prefix + k, rule.layer) for k in rule.keys))
+        state[target] = torch.from_numpy(np.ascontiguousarray(value))
+    return state
+
+
 def read_official(
     arrays: Mapping[str, np.ndarray], *, posemb: str | None = None
 ) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
     """Infer the model of a vit_jax or big_vision ``.npz`` and convert its arrays to our layout.
 
-    ``arrays`` is the flat dict of the file (``vitkit.io.checkpoint.read_npz``). ``posemb`` names
-    the fixed position embedding of a checkpoint that stores none (default ``'sincos2d'``, as
-    big_vision); it must be ``None`` or ``'learn'`` when one is stored. Returns the config and a
-    state dict for ``load_state_dict_strict(VisionTransformer(cfg), state)``, which also checks
-    every shape (an inconsistent file, e.g. blocks of different widths, fails there).
+    ``arrays`` is the flat dict of the file (``vitkit.io.checkpoint.read_npz``; for a file,
+    ``read_official_file`` checks it before reading it). ``posemb`` names the fixed position
+    embedding of a checkpoint that stores none (default ``'sincos2d'``, as big_vision); it must
+    be ``None`` or ``'learn'`` when one is stored. Returns the config and a state dict for
+    ``load_state_dict_strict(VisionTransformer(cfg), state)``.
     """
-    if posemb not in (None, "learn", "sincos2d", "none"):
-        raise CheckpointError(f"posemb={posemb!r}: expected None, 'learn', 'sincos2d' or 'none'")
-    w = _Arrays(arrays)
-    cfg, names, scan, posemb_key = _infer(w, posemb)
-    rules = _rules(cfg, names, scan, posemb_key)
-    _check_keys(w, rules, cfg)
-    state = {}
-    for target, rule in rules.items():
-        try:
-            value = rule.convert(*(w.get(k, rule.layer) for k in rule.keys))
-        except ValueError as e:  # q/k/v or kernels whose shapes do not fit together
-            shapes = [np.shape(w.all[w.prefix + k]) for k in rule.keys]
-            raise CheckpointError(f"cannot make {target} from {rule.keys} {shapes}: {e}") from None
-        state[target] = torch.from_numpy(np.ascontiguousarray(value))
-    return cfg, state
+    cfg, prefix, rules = _plan({k: np.shape(v) for k, v in arrays.items()}, posemb)
+    return cfg, _convert(arrays, prefix, rules)
+
+
+def read_official_file(
+    path: str | os.PathLike, *, posemb: str | None = None
+) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
+    """``read_official`` of an ``.npz`` file: every name and shape is checked from the members'
+    headers (``npz_shapes``) before any array is read."""
+    cfg, prefix, rules = _plan(npz_shapes(path), posemb)
+    return cfg, _convert(read_npz(path), prefix, rules)
 
 
 # ------------------------------------------------------------------ writing (vit_jax, released)

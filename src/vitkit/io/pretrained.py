@@ -410,8 +410,7 @@ def read_pretrained(name: str) -> tuple[ModelConfig, dict[str, Tensor], dict[str
     with ``VITKIT_PRETRAINED_SOURCE=hub``, of its timm Hub repository) and what travels with them
     (class names, preprocessing, the name)."""
     from ..data.transforms import Preprocess
-    from .checkpoint import read_npz
-    from .formats.official import read_official
+    from .formats.official import read_official_file
 
     entry = find(name)
     source = os.environ.get(SOURCE_ENV, "official")
@@ -420,7 +419,7 @@ def read_pretrained(name: str) -> tuple[ModelConfig, dict[str, Tensor], dict[str
     if source == "hub":
         cfg, state = _from_hub(entry)
     else:
-        cfg, state = read_official(read_npz(weights_file(entry)))
+        cfg, state = read_official_file(weights_file(entry))
     extra: dict[str, Any] = {
         "pretrained": entry.name,
         "preprocess": Preprocess(image_size=entry.image_size, in_chans=cfg.in_chans).to_dict(),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import stat
 
 import pytest
 import timm
@@ -74,6 +75,20 @@ def test_save_leaves_no_temporary_files(tmp_path) -> None:
     vitkit.save(randomized(tiny()), tmp_path)
     vitkit.save(randomized(tiny()), tmp_path)  # overwrite in place
     assert sorted(os.listdir(tmp_path)) == ["config.json", "model.safetensors"]
+
+
+def test_written_files_take_the_umask(tmp_path) -> None:
+    """A checkpoint's files get ``0o666`` less the umask, as ``open`` gives; they were ``0o600``
+    whatever the umask (mkstemp's), so a teammate or a shared cache could not read them."""
+    model = randomized(tiny(hidden_size=16, mlp_dim=32, num_layers=1))
+    for umask, mode in ((0o022, 0o644), (0o077, 0o600), (0o002, 0o664)):
+        previous = os.umask(umask)
+        try:
+            out = vitkit.save(model, tmp_path / f"umask{umask:o}")
+        finally:
+            os.umask(previous)
+        for name in ("config.json", "model.safetensors"):
+            assert stat.S_IMODE((out / name).stat().st_mode) == mode, (name, oct(umask))
 
 
 def test_atomic_directory_replaces_whole_or_not_at_all(tmp_path, monkeypatch) -> None:

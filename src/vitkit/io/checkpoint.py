@@ -24,7 +24,7 @@ import os
 import pickle
 import re
 import shutil
-import tempfile
+import stat
 import uuid
 import zipfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -243,13 +243,20 @@ def load_state_dict_strict(
 
 
 def atomic_write(path: Path, write: Any) -> None:
-    """Write ``path`` through ``write(tmp_path)`` and an atomic rename: never a half-written file."""
+    """Write ``path`` through ``write(tmp_path)`` and an atomic rename: never a half-written file.
+    The file gets the mode ``open`` would give it (``0o666`` less the umask), also when ``write``
+    replaces it (safetensors writes a file of its own, ``0o600``, and renames it over ours)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    # os.open, not mkstemp (0o600 whatever the umask): a checkpoint handed to a teammate or a
+    # shared cache stays readable where the user's umask says so
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    mode = stat.S_IMODE(os.fstat(fd).st_mode)  # the umask applied, without reading it
     os.close(fd)
     try:
         write(Path(tmp))
         with open(tmp, "rb") as f:
+            os.fchmod(f.fileno(), mode)  # a writer that replaced the file made it 0o600
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import resource
 import shutil
+import signal
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -44,3 +47,15 @@ def stopped_copy(run_dir: Path, to: Path, step: int) -> Path:
         if int(later.name.removeprefix("step_")) > step:
             shutil.rmtree(later)
     return to
+
+
+def file_size_limit(limit: int) -> Callable[[], None]:
+    """A ``preexec_fn`` for ``subprocess``: the child's files may not grow past ``limit`` bytes
+    (RLIMIT_FSIZE: a write past it fails with EFBIG, as one on a full disk with ENOSPC). Past it
+    the kernel sends SIGXFSZ, which kills: ignored."""
+
+    def limit_files() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    return limit_files

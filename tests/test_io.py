@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import stat
+import subprocess
+import sys
 
 import pytest
 import timm
@@ -13,7 +16,7 @@ import torch
 from safetensors.torch import save_file
 
 import vitkit
-from helpers import randomize, tiny
+from helpers import file_size_limit, randomize, tiny
 from vitkit.config import ConfigError, ModelConfig
 from vitkit.io.api import read
 from vitkit.io.checkpoint import CheckpointError
@@ -89,6 +92,34 @@ def test_written_files_take_the_umask(tmp_path) -> None:
             os.umask(previous)
         for name in ("config.json", "model.safetensors"):
             assert stat.S_IMODE((out / name).stat().st_mode) == mode, (name, oct(umask))
+
+
+# vitkit.save of a model whose weights (59 KiB) do not fit under a file size limit of 4 KiB.
+_SAVE_PAST_THE_LIMIT = """
+import sys
+import vitkit
+from vitkit.config import ModelConfig
+cfg = ModelConfig(image_size=16, patch_size=8, hidden_size=32, num_layers=1, num_heads=2,
+                  mlp_dim=64, num_classes=2)
+try:
+    vitkit.save(vitkit.create_model(cfg), sys.argv[1])
+except OSError as e:
+    print(type(e).__name__, e.errno, e.filename)
+"""
+
+
+def test_a_full_disk_is_the_os_error_naming_the_file(tmp_path) -> None:
+    """Weights written past a file size limit (EFBIG; a full disk's ENOSPC alike): an ``OSError``
+    with its errno, naming the file, which the command line reports in one line, and nothing left
+    behind. It was safetensors' ``SafetensorError``, a traceback with the errno in its text only.
+    (torch's ``RuntimeError`` for the training state: test_train.py.)"""
+    proc = subprocess.run(
+        [sys.executable, "-c", _SAVE_PAST_THE_LIMIT, str(tmp_path / "out")],
+        capture_output=True, text=True, timeout=120, preexec_fn=file_size_limit(4096),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == f"OSError {errno.EFBIG} {tmp_path / 'out' / 'model.safetensors'}\n"
+    assert os.listdir(tmp_path / "out") == []
 
 
 def test_atomic_directory_replaces_whole_or_not_at_all(tmp_path, monkeypatch) -> None:

@@ -102,8 +102,9 @@ def _show_warning(
     print(f"vitkit: warning: {text}", file=sys.stderr if file is None else file)
 
 
-# Errors of the machine, not of vitkit: a full disk or quota, a folder we may not write.
-ENVIRONMENT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES})
+# Errors of the machine, not of vitkit: a full disk, a quota or a file size limit (io.checkpoint's
+# DISK_ERRNOS: not imported, it would import torch), a folder we may not write.
+ENVIRONMENT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES})
 
 
 def _one_line(e: BaseException) -> str:

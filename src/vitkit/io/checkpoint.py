@@ -18,6 +18,7 @@ each kind and counts the rest.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -47,6 +48,8 @@ FORMAT_VERSION = 1
 WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
 LISTED = 10  # names of each kind a mismatch lists; the rest are counted
+# Errors that mean the disk failed us: no space, quota, file size limit (RLIMIT_FSIZE).
+DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 
 
 def _exists(path: Path) -> Path:
@@ -245,7 +248,9 @@ def load_state_dict_strict(
 def atomic_write(path: Path, write: Any) -> None:
     """Write ``path`` through ``write(tmp_path)`` and an atomic rename: never a half-written file.
     The file gets the mode ``open`` would give it (``0o666`` less the umask), also when ``write``
-    replaces it (safetensors writes a file of its own, ``0o600``, and renames it over ours)."""
+    replaces it (safetensors writes a file of its own, ``0o600``, and renames it over ours). A
+    full disk is the ``OSError`` it is (errno in ``DISK_ERRNOS``), naming ``path``, which the
+    command line reports in one line; ``write`` raises it (``save_torch``, ``save_safetensors``)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     # os.open, not mkstemp (0o600 whatever the umask): a checkpoint handed to a teammate or a
     # shared cache stays readable where the user's umask says so
@@ -259,8 +264,10 @@ def atomic_write(path: Path, write: Any) -> None:
             os.fchmod(f.fileno(), mode)  # a writer that replaced the file made it 0o600
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(e, OSError) and e.errno in DISK_ERRNOS:  # the name the user knows
+            raise OSError(e.errno, e.strerror, str(path)) from None
         raise
 
 
@@ -320,6 +327,37 @@ def atomic_directory(path: Path) -> Iterator[Path]:
     shutil.rmtree(old, ignore_errors=True)
 
 
+def save_safetensors(tensors: Mapping[str, Tensor], path: Path) -> None:
+    """``safetensors.torch.save_file``, whose failed write (a full disk) is the ``OSError`` it is:
+    safetensors reports it as a ``SafetensorError`` that names the errno only in its text."""
+    from safetensors import SafetensorError
+    from safetensors.torch import save_file
+
+    try:
+        save_file(dict(tensors), str(path), metadata={"format": "pt"})
+    except SafetensorError as e:
+        found = re.search(r"\(os error (\d+)\)", str(e))  # Rust's io::Error: "... (os error 28)"
+        if found is None:
+            raise
+        code = int(found[1])
+        raise OSError(code, os.strerror(code), str(path)) from None
+
+
+def save_torch(obj: Any, path: Path) -> None:
+    """``torch.save`` to a file opened here, so that a failed write (a full disk) is the
+    ``OSError`` it is: saving to a path, torch reports one as a ``RuntimeError`` without its
+    errno; saving to a file, it raises the ``OSError`` but, closing the archive, replaces it by a
+    ``RuntimeError`` of its own ("unexpected pos"), whose context it is."""
+    with open(path, "wb") as f:
+        try:
+            torch.save(obj, f)
+        except RuntimeError as e:
+            failed = e.__context__
+            if isinstance(failed, OSError):
+                raise OSError(failed.errno, failed.strerror, str(path)) from None
+            raise
+
+
 def write_ours(
     cfg: ModelConfig,
     state: Mapping[str, Tensor],
@@ -327,8 +365,6 @@ def write_ours(
     extra: Mapping[str, Any] | None = None,
 ) -> Path:
     """Write ``model.safetensors`` + ``config.json`` into ``directory``; returns the directory."""
-    from safetensors.torch import save_file
-
     directory = Path(directory)
     if directory.exists() and not directory.is_dir():
         raise UserFileError(f"{directory} exists and is not a directory: our format is a directory")
@@ -339,9 +375,7 @@ def write_ours(
         "model": cfg.to_dict(),
         **(extra or {}),
     }
-    atomic_write(
-        directory / WEIGHTS_FILE, lambda p: save_file(tensors, str(p), metadata={"format": "pt"})
-    )
+    atomic_write(directory / WEIGHTS_FILE, lambda p: save_safetensors(tensors, p))
     atomic_write(directory / CONFIG_FILE, lambda p: p.write_text(json.dumps(meta, indent=2) + "\n"))
     return directory
 

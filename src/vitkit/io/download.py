@@ -90,7 +90,7 @@ from tqdm import tqdm
 
 from .. import __version__
 from ..errors import DownloadError, MissingExtraError
-from .checkpoint import atomic_write, exclusive
+from .checkpoint import DISK_ERRNOS, atomic_write, exclusive
 
 log = logging.getLogger(__name__)
 
@@ -100,8 +100,6 @@ LOCK_SUFFIX = ".lock"
 TIMEOUT_S = 60  # per connection attempt and per read: a stalled server fails, a slow one does not
 CHUNK = 1 << 20
 RETRIES = 3  # resumes within one fetch, each only after a transfer that made progress
-# Errors that mean the disk (not the network) failed us: no space, quota, file size limit.
-DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _SOURCE_NAME = re.compile(r"[a-z][a-z0-9_]*")
 _TRUE = {"1", "true", "yes", "on"}

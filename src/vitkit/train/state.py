@@ -36,6 +36,7 @@ from ..io.checkpoint import (
     atomic_directory,
     atomic_write,
     read_ours,
+    save_torch,
     write_ours,
 )
 from . import distributed
@@ -132,7 +133,7 @@ class TrainState:
     def write(self, path: Path) -> None:
         """Write ``state.pt`` atomically, every tensor from the CPU."""
         payload = {f.name: getattr(self, f.name) for f in fields(self)}
-        atomic_write(path, lambda p: torch.save(_on_cpu(payload), p))
+        atomic_write(path, lambda p: save_torch(_on_cpu(payload), p))
 
     @classmethod
     def read(cls, path: Path) -> TrainState:

@@ -114,7 +114,7 @@ def _train(args: argparse.Namespace) -> None:
     import os
     from pathlib import Path
 
-    from ..compose import adapt, default_run_dir
+    from ..compose import default_run_dir
 
     request, composed = _compose(args)
     run_dir = Path(args.run_dir) if args.run_dir else default_run_dir(request, composed)
@@ -127,6 +127,19 @@ def _train(args: argparse.Namespace) -> None:
     main = os.environ.get("RANK", "0") == "0"  # the process that reports (torchrun's rank 0)
     # the run's statements and, with --no-progress, its log lines: rank 0's, on stdout
     log_to_stdout(logging.INFO if main else logging.WARNING)
+    from ..train.rundir import RunLock
+
+    # a run directory another process trains in stops this one here, before its data is read
+    with RunLock(run_dir, enabled=main):
+        _run(args, composed, run_dir, main=main)
+
+
+def _run(args: argparse.Namespace, composed: Composed, run_dir: Path, *, main: bool) -> None:
+    """The run ``composed`` in ``run_dir``: its data read, its choices stated, trained, summed
+    up."""
+    import os
+
+    from ..compose import adapt
     from ..train import distributed
     from ..train.data import build_data
     from ..train.loop import StoppedError, train

@@ -60,6 +60,7 @@ from .data import RunData, build_data, make_batches, ordered_batches
 from .objectives import MaskedPatchPrediction, Objective, evaluate_mpp
 from .optim import build_optimizer, learning_rate, set_learning_rate
 from .report import write_report
+from .rundir import RunLock
 from .state import (
     SKIPPED_FILE,
     LiveRun,
@@ -258,8 +259,23 @@ def train(
     them already (else they are read from ``run.data``). ``resume_from``: a checkpoint
     (``checkpoints/step_N`` of another run directory) to continue from when ``run_dir`` holds
     none of its own. Under torchrun, every process calls it inside
-    ``distributed.process_group()``."""
+    ``distributed.process_group()``. A process that trains in ``run_dir`` already (another
+    run's, ``RunLock``) is a ``UserFileError`` naming it, before the directory is read."""
     run_dir = Path(run_dir)
+    with RunLock(run_dir, enabled=distributed.is_main()) as lock:
+        return _train(run, run_dir, lock, progress=progress, data=data, resume_from=resume_from)
+
+
+def _train(
+    run: RunConfig,
+    run_dir: Path,
+    lock: RunLock,
+    *,
+    progress: bool,
+    data: RunData | None,
+    resume_from: str | Path | None,
+) -> dict[str, Any]:
+    """``train``, with ``lock`` held, or taken where the run directory is made."""
     tc = run.train
     torch.manual_seed(tc.seed)  # the same initial weights in every process
     rank, world, main = distributed.rank(), distributed.world_size(), distributed.is_main()
@@ -334,6 +350,7 @@ def train(
     precision.configure(resolved, device)
     autocast = precision.autocast_dtype(resolved)
     run_dir.mkdir(parents=True, exist_ok=True)  # only once the run is known to be valid
+    lock.take()  # before anything in it is read or changed (a run started at once stops here)
     check_run_dir(run_dir, run.to_dict(), write=main)  # every process checks: all fail alike
     if main:
         remove_partial_writes(run_dir)

@@ -2,6 +2,7 @@
 
 A run directory holds::
 
+    .lock                        held by the process that trains in it (rundir.py)
     config.json                  the resolved RunConfig
     metrics.jsonl                one JSON object per logged step / evaluation
     checkpoints/step_00001200/   model.safetensors + config.json (our format) + state.pt

@@ -20,7 +20,7 @@ import pytest
 
 from http_server import TLS_CERT, FakeHub, FileServer, goog_hash
 from vitkit.errors import DownloadError
-from vitkit.io import download
+from vitkit.files import home
 from vitkit.io.download import Source, cached_path, fetch, hub_file, verify
 
 # Seeded: the spawned processes import this module too and must see the same bytes.
@@ -68,13 +68,13 @@ def one_line(e: pytest.ExceptionInfo[DownloadError]) -> str:
 def test_home_is_vitkit_home_else_xdg_cache_else_dot_cache(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert download.home() == tmp_path / "home"
+    assert home() == tmp_path / "home"
     monkeypatch.delenv("VITKIT_HOME")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    assert download.home() == tmp_path / "xdg" / "vitkit"
+    assert home() == tmp_path / "xdg" / "vitkit"
     monkeypatch.delenv("XDG_CACHE_HOME")
     monkeypatch.setenv("HOME", str(tmp_path / "user"))
-    assert download.home() == tmp_path / "user" / ".cache" / "vitkit"
+    assert home() == tmp_path / "user" / ".cache" / "vitkit"
 
 
 def test_cached_path_is_host_and_path_and_never_leaves_the_cache(tmp_path: Path) -> None:

@@ -123,7 +123,7 @@ def test_a_full_disk_is_the_os_error_naming_the_file(tmp_path) -> None:
 
 
 def test_atomic_directory_replaces_whole_or_not_at_all(tmp_path, monkeypatch) -> None:
-    from vitkit.io.checkpoint import atomic_directory
+    from vitkit.files import atomic_directory
 
     target = tmp_path / "out"
     for version in ("one", "two"):  # a new directory, then one that replaces it

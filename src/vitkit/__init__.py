@@ -19,13 +19,13 @@ from typing import TYPE_CHECKING, Any
 from .config import ModelConfig, ResNetConfig
 from .errors import ConfigError
 from .presets import list_models
+from .version import __version__
 
 if TYPE_CHECKING:
     from .io.api import load, save
     from .model import VisionTransformer
     from .runtime.inference import optimize_for_inference
 
-__version__ = "0.1.0"
 
 _KEEP: Any = object()  # "leave the preset's value", where None is a meaningful value
 

@@ -21,8 +21,8 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import TextIO
 
-from .. import __version__
 from ..errors import UserFileError, VitkitError
+from ..version import __version__
 from . import data, evaluation, models, settings, training
 from .common import DEBUG_HELP
 
@@ -60,8 +60,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         preload_jemalloc()
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser().parse_args(argv)
-    args.argv = argv  # --nproc runs the same arguments under torchrun
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    args.argv, args.parse = argv, parser.parse_args  # --nproc: the same arguments under torchrun
     debug = args.debug or os.environ.get("VITKIT_DEBUG", "0") not in ("", "0")
     with warnings.catch_warnings():  # restores the caller's showwarning and filters on return
         warnings.showwarning = _show_warning

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import VitkitError
@@ -16,10 +16,11 @@ if TYPE_CHECKING:
     from ..compose import Composed, Request
 
 
-def _torchrun(nproc: int, argv: Sequence[str]) -> None:
+def _torchrun(nproc: int, argv: Sequence[str], parse: Callable[[list[str]], Any]) -> None:
     """``--nproc N``: replace this process with ``torchrun --standalone --nproc-per-node N -m
     vitkit <the same arguments but --nproc>`` (torch.distributed.run, PyTorch's own launcher; it
-    would take ``--nproc`` for an abbreviation of its ``--nproc-per-node``)."""
+    would take ``--nproc`` for an abbreviation of its ``--nproc-per-node``). ``parse``: the
+    command line's parser, which must find no ``--nproc`` left (an abbreviation of it)."""
     import os
 
     if nproc < 1:
@@ -29,9 +30,7 @@ def _torchrun(nproc: int, argv: Sequence[str]) -> None:
         if not skip and arg != "--nproc" and not arg.startswith("--nproc="):
             rest.append(arg)
         skip = arg == "--nproc"
-    from . import build_parser
-
-    if build_parser().parse_args(rest).nproc is not None:
+    if parse(rest).nproc is not None:
         raise VitkitError("--nproc: write it in full (--nproc N or --nproc=N)")
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
     command += [f"--nproc-per-node={nproc}", "-m", "vitkit", *rest]
@@ -123,7 +122,7 @@ def _train(args: argparse.Namespace) -> None:
 
         if distributed.launched():
             raise VitkitError("--nproc starts torchrun: leave it out of a command torchrun runs")
-        _torchrun(args.nproc, args.argv)
+        _torchrun(args.nproc, args.argv, args.parse)
     main = os.environ.get("RANK", "0") == "0"  # the process that reports (torchrun's rank 0)
     # the run's statements and, with --no-progress, its log lines: rank 0's, on stdout
     log_to_stdout(logging.INFO if main else logging.WARNING)

@@ -39,6 +39,7 @@ import numpy as np
 
 from ..config import hf_is_local
 from ..errors import ConfigError, DataError, MissingExtraError, MissingFileError, VitkitError
+from .cells import image_bytes
 from .encoded import EncodedImages
 
 # The dataset's split names that are vitkit's train, val and test.
@@ -70,25 +71,6 @@ def _saved(path: Path) -> bool:
 def _first_line(e: BaseException) -> str:
     text = str(e).strip()
     return f"{type(e).__name__}: {text.splitlines()[0] if text else ''}"
-
-
-def image_bytes(value: Any, where: str) -> bytes:
-    """The encoded image in a cell of an image column: an ``Image`` feature's ``{"bytes",
-    "path"}`` (the file read when only the path is stored) or the bytes themselves. Raises
-    ``OSError`` for a path that cannot be read (an unreadable image) and ``DataError`` for a
-    cell that holds no image at all."""
-    if isinstance(value, dict):
-        if value.get("bytes"):
-            return bytes(value["bytes"])
-        if value.get("path"):
-            with open(value["path"], "rb") as f:
-                return f.read()
-    elif isinstance(value, bytes | bytearray | memoryview):
-        return bytes(value)
-    raise DataError(
-        f"{where} holds {type(value).__name__} {str(value)[:40]!r}: expected an image (an Image "
-        "feature or encoded bytes; data.image_column names the column)"
-    )
 
 
 @dataclass

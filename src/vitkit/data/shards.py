@@ -43,7 +43,7 @@ import json
 import os
 import re
 import tarfile
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -51,6 +51,7 @@ from types import MappingProxyType
 import numpy as np
 
 from ..errors import ConfigError, DataError, MissingFileError
+from ..files import atomic_write
 from .encoded import EncodedImages
 from .folder import IMAGE_SUFFIXES, SPLITS, ImageFolderDataset, folder_layout
 
@@ -302,19 +303,6 @@ def _tar_entry(tar: tarfile.TarFile, name: str, data: bytes) -> None:
     tar.addfile(info, io.BytesIO(data))
 
 
-def _write_atomic(path: Path, write: Callable[[Path], object]) -> None:
-    """``write(tmp)`` then a rename to ``path``: a reader never finds half a file."""
-    tmp = path.with_name(f".{path.name}.partial")  # hidden: shard_layout never lists it
-    try:
-        write(tmp)
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
 @dataclass(frozen=True)
 class Packed:
     """One shard ``pack_folder`` wrote: its path, split and number of samples."""
@@ -386,7 +374,7 @@ def pack_folder(
             "shards of the same classes, or a new one"
         )
     out.mkdir(parents=True, exist_ok=True)
-    _write_atomic(classes_file, lambda tmp: tmp.write_text(listing, encoding="utf-8"))
+    atomic_write(classes_file, lambda tmp: tmp.write_text(listing, encoding="utf-8"))
     written: list[Packed] = []
     skipped: list[tuple[str, str]] = []
     for split, split_dir in sources.items():
@@ -404,6 +392,6 @@ def pack_folder(
                         _tar_entry(tar, f"{key}{image.suffix.lower()}", image.read_bytes())
                         _tar_entry(tar, f"{key}.cls", str(label).encode())
 
-            _write_atomic(path, write)
+            atomic_write(path, write)
             written.append(Packed(path, split, len(part)))
     return written, skipped

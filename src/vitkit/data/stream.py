@@ -49,9 +49,9 @@ from torch.utils.data import DataLoader, Dataset
 
 from ..config import size_hw
 from ..errors import ConfigError, DataError
+from .cells import image_bytes
 from .encoded import decode
 from .folder import DECODE_ERRORS, count_decode_failure
-from .hf import image_bytes
 from .loader import Augment, Batches, generator, ignore_interrupts
 from .transforms import resize, to_float
 

@@ -28,7 +28,7 @@ numpy only, never torch, and torch's own DataLoader forks its workers the same w
 process (a DataLoader worker) cannot have children: there the pass is serial.
 
 The cache. After a pass, its findings are written to ``home()/verified/<folder name>-<hash of its
-absolute path>-<level>.json`` (``home()`` is ``$VITKIT_HOME``, see ``vitkit.io.download``): one
+absolute path>-<level>.json`` (``home()`` is ``$VITKIT_HOME``, see ``vitkit.files``): one
 file per folder and level, replaced when the folder changes, written atomically, read as JSON
 (nothing in it is executed). It holds the skipped files with the stage that dropped them and why,
 the first colour image, the greyscale counts, and the key: the folder's absolute path, the
@@ -74,6 +74,7 @@ from typing import Any, Literal, NamedTuple
 import PIL
 from PIL import Image, ImageMode
 
+from ..files import atomic_write, exclusive, home
 from .transforms import pil_to_array
 
 log = logging.getLogger(__name__)
@@ -243,8 +244,6 @@ def run_pass(
 
 def cache_path(folder: Path, level: Level) -> Path:
     """Where the findings of ``folder`` (absolute) at ``level`` are kept."""
-    from ..io.download import home  # io imports the model: only when a cache is used
-
     digest = hashlib.sha256(os.fsencode(folder)).hexdigest()[:16]  # any bytes a name holds
     return home() / "verified" / f"{folder.name or 'root'}-{digest}-{level}.json"
 
@@ -349,8 +348,6 @@ def verify_listing(
     found = cached()
     if found is not None:
         return found
-    from ..io.checkpoint import exclusive  # io imports the model: only when a cache is used
-
     with contextlib.ExitStack() as stack:
         try:
             entry.parent.mkdir(parents=True, exist_ok=True)
@@ -371,8 +368,6 @@ def verify_listing(
 
 def _write(entry: Path, record: dict[str, Any]) -> bool:
     """Write an entry atomically; whether it was written (a failure is a warning)."""
-    from ..io.checkpoint import atomic_write
-
     text = json.dumps(record)  # ASCII: names that are not UTF-8 survive (surrogate escapes)
     try:
         atomic_write(entry, lambda tmp: tmp.write_text(text, encoding="utf-8"))

@@ -3,8 +3,8 @@
 Our format is a directory holding ``model.safetensors`` (timm's key layout) and ``config.json``
 (``{"format": "vitkit", "version": 1, "model": {...ModelConfig...}, ...extra}``), so a checkpoint
 rebuilds its model without the preset registry. Files and directories are written under a
-temporary name and renamed (``atomic_write``, ``atomic_directory``), so a reader never sees half of
-one.
+temporary name and renamed (``files.atomic_write``, ``files.atomic_directory``), so a reader never
+sees half of one.
 
 Nothing here runs code from a file: safetensors, ``np.load(allow_pickle=False)`` and
 ``torch.load(weights_only=True)`` only; a pickle that holds objects is refused.
@@ -18,18 +18,13 @@ each kind and counts the rest.
 
 from __future__ import annotations
 
-import errno
 import json
 import logging
 import os
 import pickle
 import re
-import shutil
-import stat
-import uuid
 import zipfile
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +34,7 @@ from torch import Tensor, nn
 
 from ..config import ConfigError, ModelConfig
 from ..errors import CheckpointError, MissingFileError, UserFileError
+from ..files import atomic_write
 from ..model import ResNetClassifier, VisionTransformer, build_model
 
 log = logging.getLogger(__name__)
@@ -48,8 +44,6 @@ FORMAT_VERSION = 1
 WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
 LISTED = 10  # names of each kind a mismatch lists; the rest are counted
-# Errors that mean the disk failed us: no space, quota, file size limit (RLIMIT_FSIZE).
-DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 
 
 def _exists(path: Path) -> Path:
@@ -243,88 +237,6 @@ def load_state_dict_strict(
     """Load ``state`` into ``model``: every key and shape must match, both ways."""
     check_state_dict(model.state_dict(), state, source=source)
     model.load_state_dict(state, strict=True)
-
-
-def atomic_write(path: Path, write: Any) -> None:
-    """Write ``path`` through ``write(tmp_path)`` and an atomic rename: never a half-written file.
-    The file gets the mode ``open`` would give it (``0o666`` less the umask), also when ``write``
-    replaces it (safetensors writes a file of its own, ``0o600``, and renames it over ours). A
-    full disk is the ``OSError`` it is (errno in ``DISK_ERRNOS``), naming ``path``, which the
-    command line reports in one line; ``write`` raises it (``save_torch``, ``save_safetensors``)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # os.open, not mkstemp (0o600 whatever the umask): a checkpoint handed to a teammate or a
-    # shared cache stays readable where the user's umask says so
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    mode = stat.S_IMODE(os.fstat(fd).st_mode)  # the umask applied, without reading it
-    os.close(fd)
-    try:
-        write(Path(tmp))
-        with open(tmp, "rb") as f:
-            os.fchmod(f.fileno(), mode)  # a writer that replaced the file made it 0o600
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException as e:
-        Path(tmp).unlink(missing_ok=True)
-        if isinstance(e, OSError) and e.errno in DISK_ERRNOS:  # the name the user knows
-            raise OSError(e.errno, e.strerror, str(path)) from None
-        raise
-
-
-@contextmanager
-def exclusive(path: Path, waiting: str) -> Iterator[None]:
-    """An exclusive ``flock`` on the file ``path`` (created if missing) for the block, so that
-    processes asking at once take turns; the kernel releases it if the holder dies. ``waiting``
-    ends the log line shown while another process holds it ("waiting for another process that is
-    ..."). No lock where ``fcntl`` does not exist (Windows). ``OSError`` if ``path`` cannot be
-    opened for writing or is a symbolic link."""
-    try:
-        import fcntl
-    except ImportError:
-        yield
-        return
-    # O_NOFOLLOW: a link planted at ``path`` is an OSError (ELOOP), never a file created or
-    # locked elsewhere through it
-    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW
-    with open(os.open(path, flags, 0o666), "ab") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            log.info("waiting for another process that is %s", waiting)
-            fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-
-
-@contextmanager
-def atomic_directory(path: Path) -> Iterator[Path]:
-    """A fresh temporary sibling of directory ``path`` to fill; when the block ends without error
-    it becomes ``path`` by a rename, so a reader (or a run killed at any moment) finds the previous
-    directory whole or the new one whole, never a mix (or, for the instant between two renames
-    when one replaces the other, neither). An existing ``path`` is moved aside only then, and
-    deleted once the new one is in place; on error the temporary is deleted and the old one
-    stays. Temporary names start with ``.tmp-`` (a killed process's leftovers are found by that
-    prefix). The writer fsyncs what it writes, if it must (``atomic_write`` does)."""
-    if path.exists() and not path.is_dir():
-        raise UserFileError(f"{path} exists and is not a directory")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # mkdir, not mkdtemp, so the umask applies; a rename is atomic within one filesystem
-    tmp = path.with_name(f".tmp-{path.name}-{uuid.uuid4().hex[:8]}")
-    old = tmp.with_name(f"{tmp.name}-old")
-    tmp.mkdir()
-    try:
-        yield tmp
-        if path.exists():
-            os.replace(path, old)
-        os.replace(tmp, path)
-    except BaseException:
-        if old.exists() and not path.exists():  # the second rename failed: put the old one back
-            os.replace(old, path)
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    shutil.rmtree(old, ignore_errors=True)
 
 
 def save_safetensors(tensors: Mapping[str, Tensor], path: Path) -> None:

@@ -88,9 +88,9 @@ from urllib.request import HTTPRedirectHandler, Request, build_opener
 
 from tqdm import tqdm
 
-from .. import __version__
 from ..errors import DownloadError, MissingExtraError
-from .checkpoint import DISK_ERRNOS, atomic_write, exclusive
+from ..files import DISK_ERRNOS, atomic_write, exclusive, home
+from ..version import __version__
 
 log = logging.getLogger(__name__)
 
@@ -106,15 +106,6 @@ _TRUE = {"1", "true", "yes", "on"}
 REDIRECT_HOSTS_ENV = "VITKIT_REDIRECT_HOSTS"
 # POSIX's flag to refuse a link as the last component of a path (ELOOP); Windows has none.
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
-
-
-def home() -> Path:
-    """vitkit's cache folder: ``$VITKIT_HOME``, else ``$XDG_CACHE_HOME/vitkit``, else
-    ``~/.cache/vitkit``."""
-    if os.environ.get("VITKIT_HOME"):
-        return Path(os.environ["VITKIT_HOME"]).expanduser()
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join("~", ".cache")
-    return Path(cache).expanduser() / "vitkit"
 
 
 def offline() -> bool:

@@ -145,7 +145,7 @@ def export_onnx(
     program.model.metadata_props.update(metadata)
     data = path.with_name(f"{path.name}.data")  # the name torch gives external weights
     path.parent.mkdir(parents=True, exist_ok=True)
-    # Not checkpoint.atomic_write: torch writes the weights' file name into the graph, so the graph
+    # Not files.atomic_write: torch writes the weights' file name into the graph, so the graph
     # must be saved under its final name, which a temporary directory allows.
     with tempfile.TemporaryDirectory(prefix=f".{path.name}.", dir=path.parent) as tmp:
         staged = Path(tmp) / path.name

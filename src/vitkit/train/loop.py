@@ -50,7 +50,7 @@ from ..config import RunConfig
 from ..data import Batches, Preprocess
 from ..data.loader import default_workers, derive_seed, to_input
 from ..errors import ConfigError, VitkitError
-from ..io.checkpoint import atomic_write
+from ..files import atomic_write
 from ..model import ResNetClassifier, VisionTransformer, build_model
 from ..runtime.clock import process_seconds
 from . import distributed, precision

@@ -32,10 +32,9 @@ import torch
 from torch import Tensor, nn
 
 from ..config import ModelConfig
+from ..files import atomic_directory, atomic_write
 from ..io.checkpoint import (
     CheckpointError,
-    atomic_directory,
-    atomic_write,
     read_ours,
     save_torch,
     write_ours,

@@ -85,10 +85,10 @@ from torch import Tensor, nn
 from ...config import ConfigError, ModelConfig, size_hw
 from ...data.transforms import NORMALIZATIONS, Preprocess
 from ...errors import MissingExtraError, MissingFileError, UserFileError
+from ...files import atomic_directory
 from ...model import VisionTransformer
 from ..checkpoint import (
     CheckpointError,
-    atomic_directory,
     check_depth,
     check_state_dict,
     load_state_dict_strict,

@@ -60,9 +60,10 @@ from torch import nn
 
 from ...config import Classifier, ConfigError, ModelConfig, ResNetConfig
 from ...errors import UserFileError
+from ...files import atomic_write
 from ...model import ResNetClassifier, VisionTransformer
 from ...model.posemb import grid_of
-from ..checkpoint import CheckpointError, atomic_write, listing, npz_shapes, read_npz
+from ..checkpoint import CheckpointError, listing, npz_shapes, read_npz
 
 PREFIXES = ("", "opt/target/", "params/")  # plain / vit_jax training state / big_vision
 RELEASED = ("LayerNorm_0", "MultiHeadDotProductAttention_1", "LayerNorm_2", "MlpBlock_3")

@@ -1,0 +1,128 @@
+"""File-system primitives that every layer writes through: vitkit's cache folder, files and
+directories written atomically, and an exclusive lock between processes.
+
+Below both ``data`` and ``io`` (it imports only ``errors``): the data wing caches its folder
+verification and writes shards with these, ``io`` its checkpoints and downloads, ``train`` its
+run directories.
+
+- ``home()``: the cache folder, ``$VITKIT_HOME``, else ``$XDG_CACHE_HOME/vitkit``, else
+  ``~/.cache/vitkit`` (downloaded weights under ``weights/``, verified folders under
+  ``verified/``).
+- ``atomic_write`` and ``atomic_directory``: written under a hidden temporary name in the same
+  folder and renamed, so a reader (or a process killed at any moment) finds the old one whole or
+  the new one whole, never half of one; with the mode ``open`` gives (the umask's).
+- ``exclusive``: a ``flock`` processes take in turns (torchrun's ranks downloading or verifying
+  once); the kernel releases it when its holder dies.
+- ``DISK_ERRNOS``: the errors that mean the disk failed us, which the command line reports in one
+  line naming the file.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import shutil
+import stat
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from .errors import UserFileError
+
+log = logging.getLogger(__name__)
+
+# Errors that mean the disk failed us: no space, quota, file size limit (RLIMIT_FSIZE).
+DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+
+
+def home() -> Path:
+    """vitkit's cache folder: ``$VITKIT_HOME``, else ``$XDG_CACHE_HOME/vitkit``, else
+    ``~/.cache/vitkit``."""
+    if os.environ.get("VITKIT_HOME"):
+        return Path(os.environ["VITKIT_HOME"]).expanduser()
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join("~", ".cache")
+    return Path(cache).expanduser() / "vitkit"
+
+
+def atomic_write(path: Path, write: Callable[[Path], object]) -> None:
+    """Write ``path`` through ``write(tmp_path)`` and an atomic rename: never a half-written file.
+    The file gets the mode ``open`` would give it (``0o666`` less the umask), also when ``write``
+    replaces it (safetensors writes a file of its own, ``0o600``, and renames it over ours). A
+    full disk is the ``OSError`` it is (errno in ``DISK_ERRNOS``), naming ``path``, which the
+    command line reports in one line; ``write`` raises it (``save_torch``, ``save_safetensors``)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # os.open, not mkstemp (0o600 whatever the umask): a checkpoint handed to a teammate or a
+    # shared cache stays readable where the user's umask says so
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    mode = stat.S_IMODE(os.fstat(fd).st_mode)  # the umask applied, without reading it
+    os.close(fd)
+    try:
+        write(Path(tmp))
+        with open(tmp, "rb") as f:
+            os.fchmod(f.fileno(), mode)  # a writer that replaced the file made it 0o600
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException as e:
+        Path(tmp).unlink(missing_ok=True)
+        if isinstance(e, OSError) and e.errno in DISK_ERRNOS:  # the name the user knows
+            raise OSError(e.errno, e.strerror, str(path)) from None
+        raise
+
+
+@contextmanager
+def exclusive(path: Path, waiting: str) -> Iterator[None]:
+    """An exclusive ``flock`` on the file ``path`` (created if missing) for the block, so that
+    processes asking at once take turns; the kernel releases it if the holder dies. ``waiting``
+    ends the log line shown while another process holds it ("waiting for another process that is
+    ..."). No lock where ``fcntl`` does not exist (Windows). ``OSError`` if ``path`` cannot be
+    opened for writing or is a symbolic link."""
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    # O_NOFOLLOW: a link planted at ``path`` is an OSError (ELOOP), never a file created or
+    # locked elsewhere through it
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW
+    with open(os.open(path, flags, 0o666), "ab") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log.info("waiting for another process that is %s", waiting)
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+@contextmanager
+def atomic_directory(path: Path) -> Iterator[Path]:
+    """A fresh temporary sibling of directory ``path`` to fill; when the block ends without error
+    it becomes ``path`` by a rename, so a reader (or a run killed at any moment) finds the previous
+    directory whole or the new one whole, never a mix (or, for the instant between two renames
+    when one replaces the other, neither). An existing ``path`` is moved aside only then, and
+    deleted once the new one is in place; on error the temporary is deleted and the old one
+    stays. Temporary names start with ``.tmp-`` (a killed process's leftovers are found by that
+    prefix). The writer fsyncs what it writes, if it must (``atomic_write`` does)."""
+    if path.exists() and not path.is_dir():
+        raise UserFileError(f"{path} exists and is not a directory")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # mkdir, not mkdtemp, so the umask applies; a rename is atomic within one filesystem
+    tmp = path.with_name(f".tmp-{path.name}-{uuid.uuid4().hex[:8]}")
+    old = tmp.with_name(f"{tmp.name}-old")
+    tmp.mkdir()
+    try:
+        yield tmp
+        if path.exists():
+            os.replace(path, old)
+        os.replace(tmp, path)
+    except BaseException:
+        if old.exists() and not path.exists():  # the second rename failed: put the old one back
+            os.replace(old, path)
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    shutil.rmtree(old, ignore_errors=True)

@@ -117,7 +117,7 @@ def per_image(
     from PIL import Image
     from timm.data import ImageDataset, create_transform
 
-    from vitkit.data.decode import reduction
+    from vitkit.data.codec import reduction
     from vitkit.data.transforms import crop_box, inception_crop, random_crop_flip
 
     torch.set_num_threads(1)  # as in a DataLoader worker

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from PIL import Image
 from torch import nn
 
 from vitkit.config import ModelConfig
@@ -59,3 +60,28 @@ def file_size_limit(limit: int) -> Callable[[], None]:
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 
     return limit_files
+
+
+# What makes each EXIF orientation's stored pixels from the upright picture: the inverse of the
+# turn ``ImageOps.exif_transpose`` applies.
+_STORED_AS = {
+    2: Image.Transpose.FLIP_LEFT_RIGHT,
+    3: Image.Transpose.ROTATE_180,
+    4: Image.Transpose.FLIP_TOP_BOTTOM,
+    5: Image.Transpose.TRANSPOSE,
+    6: Image.Transpose.ROTATE_90,
+    7: Image.Transpose.TRANSVERSE,
+    8: Image.Transpose.ROTATE_270,
+}
+
+
+def exif_photo(path: Path, picture: Image.Image, orientation: int, fmt: str = "JPEG") -> Path:
+    """``picture`` stored turned as a phone stores it, with the EXIF orientation tag (1-8) that
+    turns it back, and another tag before it; a JPEG at quality 95 (or ``fmt``)."""
+    turn = _STORED_AS.get(orientation)
+    stored = picture if turn is None else picture.transpose(turn)
+    exif = Image.Exif()
+    exif[0x010F] = "vitkit test camera"
+    exif[0x0112] = orientation
+    stored.save(path, fmt, exif=exif.tobytes(), **({"quality": 95} if fmt == "JPEG" else {}))
+    return path

@@ -422,3 +422,30 @@ def test_data_verify_sets_the_level_of_a_runs_folder(
     code = main(["train", "--data", str(root), "--set", "data.verify=none"])
     err = capsys.readouterr().err
     assert code == 2 and "data.verify=none opens no image" in err and "Traceback" not in err
+
+
+def test_only_the_listed_formats_are_opened_and_older_entries_are_verified_again(
+    tmp_path: Path,
+) -> None:
+    """PIL opens whatever it sniffs: an EPS named .jpg (which would reach Ghostscript where it is
+    installed) and an ICO named .bmp passed verification before; now only ``codec.FORMATS`` are
+    opened, whatever the name (a TIFF named .png is one of them). A cache entry written before
+    (format 1, the EPS kept) is not trusted: the folder is verified again."""
+    root = tmp_path / "data"
+    _save(root / "a/ok.png", _colour(0))
+    _save(root / "a/tiff.png", _colour(1), format="TIFF")
+    _save(root / "a/eps.jpg", _colour(2), format="EPS")
+    _save(root / "a/icon.bmp", _colour(3), format="ICO")
+    with pytest.warns(UnreadableImageWarning):
+        ds = ImageFolderDataset(root, None, max_bad_fraction=0.6)
+    assert sorted(Path(p).name for p, _ in ds.skipped) == ["eps.jpg", "icon.bmp"]
+    assert all("cannot identify image file" in why for _, why in ds.skipped)
+    assert [path.name for path, _ in ds.samples] == ["ok.png", "tiff.png"]
+    assert ds[1][0].shape == (3, 6, 5)
+    entry = ds.verified_from
+    assert entry is not None
+    old = json.loads(entry.read_text())
+    entry.write_text(json.dumps({**old, "format": 1, "skipped": []}))  # what vitkit wrote before
+    with pytest.warns(UnreadableImageWarning):
+        again = ImageFolderDataset(root, None, max_bad_fraction=0.6)
+    assert not again.verified_cached and len(again) == 2

@@ -5,7 +5,6 @@ parser."""
 from __future__ import annotations
 
 import argparse
-import contextlib
 import glob
 import logging
 import os
@@ -194,16 +193,13 @@ def image_inputs(inputs: Sequence[str]) -> list[Path]:
 
 
 def read_image(path: str | os.PathLike, preprocess: Any) -> Any:
-    """An image file -> the float tensor (1, C, H, W) the model takes."""
-    from PIL import Image
-
+    """An image file -> the float tensor (1, C, H, W) the model takes, upright (EXIF)."""
     from ..data import preprocess_for_inference
-    from ..data.folder import DECODE_ERRORS
+    from ..data.codec import DECODE_ERRORS, decode
 
-    with contextlib.ExitStack() as stack:
-        try:
-            image = stack.enter_context(Image.open(path))
-            image.load()  # decode now: a corrupt file is a user's error here, not a bug later
-        except DECODE_ERRORS as e:
-            raise VitkitError(f"cannot read image {path}: {e}") from None
-        return preprocess_for_inference(image, preprocess)[None]
+    try:
+        # decoded now: a corrupt file is a user's error here, not a bug later
+        pixels = decode(Path(path).read_bytes(), "L" if preprocess.in_chans == 1 else "RGB")
+    except DECODE_ERRORS as e:
+        raise VitkitError(f"cannot read image {path}: {e}") from None
+    return preprocess_for_inference(pixels, preprocess)[None]

@@ -18,33 +18,26 @@ indices to them, so ``subset`` is a view that shares the container.
 from __future__ import annotations
 
 import copy
-import io
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TypeVar
 
 import numpy as np
 import torch
-from PIL import Image, ImageMode
+from PIL import ImageMode
 from torch import Tensor
 
 from ..errors import ConfigError, DataError
 from .arrays import as_indices
-from .folder import DECODE_ERRORS, count_decode_failure, skip_unreadable
-from .transforms import pil_to_tensor
+from .codec import DECODE_ERRORS, decode, decode_crop, open_image
+from .folder import count_decode_failure, skip_unreadable
 
 _Images = TypeVar("_Images", bound="EncodedImages")
 
 
-def decode(data: bytes, mode: str) -> Tensor:
-    """Encoded image bytes as uint8 (C, H, W) in ``mode`` ('RGB' or 'L')."""
-    with Image.open(io.BytesIO(data)) as image:
-        return pil_to_tensor(image, mode)
-
-
 def _checked_mode(data: bytes) -> str:
     """The PIL mode of an encoded image once ``verify()`` passes (PIL's errors when not)."""
-    with Image.open(io.BytesIO(data)) as image:
+    with open_image(data) as image:
         mode = image.mode
         image.verify()
     return mode
@@ -178,6 +171,32 @@ class EncodedImages:
     def __getitem__(self, index: int) -> tuple[Tensor, int]:
         """Image ``index`` (uint8 (C, H, W)) and its label; if it fails to decode, the next one
         that decodes, with its own label."""
+        return self._first_readable(index, lambda data: decode(data, self.mode))
+
+    def inception_crop(
+        self,
+        index: int,
+        size: int | tuple[int, int],
+        *,
+        area: tuple[float, float] = (0.05, 1.0),
+        ratio: tuple[float, float] = (3 / 4, 4 / 3),
+        generator: torch.Generator,
+    ) -> tuple[Tensor, int]:
+        """Image ``index`` inception-cropped to ``size`` (uint8 (C, S_h, S_w)) and its label, the
+        box drawn before decoding (``codec.decode_crop``), as ``ImageFolderDataset``'s; an image
+        that fails to decode is replaced as ``__getitem__`` replaces it, the replacement's box
+        drawn from the generator as it was before the failure."""
+        state = generator.get_state()
+
+        def crop(data: bytes) -> Tensor:
+            generator.set_state(state)  # a replacement draws what a decoded-first image would
+            return decode_crop(data, self.mode, size, area=area, ratio=ratio, generator=generator)
+
+        return self._first_readable(index, crop)
+
+    def _first_readable(self, index: int, read: Callable[[bytes], Tensor]) -> tuple[Tensor, int]:
+        """``read`` of image ``index``'s bytes and its label, or of the next image that
+        decodes."""
         n = len(self.rows)
         if not -n <= index < n:
             raise IndexError(f"index {index} is out of range for {n} images")
@@ -185,7 +204,7 @@ class EncodedImages:
             at = (index + step) % n
             record = int(self.rows[at])
             try:
-                return decode(self.read(record), self.mode), int(self.labels[at])
+                return read(self.read(record)), int(self.labels[at])
             except DECODE_ERRORS as e:
                 self._decode_failed(record, e)
         raise DataError(f"no image in {self.name} can be decoded")

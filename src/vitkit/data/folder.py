@@ -23,8 +23,9 @@ those count against ``max_bad_fraction`` too.
 Channels. With ``mode=None`` the same pass decides between 1 channel and 3: 1 when every image is
 greyscale, by its PIL mode or by decoding to R = G = B (see ``ImageFolderDataset``).
 
-Decoding is ``vitkit.data.decode``'s: PIL's pixels, JPEGs faster, and an inception crop decoded at
-a reduced size when the crop allows it (``ImageFolderDataset.inception_crop``).
+Decoding is ``vitkit.data.codec``'s: PIL's pixels of the upright image (EXIF orientation), JPEGs
+faster, and an inception crop decoded at a reduced size when the crop allows it
+(``ImageFolderDataset.inception_crop``).
 """
 
 from __future__ import annotations
@@ -43,10 +44,11 @@ from torch import Tensor
 
 from ..errors import ConfigError, DataError, MissingFileError
 from .arrays import as_indices
-from .decode import read_crop, read_image
-from .verify import DECODE_ERRORS, LEVELS, Findings, Level, verify_listing
+from .codec import DECODE_ERRORS, decode, decode_crop
+from .verify import LEVELS, Findings, Level, verify_listing
 
-IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".bmp")
+# The files listed as images, in any case; what they may hold is codec.FORMATS, whatever the name.
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff")
 SPLITS = ("train", "val", "test")
 _NAMED_BAD = 5  # unreadable files an error names; the rest are counted
 
@@ -442,8 +444,8 @@ class ImageFolderDataset:
 
     def load(self, path: Path) -> Tensor:
         """One image file as uint8 (C, H, W) in this dataset's mode, a view of channels-last
-        memory (``decode.read_image``: PIL's pixels)."""
-        return read_image(path, self.mode)
+        memory (``codec.decode``: PIL's pixels, upright)."""
+        return decode(path.read_bytes(), self.mode)
 
     def inception_crop(
         self,
@@ -457,14 +459,15 @@ class ImageFolderDataset:
         """Image ``index`` inception-cropped to ``size`` (uint8 (C, S_h, S_w)) and its label: what
         ``transforms.inception_crop(self[index][0], size, ...)`` gives with the same generator,
         which it leaves in the same state, but with the box drawn before decoding, so that a
-        large JPEG is decoded at a reduced size when the box allows it (``decode.read_crop``).
+        large JPEG is decoded at a reduced size when the box allows it (``codec.decode_crop``).
         An image that fails to decode is replaced as ``__getitem__`` replaces it, the
         replacement's box drawn from the generator as it was before the failure."""
         state = generator.get_state()
 
         def crop(path: Path) -> Tensor:
             generator.set_state(state)  # a replacement draws what a decoded-first image would
-            return read_crop(path, self.mode, size, area=area, ratio=ratio, generator=generator)
+            data = path.read_bytes()
+            return decode_crop(data, self.mode, size, area=area, ratio=ratio, generator=generator)
 
         return self._first_readable(index, crop)
 

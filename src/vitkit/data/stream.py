@@ -50,8 +50,8 @@ from torch.utils.data import DataLoader, Dataset
 from ..config import size_hw
 from ..errors import ConfigError, DataError
 from .cells import image_bytes
-from .encoded import decode
-from .folder import DECODE_ERRORS, count_decode_failure
+from .codec import DECODE_ERRORS, decode
+from .folder import count_decode_failure
 from .loader import Augment, Batches, generator, ignore_interrupts
 from .transforms import resize, to_float
 

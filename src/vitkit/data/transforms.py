@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
-from PIL import Image
+from PIL import Image, ImageOps
 from torch import Tensor
 from torchvision.transforms import v2
 from torchvision.transforms.v2 import functional as TF
@@ -297,8 +297,10 @@ class Preprocess:
 
 def preprocess_for_inference(image: Image.Image | Tensor, preprocess: Preprocess) -> Tensor:
     """A PIL image or uint8 tensor (C, H, W) -> the float (in_chans, S_h, S_w) a model takes,
-    resized to ``preprocess.image_size`` (S_h, S_w)."""
+    resized to ``preprocess.image_size`` (S_h, S_w). A PIL image is turned upright by its EXIF
+    orientation first, as ``transformers``' pipelines turn it; a tensor is taken as it is."""
     if isinstance(image, Image.Image):
+        image = ImageOps.exif_transpose(image)
         pixels = pil_to_tensor(image, "L" if preprocess.in_chans == 1 else "RGB")
     else:
         if image.dtype != torch.uint8 or image.ndim != 3 or image.shape[0] not in (1, 3):

@@ -61,9 +61,7 @@ import json
 import logging
 import multiprocessing
 import os
-import struct
 import sys
-import zlib
 from collections import Counter
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -72,9 +70,10 @@ from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
 import PIL
-from PIL import Image, ImageMode
+from PIL import ImageMode
 
 from ..files import atomic_write, exclusive, home
+from .codec import DECODE_ERRORS, open_image
 from .transforms import pil_to_array
 
 log = logging.getLogger(__name__)
@@ -83,18 +82,8 @@ Level = Literal["full", "header", "none"]
 LEVELS: tuple[Level, ...] = ("full", "header", "none")
 PARALLEL_MIN_FILES = 2000  # below this a pool costs more than it saves
 _CHUNKS_PER_WORKER = 8  # small enough chunks that a slow one does not hold the pool up
-_FORMAT = 1  # of the cache entries: a change of what they hold or mean increments it
-
-# What PIL raises for a file that is not a readable image.
-DECODE_ERRORS = (
-    OSError,
-    SyntaxError,
-    ValueError,
-    EOFError,
-    struct.error,
-    zlib.error,
-    Image.DecompressionBombError,
-)
+_FORMAT = 2  # of the cache entries: a change of what they hold or mean increments it (2: only
+# codec.FORMATS are opened)
 
 
 class Seen(NamedTuple):
@@ -113,7 +102,7 @@ def _why(error: BaseException) -> str:
 
 def verified_mode(path: str | Path) -> str:
     """The PIL mode of ``path`` once ``verify()`` passes (raises PIL's errors when it does not)."""
-    with Image.open(path) as image:
+    with open_image(path) as image:
         mode = image.mode
         image.verify()
     return mode
@@ -128,7 +117,7 @@ def grey_kind(path: str | Path, mode: str) -> str | None:
     """
     if ImageMode.getmode(mode).basemode == "L":
         return mode
-    with Image.open(path) as image:
+    with open_image(path) as image:
         rgb = pil_to_array(image, "RGB")  # (H, W, 3)
     # Exact equality, also for JPEG: libjpeg's fixed-point Cb and Cr weights sum to exactly zero,
     # so a grey pixel encodes to Cb = Cr = 128, every chroma coefficient is 0, and decoding gives

@@ -1,4 +1,4 @@
-"""vitkit.data.decode and the fast path through the loader: PIL's pixels from the JPEG decoder,
+"""vitkit.data.codec and the fast path through the loader: PIL's pixels from the JPEG decoder,
 the crop-first path equal to decode-then-crop where it does not reduce and close to it where it
 does (the bound and why), the generator left as inception_crop leaves it, and batches that are
 the same twice and across worker counts.
@@ -10,17 +10,19 @@ reduced decodes are compared on content with photographs' statistics, not on fla
 from __future__ import annotations
 
 import copy
+import io
 import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from PIL import Image
+from PIL import Image, ImageOps
 from torchvision.transforms.v2 import functional as TF
 
+from helpers import exif_photo
 from vitkit.data import Batches, ImageFolderDataset, UnreadableImageWarning
-from vitkit.data import decode as dc
+from vitkit.data import codec as dc
 from vitkit.data.folder import DECODE_ERRORS
 from vitkit.data.transforms import (
     crop_box,
@@ -68,10 +70,10 @@ def _jpeg(path: Path, image: Image.Image, **kwargs) -> Path:
     return path
 
 
-# ---------------------------------------------------------------- read_image
+# ---------------------------------------------------------------- decode
 
 
-def test_read_image_gives_pils_pixels_for_every_kind_of_file(tmp_path: Path, decoder: str) -> None:
+def test_decode_gives_pils_pixels_for_every_kind_of_file(tmp_path: Path, decoder: str) -> None:
     image = pink(0, 45, 61)
     files = {
         f"s{s}{'p' if p else ''}.jpg": dict(quality=85, subsampling=s, progressive=p)
@@ -87,7 +89,7 @@ def test_read_image_gives_pils_pixels_for_every_kind_of_file(tmp_path: Path, dec
         for mode in ("RGB", "L"):
             with Image.open(path) as pil:
                 expected = pil_to_tensor(pil, mode)
-            got = dc.read_image(path, mode)
+            got = dc.decode(path.read_bytes(), mode)
             assert got.dtype == torch.uint8 and got.shape == expected.shape, (path.name, mode)
             assert torch.equal(got, expected), (path.name, mode, decoder)
 
@@ -98,7 +100,7 @@ def test_a_truncated_or_garbage_jpeg_raises_a_decode_error(tmp_path: Path, decod
     (tmp_path / "junk.jpg").write_bytes(b"\xff\xd8 not a jpeg")
     for name in ("cut.jpg", "junk.jpg"):
         with pytest.raises(DECODE_ERRORS):
-            dc.read_image(tmp_path / name)
+            dc.decode((tmp_path / name).read_bytes())
 
 
 @fast
@@ -116,7 +118,7 @@ def test_the_dataset_decodes_jpegs_with_simplejpeg(
     assert image.stride() == (1, 40 * 3, 3)  # a (C, H, W) view of channels-last memory
 
 
-# ---------------------------------------------------------------- read_crop
+# ---------------------------------------------------------------- decode_crop
 
 
 def test_crop_first_equals_decode_then_crop_where_it_does_not_reduce(
@@ -129,8 +131,8 @@ def test_crop_first_equals_decode_then_crop_where_it_does_not_reduce(
         for seed in range(20):
             for size in (64, (70, 50)):  # larger than half the image: never reduced
                 g1, g2 = torch.Generator().manual_seed(seed), torch.Generator().manual_seed(seed)
-                expected = inception_crop(dc.read_image(file), size, generator=g1)
-                got = dc.read_crop(file, "RGB", size, generator=g2)
+                expected = inception_crop(dc.decode(file.read_bytes()), size, generator=g1)
+                got = dc.decode_crop(file.read_bytes(), "RGB", size, generator=g2)
                 assert torch.equal(got, expected), (file.name, seed, size)
                 assert got.is_contiguous() and got.dtype == torch.uint8
                 assert torch.equal(g1.get_state(), g2.get_state())  # the same draws
@@ -148,12 +150,12 @@ def test_a_reduced_decode_is_close_to_the_full_one(tmp_path: Path, size: int) ->
     # do: 1.2-2.0 by scale, at most 3.0 for one crop, single pixels up to 19. The bounds below
     # hold that with room; the same box moved by one reduced pixel (s pixels) fails them.
     path = _jpeg(tmp_path / "big.jpg", pink(4, 720, 960), quality=90)
-    full = dc.read_image(path)
+    full = dc.decode(path.read_bytes())
     reduced: dict[int, list[float]] = {}
     for seed in range(40):
         g1, g2 = torch.Generator().manual_seed(seed), torch.Generator().manual_seed(seed)
         expected = inception_crop(full, size, generator=g1).float()
-        got = dc.read_crop(path, "RGB", size, generator=g2).float()
+        got = dc.decode_crop(path.read_bytes(), "RGB", size, generator=g2).float()
         assert torch.equal(g1.get_state(), g2.get_state())
         top, left, h, w = box = crop_box(
             720,
@@ -275,7 +277,7 @@ def test_batches_draw_the_inception_crop_before_decoding(
 ) -> None:
     """The loader crops through ``ImageFolderDataset.inception_crop``: the batches of a folder
     whose boxes never allow a reduced decode are those of decoding first, pixel for pixel; a
-    large JPEG's are close to them (the bound of ``read_crop``)."""
+    large JPEG's are close to them (the bound of ``decode_crop``)."""
     for k in range(6):
         _jpeg(tmp_path / f"small/c{k % 2}/{k}.jpg", pink(k, 40, 48), quality=90)
     _jpeg(tmp_path / "big/c0/0.jpg", pink(9, 480, 640), quality=90)
@@ -306,3 +308,106 @@ def test_batches_draw_the_inception_crop_before_decoding(
         else:  # boxes of 24-640 px for 24: mostly decoded reduced
             diff = (got - expected).abs().mean(dim=(1, 2, 3))  # per image
             assert diff.max() < 3.5 and not torch.equal(got, expected), diff
+
+
+# ---------------------------------------------------------------- orientation (EXIF)
+
+
+def _pil_upright(data: bytes, mode: str = "RGB") -> torch.Tensor:
+    with Image.open(io.BytesIO(data)) as image:
+        return pil_to_tensor(ImageOps.exif_transpose(image), mode)
+
+
+def _tiff(order: bytes, entries: list[tuple[int, int, int, bytes]]) -> bytes:
+    """An EXIF segment's TIFF body: one directory of (tag, type, count, value) entries."""
+    end = "little" if order == b"II" else "big"
+    body = order + (42).to_bytes(2, end) + (8).to_bytes(4, end) + len(entries).to_bytes(2, end)
+    for tag, kind, count, value in entries:
+        body += tag.to_bytes(2, end) + kind.to_bytes(2, end) + count.to_bytes(4, end)
+        body += value.ljust(4, b"\0")
+    return body + (0).to_bytes(4, end)
+
+
+def _with_exif(jpeg: bytes, tiff: bytes) -> bytes:
+    segment = b"Exif\0\0" + tiff
+    return jpeg[:2] + b"\xff\xe1" + (len(segment) + 2).to_bytes(2, "big") + segment + jpeg[2:]
+
+
+def test_the_orientation_read_from_a_jpeg_is_pils() -> None:
+    buffer = io.BytesIO()
+    pink(0, 16, 24).save(buffer, "JPEG")
+    plain = buffer.getvalue()
+    cases = {"no exif": plain}
+    for o in range(1, 9):
+        for order in (b"II", b"MM"):
+            end = "little" if order == b"II" else "big"
+            tiff = _tiff(order, [(0x010F, 2, 4, b"cam\0"), (0x0112, 3, 1, o.to_bytes(2, end))])
+            cases[f"{o} {order!r}"] = _with_exif(plain, tiff)
+    cases["no tag"] = _with_exif(plain, _tiff(b"II", [(0x010F, 2, 4, b"cam\0")]))
+    cases["out of range"] = _with_exif(plain, _tiff(b"II", [(0x0112, 3, 1, b"\x09\0")]))
+    cases["a LONG"] = _with_exif(plain, _tiff(b"II", [(0x0112, 4, 1, b"\x06\0\0\0")]))
+    cases["cut short"] = _with_exif(plain, _tiff(b"II", [(0x0112, 3, 1, b"\x06\0")])[:16])
+    for name, data in cases.items():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # PIL's "Corrupt EXIF data" of the cut one
+            with Image.open(io.BytesIO(data)) as image:
+                expected = image.getexif().get(0x0112, 1)
+        assert dc._orientation_of_jpeg(data) == expected, name
+    # the fast parser answers the plain cases itself, and leaves the unusual ones to PIL
+    assert dc.jpeg_orientation(cases["6 b'MM'"]) == 6 and dc.jpeg_orientation(plain) == 1
+    assert dc.jpeg_orientation(cases["a LONG"]) is None
+    assert dc.jpeg_orientation(cases["cut short"]) is None
+
+
+@pytest.mark.parametrize("orientation", range(1, 9))
+def test_decode_turns_an_image_upright_as_exif_transpose_does(
+    tmp_path: Path, decoder: str, orientation: int
+) -> None:
+    picture = pink(5, 40, 56)
+    for fmt, name in (("JPEG", "photo.jpg"), ("PNG", "photo.png")):
+        data = exif_photo(tmp_path / name, picture, orientation, fmt).read_bytes()
+        for mode in ("RGB", "L"):
+            got = dc.decode(data, mode)
+            assert got.shape[-2:] == (40, 56), (fmt, mode)
+            assert torch.equal(got, _pil_upright(data, mode)), (fmt, mode)
+
+
+@pytest.mark.parametrize("orientation", range(1, 9))
+def test_the_crop_is_drawn_on_the_upright_image(
+    tmp_path: Path, decoder: str, orientation: int
+) -> None:
+    """Where the box allows no reduced decode, the crop is the upright image's, pixel for pixel.
+    A reduced decode turns the reduced image and moves a reversed axis's box by the part of a
+    pixel its rounding up adds: it equals cropping the stored image at the box the turn maps
+    there, then turning the crop, to a grey level (the resize commutes with flips and
+    transposes but for rounding)."""
+    small = exif_photo(tmp_path / "small.jpg", pink(6, 60, 90), orientation).read_bytes()
+    upright_small = dc.decode(small)
+    for seed in range(6):
+        g1, g2 = torch.Generator().manual_seed(seed), torch.Generator().manual_seed(seed)
+        expected = inception_crop(upright_small, 48, generator=g1)
+        assert torch.equal(dc.decode_crop(small, "RGB", 48, generator=g2), expected), seed
+    if decoder == "pil":
+        return
+    # 203 x 330, not multiples of 8: the reduced axes round up
+    large = exif_photo(tmp_path / "large.jpg", pink(7, 203, 330), orientation).read_bytes()
+    stored_hw = (330, 203) if orientation >= 5 else (203, 330)
+    where = dc.upright(torch.arange(stored_hw[0] * stored_hw[1]).view(1, *stored_hw), orientation)
+    scales = set()
+    for seed in range(12):
+        g = torch.Generator().manual_seed(seed)
+        top, left, h, w = crop_box(203, 330, area=(0.2, 1.0), ratio=(3 / 4, 4 / 3), generator=g)
+        s = dc.reduction((h, w), (40, 40))
+        scales.add(s)
+        got = dc.decode_crop(
+            large, "RGB", 40, area=(0.2, 1.0), generator=torch.Generator().manual_seed(seed)
+        )
+        cells = where[0, top : top + h, left : left + w]  # stored index of each upright pixel
+        rows, cols = cells // stored_hw[1], cells % stored_hw[1]
+        reduced = dc._decode_jpeg(large, "YCbCr", "RGB", scale=s)  # as stored, (C, H', W')
+        pil = Image.fromarray(reduced.permute(1, 2, 0).contiguous().numpy())
+        region = (cols.min() / s, rows.min() / s, (cols.max() + 1) / s, (rows.max() + 1) / s)
+        out = pil.resize((40, 40), Image.Resampling.BILINEAR, box=[float(v) for v in region])
+        expected = dc.upright(pil_to_tensor(out), orientation)
+        assert (got.int() - expected.int()).abs().max() <= 1, (seed, s)
+    assert scales >= {2, 4}, scales

@@ -23,7 +23,7 @@ from torchvision.transforms.v2 import functional as TF
 from helpers import exif_photo
 from vitkit.data import Batches, ImageFolderDataset, UnreadableImageWarning
 from vitkit.data import codec as dc
-from vitkit.data.folder import DECODE_ERRORS
+from vitkit.data.codec import DECODE_ERRORS
 from vitkit.data.transforms import (
     crop_box,
     inception_crop,

@@ -14,14 +14,9 @@ from __future__ import annotations
 
 from .arrays import ArrayDataset
 from .cifar import cifar
+from .decoded import UnreadableImageWarning
 from .fashion_mnist import fashion_mnist, read_idx
-from .folder import (
-    FolderLayout,
-    ImageFolderDataset,
-    UnreadableImageWarning,
-    folder_layout,
-    verify_image_folder,
-)
+from .folder import FolderLayout, ImageFolderDataset, folder_layout, verify_image_folder
 from .loader import Batches
 from .splits import balanced_subset, split_holdout, subset
 from .synthetic import synthetic

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import copy
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import TypeVar
 
 import numpy as np
@@ -29,8 +29,8 @@ from torch import Tensor
 
 from ..errors import ConfigError, DataError
 from .arrays import as_indices
-from .codec import DECODE_ERRORS, decode, decode_crop, open_image
-from .folder import count_decode_failure, skip_unreadable
+from .codec import DECODE_ERRORS, decode, open_image
+from .decoded import DecodedImages, skip_unreadable
 
 _Images = TypeVar("_Images", bound="EncodedImages")
 
@@ -56,7 +56,7 @@ def _channels(mode: str) -> str:
     return "1 channel" if mode == "L" else "3 channels"
 
 
-class EncodedImages:
+class EncodedImages(DecodedImages):
     """Images stored encoded in a container, read by index; items (uint8 (C, H, W), label).
 
     Subclasses set ``self.name`` (the split as messages call it), ``self.classes``, and call
@@ -168,57 +168,18 @@ class EncodedImages:
     def __len__(self) -> int:
         return len(self.rows)
 
-    def __getitem__(self, index: int) -> tuple[Tensor, int]:
-        """Image ``index`` (uint8 (C, H, W)) and its label; if it fails to decode, the next one
-        that decodes, with its own label."""
-        return self._first_readable(index, lambda data: decode(data, self.mode))
+    @property
+    def where(self) -> str:
+        return self.name
 
-    def inception_crop(
-        self,
-        index: int,
-        size: int | tuple[int, int],
-        *,
-        area: tuple[float, float] = (0.05, 1.0),
-        ratio: tuple[float, float] = (3 / 4, 4 / 3),
-        generator: torch.Generator,
-    ) -> tuple[Tensor, int]:
-        """Image ``index`` inception-cropped to ``size`` (uint8 (C, S_h, S_w)) and its label, the
-        box drawn before decoding (``codec.decode_crop``), as ``ImageFolderDataset``'s; an image
-        that fails to decode is replaced as ``__getitem__`` replaces it, the replacement's box
-        drawn from the generator as it was before the failure."""
-        state = generator.get_state()
+    def name_of(self, index: int) -> str:
+        return self.describe(int(self.rows[index]))
 
-        def crop(data: bytes) -> Tensor:
-            generator.set_state(state)  # a replacement draws what a decoded-first image would
-            return decode_crop(data, self.mode, size, area=area, ratio=ratio, generator=generator)
+    def label_of(self, index: int) -> int:
+        return int(self.labels[index])
 
-        return self._first_readable(index, crop)
-
-    def _first_readable(self, index: int, read: Callable[[bytes], Tensor]) -> tuple[Tensor, int]:
-        """``read`` of image ``index``'s bytes and its label, or of the next image that
-        decodes."""
-        n = len(self.rows)
-        if not -n <= index < n:
-            raise IndexError(f"index {index} is out of range for {n} images")
-        for step in range(n):
-            at = (index + step) % n
-            record = int(self.rows[at])
-            try:
-                return read(self.read(record)), int(self.labels[at])
-            except DECODE_ERRORS as e:
-                self._decode_failed(record, e)
-        raise DataError(f"no image in {self.name} can be decoded")
-
-    def _decode_failed(self, record: int, error: Exception) -> None:
-        count_decode_failure(
-            self._failed,
-            self.describe(record),
-            error,
-            total=len(self.rows),
-            where=self.name,
-            max_bad_fraction=self.max_bad_fraction,
-            stacklevel=3,
-        )
+    def encoded(self, index: int) -> bytes:
+        return self.read(int(self.rows[index]))
 
     def subset(self: _Images, indices: Tensor | Sequence[int]) -> _Images:
         """The images at ``indices``, in that order, with the same classes and settings."""

@@ -32,87 +32,23 @@ from __future__ import annotations
 
 import copy
 import os
-import warnings
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import Literal
 
 import torch
 from torch import Tensor
 
 from ..errors import ConfigError, DataError, MissingFileError
 from .arrays import as_indices
-from .codec import DECODE_ERRORS, decode, decode_crop
+from .decoded import DecodedImages, skip_unreadable
 from .verify import LEVELS, Findings, Level, verify_listing
 
 # The files listed as images, in any case; what they may hold is codec.FORMATS, whatever the name.
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff")
 SPLITS = ("train", "val", "test")
-_NAMED_BAD = 5  # unreadable files an error names; the rest are counted
-
-
-class UnreadableImageWarning(UserWarning):
-    """An image file was skipped because PIL cannot read it."""
-
-
-def skip_unreadable(
-    bad: Sequence[tuple[object, str]],
-    total: int,
-    where: object,
-    max_bad_fraction: float,
-    *,
-    stacklevel: int,
-) -> None:
-    """Warn once per unreadable image (``bad``: (what, why) of each, in order) of the ``total``
-    in ``where``, or raise a ``DataError`` naming the first few when they are more than
-    ``max_bad_fraction`` of them. ``stacklevel``: the warnings' frame, counted from the caller."""
-    if len(bad) > max_bad_fraction * total:
-        named = ", ".join(f"{what} ({why})" for what, why in bad[:_NAMED_BAD])
-        more = f" and {len(bad) - _NAMED_BAD} more" if len(bad) > _NAMED_BAD else ""
-        raise DataError(
-            f"{len(bad)} of {total} images in {where} are unreadable, more than "
-            f"max_bad_fraction={max_bad_fraction} allows: {named}{more}"
-        )
-    for count, (what, why) in enumerate(bad, 1):
-        warnings.warn(
-            f"skipping unreadable image {what} ({why}); {count} skipped so far in {where}",
-            UnreadableImageWarning,
-            stacklevel=stacklevel + 1,
-        )
-
-
-def count_decode_failure(
-    failed: set[Any],
-    key: object,
-    error: Exception | str,
-    *,
-    total: int,
-    where: object,
-    max_bad_fraction: float,
-    replaced_by: str = "the next readable image",
-    stacklevel: int,
-) -> None:
-    """An image that passed the listing's check failed to decode when read: counted once
-    however often it is read again (``failed``: the keys seen so far, updated), a warning, or a
-    ``DataError`` when the failures are more than ``max_bad_fraction`` of the ``total`` images in
-    ``where``. ``stacklevel``: the warning's frame, counted from the caller."""
-    if key in failed:
-        return
-    failed.add(key)
-    why = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
-    if len(failed) > max_bad_fraction * total:
-        raise DataError(
-            f"{len(failed)} of {total} images in {where} failed to decode, more than "
-            f"max_bad_fraction={max_bad_fraction} allows; last: {key} ({why})"
-        )
-    warnings.warn(
-        f"image {key} failed to decode ({why}); using {replaced_by} in its place "
-        f"({len(failed)} so far in {where})",
-        UnreadableImageWarning,
-        stacklevel=stacklevel + 1,
-    )
 
 
 def _visible(name: str) -> bool:
@@ -269,7 +205,7 @@ def folder_layout(root: str | os.PathLike) -> FolderLayout:
     )
 
 
-class ImageFolderDataset:
+class ImageFolderDataset(DecodedImages):
     """Images in class folders; items are (uint8 (C, H, W), label).
 
     ``ImageFolderDataset(root, split)`` reads ``root/<split>/<class>/<image>``;
@@ -386,7 +322,7 @@ class ImageFolderDataset:
         self.mode, self.channels_reason = decided
         self.channels = 1 if self.mode == "L" else 3
         self.labels = torch.tensor([label for _, label in self.samples], dtype=torch.int64)
-        self._failed: set[Path] = set()  # images that passed the check but failed to decode
+        self._failed: set[str] = set()  # images that passed the check but failed to decode
 
     def _verify(
         self,
@@ -436,64 +372,18 @@ class ImageFolderDataset:
     def __len__(self) -> int:
         return len(self.samples)
 
-    def __getitem__(self, index: int) -> tuple[Tensor, int]:
-        """Image ``index`` (uint8 (C, H, W), a view of channels-last memory) and its label; if it
-        fails to decode, the next one that decodes, with its own label (see the module
-        docstring)."""
-        return self._first_readable(index, self.load)
+    @property
+    def where(self) -> str:
+        return str(self.split_dir)
 
-    def load(self, path: Path) -> Tensor:
-        """One image file as uint8 (C, H, W) in this dataset's mode, a view of channels-last
-        memory (``codec.decode``: PIL's pixels, upright)."""
-        return decode(path.read_bytes(), self.mode)
+    def name_of(self, index: int) -> str:
+        return str(self.samples[index][0])
 
-    def inception_crop(
-        self,
-        index: int,
-        size: int | tuple[int, int],
-        *,
-        area: tuple[float, float] = (0.05, 1.0),
-        ratio: tuple[float, float] = (3 / 4, 4 / 3),
-        generator: torch.Generator,
-    ) -> tuple[Tensor, int]:
-        """Image ``index`` inception-cropped to ``size`` (uint8 (C, S_h, S_w)) and its label: what
-        ``transforms.inception_crop(self[index][0], size, ...)`` gives with the same generator,
-        which it leaves in the same state, but with the box drawn before decoding, so that a
-        large JPEG is decoded at a reduced size when the box allows it (``codec.decode_crop``).
-        An image that fails to decode is replaced as ``__getitem__`` replaces it, the
-        replacement's box drawn from the generator as it was before the failure."""
-        state = generator.get_state()
+    def label_of(self, index: int) -> int:
+        return self.samples[index][1]
 
-        def crop(path: Path) -> Tensor:
-            generator.set_state(state)  # a replacement draws what a decoded-first image would
-            data = path.read_bytes()
-            return decode_crop(data, self.mode, size, area=area, ratio=ratio, generator=generator)
-
-        return self._first_readable(index, crop)
-
-    def _first_readable(self, index: int, read: Callable[[Path], Tensor]) -> tuple[Tensor, int]:
-        """``read`` of image ``index`` and its label, or of the next image that decodes."""
-        n = len(self.samples)
-        if not -n <= index < n:
-            raise IndexError(f"index {index} is out of range for {n} images")
-        for step in range(n):
-            path, label = self.samples[(index + step) % n]
-            try:
-                return read(path), label
-            except DECODE_ERRORS as e:
-                self._decode_failed(path, e)
-        raise DataError(f"no image in {self.split_dir} can be decoded")
-
-    def _decode_failed(self, path: Path, error: Exception) -> None:
-        count_decode_failure(
-            self._failed,
-            path,
-            error,
-            total=len(self.samples),
-            where=self.split_dir,
-            max_bad_fraction=self.max_bad_fraction,
-            stacklevel=4,
-        )
+    def encoded(self, index: int) -> bytes:
+        return self.samples[index][0].read_bytes()
 
     def subset(self, indices: Tensor | Sequence[int]) -> ImageFolderDataset:
         """The images at ``indices``, in that order, with the same classes and settings."""

@@ -51,7 +51,7 @@ from ..config import size_hw
 from ..errors import ConfigError, DataError
 from .cells import image_bytes
 from .codec import DECODE_ERRORS, decode
-from .folder import count_decode_failure
+from .decoded import count_decode_failure
 from .loader import Augment, Batches, generator, ignore_interrupts
 from .transforms import resize, to_float
 

@@ -8,6 +8,7 @@ about a second.
 from __future__ import annotations
 
 import io
+import os
 import warnings
 from pathlib import Path
 
@@ -353,3 +354,48 @@ def test_a_class_left_without_a_readable_image_is_an_error(tmp_path: Path) -> No
         ),
     ):
         ImageFolderDataset(tmp_path, "train", max_bad_fraction=0.5)
+
+
+# ---------------------------------------------------------------- a real folder's faults
+
+
+def test_a_real_folders_faults_are_skipped_and_named(tmp_path: Path) -> None:
+    """What real folders hold: a broken link (a traceback from ``os.stat`` before), an empty
+    file, a directory named like an image, a file its reader may not open (only where the tests
+    do not run as root, whom permissions do not stop); each skipped with its name and why, at
+    construction and from the cache. A link to an image outside the folder is read, as
+    torchvision's ImageFolder reads it."""
+    root, outside = tmp_path / "data", tmp_path / "elsewhere"
+    for k in range(4):
+        _save(root / "a" / f"{k}.png", _colour(k))
+        _save(root / "b" / f"{k}.png", _colour(10 + k))
+    _save(outside / "far.png", _colour(20))
+    (root / "a/linked.png").symlink_to(outside / "far.png")
+    (root / "a/broken.png").symlink_to(tmp_path / "gone.png")
+    (root / "a/empty.jpg").write_bytes(b"")
+    (root / "b/folder.png").mkdir()  # a directory named like an image: nothing in it
+    expected = ["a/broken.png", "a/empty.jpg"]
+    if os.geteuid() != 0:
+        _save(root / "b/locked.png", _colour(30)).chmod(0)
+        expected.append("b/locked.png")
+    for cached in (False, True):
+        with pytest.warns(UnreadableImageWarning) as caught:
+            ds = ImageFolderDataset(root, None, max_bad_fraction=0.5)
+        assert ds.verified_cached is cached
+        named = sorted(str(Path(p).relative_to(root)) for p, _ in ds.skipped)
+        assert named == expected
+        assert len([w for w in caught if w.category is UnreadableImageWarning]) == len(expected)
+        assert sorted(p.name for p, _ in ds.samples) == sorted(
+            [*(f"{k}.png" for k in range(4)), *(f"{k}.png" for k in range(4)), "linked.png"]
+        )
+    far = next(i for i, (p, _) in enumerate(ds.samples) if p.name == "linked.png")
+    assert torch.equal(ds[far][0], torch.from_numpy(np.array(_colour(20))).permute(2, 0, 1))
+
+
+def test_an_image_gone_after_the_listing_is_replaced_and_named(tmp_path: Path) -> None:
+    root = _tree(tmp_path / "data", {"a": 3, "b": 3})
+    ds = ImageFolderDataset(root, None, max_bad_fraction=0.5)
+    (root / "a/1.png").unlink()  # deleted between the listing and the read
+    with pytest.warns(UnreadableImageWarning, match=r"a/1.png failed to decode \(FileNotFound"):
+        image, label = ds[1]
+    assert label == 0 and torch.equal(image, ds[2][0])  # the next image, with its own label

@@ -55,7 +55,7 @@ from types import ModuleType
 from typing import Literal
 
 import torch
-from PIL import Image
+from PIL import Image, UnidentifiedImageError
 from torch import Tensor
 
 from ..config import size_hw
@@ -95,8 +95,16 @@ def open_image(source: bytes | str | os.PathLike) -> Image.Image:
     """PIL's lazy image of encoded ``source`` (bytes, or a file's path), opened only as one of
     ``FORMATS`` (PIL's ``UnidentifiedImageError``, an ``OSError``, for anything else)."""
     if isinstance(source, bytes | bytearray | memoryview):
-        return Image.open(io.BytesIO(source), formats=FORMATS)
-    return Image.open(source, formats=FORMATS)
+        fp: io.BytesIO | str | os.PathLike = io.BytesIO(source)
+        what = "image (an empty file)" if len(source) == 0 else "image"
+    else:
+        fp, what = source, f"image file {os.fsdecode(source)}"
+    try:
+        return Image.open(fp, formats=FORMATS)
+    except UnidentifiedImageError:  # PIL names a BytesIO object: say what was expected instead
+        raise UnidentifiedImageError(
+            f"cannot identify {what} as one of {', '.join(FORMATS)}"
+        ) from None
 
 
 # ------------------------------------------------------------------------------ orientation

@@ -239,12 +239,17 @@ def cache_path(folder: Path, level: Level) -> Path:
 
 def listing_key(folder: Path, files: Sequence[str]) -> str:
     """sha256 over (relative path, size, mtime in ns) of ``files`` (relative to ``folder``), in
-    order: one ``stat`` per file."""
+    order: one ``stat`` per file (the error's name for one that cannot be stat'ed: a broken link
+    is skipped by the pass and named, and the key changes once it is mended)."""
     h = hashlib.sha256()
     base = str(folder)
     for rel in files:
-        st = os.stat(os.path.join(base, rel))  # strings, not Paths: a million of them add up
-        h.update(os.fsencode(rel) + f"\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+        try:
+            st = os.stat(os.path.join(base, rel))  # strings, not Paths: a million of them add up
+            state = f"{st.st_size}\0{st.st_mtime_ns}"
+        except OSError as e:  # a broken link, a file gone since the listing: the pass skips it
+            state = type(e).__name__
+        h.update(os.fsencode(rel) + f"\0{state}\n".encode())
     return h.hexdigest()
 
 

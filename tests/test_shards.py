@@ -512,3 +512,51 @@ def test_every_user_error_is_one_line(
                              "--shard-size", "2"], "not found")  # fmt: skip
     _one_line_error(capsys, ["data", "pack", str(hf_data["saved"]), str(shards), "--shard-size", "0"],
                     "--shard-size 0")  # fmt: skip
+
+
+def _shard(path: Path, members: dict[str, bytes]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(path, "w") as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+def test_a_cut_shard_and_a_hostile_label_are_one_line_errors(
+    shards: Path, tmp_path: Path, hf_cache: None
+) -> None:
+    """Shards and tables are untrusted: a shard cut at a member's end (an interrupted copy) was
+    read as a shorter one without a word; a label of 999999999999 in a 10 KB shard, or an
+    integer label of 10^12 in a table, sized a list of 10^12 class names (MemoryError or the
+    OOM killer); a 30-digit one was an OverflowError; Arabic-Indic digits were read as ASCII."""
+    whole = (shards / "train-000000.tar").read_bytes()
+    with tarfile.open(shards / "train-000000.tar") as tar:
+        members = tar.getmembers()  # (image, label) a sample
+    last = members[-3]  # the cut drops the last sample whole
+    assert last.name.endswith(".cls") and members[-1].name.endswith(".cls")
+    cut = tmp_path / "cut"
+    cut.mkdir()
+    end = last.offset_data + -(-last.size // 512) * 512
+    (cut / "train-000000.tar").write_bytes(whole[:end])
+    with pytest.raises(DataError, match=r"train-000000.tar is truncated: its [\d,]+ bytes end"):
+        WebDatasetShards(cut, "train")
+
+    png = (shards / "train-000000.tar").read_bytes()[512:600]  # bytes enough: never decoded
+    for label, why in [
+        ("999999999999", "holds the label 999999999999: expected a class index below 1,048,576"),
+        ("9" * 30, f"holds the label {'9' * 30}: expected a class index below"),
+        ("\u0663", "holds '\u0663': expected the label, an integer >= 0 as text"),
+    ]:
+        hostile = _shard(tmp_path / f"h{len(label)}" / "train-0.tar",
+                         {"a.png": png, "a.cls": label.encode()})  # fmt: skip
+        with pytest.raises(DataError, match=rf"a\.cls {why}"):
+            WebDatasetShards(hostile.parent, "train", verify=False)
+
+    from vitkit.data.hf import open_hf
+
+    table = datasets.Dataset.from_dict({"image": [png, png], "label": [0, 10**12]})
+    table.to_parquet(tmp_path / "big-label.parquet")
+    with pytest.raises(DataError, match=r"train split holds the label 1000000000000: expected"):
+        open_hf(str(tmp_path / "big-label.parquet"), image_column="image", label_column="label")

@@ -39,7 +39,7 @@ import numpy as np
 
 from ..config import hf_is_local
 from ..errors import ConfigError, DataError, MissingExtraError, MissingFileError, VitkitError
-from .cells import image_bytes
+from .cells import check_labels, image_bytes
 from .encoded import EncodedImages
 
 # The dataset's split names that are vitkit's train, val and test.
@@ -318,6 +318,8 @@ def _classes(
         return list(names), {s: c.astype(np.int64) for s, c in columns.items()}, None
     values = list(columns.values())
     if all(c.dtype.kind in "iu" for c in values):
+        for split, c in columns.items():
+            check_labels(c, f"{spec}'s {split} split")
         largest = max(int(c.max()) for c in values if len(c))
         return (
             [str(k) for k in range(largest + 1)],

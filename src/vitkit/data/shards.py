@@ -52,6 +52,7 @@ import numpy as np
 
 from ..errors import ConfigError, DataError, MissingFileError
 from ..files import atomic_write
+from .cells import label_from_text
 from .encoded import EncodedImages
 from .folder import IMAGE_SUFFIXES, SPLITS, ImageFolderDataset, folder_layout
 
@@ -151,9 +152,11 @@ def index_shard(path: Path) -> ShardIndex:
 def _index_shard(path: str, size: int, mtime_ns: int) -> ShardIndex:
     images: dict[str, tuple[str, int, int]] = {}  # key -> (extension, offset, size)
     labels: dict[str, int] = {}
+    end = 0  # where the last member's data ends, in 512-byte blocks
     try:
         with open(path, "rb") as f, tarfile.open(fileobj=f, mode="r:") as tar:
             for member in tar:
+                end = member.offset_data + -(-member.size // tarfile.BLOCKSIZE) * tarfile.BLOCKSIZE
                 if not member.isfile():
                     continue
                 key, ext = _split_name(member.name)
@@ -161,6 +164,15 @@ def _index_shard(path: str, size: int, mtime_ns: int) -> ShardIndex:
                     images[key] = (ext, member.offset_data, member.size)
                 elif ext == "cls":
                     labels[key] = _read_label(f, member, path, key)
+            # tarfile reads a shard cut at a member's end (an interrupted copy) as a shorter
+            # one: the end-of-archive marker (zero blocks; POSIX writes two) says it is whole
+            f.seek(end)
+            marker = f.read(tarfile.BLOCKSIZE)
+        if len(marker) < tarfile.BLOCKSIZE or any(marker):
+            raise DataError(
+                f"shard {path} is truncated: its {size:,} bytes end without tar's end-of-archive "
+                "marker after the last whole member (an interrupted copy?): copy it again"
+            )
     except tarfile.TarError as e:
         raise DataError(
             f"shard {path} is not a readable uncompressed tar file ({e}): expected a .tar "
@@ -192,11 +204,7 @@ def _read_label(f: io.BufferedReader, member: tarfile.TarInfo, path: str, key: s
     f.seek(member.offset_data)
     text = f.read(min(member.size, 64)).decode("utf-8", errors="replace").strip()
     f.seek(where)
-    if not re.fullmatch(r"\d+", text):
-        raise DataError(
-            f"shard {path}: {key}.cls holds {text!r}: expected the label, an integer >= 0 as text"
-        )
-    return int(text)
+    return label_from_text(text, f"shard {path}: {key}.cls")
 
 
 def read_classes(root: Path) -> list[str] | None:

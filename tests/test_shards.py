@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import tarfile
 from pathlib import Path
 
@@ -554,9 +555,68 @@ def test_a_cut_shard_and_a_hostile_label_are_one_line_errors(
         with pytest.raises(DataError, match=rf"a\.cls {why}"):
             WebDatasetShards(hostile.parent, "train", verify=False)
 
+    from vitkit.config import DataConfig
     from vitkit.data.hf import open_hf
 
     table = datasets.Dataset.from_dict({"image": [png, png], "label": [0, 10**12]})
     table.to_parquet(tmp_path / "big-label.parquet")
     with pytest.raises(DataError, match=r"train split holds the label 1000000000000: expected"):
-        open_hf(str(tmp_path / "big-label.parquet"), image_column="image", label_column="label")
+        open_hf(DataConfig(dataset=f"hf:{tmp_path / 'big-label.parquet'}"))
+
+
+def _save_image(path: Path, seed: int) -> Path:
+    """An 8x8 colour-noise PNG (a few hundred bytes)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pixels = np.random.default_rng(seed).integers(0, 256, (8, 8, 3), dtype=np.uint8)
+    Image.fromarray(pixels).save(path)
+    return path
+
+
+def test_an_image_cell_reads_only_files_of_its_own_dataset(tmp_path: Path, hf_cache: None) -> None:
+    """An ``Image`` cell may store a path instead of bytes: an absolute path outside the dataset
+    was read and trained on, and ``/dev/zero`` filled the memory. By default a cell reads a
+    relative path inside the dataset's folder only; ``data.image_paths=any`` (the one-line
+    reason names it) reads any regular file; ``data.max_image_bytes`` caps what is read."""
+    import pyarrow.parquet as pq
+
+    from vitkit.config import DataConfig
+    from vitkit.data.hf import open_hf
+
+    root = tmp_path / "ds"
+    for k in range(3):
+        _save_image(root / "imgs" / f"{k}.png", k)
+    outside = _save_image(tmp_path / "outside.png", 9)
+    (root / "imgs/escape.png").symlink_to(outside)
+    fifo = root / "imgs/fifo.png"
+    os.mkfifo(fifo)
+    paths = ["imgs/0.png", "imgs/1.png", str(outside), "../outside.png", "imgs/escape.png",
+             "/dev/zero", "imgs/fifo.png", "imgs/2.png"]  # fmt: skip
+    features = datasets.Features(
+        {"image": datasets.Image(), "label": datasets.ClassLabel(names=["a", "b"])}
+    )
+    rows = datasets.Dataset.from_dict(
+        {"image": paths, "label": [k % 2 for k in range(len(paths))]}, features=features
+    )
+    pq.write_table(rows.data.table, root / "train.parquet")  # the paths as they are
+
+    def read(**keys) -> dict[str, str]:
+        spec = DataConfig(dataset=f"hf:{root / 'train.parquet'}", **keys)
+        with pytest.warns(UserWarning):
+            split = open_hf(spec).dataset("train", mode="RGB", max_bad_fraction=0.9)
+        assert len(split) == len(paths) - len(split.skipped)
+        return {paths[int(name.rsplit(" ", 1)[1])]: why for name, why in split.skipped}
+
+    refused = read()
+    assert sorted(refused) == sorted(paths[2:7])
+    for path in (str(outside), "../outside.png", "imgs/escape.png", "/dev/zero"):
+        assert "not inside the dataset's folder" in refused[path]
+        assert "read it only with data.image_paths=any" in refused[path]
+    assert "not a regular file" in refused["imgs/fifo.png"]  # and it did not wait for a writer
+    anywhere = read(image_paths="any")
+    # ../outside.png read from the dataset's folder; a device or a FIFO never, whatever is allowed
+    assert sorted(anywhere) == ["/dev/zero", "imgs/fifo.png"]
+    assert "not a regular file" in anywhere["/dev/zero"]
+    capped = DataConfig(dataset=f"hf:{root / 'train.parquet'}", max_image_bytes=60)
+    with pytest.raises(DataError, match=r"row 0 \(OSError: the cell's file 'imgs/0.png' is "
+                       r"larger than data.max_image_bytes=60 allows\)"):  # fmt: skip
+        open_hf(capped).dataset("train", mode="RGB")

@@ -24,6 +24,7 @@ Objective = Literal["classification", "mpp"]
 Parallel = Literal["ddp", "fsdp"]
 Device = Literal["auto", "cpu", "cuda"]
 Validation = Literal["auto", "holdout", "test", "val_or_test"]
+ImagePaths = Literal["dataset", "any"]
 Precision = Literal["auto", "fp32", "bf16", "fp16"]
 Verify = Literal["full", "header", "none"]
 
@@ -251,6 +252,18 @@ class DataConfig(Section):
     label_column: str = key(
         "label",
         doc="hf: the column of the labels (a ClassLabel, integers from 0, or class names)",
+    )
+    image_paths: ImagePaths = key(
+        "dataset",
+        doc="hf: where an image cell that stores a path instead of bytes may point: dataset = a "
+        "relative path inside the dataset's own folder (no '..'); any = any local file (what "
+        "datasets built with cast_column('image', Image()) store); regular files only, either way",
+    )
+    max_image_bytes: int = key(
+        64 * 2**20,
+        doc="hf: the largest encoded image a cell may hold or point to, in bytes (a larger one "
+        "is unreadable)",
+        ge=1,
     )
     streaming: bool = key(
         False,

@@ -1,6 +1,6 @@
 r"""What a sample of a dataset holds, read from untrusted files: the encoded image in a cell of a
 table (a Hugging Face ``Image`` feature's ``{"bytes", "path"}`` or raw bytes, read by the ``hf:``
-datasets, hf.py, and their parquet streams, stream.py, alike) and a label.
+datasets, hf.py, and their parquet streams, stream.py, alike: ``CellReader``) and a label.
 
 Labels are class indices as the data gives them, never renumbered (an ImageNet subset keeps its
 indices), so the number of classes follows from the largest: one label is enough to size a list
@@ -11,7 +11,11 @@ Arabic-Indic digits, which ``int`` reads as the same number)."""
 
 from __future__ import annotations
 
+import os
 import re
+import stat
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -45,20 +49,62 @@ def check_labels(labels: np.ndarray, where: str) -> None:
         )
 
 
-def image_bytes(value: Any, where: str) -> bytes:
-    """The encoded image in a cell of an image column: an ``Image`` feature's ``{"bytes",
-    "path"}`` (the file read when only the path is stored) or the bytes themselves. Raises
-    ``OSError`` for a path that cannot be read (an unreadable image) and ``DataError`` for a
-    cell that holds no image at all."""
-    if isinstance(value, dict):
-        if value.get("bytes"):
-            return bytes(value["bytes"])
-        if value.get("path"):
-            with open(value["path"], "rb") as f:
-                return f.read()
-    elif isinstance(value, bytes | bytearray | memoryview):
-        return bytes(value)
-    raise DataError(
-        f"{where} holds {type(value).__name__} {str(value)[:40]!r}: expected an image (an Image "
-        "feature or encoded bytes; data.image_column names the column)"
-    )
+@dataclass(frozen=True)
+class CellReader:
+    """How the encoded image in a table's cell is read: bytes as they are; a path (an ``Image``
+    feature's ``{"bytes": None, "path": ...}``) from a file under ``root``, the dataset's own
+    folder, by a relative path without '..' (or any path when ``any_path``:
+    ``data.image_paths=any``), a regular file only (never a device, a FIFO or a directory:
+    ``/dev/zero`` would fill the memory); at most ``max_bytes`` either way
+    (``data.max_image_bytes``). A dataset is data: it must not make vitkit read the machine's
+    files. A refused or unreadable cell is an ``OSError`` (the image is unreadable, skipped and
+    named as any other), a cell that holds no image at all a ``DataError``."""
+
+    root: Path | None  # None: a dataset with no folder of its own (the Hub's)
+    any_path: bool = False
+    max_bytes: int = 64 * 2**20
+
+    def __call__(self, value: Any, where: str) -> bytes:
+        if isinstance(value, dict) and value.get("bytes"):
+            value = value["bytes"]
+        if isinstance(value, bytes | bytearray | memoryview):
+            if len(value) > self.max_bytes:
+                raise OSError(f"{len(value):,} bytes, more than {self._limit()}")
+            return bytes(value)
+        if isinstance(value, dict) and isinstance(value.get("path"), str) and value["path"]:
+            return self._read(value["path"])
+        raise DataError(
+            f"{where} holds {type(value).__name__} {str(value)[:40]!r}: expected an image (an "
+            "Image feature or encoded bytes; data.image_column names the column)"
+        )
+
+    def _limit(self) -> str:
+        return f"data.max_image_bytes={self.max_bytes:,} allows"
+
+    def _read(self, stored: str) -> bytes:
+        """The file a cell names (relative paths from ``root``); ``OSError`` when it is refused
+        or unreadable, which makes the image unreadable (named by the caller)."""
+        path = Path(stored)
+        if not path.is_absolute() and self.root is not None:
+            path = self.root / path
+        if not self.any_path:
+            inside = (
+                self.root is not None
+                and not Path(stored).is_absolute()
+                and ".." not in Path(stored).parts
+                and path.resolve().is_relative_to(self.root.resolve())  # links out: no
+            )
+            if not inside:
+                raise OSError(
+                    f"the cell stores the path {stored!r}, not inside the dataset's folder "
+                    f"({self.root or 'it has none'}): read it only with data.image_paths=any"
+                )
+        # OSError: unreadable, as a missing file is; O_NONBLOCK: a FIFO does not wait for a writer
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        with open(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise OSError(f"the cell stores the path {stored!r}, which is not a regular file")
+            data = f.read(self.max_bytes + 1)
+        if len(data) > self.max_bytes:
+            raise OSError(f"the cell's file {stored!r} is larger than {self._limit()}")
+        return data

@@ -37,9 +37,9 @@ from typing import Any
 
 import numpy as np
 
-from ..config import hf_is_local
+from ..config import DataConfig, hf_is_local
 from ..errors import ConfigError, DataError, MissingExtraError, MissingFileError, VitkitError
-from .cells import check_labels, image_bytes
+from .cells import CellReader, check_labels
 from .encoded import EncodedImages
 
 # The dataset's split names that are vitkit's train, val and test.
@@ -85,6 +85,7 @@ class HFSource:
     named: bool
     image_column: str
     label_column: str
+    cells: CellReader  # how an image cell is read
     labels: dict[str, np.ndarray] = field(default_factory=dict)  # split -> int64 (n,)
     label_names: dict[str, int] | None = None  # a string label column: name -> class index
 
@@ -109,6 +110,7 @@ class HFSource:
                 image_column=self.image_column,
                 label_column=self.label_column,
                 label_names=self.label_names,
+                cells=self.cells,
                 mode=mode or "RGB",  # a stream is not read ahead to decide (stream.py)
                 max_bad_fraction=max_bad_fraction,
             )
@@ -118,6 +120,7 @@ class HFSource:
             name=name,
             classes=self.classes,
             image_column=self.image_column,
+            cells=self.cells,
             mode=mode,
             verify=verify,
             max_bad_fraction=max_bad_fraction,
@@ -189,16 +192,27 @@ def _by_vitkit_split(found: Mapping[str, Any], spec: str) -> dict[str, Any]:
     return out
 
 
-def open_hf(
-    path: str, *, image_column: str, label_column: str, streaming: bool = False
-) -> HFSource:
-    """Open ``hf:path``: its splits, labels and class names (see the module docstring); errors
-    of the Hub, of a file and of a missing column are one line."""
+def _cell_reader(path: str, cfg: DataConfig) -> CellReader:
+    """How ``hf:path``'s image cells are read: a path in one is taken relative to the dataset's
+    own folder (``path`` itself, or the folder of its parquet files), which a dataset on the Hub
+    does not have."""
+    local = Path(path).expanduser()
+    root = (local if local.is_dir() else local.parent) if hf_is_local(path) else None
+    return CellReader(root, cfg.image_paths == "any", cfg.max_image_bytes)
+
+
+def open_hf(cfg: DataConfig) -> HFSource:
+    """Open ``cfg``'s ``hf:`` dataset: its splits, labels and class names (see the module
+    docstring) as ``data.image_column``, ``label_column``, ``streaming``, ``image_paths`` and
+    ``max_image_bytes`` say; errors of the Hub, of a file and of a missing column are one line."""
+    path, image_column, label_column = cfg.source.path, cfg.image_column, cfg.label_column
+    assert cfg.source.kind == "hf" and path is not None
     datasets = require_datasets()
     spec = f"hf:{path}"
+    cells = _cell_reader(path, cfg)
     try:
-        if streaming:
-            return _open_stream(path, spec, datasets, image_column, label_column)
+        if cfg.streaming:
+            return _open_stream(path, spec, datasets, image_column, label_column, cells)
         loaded = _load(path, datasets)
     except VitkitError:
         raise
@@ -233,11 +247,12 @@ def open_hf(
         label_column=label_column,
         labels=labels,
         label_names=label_names,
+        cells=cells,
     )
 
 
 def _open_stream(
-    path: str, spec: str, datasets: Any, image_column: str, label_column: str
+    path: str, spec: str, datasets: Any, image_column: str, label_column: str, cells: CellReader
 ) -> HFSource:
     """A streamed ``hf:path``: each split's parquet files; the labels of every split read (the
     label column alone) only when no ``ClassLabel`` names the classes."""
@@ -279,6 +294,7 @@ def _open_stream(
         image_column=image_column,
         label_column=label_column,
         label_names=label_names,
+        cells=cells,
     )
 
 
@@ -356,6 +372,7 @@ class HFImages(EncodedImages):
         name: str,
         classes: list[str],
         image_column: str,
+        cells: CellReader,
         mode: str | None = "RGB",
         verify: bool = True,
         max_bad_fraction: float = 0.01,
@@ -363,11 +380,12 @@ class HFImages(EncodedImages):
         self.name = name
         self.classes = classes
         self._column = image_column
+        self._cells = cells
         self._table = table.select_columns([image_column])
         self._index(labels, mode=mode, verify=verify, max_bad_fraction=max_bad_fraction)
 
     def read(self, record: int) -> bytes:
-        return image_bytes(self._table[record][self._column], self.describe(record))
+        return self._cells(self._table[record][self._column], self.describe(record))
 
     def read_all(self, records: Sequence[int]) -> Iterator[bytes | OSError]:
         for start in range(0, len(records), _READ_ROWS):
@@ -375,7 +393,7 @@ class HFImages(EncodedImages):
             cells = self._table[chunk][self._column]
             for record, cell in zip(chunk, cells, strict=True):
                 try:
-                    yield image_bytes(cell, self.describe(record))
+                    yield self._cells(cell, self.describe(record))
                 except OSError as e:  # a path that cannot be read: an unreadable image
                     yield e
 

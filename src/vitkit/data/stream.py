@@ -49,7 +49,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from ..config import size_hw
 from ..errors import ConfigError, DataError
-from .cells import image_bytes
+from .cells import CellReader
 from .codec import DECODE_ERRORS, decode
 from .decoded import count_decode_failure
 from .loader import Augment, Batches, generator, ignore_interrupts
@@ -96,6 +96,7 @@ class ParquetStream:
         image_column: str,
         label_column: str,
         label_names: dict[str, int] | None,
+        cells: CellReader,
         mode: str,
         max_bad_fraction: float = 0.01,
         shuffle_buffer: int = 1000,
@@ -112,6 +113,7 @@ class ParquetStream:
         self.image_column = image_column
         self.label_column = label_column
         self.label_names = label_names
+        self.cells = cells
         self.max_bad_fraction = max_bad_fraction
         self.shuffle_buffer = shuffle_buffer
         self.skipped: list[tuple[str, str]] = []  # nothing is verified ahead
@@ -179,15 +181,21 @@ class _DecodeParts(Dataset):
     [(row, why) of each failure])."""
 
     def __init__(
-        self, mode: str, image_size: int | tuple[int, int], augment: Augment | None, seed: int
+        self,
+        mode: str,
+        cells: CellReader,
+        image_size: int | tuple[int, int],
+        augment: Augment | None,
+        seed: int,
     ) -> None:
         self.mode = mode
+        self.cells = cells
         self.image_size = image_size
         self.augment = augment
         self.seed = seed
 
     def _image(self, row: Row, epoch: int, position: int) -> Tensor:
-        image = decode(image_bytes(row.image, row.name), self.mode)  # (C, H, W) uint8
+        image = decode(self.cells(row.image, row.name), self.mode)  # (C, H, W) uint8
         if self.augment is None:
             return resize(image, self.image_size)
         g = generator(self.seed, _SAMPLE, epoch, position)
@@ -307,7 +315,9 @@ class StreamBatches(Batches):
         """Decoded ``parts``, in order (``epoch``, the first one's, seeds the workers)."""
         assert self.image_size is not None  # Batches requires it of any dataset but arrays
         loader = DataLoader(
-            _DecodeParts(self.source.mode, self.image_size, self.augment, self.seed),
+            _DecodeParts(
+                self.source.mode, self.source.cells, self.image_size, self.augment, self.seed
+            ),
             sampler=parts,
             batch_size=None,
             num_workers=self.num_workers,

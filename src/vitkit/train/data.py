@@ -125,12 +125,7 @@ def _splits_of(cfg: DataConfig) -> _Splits:
 
         names = tuple(shards.splits)
         return _Splits(str(shards.root), names, shards.named, tars, lambda s: f"{s} shards")
-    hf = open_hf(
-        source.path,
-        image_column=cfg.image_column,
-        label_column=cfg.label_column,
-        streaming=cfg.streaming,
-    )
+    hf = open_hf(cfg)
 
     def rows(split: str, mode: str | None, verify: bool) -> Any:
         checked = verify and cfg.verify != "none"  # header checks as full does here

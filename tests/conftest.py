@@ -1,12 +1,11 @@
 """What every test shares: a cache folder of its own; what tests of image files share: which
-files PIL decoded."""
+files verification decoded."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-from PIL import ImageFile
 
 
 @pytest.fixture(autouse=True)
@@ -21,13 +20,20 @@ def home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPat
 
 @pytest.fixture
 def decodes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The files PIL decodes pixels of (``ImageFile.load``; ``verify()`` does not call it)."""
+    """The image files a folder's verification decodes the pixels of, to tell grey from colour
+    (``verify.grey_kind`` of a mode that is not one-channel; ``verify()`` decodes nothing), by
+    name, in order. The pass must run in this process (fewer than ``PARALLEL_MIN_FILES``)."""
+    from PIL import ImageMode
+
+    from vitkit.data import verify
+
     seen: list[str] = []
-    load = ImageFile.ImageFile.load
+    grey_kind = verify.grey_kind
 
-    def counting_load(self: ImageFile.ImageFile) -> object:
-        seen.append(Path(str(self.filename)).name)
-        return load(self)
+    def counting(source: object, mode: str) -> str | None:
+        if ImageMode.getmode(mode).basemode != "L":
+            seen.append(Path(str(source)).name)
+        return grey_kind(source, mode)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(ImageFile.ImageFile, "load", counting_load)
+    monkeypatch.setattr(verify, "grey_kind", counting)
     return seen

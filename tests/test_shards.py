@@ -620,3 +620,30 @@ def test_an_image_cell_reads_only_files_of_its_own_dataset(tmp_path: Path, hf_ca
     with pytest.raises(DataError, match=r"row 0 \(OSError: the cell's file 'imgs/0.png' is "
                        r"larger than data.max_image_bytes=60 allows\)"):  # fmt: skip
         open_hf(capped).dataset("train", mode="RGB")
+
+
+def test_a_folder_and_its_shards_refuse_the_same_truncated_jpeg(tmp_path: Path) -> None:
+    """A truncated JPEG whose header claims 12000 x 12000: simplejpeg refused it in a folder, PIL
+    decoded 432 MB of it (with a warning) from the same bytes packed into a shard, so the two
+    trained on different images. One decoder now reads both, and both refuse it alike."""
+    root = tmp_path / "photos"
+    for k in range(3):
+        _save_image(root / "a" / f"{k}.png", k)
+    buffer = io.BytesIO()
+    Image.fromarray(_pixels(0, 5)).save(buffer, "JPEG", quality=90)
+    claimed = bytearray(buffer.getvalue())
+    sof = claimed.index(b"\xff\xc0")  # the frame header: height, then width
+    claimed[sof + 5 : sof + 9] = (12000).to_bytes(2, "big") * 2
+    (root / "a/big.jpg").write_bytes(bytes(claimed))
+    assert main(["data", "pack", str(root), str(tmp_path / "shards"), "--shard-size", "9"]) == 0
+
+    def items(dataset) -> list[bytes]:
+        with pytest.warns(UserWarning, match=r"failed to decode \(ValueError: Corrupt JPEG"):
+            return [dataset[i][0].numpy().tobytes() for i in range(len(dataset))]
+
+    folder = ImageFolderDataset(root, None, max_bad_fraction=0.5)
+    shards = WebDatasetShards(tmp_path / "shards", "train", max_bad_fraction=0.5)
+    assert len(folder) == len(shards) == 4
+    # the three good images in both (a replacement is the next image, in each one's order)
+    seen = set(items(folder))
+    assert seen == set(items(shards)) and len(seen) == 3

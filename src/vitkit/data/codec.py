@@ -54,12 +54,13 @@ import zlib
 from types import ModuleType
 from typing import Literal
 
+import numpy as np
 import torch
 from PIL import Image, UnidentifiedImageError
 from torch import Tensor
 
 from ..config import size_hw
-from .transforms import crop_box, pil_to_tensor, resized_crop, to_channels
+from .transforms import crop_box, pil_to_array, pil_to_tensor, resized_crop, to_channels
 
 # What PIL may open (its format names); the module docstring says why a list.
 FORMATS = ("JPEG", "PNG", "WEBP", "BMP", "GIF", "TIFF")  # JPEG opens MPO files too
@@ -263,6 +264,20 @@ def _decode_jpeg(data: bytes, colourspace: str, mode: str, *, scale: int = 1) ->
     if mode == "L" and not grey:  # colour to grey as PIL's convert('L') does, to the bit
         return to_channels(image, 1)  # (1, H, W)
     return image
+
+
+def rgb_array(data: bytes) -> np.ndarray:
+    """Encoded image ``data`` as uint8 (H, W, 3), as stored (not turned upright: for what a turn
+    does not change, such as whether an image is grey): the pixels ``decode`` turns, from the
+    same decoder, so a file one refuses the other refuses too (a truncated JPEG whose header
+    claims 12000 x 12000: simplejpeg refuses it, PIL decodes 432 MB with a warning). numpy and
+    PIL only, no torch: verification's forked workers call it."""
+    header = _jpeg_header(data)
+    codec = _simplejpeg()
+    if header is not None and codec is not None:
+        return codec.decode_jpeg(data, colorspace="RGB")  # (H, W, 3)
+    with open_image(data) as image:
+        return pil_to_array(image, "RGB")
 
 
 def _decode_pil(data: bytes, mode: str) -> Tensor:

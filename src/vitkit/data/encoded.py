@@ -24,32 +24,15 @@ from typing import TypeVar
 
 import numpy as np
 import torch
-from PIL import ImageMode
 from torch import Tensor
 
 from ..errors import ConfigError, DataError
 from .arrays import as_indices
-from .codec import DECODE_ERRORS, decode, open_image
+from .codec import DECODE_ERRORS
 from .decoded import DecodedImages, skip_unreadable
+from .verify import grey_kind, verified_mode
 
 _Images = TypeVar("_Images", bound="EncodedImages")
-
-
-def _checked_mode(data: bytes) -> str:
-    """The PIL mode of an encoded image once ``verify()`` passes (PIL's errors when not)."""
-    with open_image(data) as image:
-        mode = image.mode
-        image.verify()
-    return mode
-
-
-def _grey_kind(data: bytes, mode: str) -> str | None:
-    """How an image of PIL mode ``mode`` is greyscale (its mode, or R = G = B at every pixel once
-    decoded; folder.py's ``_grey_kind`` says why equality is exact), or None when in colour."""
-    if ImageMode.getmode(mode).basemode == "L":
-        return mode
-    rgb = decode(data, "RGB")  # (3, H, W)
-    return f"{mode} with R = G = B" if bool((rgb == rgb[0]).all()) else None
 
 
 def _channels(mode: str) -> str:
@@ -138,9 +121,9 @@ class EncodedImages(DecodedImages):
             try:
                 if isinstance(data, OSError):
                     raise data
-                image_mode = _checked_mode(data)
+                image_mode = verified_mode(data)
                 if decide and colour is None:
-                    kind = _grey_kind(data, image_mode)
+                    kind = grey_kind(data, image_mode)
                     if kind is None:
                         colour = (record, image_mode)
                     else:

@@ -73,8 +73,7 @@ import PIL
 from PIL import ImageMode
 
 from ..files import atomic_write, exclusive, home
-from .codec import DECODE_ERRORS, open_image
-from .transforms import pil_to_array
+from .codec import DECODE_ERRORS, open_image, rgb_array
 
 log = logging.getLogger(__name__)
 
@@ -100,16 +99,18 @@ def _why(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}"
 
 
-def verified_mode(path: str | Path) -> str:
-    """The PIL mode of ``path`` once ``verify()`` passes (raises PIL's errors when it does not)."""
-    with open_image(path) as image:
+def verified_mode(source: bytes | str | Path) -> str:
+    """The PIL mode of an image (its encoded bytes or its file's path) once ``verify()`` passes
+    (raises PIL's errors when it does not)."""
+    with open_image(source) as image:
         mode = image.mode
         image.verify()
     return mode
 
 
-def grey_kind(path: str | Path, mode: str) -> str | None:
-    """How the image at ``path`` (PIL mode ``mode``) is greyscale, or None when it is in colour.
+def grey_kind(source: bytes | str | Path, mode: str) -> str | None:
+    """How an image (its encoded bytes or its file's path; PIL mode ``mode``) is greyscale, or
+    None when it is in colour.
 
     One-channel modes (1, L, LA, I, I;16..., F) are grey by their mode, without decoding; any other
     (RGB, RGBA, CMYK, P, PA) is decoded to RGB and is grey when R = G = B at every pixel (for P, at
@@ -117,8 +118,8 @@ def grey_kind(path: str | Path, mode: str) -> str | None:
     """
     if ImageMode.getmode(mode).basemode == "L":
         return mode
-    with open_image(path) as image:
-        rgb = pil_to_array(image, "RGB")  # (H, W, 3)
+    data = source if isinstance(source, bytes) else Path(source).read_bytes()
+    rgb = rgb_array(data)  # (H, W, 3), by the decoder training uses
     # Exact equality, also for JPEG: libjpeg's fixed-point Cb and Cr weights sum to exactly zero,
     # so a grey pixel encodes to Cb = Cr = 128, every chroma coefficient is 0, and decoding gives
     # R = G = B again. Measured (Pillow 13, libjpeg-turbo 3): grey images saved as RGB JPEG decode

@@ -622,6 +622,7 @@ def test_an_image_cell_reads_only_files_of_its_own_dataset(tmp_path: Path, hf_ca
         open_hf(capped).dataset("train", mode="RGB")
 
 
+@pytest.mark.filterwarnings("ignore::PIL.Image.DecompressionBombWarning")  # its claimed size
 def test_a_folder_and_its_shards_refuse_the_same_truncated_jpeg(tmp_path: Path) -> None:
     """A truncated JPEG whose header claims 12000 x 12000: simplejpeg refused it in a folder, PIL
     decoded 432 MB of it (with a warning) from the same bytes packed into a shard, so the two

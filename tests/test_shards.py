@@ -555,6 +555,12 @@ def test_a_cut_shard_and_a_hostile_label_are_one_line_errors(
         with pytest.raises(DataError, match=rf"a\.cls {why}"):
             WebDatasetShards(hostile.parent, "train", verify=False)
 
+    named = _shard(tmp_path / "named" / "train-0.tar", {"a.png": png, "a.cls": b"3"})
+    (named.parent / "classes.txt").write_text("cat\ndog\n")
+    with pytest.raises(DataError, match=r"train-0.tar: a.cls holds the label 3, and the classes "
+                       r"file of .* names 2: expected labels from 0 to 1"):  # fmt: skip
+        WebDatasetShards(named.parent, "train", verify=False)
+
     from vitkit.config import DataConfig
     from vitkit.data.hf import open_hf
 

@@ -264,6 +264,14 @@ class WebDatasetShards(EncodedImages):
                 index_shard(s).labels.max() for shards in layout.splits.values() for s in shards
             ]
             classes = [str(k) for k in range(int(max(every)) + 1)]
+        for shard, ix in zip(self.shards, indices, strict=True):  # name the shard that is wrong
+            if len(ix.labels) and int(ix.labels.max()) >= len(classes):
+                at = int(ix.labels.argmax())
+                raise DataError(
+                    f"shard {shard}: {ix.keys[at]}.cls holds the label {int(ix.labels[at])}, and "
+                    f"the classes file of {self.root} names {len(classes)}: expected labels from "
+                    f"0 to {len(classes) - 1}"
+                )
         self.classes = classes
         counts = np.array([len(ix.keys) for ix in indices], dtype=np.int64)
         self._shard_of = np.repeat(np.arange(len(indices)), counts)  # record -> shard

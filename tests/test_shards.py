@@ -654,3 +654,41 @@ def test_a_folder_and_its_shards_refuse_the_same_truncated_jpeg(tmp_path: Path) 
     # the three good images in both (a replacement is the next image, in each one's order)
     seen = set(items(folder))
     assert seen == set(items(shards)) and len(seen) == 3
+
+
+def test_a_streamed_batch_with_failing_images_is_the_same_for_any_number_of_processes(
+    tmp_path: Path,
+) -> None:
+    """Rows that fail to decode are replaced by the next image of the whole batch that decodes,
+    wherever it is: two processes' parts make up one process's batch. Before, a failure took
+    the next image of its own process's part (row 2 below, last of the first half of its batch,
+    took row 0 with two processes and row 3 with one)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    def png(k: int) -> bytes:
+        buffer = io.BytesIO()
+        Image.fromarray(_pixels(k % 3, k)).save(buffer, "PNG")
+        return buffer.getvalue()
+
+    bad = {2, 9, 10, 11}  # the last of a half; a whole half (9-11, with 6-row batches)
+    images = [b"not an image" if k in bad else png(k) for k in range(20)]
+    folder = tmp_path / "data"
+    folder.mkdir()
+    table = pa.table({"image": images, "label": [k % 3 for k in range(20)]})
+    for split in ("train", "test"):
+        pq.write_table(table, folder / f"{split}-00000-of-00001.parquet", row_group_size=5)
+    keys = {"data.max_bad_fraction": 0.5, "model.num_classes": 3}
+    run = replace(get_recipe("smoke"), _stream_cfg(folder, **keys))
+    stream = build_data(run.data, run.model, seed=0, in_chans=3).train
+    for options in (dict(train=False), dict(train=True, seed=3, flip=True)):
+        common = dict(batch_size=6, image_size=8, **options)
+        with pytest.warns(UserWarning, match="failed to decode"):
+            whole = list(make_batches(stream, **common).epoch(0))
+            halves = [list(make_batches(stream, **common, shard=(r, 2)).epoch(0)) for r in (0, 1)]
+        for (x, y), (x0, y0), (x1, y1) in zip(whole, *halves, strict=True):
+            assert torch.equal(torch.cat([x0, x1]), x) and torch.equal(torch.cat([y0, y1]), y)
+    with pytest.warns(UserWarning, match="failed to decode"):
+        first = list(make_batches(stream, batch_size=6, image_size=8, train=False).epoch(0))
+    assert torch.equal(first[0][0][2], first[0][0][3])  # row 2 took row 3, of the other half
+    assert first[0][1].tolist() == [0, 1, 0, 0, 1, 2]

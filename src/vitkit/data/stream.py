@@ -30,13 +30,15 @@ own. Augmentation draws from (seed, epoch, position in the epoch), as ``Batches`
 path draws from the index.
 
 Channels. A stream is not read ahead: its images are read as RGB (3 channels) unless the model
-takes 1 (``model.in_chans=1``). An image that fails to decode is replaced by the next one of its
-batch's part that decodes, with a warning; more than ``max_bad_fraction`` of the stream failing
-is an error.
+takes 1 (``model.in_chans=1``). An image that fails to decode is replaced by the next image of
+its batch that decodes (wrapping round), with its label and a warning, whichever process's part
+that image is in, so a batch stays the same for any number of processes; more than
+``max_bad_fraction`` of the stream failing is an error.
 """
 
 from __future__ import annotations
 
+import collections
 import itertools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -175,10 +177,21 @@ def _as_is(item: Any) -> Any:
     return item
 
 
+@dataclass(frozen=True)
+class _Batch:
+    """One batch of an epoch: its rows with their positions in the epoch, and the slice of them
+    that is this process's part."""
+
+    epoch: int
+    rows: list[tuple[int, Row]]
+    part: slice
+
+
 class _DecodeParts(Dataset):
     """A work item of the DataLoader: one process's part of one batch, (epoch, rows with their
-    positions) -> (uint8 images (b, C, S_h, S_w) or None when none decodes, labels (b,),
-    [(row, why) of each failure])."""
+    positions) -> (uint8 images (b, C, S_h, S_w), zero where one failed to decode; whether each
+    decoded (b,); labels (b,); [(row, why) of each failure]). The main process replaces the
+    failures (``StreamBatches._replace``), with what only the whole batch can say."""
 
     def __init__(
         self,
@@ -194,7 +207,9 @@ class _DecodeParts(Dataset):
         self.augment = augment
         self.seed = seed
 
-    def _image(self, row: Row, epoch: int, position: int) -> Tensor:
+    def image(self, row: Row, epoch: int, position: int) -> Tensor:
+        """``row``'s image, decoded and augmented as at ``position`` of ``epoch``: uint8
+        (C, S_h, S_w); ``DECODE_ERRORS`` when it does not decode."""
         image = decode(self.cells(row.image, row.name), self.mode)  # (C, H, W) uint8
         if self.augment is None:
             return resize(image, self.image_size)
@@ -203,28 +218,20 @@ class _DecodeParts(Dataset):
 
     def __getitem__(
         self, key: tuple[int, list[tuple[int, Row]]]
-    ) -> tuple[Tensor | None, Tensor, list[tuple[str, str]]]:
+    ) -> tuple[Tensor, Tensor, Tensor, list[tuple[str, str]]]:
         epoch, part = key
-        images: list[Tensor | None] = []
+        (h, w), c = size_hw(self.image_size), 1 if self.mode == "L" else 3
+        images = torch.zeros(len(part), c, h, w, dtype=torch.uint8)  # (b, C, S_h, S_w)
+        decoded = torch.zeros(len(part), dtype=torch.bool)
         failures = []
-        for position, row in part:
+        for i, (position, row) in enumerate(part):
             try:
-                images.append(self._image(row, epoch, position))
+                images[i] = self.image(row, epoch, position)
+                decoded[i] = True
             except DECODE_ERRORS as e:
-                images.append(None)
                 failures.append((row.name, f"{type(e).__name__}: {e}"))
-        n = len(part)
-        kept = [i for i in range(n) if images[i] is not None]
-        if not kept:
-            return None, torch.empty(0, dtype=torch.int64), failures
-        # a failure takes the next image of the part that decodes, and its label: of this
-        # process's part, so a batch with a failure depends on the number of processes
-        chosen = [i if i in kept else next((k for k in kept if k > i), kept[0]) for i in range(n)]
-        stacked = torch.stack(
-            [im for i in chosen if (im := images[i]) is not None]
-        )  # (b, C, S_h, S_w)
-        labels = torch.tensor([part[i][1].label for i in chosen], dtype=torch.int64)
-        return stacked, labels, failures
+        labels = torch.tensor([row.label for _, row in part], dtype=torch.int64)
+        return images, decoded, labels, failures
 
 
 class StreamBatches(Batches):
@@ -292,33 +299,43 @@ class StreamBatches(Batches):
         ``DataLoader`` (its workers live as long as the stream)."""
         epoch, start = divmod(start_step, self.steps_per_epoch)
 
-        def parts() -> Iterator[tuple[int, list[tuple[int, Row]]]]:
+        def parts() -> Iterator[_Batch]:
             yield from self._parts(epoch, start)
             for later in itertools.count(epoch + 1):
                 yield from self._parts(later, 0)
 
         return self._load_stream(parts(), epoch)
 
-    def _parts(self, epoch: int, start: int) -> Iterator[tuple[int, list[tuple[int, Row]]]]:
-        """This process's part of batches ``start``, ... of ``epoch``, with the rows' positions."""
+    def _parts(self, epoch: int, start: int) -> Iterator[_Batch]:
+        """Batches ``start``, ... of ``epoch``: their rows with their positions, and this
+        process's part of each."""
         B, n = self.batch_size, len(self.source)
         end = self.steps_per_epoch * B if self.drop_last else n
         rows = self._rows(epoch, start * B)
         for b in range(start, self.steps_per_epoch):
             span = range(b * B, min((b + 1) * B, end))
             batch = [(position, next(rows)) for position in span]
-            yield epoch, batch[self._part(len(batch))]
+            yield _Batch(epoch, batch, self._part(len(batch)))
 
     def _load_stream(
-        self, parts: Iterator[tuple[int, list[tuple[int, Row]]]], epoch: int
+        self, batches: Iterator[_Batch], epoch: int
     ) -> Iterator[tuple[Tensor, Tensor]]:
-        """Decoded ``parts``, in order (``epoch``, the first one's, seeds the workers)."""
+        """This process's part of ``batches``, decoded, in order (``epoch``, the first one's,
+        seeds the workers)."""
         assert self.image_size is not None  # Batches requires it of any dataset but arrays
+        decoder = _DecodeParts(
+            self.source.mode, self.source.cells, self.image_size, self.augment, self.seed
+        )
+        sent: collections.deque[_Batch] = collections.deque()  # handed out, not yet back
+
+        def parts() -> Iterator[tuple[int, list[tuple[int, Row]]]]:
+            for batch in batches:
+                sent.append(batch)
+                yield batch.epoch, batch.rows[batch.part]
+
         loader = DataLoader(
-            _DecodeParts(
-                self.source.mode, self.source.cells, self.image_size, self.augment, self.seed
-            ),
-            sampler=parts,
+            decoder,
+            sampler=parts(),
             batch_size=None,
             num_workers=self.num_workers,
             collate_fn=_as_is,
@@ -326,22 +343,46 @@ class StreamBatches(Batches):
             worker_init_fn=ignore_interrupts,
             generator=generator(self.seed, _LOADER, epoch),
         )
-        (H, W), C = size_hw(self.image_size), self.source.channels
-        for images, labels, failures in loader:
+        for images, decoded, labels, failures in loader:  # in the order handed out
+            batch = sent.popleft()
             self._count(failures)
-            if images is None and len(labels) == 0 and not failures:
-                dtype = torch.uint8 if self.uint8 else torch.float32
-                yield (
-                    torch.empty(0, C, H, W, dtype=dtype),
-                    labels,
-                )  # an empty part of the last batch
-                continue
-            if images is None:
-                raise DataError(
-                    f"no image of a batch of {self.source.name} decodes; first: {failures[0][0]} "
-                    f"({failures[0][1]})"
-                )
+            if not decoded.all():
+                images, labels = self._replace(decoder, batch, images, decoded, labels)
             yield (images if self.uint8 else to_float(images)), labels
+
+    def _replace(
+        self,
+        decoder: _DecodeParts,
+        batch: _Batch,
+        images: Tensor,
+        decoded: Tensor,
+        labels: Tensor,
+    ) -> tuple[Tensor, Tensor]:
+        """The part ``images`` (b, C, S_h, S_w) with each image that failed replaced by the next
+        image of the whole batch (wrapping round) that decodes, and its label: whichever
+        process's part that is, so the batch is the same for any number of processes. An image of
+        another part is decoded here, as its process decodes it (failures are rare)."""
+        images, labels = images.clone(), labels.clone()
+        first, n = batch.part.start, len(batch.rows)
+        for slot in (~decoded).nonzero().flatten().tolist():
+            for k in range(1, n):
+                j = (first + slot + k) % n  # in the whole batch
+                if batch.part.start <= j < batch.part.stop:
+                    if decoded[j - first]:
+                        images[slot], labels[slot] = images[j - first], labels[j - first]
+                        break
+                    continue
+                position, row = batch.rows[j]
+                try:
+                    images[slot] = decoder.image(row, batch.epoch, position)
+                except DECODE_ERRORS:
+                    continue  # its own process counts it
+                labels[slot] = row.label
+                break
+            else:
+                name = batch.rows[first + slot][1].name
+                raise DataError(f"no image of a batch of {self.source.name} decodes; first: {name}")
+        return images, labels
 
     def _count(self, failures: list[tuple[str, str]]) -> None:
         for where, why in failures:  # a row read again (another epoch, evaluation) counts once

@@ -162,10 +162,13 @@ import os, sys, time
 from pathlib import Path
 from vitkit.train.rundir import RunLock
 with RunLock(Path(sys.argv[1])):
+    ready, said = os.pipe()
     child = os.fork()
-    if child == 0:
+    if child == 0:  # its fork hooks have run (the lock's copy closed) when fork() returns here
+        os.write(said, b"1")
         time.sleep(60)
         os._exit(0)
+    os.read(ready, 1)  # under load the child may run later than this process: wait for it
     print(os.getpid(), child, flush=True)
     time.sleep(60)
 """

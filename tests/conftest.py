@@ -19,10 +19,11 @@ def home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPat
 
 
 @pytest.fixture
-def decodes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The image files a folder's verification decodes the pixels of, to tell grey from colour
-    (``verify.grey_kind`` of a mode that is not one-channel; ``verify()`` decodes nothing), by
-    name, in order. The pass must run in this process (fewer than ``PARALLEL_MIN_FILES``)."""
+def decodes(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[str]:
+    """The image files under ``tmp_path`` whose pixels verification decodes to tell grey from
+    colour (``verify.grey_kind`` of a mode that is not one-channel; ``verify()`` decodes
+    nothing), by name (the file holding the same bytes), in order. The pass must run in this
+    process (fewer than ``PARALLEL_MIN_FILES``)."""
     from PIL import ImageMode
 
     from vitkit.data import verify
@@ -30,10 +31,12 @@ def decodes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     seen: list[str] = []
     grey_kind = verify.grey_kind
 
-    def counting(source: object, mode: str) -> str | None:
+    def counting(source: bytes, mode: str) -> str | None:
         if ImageMode.getmode(mode).basemode != "L":
-            seen.append(Path(str(source)).name)
-        return grey_kind(source, mode)  # type: ignore[arg-type]
+            named = [p.name for p in sorted(tmp_path.rglob("*")) if p.is_file()
+                     and p.read_bytes() == source]  # fmt: skip
+            seen.append(named[0] if named else "<bytes of no file>")
+        return grey_kind(source, mode)
 
     monkeypatch.setattr(verify, "grey_kind", counting)
     return seen

@@ -109,13 +109,9 @@ def test_a_second_construction_reads_the_cache_and_opens_no_image(
     warned = [w for w in caught if w.category is UnreadableImageWarning]
     assert len(warned) == len(first.skipped) == 3  # the warnings are the same as after a pass
     entry = json.loads(first.verified_from.read_text())
-    assert entry["folder"] == str(root.resolve()) and entry["files"] == 30
-    assert [s[:2] for s in entry["skipped"]] == [
-        ["a/06.png", "verify"],
-        ["a/07.jpg", "decode"],
-        ["b/20.png", "verify"],
-    ]
-    assert entry["colour"] == ["b/12.png", "RGB"] and entry["decided"] is True
+    assert entry["source"] == str(root.resolve()) and entry["records"] == 30
+    assert [s[:2] for s in entry["skipped"]] == [[6, "verify"], [7, "decode"], [20, "verify"]]
+    assert entry["colour"] == [12, "RGB"] and entry["decided"] is True
 
 
 def test_names_that_are_not_utf8_are_listed_verified_and_cached(
@@ -179,7 +175,7 @@ def test_an_entry_that_decided_serves_a_given_mode_but_not_the_other_way(
 ) -> None:
     root = _mixed(tmp_path / "data")
     given = _quiet(root, None, mode="RGB", max_bad_fraction=0.2, verify_cache=False)
-    assert [p.name for p, _ in given.skipped] == ["06.png", "20.png"]  # nothing was decoded
+    assert [Path(p).name for p, _ in given.skipped] == ["06.png", "20.png"]  # nothing was decoded
     _quiet(root, None, mode=None, max_bad_fraction=0.2)  # writes an entry that decided
     opens.clear()
     served = _quiet(root, None, mode="RGB", max_bad_fraction=0.2)
@@ -229,7 +225,7 @@ def test_a_malformed_entry_is_verified_again_and_replaced(
         entry.write_text(text)
         ds = ImageFolderDataset(root, None)
         assert not ds.verified_cached and len(ds) == 3
-        assert json.loads(entry.read_text())["files"] == 3
+        assert json.loads(entry.read_text())["records"] == 3
     assert "ignoring the unreadable verification cache" in caplog.text
 
 
@@ -249,17 +245,21 @@ def test_an_unwritable_home_verifies_without_a_cache(
 def test_summarise_replays_the_serial_pass_over_any_chunking(tmp_path: Path) -> None:
     root = _mixed(tmp_path / "data")
     ds = _quiet(root, None, mode="RGB", max_bad_fraction=0.2, verify="none")
-    paths = [str(p) for p, _ in ds.samples]
+    source, records = ds.source, range(30)
     for level in ("full", "header"):
         for decide in (True, False):
             look = decide and level == "full"
-            serial = vf.summarise(vf.check_files(paths, look), level=level, decide=decide)
+            serial = vf.summarise(
+                vf.check_records(source, records, look), level=level, decide=decide
+            )
             for size in (1, 2, 3, 5, 7, 13, 29):
                 chunked = [
-                    s for k in range(0, 30, size) for s in vf.check_files(paths[k : k + size], look)
+                    s
+                    for k in range(0, 30, size)
+                    for s in vf.check_records(source, records[k : k + size], look)
                 ]
                 assert vf.summarise(chunked, level=level, decide=decide) == serial, (level, size)
-    full = vf.summarise(vf.check_files(paths, True), level="full", decide=True)
+    full = vf.summarise(vf.check_records(source, records, True), level="full", decide=True)
     assert [(i, stage) for i, stage, _ in full.skipped] == [
         (6, "verify"),
         (7, "decode"),
@@ -279,7 +279,7 @@ def test_the_pass_in_worker_processes_equals_the_serial_pass(
     parallel = _quiet(root, None, verify_workers=2, **kwargs)  # 2 processes, chunks of 2 files
     assert _outcome(parallel) == _outcome(serial)
     if mode is None and verify == "full":
-        assert [p.name for p, _ in serial.skipped] == ["06.png", "07.jpg", "20.png"]
+        assert [Path(p).name for p, _ in serial.skipped] == ["06.png", "07.jpg", "20.png"]
 
 
 def test_a_large_listing_goes_to_the_pool_by_default(
@@ -449,3 +449,108 @@ def test_only_the_listed_formats_are_opened_and_older_entries_are_verified_again
     with pytest.warns(UnreadableImageWarning):
         again = ImageFolderDataset(root, None, max_bad_fraction=0.6)
     assert not again.verified_cached and len(again) == 2
+
+
+# ---------------------------------------------------------------- every source alike
+
+
+def _as_shards(folder: Path, out: Path) -> Path:
+    """The files of ``folder``'s tree (bad ones included) as one tar shard, in the listing's
+    order, labelled by class folder."""
+    import tarfile
+
+    from vitkit.data.folder import image_files
+
+    out.mkdir(parents=True)
+    classes = sorted(d.name for d in folder.iterdir())
+    with tarfile.open(out / "train-000000.tar", "w") as tar:
+        for k, path in enumerate(image_files(folder)):
+            for name, data in (
+                (f"{k:04d}{path.suffix}", path.read_bytes()),
+                (f"{k:04d}.cls", str(classes.index(path.parent.name)).encode()),
+            ):
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    return out
+
+
+def _as_table(folder: Path, out: Path) -> Path:
+    """The same files as a ``save_to_disk`` dataset of encoded bytes (an Arrow file on disk)."""
+    import datasets
+
+    from vitkit.data.folder import image_files
+
+    classes = sorted(d.name for d in folder.iterdir())
+    files = image_files(folder)
+    table = datasets.Dataset.from_dict(
+        {
+            "image": [p.read_bytes() for p in files],
+            "label": [classes.index(p.parent.name) for p in files],
+        }
+    )
+    table.save_to_disk(str(out))
+    return out
+
+
+@pytest.mark.parametrize("kind", ["folder", "wds", "hf"])
+def test_every_source_is_verified_decided_and_cached_by_the_one_container(
+    tmp_path: Path, kind: str, opens: list[str]
+) -> None:
+    """A folder, its tar shard and its Hugging Face table are read by the one container: the same
+    images skipped (a record's name says where it is), the same channel decision, the pass in
+    worker processes equal to the serial one, the findings cached and read back without opening
+    an image, and a changed source verified again."""
+    pytest.importorskip("datasets")
+    from vitkit.config import DataConfig
+    from vitkit.data.hf import open_hf
+    from vitkit.data.shards import WebDatasetShards
+
+    folder = _mixed(tmp_path / "data")
+    if kind == "folder":
+        read = lambda **kw: _quiet(folder, None, **kw)  # noqa: E731
+        changed = folder / "a/00.png"
+    elif kind == "wds":
+        shards = _as_shards(folder, tmp_path / "shards")
+        read = lambda **kw: _quiet_of(WebDatasetShards, shards, "train", **kw)  # noqa: E731
+        changed = shards / "train-000000.tar"
+    else:
+        table = _as_table(folder, tmp_path / "table")
+        hf = open_hf(DataConfig(dataset=f"hf:{table}"))
+        read = lambda **kw: _quiet_of(hf.dataset, "train", **kw)  # noqa: E731
+        changed = next(table.glob("*.arrow"))
+    options = {"mode": None, "max_bad_fraction": 0.2}
+    serial = read(verify_workers=0, verify_cache=False, **options)
+    parallel = read(verify_workers=2, verify_cache=False, **options)
+    for ds in (serial, parallel):
+        assert (ds.mode, len(ds)) == ("RGB", 27)
+        assert ds.channels_reason.endswith(" is in colour (mode RGB)")
+    assert [name for name, _ in parallel.skipped] == [name for name, _ in serial.skipped]
+    assert parallel.labels.tolist() == serial.labels.tolist()
+    assert len(serial.skipped) == 3  # 06 and 20 fail verify(), 07 fails to decode
+    first = read(**options)
+    assert not first.verified_cached and first.verified_from is not None
+    opens.clear()
+    second = read(**options)
+    assert second.verified_cached and opens == [] and second.skipped == first.skipped
+    assert second.rows.tolist() == first.rows.tolist() and second.mode == first.mode
+    st = changed.stat()
+    os.utime(changed, ns=(st.st_atime_ns, st.st_mtime_ns + 1))  # 1 ns later, same bytes
+    assert not read(**options).verified_cached
+
+
+def _quiet_of(make, *args, **kwargs):  # type: ignore[no-untyped-def]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UnreadableImageWarning)
+        return make(*args, **kwargs)
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+def test_a_fifo_named_like_an_image_is_skipped_not_waited_on(tmp_path: Path) -> None:
+    root = tmp_path / "data"
+    for k in range(3):
+        _save(root / f"a/{k}.png", _grey(k))
+    os.mkfifo(root / "a/pipe.jpg")  # reading it would wait for a writer forever
+    with pytest.warns(UnreadableImageWarning, match=r"pipe\.jpg \(OSError: .* not a regular file"):
+        ds = ImageFolderDataset(root, None, max_bad_fraction=0.5)
+    assert len(ds) == 3

@@ -13,6 +13,8 @@ run directories.
   the new one whole, never half of one; with the mode ``open`` gives (the umask's).
 - ``exclusive``: a ``flock`` processes take in turns (torchrun's ranks downloading or verifying
   once); the kernel releases it when its holder dies.
+- ``read_regular``: a file's bytes, refused (an ``OSError``) unless it is a regular file, and at
+  most a given size: what a dataset names may be a FIFO, a device or ``/dev/zero``.
 - ``DISK_ERRNOS``: the errors that mean the disk failed us, which the command line reports in one
   line naming the file.
 """
@@ -35,6 +37,24 @@ log = logging.getLogger(__name__)
 
 # Errors that mean the disk failed us: no space, quota, file size limit (RLIMIT_FSIZE).
 DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+
+
+class TooLargeError(OSError):
+    """A file holds more bytes than its reader allows."""
+
+
+def read_regular(path: str | os.PathLike, max_bytes: int | None = None) -> bytes:
+    """The bytes of the regular file ``path``; ``OSError`` when it cannot be read, is not a
+    regular file (a directory, a FIFO, a device) or holds more than ``max_bytes`` (``TooLargeError``)."""
+    # O_NONBLOCK: opening a FIFO does not wait for a writer (it is refused below)
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    with open(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{os.fsdecode(path)} is not a regular file")
+        data = f.read() if max_bytes is None else f.read(max_bytes + 1)
+    if max_bytes is not None and len(data) > max_bytes:
+        raise TooLargeError(f"{os.fsdecode(path)} holds more than {max_bytes:,} bytes")
+    return data
 
 
 def home() -> Path:

@@ -11,9 +11,7 @@ Arabic-Indic digits, which ``int`` reads as the same number)."""
 
 from __future__ import annotations
 
-import os
 import re
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import DataError
+from ..files import TooLargeError, read_regular
 
 # Labels are class indices below this: ImageNet-21k's 21,843 classes fit 48 times over.
 MAX_LABEL = 2**20
@@ -99,12 +98,7 @@ class CellReader:
                     f"the cell stores the path {stored!r}, not inside the dataset's folder "
                     f"({self.root or 'it has none'}): read it only with data.image_paths=any"
                 )
-        # OSError: unreadable, as a missing file is; O_NONBLOCK: a FIFO does not wait for a writer
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-        with open(fd, "rb") as f:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise OSError(f"the cell stores the path {stored!r}, which is not a regular file")
-            data = f.read(self.max_bytes + 1)
-        if len(data) > self.max_bytes:
-            raise OSError(f"the cell's file {stored!r} is larger than {self._limit()}")
-        return data
+        try:  # unreadable, as a missing file is
+            return read_regular(path, self.max_bytes)
+        except TooLargeError:
+            raise OSError(f"the cell's file {stored!r} is larger than {self._limit()}") from None

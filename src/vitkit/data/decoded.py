@@ -1,30 +1,103 @@
-"""What every container of images does with the encoded bytes its source hands it: decode them
-upright in the container's mode (``codec``), whole or crop-first, and replace an image that fails
-to decode by the next one that decodes, deterministically, with its own label; the warnings and
-the limit (``max_bad_fraction``) of images skipped or replaced.
+"""The one image container: whatever its source (a folder, tar shards, a Hugging Face table), a
+split's images are read by index as encoded bytes and decoded here.
 
-A container (``ImageFolderDataset``, ``EncodedImages``) says how many images it holds and gives
-image ``index``'s name, label and bytes (``name_of``, ``label_of``, ``encoded``);
-``DecodedImages`` does the rest.
+A source (``source.ImageSource``) numbers its images 0..n-1 (records), gives each one's label,
+name and encoded bytes, and says what state it is in (the verification cache's key).
+``DecodedImages`` does the rest, the same way for every source:
+
+- verification at construction (``verify.verify_source``: every image opened as one of
+  ``codec.FORMATS`` and checked, in parallel for a large split, cached per state of the source):
+  an unreadable image is dropped from the index with a warning naming it and listed in
+  ``skipped``, so indices stay fixed for the life of the dataset (the loader's determinism
+  depends on that); more than ``max_bad_fraction`` of the split unreadable is an error;
+- the channels: given (``mode``), or decided during verification (``mode=None``: 1 when every
+  image is greyscale, else 3; ``verify.grey_kind``);
+- decoding (``codec``): upright (EXIF orientation), whole or with the inception crop drawn
+  before decoding; an image that passes the check but fails to decode (a truncated JPEG: only a
+  full decode sees it) is replaced, deterministically, by the next one that decodes, with its own
+  label and a warning, and counts against ``max_bad_fraction`` too;
+- subsets: a view of some records, sharing the source.
+
+Items are (uint8 (C, H, W), int label); images keep their own size (the loader resizes them).
 """
 
 from __future__ import annotations
 
+import copy
 import warnings
 from collections.abc import Callable, Sequence
-from typing import Any
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
 
+import numpy as np
 import torch
 from torch import Tensor
 
-from ..errors import DataError
+from ..errors import ConfigError, DataError
+from .arrays import as_indices
 from .codec import DECODE_ERRORS, decode, decode_crop
+from .source import ImageSource
+from .verify import LEVELS, Findings, Level, verify_source
 
 _NAMED_BAD = 5  # unreadable files an error names; the rest are counted
+_Images = TypeVar("_Images", bound="DecodedImages")
 
 
 class UnreadableImageWarning(UserWarning):
     """An image file was skipped because PIL cannot read it."""
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """How a container reads its source: the channels (``mode``: 'RGB', 'L', or None to decide
+    them while verifying), how much of every image is checked at construction (``verify``, the
+    config key ``data.verify``), the share of unreadable images tolerated, and the verification
+    pass's processes and cache (``vitkit.data.verify``)."""
+
+    mode: str | None = "RGB"
+    verify: Level = "full"
+    max_bad_fraction: float = 0.01
+    verify_workers: int | None = None  # None: every core this process may use; 0 or 1: serial
+    verify_cache: bool = True
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("RGB", "L", None):
+            raise ConfigError(f"mode={self.mode!r} is not valid: expected 'RGB', 'L' or None")
+        if self.verify not in LEVELS:
+            raise ConfigError(
+                f"verify={self.verify!r} is not valid: expected one of "
+                f"{', '.join(map(repr, LEVELS))} (or True for 'full', False for 'none')"
+            )
+        if self.mode is None and self.verify == "none":
+            raise ConfigError(
+                "mode=None decides the channels while verifying every image: expected "
+                "verify='full' or 'header', or mode='RGB' or 'L' with verify='none'"
+            )
+        if not 0.0 <= self.max_bad_fraction < 1.0:
+            raise ConfigError(
+                f"max_bad_fraction={self.max_bad_fraction!r} is not valid: expected a number in "
+                "[0, 1)"
+            )
+        workers = self.verify_workers
+        if workers is not None and (type(workers) is not int or workers < 0):
+            raise ConfigError(
+                f"verify_workers={workers!r} is not valid: expected None or an integer >= 0"
+            )
+
+    @classmethod
+    def of(
+        cls,
+        *,
+        mode: str | None,
+        verify: bool | str,
+        max_bad_fraction: float,
+        verify_workers: int | None = None,
+        verify_cache: bool = True,
+    ) -> ReadOptions:
+        """The options, with ``verify`` True read as 'full' and False as 'none'."""
+        level = ("full" if verify else "none") if isinstance(verify, bool) else verify
+        return cls(mode, level, max_bad_fraction, verify_workers, verify_cache)  # type: ignore[arg-type]
 
 
 def skip_unreadable(
@@ -54,8 +127,8 @@ def skip_unreadable(
 
 
 def count_decode_failure(
-    failed: set[Any],
-    key: object,
+    failed: set[str],
+    key: str,
     error: Exception | str,
     *,
     total: int,
@@ -85,34 +158,122 @@ def count_decode_failure(
     )
 
 
+def _channels(mode: str) -> str:
+    return "1 channel" if mode == "L" else "3 channels"
+
+
 class DecodedImages:
-    """Images read by index as encoded bytes and decoded; items (uint8 (C, H, W), label).
+    """One split's images from ``source``, verified and decoded as ``options`` say (the module
+    docstring); items (uint8 (C, H, W), label).
 
-    Subclasses set ``mode`` ('RGB' or 'L'), ``max_bad_fraction`` and ``_failed`` (an empty set),
-    and define ``where`` (the split as messages name it), ``__len__``, ``name_of``, ``label_of``
-    and ``encoded``."""
+    ``mode``, ``channels`` and ``channels_reason`` (one line, for the log) hold the channels
+    given or decided; ``skipped`` lists (name, why) of the images verification dropped;
+    ``verified_from`` is the cache entry used (read or written), None without one, and
+    ``verified_cached`` whether it was read rather than computed. ``rows`` maps this dataset's
+    indices to the source's records, so ``subset`` is a view that shares the source."""
 
-    mode: str
-    max_bad_fraction: float
-    _failed: set[str]  # the images that passed the check but failed to decode
+    def __init__(self, source: ImageSource, options: ReadOptions) -> None:
+        labels = torch.as_tensor(np.asarray(source.labels, dtype=np.int64))  # (n,)
+        classes = list(source.classes)
+        if len(labels) == 0:
+            raise DataError(f"{source.where} holds no images")
+        if labels.min() < 0 or labels.max() >= len(classes):
+            raise DataError(
+                f"the labels of {source.where} must lie in [0, {len(classes)}) for its "
+                f"{len(classes)} classes, found values from {int(labels.min())} to "
+                f"{int(labels.max())}"
+            )
+        self.source = source
+        self.classes = classes
+        self.max_bad_fraction = options.max_bad_fraction
+        self.verify = options.verify
+        self.skipped: list[tuple[str, str]] = []
+        self.verified_from: Path | None = None
+        self.verified_cached = False
+        rows = np.arange(len(labels), dtype=np.int64)
+        decided: tuple[str, str] | None = None
+        if options.verify != "none":
+            rows, decided = self._verify(labels, options)
+        if options.mode is not None:
+            decided = options.mode, f"{_channels(options.mode)}: mode={options.mode!r} was given"
+        assert decided is not None  # mode=None without verify is refused by ReadOptions
+        self.mode, self.channels_reason = decided
+        self.channels = 1 if self.mode == "L" else 3
+        self.rows = rows  # this dataset's index -> record
+        self.labels = labels[torch.from_numpy(rows)]  # (len(self),)
+        self._failed: set[str] = set()  # images that passed the check but failed to decode
+
+    def _verify(
+        self, labels: Tensor, options: ReadOptions
+    ) -> tuple[np.ndarray, tuple[str, str] | None]:
+        """Check every image (or read what a pass found from the cache): the readable records
+        and, when the channels are to be decided, (the mode they call for, why); the unreadable
+        ones go to ``skipped``, with a warning each."""
+        decide = options.mode is None
+        found = verify_source(
+            self.source,
+            level=options.verify,
+            decide=decide,
+            workers=options.verify_workers,
+            cache=options.verify_cache,
+        )
+        self.verified_from, self.verified_cached = found.cache, found.hit
+        where = self.source.where
+        self.skipped = [(self.source.name(r), why) for r, _, why in found.skipped]
+        skip_unreadable(self.skipped, len(labels), where, self.max_bad_fraction, stacklevel=4)
+        kept = np.setdiff1d(
+            np.arange(len(labels), dtype=np.int64),
+            np.array([r for r, _, _ in found.skipped], dtype=np.int64),
+        )
+        missing = sorted(
+            {self.classes[k] for k in labels.unique().tolist()}
+            - {self.classes[k] for k in labels[torch.from_numpy(kept)].unique().tolist()}
+        )
+        if missing:
+            raise DataError(f"no readable image left in class(es) {missing} of {where}")
+        return kept, (self._decision(found, len(kept)) if decide else None)
+
+    def _decision(self, found: Findings, kept: int) -> tuple[str, str]:
+        """(the mode a deciding pass calls for, why)."""
+        if found.colour is not None:
+            record, image_mode = found.colour
+            why = f"{self.source.name(record)} is in colour (mode {image_mode})"
+            if found.level == "header":
+                why = (
+                    f"{self.source.name(record)} has mode {image_mode} (verify='header' reads "
+                    "the modes only: a grey image stored in colour counts as colour)"
+                )
+            return "RGB", f"{_channels('RGB')}: {why}"
+        kinds = ", ".join(f"{n:,} in mode {kind}" for kind, n in found.grey.items())
+        why = f"all {kept:,} images in {self.source.where} are greyscale ({kinds})"
+        return "L", f"{_channels('L')}: {why}"
+
+    def __len__(self) -> int:
+        return len(self.rows)
 
     @property
     def where(self) -> str:
-        raise NotImplementedError
-
-    def __len__(self) -> int:
-        raise NotImplementedError
+        return self.source.where
 
     def name_of(self, index: int) -> str:
         """Image ``index`` as messages name it (its path, its shard and key, its row)."""
-        raise NotImplementedError
+        return self.source.name(int(self.rows[index]))
 
     def label_of(self, index: int) -> int:
-        raise NotImplementedError
+        return int(self.labels[index])
 
     def encoded(self, index: int) -> bytes:
         """Image ``index``'s encoded bytes; ``OSError`` when they cannot be read."""
-        raise NotImplementedError
+        return self.source.read(int(self.rows[index]))
+
+    def subset(self: _Images, indices: Tensor | Sequence[int]) -> _Images:
+        """The images at ``indices``, in that order, with the same classes and settings."""
+        idx = as_indices(indices, len(self))
+        out = copy.copy(self)
+        out.rows = self.rows[idx.numpy()]
+        out.labels = self.labels[idx]
+        out._failed = set()
+        return out
 
     def __getitem__(self, index: int) -> tuple[Tensor, int]:
         """Image ``index`` (uint8 (C, H, W), upright, a view of channels-last memory where no

@@ -2,35 +2,24 @@
 ``root/<class>/<image>`` tree.
 
 The layout of ImageNet-style releases and of torchvision's ``ImageFolder``: one folder per class
-(sorted names give the label order), images anywhere below it with a ``.jpg``, ``.jpeg``, ``.png``,
-``.webp`` or ``.bmp`` suffix in any case. Hidden files and folders (``.DS_Store``, macOS ``._x.jpg``
-shadows) are ignored. ``folder_layout`` tells the two layouts apart without opening an image.
+(sorted names give the label order), images anywhere below it with a suffix of ``IMAGE_SUFFIXES``
+in any case (what they may hold is ``codec.FORMATS``, whatever the name). Hidden files and folders
+(``.DS_Store``, macOS ``._x.jpg`` shadows) are ignored; links are followed (a link to an image
+outside the folder is read, as torchvision's ``ImageFolder`` reads it). ``folder_layout`` tells
+the two layouts apart without opening an image.
 
-Unreadable images. We check every file once, at construction (``verify='full'``, the default):
-PIL opens it and runs ``verify()``, which parses the header (and, for PNG, every chunk's CRC)
-without decoding the pixels. That costs one read of each file, about 0.1 ms for a small image:
-seconds for ten thousand images, minutes for ImageNet's 1.28 million. It is done once per state of
-the folder: the findings are cached under ``$VITKIT_HOME/verified/`` and read back while no file
-is added, removed or touched; a large folder is checked by a pool of processes; processes that
-construct the same dataset at once (torchrun ranks) verify it once (``vitkit.data.verify`` says
-how). ``verify='none'`` skips the pass. A bad file is dropped from the index with a warning naming
-it, and listed in ``skipped``, so indices stay fixed for the life of the dataset (the loader's
-determinism depends on that); more than ``max_bad_fraction`` of the split bad is an error.
-``verify()`` cannot see a truncated JPEG (only a full decode can), so an image that still fails
-when it is decoded is replaced, deterministically, by the next image that decodes, with a warning;
-those count against ``max_bad_fraction`` too.
-
-Channels. With ``mode=None`` the same pass decides between 1 channel and 3: 1 when every image is
-greyscale, by its PIL mode or by decoding to R = G = B (see ``ImageFolderDataset``).
-
-Decoding is ``vitkit.data.codec``'s: PIL's pixels of the upright image (EXIF orientation), JPEGs
-faster, and an inception crop decoded at a reduced size when the crop allows it
-(``ImageFolderDataset.inception_crop``).
+A folder is one source (``FolderSource``) of the one image container (``decoded.DecodedImages``),
+which verifies, decides the channels, decodes and replaces as it does for every source. A real
+folder's faults are unreadable images, skipped and named by verification, never a traceback: a
+dangling link, a file without read permission, an empty file, a file that is not regular (a
+FIFO named like an image is not waited on); one that disappears after the listing is replaced
+when it is read. Verifying a large folder is split across processes and cached per state of the
+folder (``vitkit.data.verify``); ``verify_image_folder`` verifies every split of a folder once,
+before the processes of a job join their group.
 """
 
 from __future__ import annotations
 
-import copy
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -38,13 +27,13 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Literal
 
-import torch
-from torch import Tensor
+import numpy as np
 
-from ..errors import ConfigError, DataError, MissingFileError
-from .arrays import as_indices
-from .decoded import DecodedImages, skip_unreadable
-from .verify import LEVELS, Findings, Level, verify_listing
+from ..errors import DataError, MissingFileError
+from ..files import read_regular
+from .decoded import DecodedImages, ReadOptions
+from .source import SourceState
+from .verify import Level, listing_key
 
 # The files listed as images, in any case; what they may hold is codec.FORMATS, whatever the name.
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff")
@@ -205,6 +194,43 @@ def folder_layout(root: str | os.PathLike) -> FolderLayout:
     )
 
 
+class FolderSource:
+    """The image files of one split's class folders, in the listing's order: ``files`` (relative
+    to ``split_dir``) and the label of each."""
+
+    def __init__(self, split_dir: Path, classes: list[str], files: list[str], labels: list[int]):
+        self.split_dir = split_dir
+        self.classes = classes
+        self.files = files
+        self.labels = np.array(labels, dtype=np.int64)  # (n,)
+        self._base = str(split_dir)
+
+    @property
+    def where(self) -> str:
+        return self._base
+
+    def path(self, record: int) -> str:
+        return os.path.join(self._base, self.files[record])  # a string: a million of them add up
+
+    def name(self, record: int) -> str:
+        return self.path(record)
+
+    def read(self, record: int) -> bytes:
+        return read_regular(self.path(record))
+
+    def read_all(self, records: Sequence[int]) -> Iterator[bytes | OSError]:
+        for record in records:
+            try:
+                yield self.read(record)
+            except OSError as e:
+                yield e
+
+    def state(self) -> SourceState:
+        """Keyed by the folder's absolute path and the sha256 of its listing (``listing_key``)."""
+        folder = self.split_dir.resolve()
+        return SourceState(str(folder), folder.name, listing_key(folder, self.files))
+
+
 class ImageFolderDataset(DecodedImages):
     """Images in class folders; items are (uint8 (C, H, W), label).
 
@@ -221,8 +247,7 @@ class ImageFolderDataset(DecodedImages):
     one-channel mode cost nothing more; the others are decoded only until the first colour image,
     so a colour dataset costs one decode, but a grey dataset stored as RGB (or palette) costs one
     full decode of every image, as long as an epoch of loading without the resize (a few ms per
-    ImageNet-sized JPEG); pass ``mode`` to skip it. ``mode``, ``channels`` and ``channels_reason``
-    (one line, for the log) hold the outcome. Images keep their own size; the loader resizes them.
+    ImageNet-sized JPEG); pass ``mode`` to skip it.
 
     ``verify`` is how much of each file is checked at construction (for runs, the config key
     ``data.verify``):
@@ -239,9 +264,10 @@ class ImageFolderDataset(DecodedImages):
     The findings of a pass are cached (``verify_cache=False``: not read, not written) and a pass
     over ``verify.PARALLEL_MIN_FILES`` files or more is split across ``verify_workers`` processes
     (None: every core this process may use; 0 or 1: serial); ``vitkit.data.verify`` says how, and
-    how several processes share one pass. ``verified_from`` is the cache entry used (read or
-    written), None without one; ``verified_cached`` whether it was read rather than computed.
+    how several processes share one pass. The rest is ``DecodedImages``'.
     """
+
+    source: FolderSource
 
     def __init__(
         self,
@@ -254,26 +280,15 @@ class ImageFolderDataset(DecodedImages):
         verify_workers: int | None = None,
         verify_cache: bool = True,
     ) -> None:
-        level = _level(verify)
-        if mode not in ("RGB", "L", None):
-            raise ConfigError(f"mode={mode!r} is not valid: expected 'RGB', 'L' or None")
-        if mode is None and level == "none":
-            raise ConfigError(
-                "mode=None decides the channels while verifying every image: expected "
-                "verify='full' or 'header', or mode='RGB' or 'L' with verify='none'"
-            )
-        if not 0.0 <= max_bad_fraction < 1.0:
-            raise ConfigError(
-                f"max_bad_fraction={max_bad_fraction!r} is not valid: expected a number in [0, 1)"
-            )
-        if verify_workers is not None and (type(verify_workers) is not int or verify_workers < 0):
-            raise ConfigError(
-                f"verify_workers={verify_workers!r} is not valid: expected None or an integer >= 0"
-            )
+        options = ReadOptions.of(
+            mode=mode,
+            verify=verify,
+            max_bad_fraction=max_bad_fraction,
+            verify_workers=verify_workers,
+            verify_cache=verify_cache,
+        )
         self.root = Path(root)
         self.split = split
-        self.max_bad_fraction = max_bad_fraction
-        self.verify = level
         if split is None:
             names = _split_names(self.root)
             if names:
@@ -290,109 +305,29 @@ class ImageFolderDataset(DecodedImages):
                 f"split folder {self.split_dir} not found (expected {self.root}/{split}/<class>/"
                 f"<image>); {self.root} holds {found or 'no folders'}"
             )
-        self.classes = _subfolders(self.split_dir)
-        if not self.classes:
+        classes = _subfolders(self.split_dir)
+        if not classes:
             raise DataError(f"{self.split_dir} holds no class folders, expected <class>/<image>")
         _check_classes(
-            self.split_dir, self.classes, _train_beside(self.split_dir, named=split is not None)
+            self.split_dir, classes, _train_beside(self.split_dir, named=split is not None)
         )
-        samples: list[tuple[Path, int]] = []
-        for label, name in enumerate(self.classes):
-            files = image_files(self.split_dir / name)
-            if not files:
+        files: list[str] = []
+        labels: list[int] = []
+        for label, name in enumerate(classes):
+            found_files = image_files(self.split_dir / name)
+            if not found_files:
                 raise _no_images_error(self.split_dir / name)
-            samples += [(path, label) for path in files]
-        self.skipped: list[tuple[Path, str]] = []  # (file, why) dropped by verification
-        self.verified_from: Path | None = None
-        self.verified_cached = False
-        decided: tuple[str, str] | None = None
-        if level != "none":
-            self.samples, decided = self._verify(
-                samples,
-                level=level,
-                decide=mode is None,
-                workers=verify_workers,
-                cache=verify_cache,
-            )
-        else:
-            self.samples = samples
-        if mode is not None:
-            decided = mode, f"{_channels(mode)}: mode={mode!r} was given"
-        assert decided is not None  # mode=None without verify was refused above
-        self.mode, self.channels_reason = decided
-        self.channels = 1 if self.mode == "L" else 3
-        self.labels = torch.tensor([label for _, label in self.samples], dtype=torch.int64)
-        self._failed: set[str] = set()  # images that passed the check but failed to decode
-
-    def _verify(
-        self,
-        samples: list[tuple[Path, int]],
-        *,
-        level: Level,
-        decide: bool,
-        workers: int | None,
-        cache: bool,
-    ) -> tuple[list[tuple[Path, int]], tuple[str, str] | None]:
-        """Check every file (or read what a pass found from the cache): the readable samples and,
-        if ``decide``, (the mode they call for, why); the unreadable ones go to ``skipped``, with a
-        warning each."""
-        files = [path.relative_to(self.split_dir).as_posix() for path, _ in samples]
-        found = verify_listing(
-            self.split_dir, files, level=level, decide=decide, workers=workers, cache=cache
-        )
-        self.verified_from, self.verified_cached = found.cache, found.hit
-        bad = [(samples[i][0], why) for i, _, why in found.skipped]
-        skip_unreadable(bad, len(samples), self.split_dir, self.max_bad_fraction, stacklevel=3)
-        self.skipped = bad
-        dropped = {i for i, _, _ in found.skipped}
-        kept = [sample for i, sample in enumerate(samples) if i not in dropped]
-        missing = sorted({self.classes[k] for _, k in samples} - {self.classes[k] for _, k in kept})
-        if missing:
-            raise DataError(
-                f"no readable image left in class folder(s) {missing} of {self.split_dir}"
-            )
-        return kept, (self._decision(found, files, len(kept)) if decide else None)
-
-    def _decision(self, found: Findings, files: list[str], kept: int) -> tuple[str, str]:
-        """(the mode a deciding pass calls for, why)."""
-        header = found.level == "header"
-        if found.colour is not None:
-            index, image_mode = found.colour
-            why = f"{files[index]} in {self.split_dir} is in colour (mode {image_mode})"
-            if header:
-                why = (
-                    f"{files[index]} in {self.split_dir} has mode {image_mode} (verify='header' "
-                    "reads the modes only: a grey image stored in colour counts as colour)"
-                )
-            return "RGB", f"{_channels('RGB')}: {why}"
-        kinds = ", ".join(f"{n:,} in mode {kind}" for kind, n in found.grey.items())
-        why = f"all {kept:,} images in {self.split_dir} are greyscale ({kinds})"
-        return "L", f"{_channels('L')}: {why}"
-
-    def __len__(self) -> int:
-        return len(self.samples)
+            files += [path.relative_to(self.split_dir).as_posix() for path in found_files]
+            labels += [label] * len(found_files)
+        super().__init__(FolderSource(self.split_dir, classes, files, labels), options)
 
     @property
-    def where(self) -> str:
-        return str(self.split_dir)
-
-    def name_of(self, index: int) -> str:
-        return str(self.samples[index][0])
-
-    def label_of(self, index: int) -> int:
-        return self.samples[index][1]
-
-    def encoded(self, index: int) -> bytes:
-        return self.samples[index][0].read_bytes()
-
-    def subset(self, indices: Tensor | Sequence[int]) -> ImageFolderDataset:
-        """The images at ``indices``, in that order, with the same classes and settings."""
-        idx = as_indices(indices, len(self)).tolist()
-        out = copy.copy(self)
-        out.samples = [self.samples[i] for i in idx]
-        out.labels = self.labels[idx]
-        out._failed = set()
-        return out
+    def samples(self) -> list[tuple[Path, int]]:
+        """(file, label) of every image, in this dataset's order."""
+        return [
+            (Path(self.source.path(r)), int(k))
+            for r, k in zip(self.rows.tolist(), self.labels.tolist(), strict=True)
+        ]
 
 
 def verify_image_folder(
@@ -431,19 +366,3 @@ def verify_image_folder(
         if split != first:
             datasets[split] = read(split, datasets[first].mode)
     return datasets
-
-
-def _channels(mode: str) -> str:
-    return "1 channel" if mode == "L" else "3 channels"
-
-
-def _level(verify: object) -> Level:
-    """``verify`` as a level: True is 'full', False is 'none' (their meaning before levels)."""
-    if verify is True or verify is False:
-        return "full" if verify else "none"
-    if verify not in LEVELS:
-        raise ConfigError(
-            f"verify={verify!r} is not valid: expected one of {', '.join(map(repr, LEVELS))} "
-            "(or True for 'full', False for 'none')"
-        )
-    return verify

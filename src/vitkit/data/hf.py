@@ -21,13 +21,15 @@ Columns: ``data.image_column`` (default ``image``: an ``Image`` feature, stored 
 a path, or raw encoded bytes) and ``data.label_column`` (default ``label``). Class names: the
 label column's ``ClassLabel`` names when it is one; integers otherwise, named by their numbers
 ("0" to the largest label of any split); strings are class names themselves, sorted (as a
-folder's class folders are). Images are decoded by PIL, as a folder's are (encoded.py), never by
-``datasets``.
+folder's class folders are). A split with random access is a source of the one image container
+(``RowSource``, ``decoded.DecodedImages``): verified, decoded and replaced as a folder's images
+are, never decoded by ``datasets``.
 """
 
 from __future__ import annotations
 
 import glob
+import hashlib
 import os
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
@@ -40,7 +42,9 @@ import numpy as np
 from ..config import DataConfig, hf_is_local
 from ..errors import ConfigError, DataError, MissingExtraError, MissingFileError, VitkitError
 from .cells import CellReader, check_labels
-from .encoded import EncodedImages
+from .decoded import DecodedImages, ReadOptions
+from .source import SourceState
+from .verify import Level
 
 # The dataset's split names that are vitkit's train, val and test.
 HF_SPLITS = {
@@ -94,9 +98,17 @@ class HFSource:
         return tuple(s for s in ("train", "val", "test") if s in self.tables)
 
     def dataset(
-        self, split: str, *, mode: str | None, verify: bool = True, max_bad_fraction: float = 0.01
+        self,
+        split: str,
+        *,
+        mode: str | None,
+        verify: bool | Level = True,
+        max_bad_fraction: float = 0.01,
+        verify_workers: int | None = None,
+        verify_cache: bool = True,
     ) -> Any:
-        """Split ``split`` as a dataset: ``HFImages`` (random access), or ``ParquetStream``."""
+        """Split ``split`` as a dataset: ``HFImages`` (random access; the options are
+        ``ImageFolderDataset``'s), or ``ParquetStream``."""
         if split not in self.tables:
             raise DataError(f"{self.spec} has no {split} split: it has {', '.join(self.splits)}")
         name = f"{self.spec} {split} split"
@@ -114,6 +126,13 @@ class HFSource:
                 mode=mode or "RGB",  # a stream is not read ahead to decide (stream.py)
                 max_bad_fraction=max_bad_fraction,
             )
+        options = ReadOptions.of(
+            mode=mode,
+            verify=verify,
+            max_bad_fraction=max_bad_fraction,
+            verify_workers=verify_workers,
+            verify_cache=verify_cache,
+        )
         return HFImages(
             self.tables[split],
             self.labels[split],
@@ -121,9 +140,7 @@ class HFSource:
             classes=self.classes,
             image_column=self.image_column,
             cells=self.cells,
-            mode=mode,
-            verify=verify,
-            max_bad_fraction=max_bad_fraction,
+            options=options,
         )
 
 
@@ -357,12 +374,69 @@ def _classes(
     )
 
 
-class HFImages(EncodedImages):
+class RowSource:
+    """The rows of one split of a Hugging Face dataset: ``table`` (a ``datasets.Dataset``, its
+    image column not decoded by ``datasets``) and the class index of every row."""
+
+    def __init__(
+        self,
+        table: Any,
+        labels: np.ndarray,
+        *,
+        where: str,
+        classes: list[str],
+        image_column: str,
+        cells: CellReader,
+    ) -> None:
+        self.where = where
+        self.classes = classes
+        self.labels = labels
+        self._column = image_column
+        self._cells = cells
+        self._table = table.select_columns([image_column])
+
+    def name(self, record: int) -> str:
+        return f"{self.where} row {record}"
+
+    def read(self, record: int) -> bytes:
+        return self._cells(self._table[record][self._column], self.name(record))
+
+    def read_all(self, records: Sequence[int]) -> Iterator[bytes | OSError]:
+        for start in range(0, len(records), _READ_ROWS):
+            chunk = list(records[start : start + _READ_ROWS])
+            cells = self._table[chunk][self._column]
+            for record, cell in zip(chunk, cells, strict=True):
+                try:
+                    yield self._cells(cell, self.name(record))
+                except OSError as e:  # a path that cannot be read: an unreadable image
+                    yield e
+
+    def state(self) -> SourceState | None:
+        """Keyed by the table's fingerprint, its Arrow files' sizes and modification times and
+        what a cell may read (``CellReader``'s settings); None for a table held in memory (nothing on disk says its state). Images stored as paths
+        to files are keyed by the rows that name them, not by those files."""
+        files = [str(f["filename"]) for f in self._table.cache_files]
+        if not files:
+            return None
+        cells = self._cells  # what a cell may read decides what is readable
+        h = hashlib.sha256(
+            f"{self._table._fingerprint}\0{cells.root}\0{cells.any_path}\0{cells.max_bytes}".encode()
+        )
+        for file in files:
+            st = os.stat(file)
+            h.update(f"\0{file}\0{st.st_size}\0{st.st_mtime_ns}".encode())
+        identity = "\n".join([self.where, *files])
+        return SourceState(identity, self.where.replace("hf:", "hf-"), h.hexdigest())
+
+
+class HFImages(DecodedImages):
     """One split of a Hugging Face dataset, by index: items (uint8 (C, H, W), label).
 
     ``table`` is the ``datasets.Dataset`` (its image column not decoded by ``datasets``);
-    ``labels`` the class index of every row. ``mode``, ``verify`` and ``max_bad_fraction`` are
-    ``ImageFolderDataset``'s (encoded.py)."""
+    ``labels`` the class index of every row. ``options`` are ``ImageFolderDataset``'s: the
+    container is the same (``decoded.DecodedImages``), verification parallel and cached alike."""
+
+    source: RowSource
 
     def __init__(
         self,
@@ -373,29 +447,9 @@ class HFImages(EncodedImages):
         classes: list[str],
         image_column: str,
         cells: CellReader,
-        mode: str | None = "RGB",
-        verify: bool = True,
-        max_bad_fraction: float = 0.01,
+        options: ReadOptions,
     ) -> None:
-        self.name = name
-        self.classes = classes
-        self._column = image_column
-        self._cells = cells
-        self._table = table.select_columns([image_column])
-        self._index(labels, mode=mode, verify=verify, max_bad_fraction=max_bad_fraction)
-
-    def read(self, record: int) -> bytes:
-        return self._cells(self._table[record][self._column], self.describe(record))
-
-    def read_all(self, records: Sequence[int]) -> Iterator[bytes | OSError]:
-        for start in range(0, len(records), _READ_ROWS):
-            chunk = list(records[start : start + _READ_ROWS])
-            cells = self._table[chunk][self._column]
-            for record, cell in zip(chunk, cells, strict=True):
-                try:
-                    yield self._cells(cell, self.describe(record))
-                except OSError as e:  # a path that cannot be read: an unreadable image
-                    yield e
-
-    def describe(self, record: int) -> str:
-        return f"{self.name} row {record}"
+        source = RowSource(
+            table, labels, where=name, classes=classes, image_column=image_column, cells=cells
+        )
+        super().__init__(source, options)

@@ -38,6 +38,7 @@ bytes of each ``.cls``).
 from __future__ import annotations
 
 import functools
+import hashlib
 import io
 import json
 import os
@@ -53,8 +54,10 @@ import numpy as np
 from ..errors import ConfigError, DataError, MissingFileError
 from ..files import atomic_write
 from .cells import label_from_text
-from .encoded import EncodedImages
+from .decoded import DecodedImages, ReadOptions
 from .folder import IMAGE_SUFFIXES, SPLITS, ImageFolderDataset, folder_layout
+from .source import SourceState
+from .verify import Level
 
 # The words of a shard's name that make it a split's, and the split.
 SPLIT_WORDS = {"train": "train", "val": "val", "validation": "val", "test": "test"}
@@ -229,13 +232,72 @@ def read_classes(root: Path) -> list[str] | None:
     return None
 
 
-class WebDatasetShards(EncodedImages):
+class ShardSource:
+    """The samples of one split's tar shards, in shard and member order (``index_shard``)."""
+
+    def __init__(self, shards: Sequence[Path], where: str, classes: list[str]) -> None:
+        indices = [index_shard(s) for s in shards]
+        self.shards = tuple(shards)
+        self.where = where
+        self.classes = classes
+        self.labels = np.concatenate([ix.labels for ix in indices])  # (n,)
+        counts = np.array([len(ix.keys) for ix in indices], dtype=np.int64)
+        self._shard_of = np.repeat(np.arange(len(indices)), counts)  # record -> shard
+        self._offsets = np.concatenate([ix.offsets for ix in indices])
+        self._sizes = np.concatenate([ix.sizes for ix in indices])
+        self._keys = [k for ix in indices for k in ix.keys]
+
+    def name(self, record: int) -> str:
+        return f"{self.shards[self._shard_of[record]]}:{self._keys[record]}"
+
+    def read(self, record: int) -> bytes:
+        with open(self.shards[self._shard_of[record]], "rb") as f:
+            f.seek(self._offsets[record])
+            return f.read(self._sizes[record])
+
+    def read_all(self, records: Sequence[int]) -> Iterator[bytes | OSError]:
+        """One open file per run of records of the same shard (verification reads in order)."""
+        f: io.BufferedReader | None = None
+        shard = -1
+        try:
+            for record in records:
+                try:
+                    if self._shard_of[record] != shard:
+                        if f is not None:
+                            f.close()
+                            f = None
+                        shard = int(self._shard_of[record])
+                        f = open(self.shards[shard], "rb")  # noqa: SIM115  # closed below
+                    assert f is not None
+                    f.seek(self._offsets[record])
+                    yield f.read(self._sizes[record])
+                except OSError as e:
+                    yield e
+        finally:
+            if f is not None:
+                f.close()
+
+    def state(self) -> SourceState:
+        """Keyed by the shards' absolute paths, sizes and modification times."""
+        h = hashlib.sha256()
+        for shard in self.shards:
+            st = shard.stat()
+            h.update(os.fsencode(shard.resolve()) + f"\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+        first = self.shards[0].resolve()
+        identity = "\n".join(str(shard.resolve()) for shard in self.shards)
+        return SourceState(identity, f"{first.parent.name}-{first.stem}-shards", h.hexdigest())
+
+
+class WebDatasetShards(DecodedImages):
     """The samples of one split's tar shards, by index: items (uint8 (C, H, W), label).
 
     ``WebDatasetShards(root, "train")`` reads ``shard_layout(root).splits["train"]``; the class
     names are ``read_classes(root)``'s, else the label numbers (up to the largest label of any
-    split, so that every split agrees). ``mode``, ``verify`` and ``max_bad_fraction`` are
-    ``ImageFolderDataset``'s (encoded.py)."""
+    split, so that every split agrees). ``mode``, ``verify``, ``max_bad_fraction``,
+    ``verify_workers`` and ``verify_cache`` are ``ImageFolderDataset``'s: the container is the
+    same (``decoded.DecodedImages``), verification parallel and cached alike."""
+
+    source: ShardSource
 
     def __init__(
         self,
@@ -243,9 +305,18 @@ class WebDatasetShards(EncodedImages):
         split: str = "train",
         *,
         mode: str | None = "RGB",
-        verify: bool = True,
+        verify: bool | Level = "full",
         max_bad_fraction: float = 0.01,
+        verify_workers: int | None = None,
+        verify_cache: bool = True,
     ) -> None:
+        options = ReadOptions.of(
+            mode=mode,
+            verify=verify,
+            max_bad_fraction=max_bad_fraction,
+            verify_workers=verify_workers,
+            verify_cache=verify_cache,
+        )
         layout = shard_layout(root)
         if split not in layout.splits:
             raise DataError(
@@ -255,9 +326,7 @@ class WebDatasetShards(EncodedImages):
         self.root = layout.root
         self.split = split
         self.shards = layout.splits[split]
-        self.name = f"{self.root} {split} shards"
         indices = [index_shard(s) for s in self.shards]
-        labels = np.concatenate([ix.labels for ix in indices])
         classes = read_classes(self.root)
         if classes is None:
             every = [
@@ -272,39 +341,8 @@ class WebDatasetShards(EncodedImages):
                     f"the classes file of {self.root} names {len(classes)}: expected labels from "
                     f"0 to {len(classes) - 1}"
                 )
-        self.classes = classes
-        counts = np.array([len(ix.keys) for ix in indices], dtype=np.int64)
-        self._shard_of = np.repeat(np.arange(len(indices)), counts)  # record -> shard
-        self._offsets = np.concatenate([ix.offsets for ix in indices])
-        self._sizes = np.concatenate([ix.sizes for ix in indices])
-        self._keys = [k for ix in indices for k in ix.keys]
-        self._index(labels, mode=mode, verify=verify, max_bad_fraction=max_bad_fraction)
-
-    def read(self, record: int) -> bytes:
-        with open(self.shards[self._shard_of[record]], "rb") as f:
-            f.seek(self._offsets[record])
-            return f.read(self._sizes[record])
-
-    def read_all(self, records: Sequence[int]) -> Iterator[bytes | OSError]:
-        """One open file per run of records of the same shard (verification reads in order)."""
-        f: io.BufferedReader | None = None
-        shard = -1
-        try:
-            for record in records:
-                if self._shard_of[record] != shard:
-                    if f is not None:
-                        f.close()
-                    shard = int(self._shard_of[record])
-                    f = open(self.shards[shard], "rb")  # noqa: SIM115  # closed below
-                assert f is not None
-                f.seek(self._offsets[record])
-                yield f.read(self._sizes[record])
-        finally:
-            if f is not None:
-                f.close()
-
-    def describe(self, record: int) -> str:
-        return f"{self.shards[self._shard_of[record]]}:{self._keys[record]}"
+        where = f"{self.root} {split} shards"
+        super().__init__(ShardSource(self.shards, where, classes), options)
 
 
 # ------------------------------------------------------------------------------------ writing
@@ -395,7 +433,7 @@ def pack_folder(
     skipped: list[tuple[str, str]] = []
     for split, split_dir in sources.items():
         images = ImageFolderDataset(layout.root, split_dir, max_bad_fraction=max_bad_fraction)
-        skipped += [(str(path), why) for path, why in images.skipped]
+        skipped += images.skipped
         order = np.random.default_rng(seed).permutation(len(images.samples))
         for i, start in enumerate(range(0, len(order), shard_size)):
             part = [images.samples[k] for k in order[start : start + shard_size].tolist()]

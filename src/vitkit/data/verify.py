@@ -1,47 +1,51 @@
-"""Checking the images of a folder once: the pass, split across processes, and its cache.
+"""Checking a source's images once: the pass, split across processes, and its cache.
 
-What a pass does (``ImageFolderDataset`` decides what to make of it). ``level='full'``: PIL opens
-every file and runs ``verify()`` (the header and, for PNG, every chunk's CRC); when the channels
-are to be decided, the pixels are decoded too, file after file, until the first colour image
-(``grey_kind``). ``level='header'``: the same ``verify()``, and channels decided from the PIL modes
-alone (nothing decoded). ``level='none'`` is no pass at all: the listing is the dataset and a file
-that fails to decode is replaced when it is read (``ImageFolderDataset.__getitem__``).
+What a pass does (``decoded.DecodedImages`` decides what to make of it). ``level='full'``: PIL
+opens every image (as one of ``codec.FORMATS``) and runs ``verify()`` (the header and, for PNG,
+every chunk's CRC); when the channels are to be decided, the pixels are decoded too, image after
+image, until the first colour one (``grey_kind``). ``level='header'``: the same ``verify()``, and
+channels decided from the PIL modes alone (nothing decoded). ``level='none'`` is no pass at all:
+the listing is the dataset and an image that fails to decode is replaced when it is read.
 
-In parallel. A listing of ``PARALLEL_MIN_FILES`` files or more is cut into contiguous chunks that a
-pool of worker processes checks (``workers``: all the cores this process may use, by default).
-Each chunk reports, file by file, what it saw (``Seen``); decoding for the channel decision stops
-at a chunk's first colour image, as the serial pass stops at the folder's first. ``summarise``
-then replays the serial pass over the reports in the listing's order: a file before the folder's
-first colour image was decoded in its own chunk too (its chunk had no colour image before it), so
-the replay sees exactly what a serial pass sees, and the kept files, the skipped ones and the
-decision are the same, index for index (the loader's determinism needs the indices). A decode
-failure after the first colour image, seen only by a later chunk, is ignored, as the serial pass
-never sees it.
+In parallel. A source of ``PARALLEL_MIN_FILES`` images or more is cut into contiguous chunks of
+records that a pool of worker processes checks (``workers``: all the cores this process may use,
+by default), each reading its records from the source. Each chunk reports, image by image, what
+it saw (``Seen``); decoding for the channel decision stops at a chunk's first colour image, as the
+serial pass stops at the source's first. ``summarise`` then replays the serial pass over the
+reports in the records' order: an image before the source's first colour image was decoded in its
+own chunk too (its chunk had no colour image before it), so the replay sees exactly what a serial
+pass sees, and the kept images, the skipped ones and the decision are the same, index for index
+(the loader's determinism needs the indices). A decode failure after the first colour image,
+seen only by a later chunk, is ignored, as the serial pass never sees it.
 
 Processes (a ``ProcessPoolExecutor``) are forked on Linux: a forked worker starts at once with PIL,
-numpy and the file list already in memory, where a spawned one imports torch again (about 3 s here,
+numpy and the source already in memory, where a spawned one imports torch again (about 3 s here,
 and a few hundred MB each) and re-runs the caller's ``__main__`` (a script without an ``if __name__
 == "__main__"`` guard would start over, or raise). The usual hazard of forking a threaded process
 (a lock held by another thread: an OpenMP pool, CUDA) does not reach the workers: they run PIL and
 numpy only, never torch, and torch's own DataLoader forks its workers the same way. Elsewhere
-(macOS, whose system libraries are not fork-safe, and Windows) processes are spawned. A daemonic
-process (a DataLoader worker) cannot have children: there the pass is serial.
+(macOS, whose system libraries are not fork-safe, and Windows) processes are spawned, the source
+handed to each once. A daemonic process (a DataLoader worker) cannot have children: there the
+pass is serial.
 
-The cache. After a pass, its findings are written to ``home()/verified/<folder name>-<hash of its
-absolute path>-<level>.json`` (``home()`` is ``$VITKIT_HOME``, see ``vitkit.files``): one
-file per folder and level, replaced when the folder changes, written atomically, read as JSON
-(nothing in it is executed). It holds the skipped files with the stage that dropped them and why,
-the first colour image, the greyscale counts, and the key: the folder's absolute path, the
-number of image files, and the sha256 of the listing, over every file's (path relative to the
-folder, size in bytes, modification time in ns) in the listing's order, with the level, Pillow's
-version (what ``verify()`` accepts can change with it) and the format's version. A later pass
-with the same key reads the entry instead of opening any image; adding, removing, renaming,
-rewriting or touching a file changes the key. (A file rewritten with the same size within the
-file system's timestamp resolution would not: on ext4, xfs and btrfs that is 1 ns.) The kept
-files are not written out: they are the listing, which the key pins, less the skipped ones. An
-entry made while deciding the channels also serves a pass that does not decide them (its skipped
-files that only the decoding found are left out then); the other way round is a miss. Computing
-the key costs one ``stat`` per file, not an open.
+The cache. After a pass, its findings are written to ``home()/verified/<name>-<hash of the
+source's identity>-<level>.json`` (``home()`` is ``$VITKIT_HOME``, see ``vitkit.files``; the
+name and identity are the source's ``SourceState``: a folder's absolute path, the shards of a
+split, a Hugging Face dataset's split): one file per source and level, replaced when the source
+changes, written atomically, read as JSON (nothing in it is executed). It holds the skipped
+records with the stage that dropped them and why, the first colour image, the greyscale counts,
+and the key: the identity, the number of records and the digest of the source's state, with the
+level, Pillow's version (what ``verify()`` accepts can change with it) and the format's version.
+A later pass with the same key reads the entry instead of opening any image. A folder's digest
+is the sha256 of its listing, over every file's (path relative to the folder, size in bytes,
+modification time in ns) in the listing's order (``listing_key``): adding, removing, renaming,
+rewriting or touching a file changes it (a file rewritten with the same size within the file
+system's timestamp resolution would not: on ext4, xfs and btrfs that is 1 ns); it costs one
+``stat`` per file, not an open. Shards are keyed by every shard's size and modification time, a
+Hugging Face dataset by its fingerprint and its Arrow files'. The kept records are not written
+out: they are the records, which the key pins, less the skipped ones. An entry made while
+deciding the channels also serves a pass that does not decide them (its skipped images that only
+the decoding found are left out then); the other way round is a miss.
 
 Across processes (torchrun ranks, several jobs on one machine). The pass runs under an exclusive
 ``flock`` on ``<entry>.lock``: the first process to ask verifies and writes the entry; the others
@@ -61,6 +65,7 @@ import json
 import logging
 import multiprocessing
 import os
+import re
 import sys
 from collections import Counter
 from collections.abc import Sequence
@@ -74,6 +79,7 @@ from PIL import ImageMode
 
 from ..files import atomic_write, exclusive, home
 from .codec import DECODE_ERRORS, open_image, rgb_array
+from .source import ImageSource, SourceState
 
 log = logging.getLogger(__name__)
 
@@ -81,8 +87,8 @@ Level = Literal["full", "header", "none"]
 LEVELS: tuple[Level, ...] = ("full", "header", "none")
 PARALLEL_MIN_FILES = 2000  # below this a pool costs more than it saves
 _CHUNKS_PER_WORKER = 8  # small enough chunks that a slow one does not hold the pool up
-_FORMAT = 2  # of the cache entries: a change of what they hold or mean increments it (2: only
-# codec.FORMATS are opened)
+_FORMAT = 3  # of the cache entries: a change of what they hold or mean increments it (2: only
+# codec.FORMATS are opened; 3: any source, findings by record)
 
 
 class Seen(NamedTuple):
@@ -130,14 +136,17 @@ def grey_kind(source: bytes | str | Path, mode: str) -> str | None:
     return f"{mode} with R = G = B" if grey else None
 
 
-def check_files(paths: Sequence[str], look: bool) -> list[Seen]:
-    """Check ``paths`` in order: ``verify()`` each and, if ``look``, decode each until the first
-    colour image to tell grey from colour. Runs in the pool's workers (PIL and numpy only)."""
+def check_records(source: ImageSource, records: Sequence[int], look: bool) -> list[Seen]:
+    """Check ``records`` of ``source`` in order: ``verify()`` each and, if ``look``, decode each
+    until the first colour image to tell grey from colour. Runs in the pool's workers too (PIL
+    and numpy only)."""
     seen: list[Seen] = []
     colour = False
-    for path in paths:
+    for data in source.read_all(records):
         try:
-            mode = verified_mode(path)
+            if isinstance(data, OSError):
+                raise data
+            mode = verified_mode(data)
         except DECODE_ERRORS as e:
             seen.append(Seen(failed=_why(e)))
             continue
@@ -145,7 +154,7 @@ def check_files(paths: Sequence[str], look: bool) -> list[Seen]:
             seen.append(Seen(mode=mode))
             continue
         try:
-            kind = grey_kind(path, mode)
+            kind = grey_kind(data, mode)
         except DECODE_ERRORS as e:
             seen.append(Seen(mode=mode, looked=True, decode_failed=_why(e)))
             continue
@@ -154,14 +163,27 @@ def check_files(paths: Sequence[str], look: bool) -> list[Seen]:
     return seen
 
 
+_SOURCE: ImageSource | None = None  # a pool worker's source, set once when it starts
+
+
+def _set_source(source: ImageSource) -> None:
+    global _SOURCE
+    _SOURCE = source
+
+
+def _check_chunk(records: Sequence[int], look: bool) -> list[Seen]:
+    assert _SOURCE is not None, "the pool's initializer sets the source"
+    return check_records(_SOURCE, records, look)
+
+
 @dataclass
 class Findings:
-    """What a pass over a folder's listing found, by index into the listing."""
+    """What a pass over a source found, by record."""
 
     level: Level
     decided: bool  # whether grey and colour were looked for (the channels are to be decided)
-    skipped: list[tuple[int, str, str]] = field(default_factory=list)  # (index, stage, why)
-    colour: tuple[int, str] | None = None  # the first colour image: (index, PIL mode)
+    skipped: list[tuple[int, str, str]] = field(default_factory=list)  # (record, stage, why)
+    colour: tuple[int, str] | None = None  # the first colour image: (record, PIL mode)
     grey: dict[str, int] = field(default_factory=dict)  # how many are grey, by kind
     cache: Path | None = None  # the entry it was read from, or written to
     hit: bool = False  # whether it was read from the cache
@@ -174,7 +196,7 @@ class Findings:
 
 
 def summarise(seen: Sequence[Seen], *, level: Level, decide: bool) -> Findings:
-    """Replay the serial pass over per-file reports in the listing's order (module docstring)."""
+    """Replay the serial pass over per-image reports in the records' order (module docstring)."""
     found = Findings(level, decide)
     grey: Counter[str] = Counter()
     for i, s in enumerate(seen):
@@ -189,8 +211,8 @@ def summarise(seen: Sequence[Seen], *, level: Level, decide: bool) -> Findings:
             else:
                 found.colour = (i, s.mode)
             continue
-        # Every file before the folder's first colour image was decoded, in whatever chunk.
-        assert s.looked, f"file {i} was not decoded before the first colour image"
+        # Every image before the source's first colour image was decoded, in whatever chunk.
+        assert s.looked, f"record {i} was not decoded before the first colour image"
         if s.decode_failed:
             found.skipped.append((i, "decode", s.decode_failed))
         elif s.grey:
@@ -207,35 +229,49 @@ def default_workers() -> int:
 
 
 def run_pass(
-    paths: Sequence[str], *, level: Level, decide: bool, workers: int | None = None
+    source: ImageSource, *, level: Level, decide: bool, workers: int | None = None
 ) -> Findings:
-    """Check every file of ``paths`` (absolute, in the listing's order), serially or split across
-    ``workers`` processes (None: ``default_workers()`` when there are ``PARALLEL_MIN_FILES`` or
-    more; 0 or 1: serially); the findings are the serial pass's either way."""
+    """Check every record of ``source``, serially or split across ``workers`` processes (None:
+    ``default_workers()`` when there are ``PARALLEL_MIN_FILES`` or more; 0 or 1: serially); the
+    findings are the serial pass's either way."""
     assert level != "none"
     look = decide and level == "full"
-    n = default_workers() if workers is None and len(paths) >= PARALLEL_MIN_FILES else workers or 1
-    n = min(n, len(paths))
+    records = range(len(source.labels))
+    n = (
+        default_workers()
+        if workers is None and len(records) >= PARALLEL_MIN_FILES
+        else workers or 1
+    )
+    n = min(n, len(records))
     if n <= 1 or multiprocessing.current_process().daemon:
-        return summarise(check_files(paths, look), level=level, decide=decide)
-    size = -(-len(paths) // (n * _CHUNKS_PER_WORKER))  # ceil
-    chunks = [paths[k : k + size] for k in range(0, len(paths), size)]
+        return summarise(check_records(source, records, look), level=level, decide=decide)
+    size = -(-len(records) // (n * _CHUNKS_PER_WORKER))  # ceil
+    chunks = [records[k : k + size] for k in range(0, len(records), size)]
     method = "fork" if sys.platform.startswith("linux") else "spawn"
-    log.info("verifying %d files with %d %s processes", len(paths), n, method)
+    log.info(
+        "verifying %d images of %s with %d %s processes", len(records), source.where, n, method
+    )
     # An executor, not multiprocessing.Pool: a worker killed by the OS (out of memory, a crash in
-    # a decoder) is an error here, where a Pool waits forever for its lost chunk.
-    with ProcessPoolExecutor(n, mp_context=multiprocessing.get_context(method)) as pool:
-        parts = list(pool.map(check_files, chunks, [look] * len(chunks)))  # in the listing's order
+    # a decoder) is an error here, where a Pool waits forever for its lost chunk. The source is
+    # handed to each worker once (forked: inherited), not with every chunk.
+    with ProcessPoolExecutor(
+        n,
+        mp_context=multiprocessing.get_context(method),
+        initializer=_set_source,
+        initargs=(source,),
+    ) as pool:
+        parts = list(pool.map(_check_chunk, chunks, [look] * len(chunks)))  # in records' order
     return summarise([s for part in parts for s in part], level=level, decide=decide)
 
 
 # ---------------------------------------------------------------------------------- the cache
 
 
-def cache_path(folder: Path, level: Level) -> Path:
-    """Where the findings of ``folder`` (absolute) at ``level`` are kept."""
-    digest = hashlib.sha256(os.fsencode(folder)).hexdigest()[:16]  # any bytes a name holds
-    return home() / "verified" / f"{folder.name or 'root'}-{digest}-{level}.json"
+def cache_path(state: SourceState, level: Level) -> Path:
+    """Where the findings of the source in ``state`` at ``level`` are kept."""
+    digest = hashlib.sha256(state.identity.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+    name = re.sub(r"[^\w.-]+", "_", state.name)[:64] or "images"  # any bytes a name holds
+    return home() / "verified" / f"{name}-{digest}-{level}.json"
 
 
 def listing_key(folder: Path, files: Sequence[str]) -> str:
@@ -254,35 +290,40 @@ def listing_key(folder: Path, files: Sequence[str]) -> str:
     return h.hexdigest()
 
 
-def _key(folder: Path, files: Sequence[str], level: Level) -> dict[str, Any]:
+def _key(state: SourceState, records: int, level: Level) -> dict[str, Any]:
     return {
         "format": _FORMAT,
-        "folder": str(folder),
+        "source": state.identity,
         "level": level,
         "pillow": PIL.__version__,
-        "files": len(files),
-        "listing_sha256": listing_key(folder, files),
+        "records": records,
+        "digest": state.digest,
     }
 
 
-def _to_json(findings: Findings, key: dict[str, Any], files: Sequence[str]) -> dict[str, Any]:
-    colour = findings.colour
+def _to_json(findings: Findings, key: dict[str, Any]) -> dict[str, Any]:
     return {
         **key,
         "decided": findings.decided,
-        "skipped": [[files[i], stage, why] for i, stage, why in findings.skipped],
-        "colour": None if colour is None else [files[colour[0]], colour[1]],
+        "skipped": [list(skipped) for skipped in findings.skipped],
+        "colour": None if findings.colour is None else list(findings.colour),
         "grey": findings.grey,
     }
 
 
-def _from_json(entry: Any, key: dict[str, Any], files: Sequence[str], level: Level) -> Findings:
+def _from_json(entry: Any, key: dict[str, Any], level: Level) -> Findings:
     """The findings an entry holds; raises ``ValueError`` (or ``KeyError``, ``TypeError``) for an
     entry that is malformed or not of this key."""
     if not isinstance(entry, dict) or any(entry.get(k) != v for k, v in key.items()):
         raise ValueError("another key")
-    index = {rel: i for i, rel in enumerate(files)}
-    skipped = [(index[str(rel)], str(stage), str(why)) for rel, stage, why in entry["skipped"]]
+    records = key["records"]
+
+    def record(value: Any) -> int:
+        if type(value) is not int or not 0 <= value < records:
+            raise ValueError("not a record")
+        return value
+
+    skipped = [(record(r), str(stage), str(why)) for r, stage, why in entry["skipped"]]
     if any(stage not in ("verify", "decode") for _, stage, _ in skipped):
         raise ValueError("unknown stage")
     colour = entry["colour"]
@@ -293,12 +334,12 @@ def _from_json(entry: Any, key: dict[str, Any], files: Sequence[str], level: Lev
         level,
         entry["decided"],
         skipped,
-        None if colour is None else (index[str(colour[0])], str(colour[1])),
+        None if colour is None else (record(colour[0]), str(colour[1])),
         {str(k): int(v) for k, v in grey.items()},
     )
 
 
-def _read(path: Path, key: dict[str, Any], files: Sequence[str], level: Level) -> Findings | None:
+def _read(path: Path, key: dict[str, Any], level: Level) -> Findings | None:
     try:
         with open(path, encoding="utf-8") as f:
             entry = json.load(f)
@@ -308,33 +349,30 @@ def _read(path: Path, key: dict[str, Any], files: Sequence[str], level: Level) -
         log.warning("ignoring the unreadable verification cache %s (%s)", path, e)
         return None
     try:
-        return _from_json(entry, key, files, level)
+        return _from_json(entry, key, level)
     except (ValueError, KeyError, TypeError, IndexError):
-        return None  # another folder state, or malformed: verified again and replaced
+        return None  # another state of the source, or malformed: verified again and replaced
 
 
-def verify_listing(
-    folder: Path,
-    files: Sequence[str],
+def verify_source(
+    source: ImageSource,
     *,
     level: Level,
     decide: bool,
     workers: int | None = None,
     cache: bool = True,
 ) -> Findings:
-    """The findings of a pass at ``level`` over ``files`` (paths relative to ``folder``, in the
-    listing's order): from the cache when it holds this listing's, else from a pass (in parallel
-    for a large listing), then cached. Processes that ask at once wait for the first (module
-    docstring)."""
-    folder = folder.resolve()
-    paths = [os.path.join(folder, f) for f in files]
-    if not cache:
-        return run_pass(paths, level=level, decide=decide, workers=workers)
-    key = _key(folder, files, level)
-    entry = cache_path(folder, level)
+    """The findings of a pass at ``level`` over every record of ``source``: from the cache when
+    it holds this state's, else from a pass (in parallel for a large source), then cached.
+    Processes that ask at once wait for the first (module docstring)."""
+    state = source.state() if cache else None
+    if state is None:
+        return run_pass(source, level=level, decide=decide, workers=workers)
+    key = _key(state, len(source.labels), level)
+    entry = cache_path(state, level)
 
     def cached() -> Findings | None:
-        found = _read(entry, key, files, level)
+        found = _read(entry, key, level)
         if found is None or (decide and not found.decided):
             return None
         found.cache, found.hit = entry, True
@@ -347,16 +385,18 @@ def verify_listing(
         try:
             entry.parent.mkdir(parents=True, exist_ok=True)
             stack.enter_context(
-                exclusive(entry.with_suffix(".lock"), f"verifying the images of {folder}")
+                exclusive(entry.with_suffix(".lock"), f"verifying the images of {source.where}")
             )
         except OSError as e:
-            log.warning("cannot cache the verification of %s in %s (%s)", folder, entry.parent, e)
-            return run_pass(paths, level=level, decide=decide, workers=workers)
+            log.warning(
+                "cannot cache the verification of %s in %s (%s)", source.where, entry.parent, e
+            )
+            return run_pass(source, level=level, decide=decide, workers=workers)
         found = cached()  # another process may have written it while this one waited
         if found is not None:
             return found
-        found = run_pass(paths, level=level, decide=decide, workers=workers)
-        if _write(entry, _to_json(found, key, files)):
+        found = run_pass(source, level=level, decide=decide, workers=workers)
+        if _write(entry, _to_json(found, key)):
             found.cache = entry
         return found
 

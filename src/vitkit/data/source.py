@@ -1,0 +1,57 @@
+"""What every source of images (a folder, tar shards, a Hugging Face table) gives the one image
+container (``decoded.DecodedImages``): its images numbered 0..n-1 (records), each one's label,
+name and encoded bytes, and the state it is in, which the verification cache keys on."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class SourceState:
+    """What a source's verification is cached under: ``identity`` says which source it is (an
+    absolute path, a dataset and split: the cache entry is named after it), ``name`` a short
+    readable name for the entry's file, ``digest`` the state its images are in (a change of any
+    image changes it)."""
+
+    identity: str
+    name: str
+    digest: str
+
+
+class ImageSource(Protocol):
+    """Where a container's images come from: records 0..n-1, each an encoded image and a label."""
+
+    @property
+    def where(self) -> str:
+        """The split as messages name it (its folder, its shards, its dataset and split)."""
+        ...
+
+    @property
+    def classes(self) -> list[str]: ...
+
+    @property
+    def labels(self) -> np.ndarray:
+        """The label of every record, int64 (n,)."""
+        ...
+
+    def name(self, record: int) -> str:
+        """Record ``record`` as messages name it (its path, its shard and key, its row)."""
+        ...
+
+    def read(self, record: int) -> bytes:
+        """Record ``record``'s encoded image; ``OSError`` when it cannot be read."""
+        ...
+
+    def read_all(self, records: Sequence[int]) -> Iterator[bytes | OSError]:
+        """The encoded images of ``records`` in order, or the error reading one raised (a source
+        may read them in bulk)."""
+        ...
+
+    def state(self) -> SourceState | None:
+        """What the verification cache keys on (None: not cached)."""
+        ...

@@ -372,6 +372,17 @@ def test_decode_turns_an_image_upright_as_exif_transpose_does(
             assert torch.equal(got, _pil_upright(data, mode)), (fmt, mode)
 
 
+def test_the_upright_size_is_read_from_the_header(tmp_path: Path, decoder: str) -> None:
+    picture = pink(6, 40, 56)
+    for orientation in range(1, 9):
+        for fmt, name in (("JPEG", "photo.jpg"), ("PNG", "photo.png")):
+            data = exif_photo(tmp_path / name, picture, orientation, fmt).read_bytes()
+            assert dc.upright_size(data) == (40, 56), (orientation, fmt)
+            with Image.open(io.BytesIO(data)) as stored:
+                turned = stored.size[::-1] if orientation > 4 else stored.size  # (W, H) stored
+                assert turned == (56, 40)  # what the header alone says once turned
+
+
 @pytest.mark.parametrize("orientation", range(1, 9))
 def test_the_crop_is_drawn_on_the_upright_image(
     tmp_path: Path, decoder: str, orientation: int

@@ -297,6 +297,18 @@ def decode(data: bytes, mode: str = "RGB") -> Tensor:
     return upright(_decode_jpeg(data, header[2], mode), _orientation_of_jpeg(data))
 
 
+def upright_size(data: bytes) -> tuple[int, int]:
+    """(height, width) of encoded image ``data`` once turned upright, from its header alone
+    (nothing decoded); raises ``DECODE_ERRORS`` for bytes that are not an image of ``FORMATS``."""
+    header = _jpeg_header(data)
+    if header is not None:
+        height, width, orientation = header[0], header[1], _orientation_of_jpeg(data)
+    else:
+        with open_image(data) as image:
+            (width, height), orientation = image.size, _pil_orientation(image)
+    return (width, height) if _turned(orientation) else (height, width)
+
+
 def reduction(box_hw: tuple[int, int], size: tuple[int, int]) -> int:
     """The largest of 8, 4, 2 by which a box of ``box_hw`` can shrink and stay at least ``size``
     (height, width) on both sides; 1 when none can."""

@@ -24,6 +24,7 @@ Items are (uint8 (C, H, W), int label); images keep their own size (the loader r
 from __future__ import annotations
 
 import copy
+import functools
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -37,7 +38,7 @@ from torch import Tensor
 from ..errors import ConfigError, DataError
 from .arrays import as_indices
 from .codec import DECODE_ERRORS, decode, decode_crop
-from .source import ImageSource
+from .source import ImageSource, SourceState
 from .verify import LEVELS, Findings, Level, verify_source
 
 _NAMED_BAD = 5  # unreadable files an error names; the rest are counted
@@ -212,10 +213,10 @@ class DecodedImages:
         decide = options.mode is None
         found = verify_source(
             self.source,
+            self.state if options.verify_cache else None,
             level=options.verify,
             decide=decide,
             workers=options.verify_workers,
-            cache=options.verify_cache,
         )
         self.verified_from, self.verified_cached = found.cache, found.hit
         where = self.source.where
@@ -247,6 +248,11 @@ class DecodedImages:
         kinds = ", ".join(f"{n:,} in mode {kind}" for kind, n in found.grey.items())
         why = f"all {kept:,} images in {self.source.where} are greyscale ({kinds})"
         return "L", f"{_channels('L')}: {why}"
+
+    @functools.cached_property
+    def state(self) -> SourceState | None:
+        """The source's state when first asked (what its caches key on; None: not cached)."""
+        return self.source.state()
 
     def __len__(self) -> int:
         return len(self.rows)

@@ -267,8 +267,9 @@ def run_pass(
 # ---------------------------------------------------------------------------------- the cache
 
 
-def cache_path(state: SourceState, level: Level) -> Path:
-    """Where the findings of the source in ``state`` at ``level`` are kept."""
+def cache_path(state: SourceState, level: str) -> Path:
+    """Where the findings of the source in ``state`` at ``level`` are kept (or what else is
+    kept of it, under another name than a level's)."""
     digest = hashlib.sha256(state.identity.encode("utf-8", "surrogateescape")).hexdigest()[:16]
     name = re.sub(r"[^\w.-]+", "_", state.name)[:64] or "images"  # any bytes a name holds
     return home() / "verified" / f"{name}-{digest}-{level}.json"
@@ -356,16 +357,16 @@ def _read(path: Path, key: dict[str, Any], level: Level) -> Findings | None:
 
 def verify_source(
     source: ImageSource,
+    state: SourceState | None,
     *,
     level: Level,
     decide: bool,
     workers: int | None = None,
-    cache: bool = True,
 ) -> Findings:
     """The findings of a pass at ``level`` over every record of ``source``: from the cache when
-    it holds this state's, else from a pass (in parallel for a large source), then cached.
-    Processes that ask at once wait for the first (module docstring)."""
-    state = source.state() if cache else None
+    it holds those of ``state`` (``source.state()``; None: no cache), else from a pass (in
+    parallel for a large source), then cached. Processes that ask at once wait for the first
+    (module docstring)."""
     if state is None:
         return run_pass(source, level=level, decide=decide, workers=workers)
     key = _key(state, len(source.labels), level)

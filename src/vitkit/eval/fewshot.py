@@ -38,7 +38,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..data import Batches, subset
-from ..data.loader import to_input
+from ..data.loader import BatchOptions, Indexed, to_input
 from ..errors import ConfigError
 from ..model import ResNetClassifier, VisionTransformer
 from ..runtime.mode import eval_mode
@@ -335,17 +335,17 @@ def fewshot_model(
     used = torch.cat(list(subsets.values())).unique()  # (M,) sorted dataset indices
     log.info("few-shot: features of %d of %d training examples", len(used), len(labels))
 
-    def features(dataset: Any) -> tuple[Tensor, Tensor]:
-        batches = Batches(
-            dataset,
-            batch_size=batch_size,
-            train=False,
-            image_size=image_size,
-            uint8=True,
-            num_workers=num_workers,
-            pin_memory=model_device(model).type == "cuda",
-        )
-        return extract_features(model, batches.epoch(0), autocast=autocast)
+    options = BatchOptions(
+        batch_size=batch_size,
+        train=False,
+        image_size=image_size,
+        uint8=True,
+        num_workers=num_workers,
+        pin_memory=model_device(model).type == "cuda",
+    )
+
+    def features(dataset: Indexed) -> tuple[Tensor, Tensor]:
+        return extract_features(model, Batches(dataset, options).epoch(0), autocast=autocast)
 
     train_x, train_y = features(subset(train_set, used))  # (M, D), (M,)
     assert torch.equal(train_y, labels[used]), "the subset's labels disagree with the dataset's"

@@ -48,7 +48,7 @@ from torch import Tensor, nn
 
 from ..config import RunConfig
 from ..data import Batches, Preprocess
-from ..data.loader import default_workers, derive_seed, to_input
+from ..data.loader import BatchOptions, derive_seed, to_input
 from ..errors import ConfigError, VitkitError
 from ..files import atomic_write
 from ..model import ResNetClassifier, VisionTransformer, build_model
@@ -56,7 +56,7 @@ from ..runtime.clock import process_seconds
 from . import distributed, precision
 from .banner import banner
 from .cadence import Cadence
-from .data import RunData, build_data, make_batches, ordered_batches
+from .data import Images, RunData, batches_of, build_data
 from .objectives import MaskedPatchPrediction, Objective, evaluate_mpp
 from .optim import build_optimizer, learning_rate, set_learning_rate
 from .report import write_report
@@ -295,38 +295,22 @@ def _train(
             f"the {world} processes"
         )
     # uint8 batches, scaled on the device; page-locked for a GPU, whose copies then overlap
-    workers = default_workers() if run.data.num_workers is None else run.data.num_workers
     pinned = device.type == "cuda"
-    train_batches = make_batches(
-        train_set,
-        batch_size=tc.batch_size,
-        train=True,
-        seed=tc.seed,
-        crop_padding=run.data.crop_padding,
-        flip=run.data.flip,
-        inception_crop=run.data.inception_crop,
-        rand_augment=run.data.rand_augment,
-        image_size=run.model.image_size,
-        num_workers=workers,
+    options = BatchOptions.training(tc, run.data, run.model, shard=(rank, world), pin_memory=pinned)
+    train_batches = batches_of(train_set, options)
+    ordered = BatchOptions.evaluation(
+        run.model,
+        batch_size=tc.batch_size,  # larger starves the overlap of input and compute
+        num_workers=options.num_workers,  # data.num_workers, resolved
         shard=(rank, world),
         uint8=True,
         pin_memory=pinned,
     )
-
-    def in_order(dataset: Any) -> Batches:
-        return ordered_batches(
-            dataset,
-            run.model,
-            batch_size=tc.batch_size,  # larger starves the overlap of input and compute
-            num_workers=workers,
-            shard=(rank, world),
-            uint8=True,
-            pin_memory=pinned,
-        )
-
-    evaluation = in_order(data.val)
+    evaluation = batches_of(data.val, ordered)
     # the test split, evaluated once with the best weights, when it is not the validation split
-    final_test = in_order(data.test) if data.test is not None and not data.val_is_test else None
+    final_test = (
+        batches_of(data.test, ordered) if data.test is not None and not data.val_is_test else None
+    )
     split = "test" if data.val_is_test else "val"  # what metrics.jsonl calls the evaluations
     steps_per_epoch = train_batches.steps_per_epoch // tc.accum_steps
     if steps_per_epoch < 1:
@@ -343,7 +327,7 @@ def _train(
     resolved = precision.resolve(tc.precision, device)
     run = dataclasses.replace(
         run,
-        data=dataclasses.replace(run.data, num_workers=workers),
+        data=dataclasses.replace(run.data, num_workers=options.num_workers),
         train=dataclasses.replace(tc, precision=resolved),
     )
     tc = run.train
@@ -421,7 +405,7 @@ def _train(
         return earlier_s + process_seconds()
 
     def evaluate_now(
-        model: VisionTransformer | ResNetClassifier, batches: Batches, split: Any
+        model: VisionTransformer | ResNetClassifier, batches: Batches, split: Images
     ) -> dict[str, Any]:
         """Each process evaluates its part of every batch; the sums are added up."""
         from ..eval.fewshot import fewshot_model
@@ -576,6 +560,7 @@ def _train(
         result = evaluate_now(averaged, evaluation, data.val)
     result = {"split": split, **result, "best": best}
     if final_test is not None:  # the test split, once, with the weights the validation chose
+        assert data.test is not None  # final_test is its batches
         if not (run_dir / "best").is_dir():  # a finished checkpoint moved alone (--resume)
             log.info("no best/ in %s: the final weights are kept as the best", run_dir)
             weights = distributed.model_state(averaged)

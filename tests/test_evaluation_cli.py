@@ -32,9 +32,9 @@ def test_test_flip_logs_both_accuracies(run_dir: Path) -> None:
     """The run's last evaluation is its final weights' accuracy with flips, and without."""
     from vitkit.config import DataConfig
     from vitkit.data import BatchOptions
+    from vitkit.data.run_data import batches_of, build_data
     from vitkit.eval.metrics import evaluate
     from vitkit.io.api import load
-    from vitkit.train.data import batches_of, build_data
 
     lines = (run_dir / "metrics.jsonl").read_text().splitlines()
     last = [r for r in map(json.loads, lines) if r.get("split") == "test"][-1]

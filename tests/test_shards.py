@@ -24,10 +24,10 @@ from helpers import stopped_copy
 from vitkit.cli import main
 from vitkit.config import replace
 from vitkit.data import BatchOptions, ImageFolderDataset
+from vitkit.data.run_data import batches_of, build_data
 from vitkit.data.shards import WebDatasetShards, shard_layout
 from vitkit.errors import ConfigError, DataError
 from vitkit.recipes import get_recipe
-from vitkit.train.data import batches_of, build_data
 from vitkit.train.loop import TIMING_KEYS, train
 
 datasets = pytest.importorskip("datasets")

@@ -51,8 +51,8 @@ def _data_spec(args: argparse.Namespace) -> str | None:
 
 def _split(args: argparse.Namespace, spec: str | None, model: Any, extra: dict[str, Any]) -> Any:
     """The split a verb runs the checkpoint over (``spec``: ``_data_spec``'s), checked against
-    its classes (see ``train.data.evaluation_split``); says which on stdout."""
-    from ..train.data import evaluation_split
+    its classes (see ``data.run_data.evaluation_split``); says which on stdout."""
+    from ..data.run_data import evaluation_split
 
     split = evaluation_split(spec, extra, model.cfg, source=args.checkpoint)
     classes = model.cfg.num_classes
@@ -73,8 +73,8 @@ def _split(args: argparse.Namespace, spec: str | None, model: Any, extra: dict[s
 
 def _eval(args: argparse.Namespace) -> None:
     from ..data import BatchOptions
+    from ..data.run_data import batches_of
     from ..eval.metrics import evaluate
-    from ..train.data import batches_of
 
     spec = _data_spec(args)
     device = resolve_device(args.device)
@@ -230,8 +230,8 @@ def _inspect(args: argparse.Namespace) -> None:
     import torch
 
     from ..data import BatchOptions, subset
+    from ..data.run_data import batches_of
     from ..inspect import inspect_model
-    from ..train.data import batches_of
 
     if args.num_images < 1 or args.max_maps < 1:
         raise VitkitError(

@@ -37,8 +37,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..data import Batches, subset
-from ..data.loader import BatchOptions, Indexed, to_input
+from ..data import BatchOptions, subset
+from ..data.loader import to_input
+from ..data.run_data import Images, batches_of
 from ..errors import ConfigError
 from ..model import ResNetClassifier, VisionTransformer
 from ..runtime.mode import eval_mode
@@ -306,8 +307,8 @@ def check_shots(train_set: Any, shots: Sequence[int]) -> None:
 
 def fewshot_model(
     model: VisionTransformer | ResNetClassifier,
-    train_set: Any,
-    test_set: Any,
+    train_set: Images,
+    test_set: Images,
     *,
     shots: Sequence[int] = SHOTS,
     seeds: int = 3,
@@ -344,8 +345,8 @@ def fewshot_model(
         pin_memory=model_device(model).type == "cuda",
     )
 
-    def features(dataset: Indexed) -> tuple[Tensor, Tensor]:
-        return extract_features(model, Batches(dataset, options).epoch(0), autocast=autocast)
+    def features(dataset: Images) -> tuple[Tensor, Tensor]:
+        return extract_features(model, batches_of(dataset, options).epoch(0), autocast=autocast)
 
     train_x, train_y = features(subset(train_set, used))  # (M, D), (M,)
     assert torch.equal(train_y, labels[used]), "the subset's labels disagree with the dataset's"

@@ -9,8 +9,8 @@ differs between pre-training, fine-tuning and masked patch prediction (whose mas
 head are trained and checkpointed with the run but never saved into the model's weights).
 
 Evaluations run on the validation split and keep the best weights in ``best/``; a test split
-apart from it is evaluated once, at the end, with those weights (train/data.py says which split is
-which). A run's time (``run_s`` in metrics.jsonl) goes on across resumes; ``time_s`` is the
+apart from it is evaluated once, at the end, with those weights (data/run_data.py says which
+split is which). A run's time (``run_s`` in metrics.jsonl) goes on across resumes; ``time_s`` is the
 process's.
 
 Exact resume: batch order and augmentation are functions of (seed, epoch, batch), the global RNG
@@ -49,6 +49,7 @@ from torch import Tensor, nn
 from ..config import RunConfig
 from ..data import Batches, Preprocess
 from ..data.loader import BatchOptions, derive_seed, to_input
+from ..data.run_data import Images, RunData, batches_of, build_data
 from ..errors import ConfigError, VitkitError
 from ..files import atomic_write
 from ..model import ResNetClassifier, VisionTransformer, build_model
@@ -56,7 +57,6 @@ from ..runtime.clock import process_seconds
 from . import distributed, precision
 from .banner import banner
 from .cadence import Cadence
-from .data import Images, RunData, batches_of, build_data
 from .objectives import MaskedPatchPrediction, Objective, evaluate_mpp
 from .optim import build_optimizer, learning_rate, set_learning_rate
 from .report import write_report

@@ -1,5 +1,6 @@
 """From a ``DataConfig`` to the datasets a run trains on, chooses its best weights on, and
-reports at the end.
+reports at the end (``build_data``); the split a verb evaluates a checkpoint on
+(``evaluation_split``); and any of them as batches (``batches_of``).
 
 Three roles: ``train``; ``val``, the split that chooses the best checkpoint; ``test``, reported
 once at the end with the best weights, and never used to choose. ``data.validation='auto'``
@@ -22,24 +23,18 @@ from typing import Any, TypeAlias
 import torch
 
 from ..config import DataConfig, DataSource, ModelConfig
-from ..data import (
-    ArrayDataset,
-    Batches,
-    ImageFolderDataset,
-    balanced_subset,
-    cifar,
-    fashion_mnist,
-    folder_layout,
-    split_holdout,
-    subset,
-    synthetic,
-)
-from ..data.encoded import EncodedImages
-from ..data.hf import open_hf
-from ..data.loader import BatchOptions
-from ..data.shards import WebDatasetShards, shard_layout
-from ..data.stream import ParquetStream, StreamBatches
 from ..errors import ConfigError, DataError
+from .arrays import ArrayDataset
+from .cifar import cifar
+from .encoded import EncodedImages
+from .fashion_mnist import fashion_mnist
+from .folder import ImageFolderDataset, folder_layout
+from .hf import open_hf
+from .loader import Batches, BatchOptions
+from .shards import WebDatasetShards, shard_layout
+from .splits import balanced_subset, split_holdout, subset
+from .stream import ParquetStream, StreamBatches
+from .synthetic import synthetic
 
 # A split of a folder, of tar shards or of a Hugging Face dataset, as read: images read by index
 # (decoded when read), or a stream.

@@ -140,7 +140,7 @@ def test_stop_requests_are_agreed_on_a_cadence_of_seconds(monkeypatch) -> None:
 
 def test_batches_are_uint8_scaled_on_the_device_as_before() -> None:
     from vitkit.data import Batches, BatchOptions, synthetic
-    from vitkit.data.loader import to_input
+    from vitkit.data.device import to_input
 
     data = synthetic(num_classes=4, per_class=8, image_size=16, channels=3, seed=0)
     kwargs = {"batch_size": 8, "train": True, "seed": 3, "flip": True, "crop_padding": 2}

@@ -23,8 +23,8 @@ Augmentation order on both paths: inception crop (or a plain resize to ``image_s
 padded random crop and the flip, at the output resolution; so ``crop_padding`` is in output pixels.
 
 What a batch holds: uint8 images with ``uint8=True`` (the training loop's choice: a quarter of
-the bytes to copy, scaled to [-1, 1] on the device by ``to_input``), else float32 images already
-scaled. With ``pin_memory`` the batches are in page-locked memory, so a copy to a GPU with
+the bytes to copy, scaled to [-1, 1] on the device by ``device.to_input``), else float32 images
+already scaled. With ``pin_memory`` the batches are in page-locked memory, so a copy to a GPU with
 ``non_blocking=True`` does not wait for the host. The per-sample path keeps its workers alive for
 the whole ``stream`` (one ``DataLoader`` over every epoch's batches) and across the evaluations of
 one ``Batches`` (``persistent_workers``); neither changes what a batch holds, which depends on
@@ -162,13 +162,6 @@ def ignore_interrupts(_worker: int) -> None:
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
-def to_input(images: Tensor, device: torch.device) -> Tensor:
-    """A batch as the model takes it, on ``device``: copied there (without waiting, from pinned
-    memory) and, if uint8, scaled to [-1, 1] there."""
-    images = images.to(device, non_blocking=True)
-    return to_float(images) if images.dtype == torch.uint8 else images
 
 
 def default_workers() -> int:

@@ -38,7 +38,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..data import BatchOptions, subset
-from ..data.loader import to_input
+from ..data.device import to_input
 from ..data.run_data import Images, batches_of
 from ..errors import ConfigError
 from ..model import ResNetClassifier, VisionTransformer

@@ -48,7 +48,8 @@ from torch import Tensor, nn
 
 from ..config import RunConfig
 from ..data import Batches, Preprocess
-from ..data.loader import BatchOptions, derive_seed, to_input
+from ..data.device import on_device
+from ..data.loader import BatchOptions, derive_seed
 from ..data.run_data import Images, RunData, batches_of, build_data
 from ..errors import ConfigError, VitkitError
 from ..files import atomic_write
@@ -455,7 +456,7 @@ def _train(
 
     # ---- the loop
     # micro-batches across epochs, on the device: each moved there while the previous computes
-    batches = _on_device(train_batches.stream(step * tc.accum_steps), device)
+    batches = on_device(train_batches.stream(step * tc.accum_steps), device)
     bar = _progress(cadence.total_steps, step, enabled=progress and main)
     if distributed.is_distributed():
         bar.write(
@@ -600,35 +601,6 @@ def write_skipped(run_dir: Path, skipped: list[tuple[str, str]]) -> None:
     if skipped:
         text = "".join(f"{path}\t{why}\n" for path, why in skipped)
         atomic_write(run_dir / SKIPPED_FILE, lambda p: p.write_text(text))
-
-
-def _on_device(batches: Iterator[tuple[Tensor, Tensor]], device: torch.device) -> Iterator[Any]:
-    """Each (uint8 images, labels) micro-batch on ``device``, scaled there. On CUDA the next
-    micro-batch's copy (from page-locked memory) and scaling are issued on a side stream before
-    the current one is handed over, so they run while the device computes this step; the step's
-    stream waits for them only when it takes that batch. Elsewhere one after the other."""
-    if device.type != "cuda":
-        for images, labels in batches:
-            yield to_input(images, device), labels.to(device)
-        return
-    side = torch.cuda.Stream(device)
-
-    def issue(batch: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:
-        with torch.cuda.stream(side):
-            images, labels = batch
-            return to_input(images, device), labels.to(device, non_blocking=True)
-
-    it = iter(batches)
-    ahead = next(it, None)
-    ready = None if ahead is None else issue(ahead)
-    while ready is not None:
-        compute = torch.cuda.current_stream(device)
-        compute.wait_stream(side)  # this batch's copy is done before the step reads it
-        for tensor in ready:
-            tensor.record_stream(compute)  # its memory is not reused while the step runs
-        following = next(it, None)
-        current, ready = ready, None if following is None else issue(following)
-        yield current
 
 
 def _check_finite(diverged: Tensor) -> None:

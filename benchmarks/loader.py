@@ -11,9 +11,10 @@ Both sides do the same work per image: decode a JPEG, take an inception crop (ar
 ratio 3/4-4/3) resized to ``--image-size`` (bilinear, antialiased), flip it with p 0.5, and hand
 over float32 (B, 3, S, S) scaled with mean and std 0.5 (into [-1, 1]):
 
-* ``vitkit``: ``Batches(ImageFolderDataset(FOLDER, "train"), train=True, inception_crop=True,
-  flip=True, image_size=S, num_workers=W)``. Its workers send uint8 images; the main process
-  scales them to float (``to_float``), so that cost is inside the timing.
+* ``vitkit``: ``Batches(ImageFolderDataset(FOLDER, "train"), BatchOptions(train=True,
+  inception_crop=True, flip=True, image_size=S, num_workers=W))``. Its workers send uint8
+  images; the main process scales them to float (``to_float``), so that cost is inside the
+  timing.
 * ``timm``: ``create_loader(ImageDataset(FOLDER/train), is_training=True, scale=(0.05, 1),
   interpolation="bilinear", hflip=0.5, color_jitter=None, mean=std=(0.5,)*3,
   use_prefetcher=False, num_workers=W)``: PIL decode, crop and resize, then ``ToTensor`` and
@@ -56,7 +57,7 @@ from typing import Any
 import torch
 from PIL import features
 
-from vitkit.data import Batches, ImageFolderDataset
+from vitkit.data import Batches, BatchOptions, ImageFolderDataset
 
 H100_IMAGES_PER_S = (2500, 3500)  # ViT-B/16 bf16 training on one H100: what it must be fed
 
@@ -67,13 +68,15 @@ def vitkit_loader(folder: Path, *, batch: int, size: int, workers: int) -> Loade
     dataset = ImageFolderDataset(folder, "train")
     batches = Batches(
         dataset,
-        batch_size=batch,
-        train=True,
-        seed=0,
-        image_size=size,
-        inception_crop=True,
-        flip=True,
-        num_workers=workers,
+        BatchOptions(
+            batch_size=batch,
+            train=True,
+            seed=0,
+            image_size=size,
+            inception_crop=True,
+            flip=True,
+            num_workers=workers,
+        ),
     )
     return batches.epoch
 

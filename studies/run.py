@@ -201,8 +201,8 @@ def _fewshot(best: Path, shots: tuple[int, ...]) -> dict:
     """Few-shot linear accuracy (mean over 3 seeds) of a checkpoint on Fashion-MNIST."""
     import vitkit
     from vitkit.config import DataConfig
+    from vitkit.data.run_data import build_datasets
     from vitkit.eval.fewshot import fewshot_model
-    from vitkit.train.data import build_datasets
 
     model = vitkit.load(best)
     train, test, _ = build_datasets(DataConfig(), model.cfg, seed=0)

@@ -9,7 +9,6 @@ reduced decodes are compared on content with photographs' statistics, not on fla
 
 from __future__ import annotations
 
-import copy
 import io
 import warnings
 from pathlib import Path
@@ -18,10 +17,11 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image, ImageOps
+from torch.utils.data import Subset
 from torchvision.transforms.v2 import functional as TF
 
 from helpers import exif_photo
-from vitkit.data import Batches, ImageFolderDataset, UnreadableImageWarning
+from vitkit.data import Batches, BatchOptions, ImageFolderDataset, UnreadableImageWarning
 from vitkit.data import codec as dc
 from vitkit.data.codec import DECODE_ERRORS
 from vitkit.data.transforms import (
@@ -251,13 +251,15 @@ def test_folder_batches_are_the_same_twice_and_for_any_worker_count(
     def epoch(workers: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
         batches = Batches(
             ds,
-            batch_size=4,
-            train=True,
-            seed=5,
-            image_size=(24, 32),
-            inception_crop=True,
-            flip=True,
-            num_workers=workers,
+            BatchOptions(
+                batch_size=4,
+                train=True,
+                seed=5,
+                image_size=(24, 32),
+                inception_crop=True,
+                flip=True,
+                num_workers=workers,
+            ),
         )
         return list(batches.epoch(1))
 
@@ -292,14 +294,14 @@ def test_batches_draw_the_inception_crop_before_decoding(
     monkeypatch.setattr(ImageFolderDataset, "inception_crop", counted)
 
     def epoch(dataset: object, size: int) -> torch.Tensor:
-        batches = Batches(dataset, batch_size=2, train=True, seed=1, image_size=size,
-                          inception_crop=True, flip=True, uint8=True)  # fmt: skip
+        options = BatchOptions(batch_size=2, train=True, seed=1, image_size=size,
+                               inception_crop=True, flip=True, uint8=True)  # fmt: skip
+        batches = Batches(dataset, options)
         return torch.cat([x for e in range(4) for x, _ in batches.epoch(e)]).float()
 
     for folder, size in (("small", 32), ("big", 24)):
         ds = ImageFolderDataset(tmp_path / folder, None)
-        decoded_first = copy.copy(ds)
-        decoded_first.inception_crop = None  # type: ignore[method-assign,assignment]
+        decoded_first = Subset(ds, range(len(ds)))  # not DecodedImages: decoded, then cropped
         calls.clear()
         got, expected = epoch(ds, size), epoch(decoded_first, size)
         assert len(calls) == len(got)  # every image went through the crop-first path

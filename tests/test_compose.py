@@ -234,6 +234,35 @@ def test_config_lists_every_key_with_type_value_allowed_origin_and_doc(
     assert "model.resnet.num_layers = (3, 4, 9)    (preset R50+ViT-B/16)" in out
 
 
+def test_config_and_train_refuse_the_inception_crop_with_crop_padding_before_any_data(
+    tmp_path: Path, capsys
+) -> None:
+    """The rule the loader keeps (one way of cropping) is the config's: ``vitkit config`` refuses
+    what ``vitkit train`` refuses, in one line naming both keys, from the settings alone (the
+    folder named does not exist: its error would come first if the data were looked at)."""
+    from vitkit.cli import main
+
+    absent = str(tmp_path / "photos")
+    crops = ["--set", "data.inception_crop=true", "--set", "data.crop_padding=4"]
+    line = (
+        "error: data.crop_padding=4 is not valid: expected 0 with data.inception_crop=True (the "
+        "inception crop excludes crop padding: choose one way of cropping)\n"
+    )
+    assert main(["config", "--recipe", "scratch", "--data", absent, *crops]) == 2
+    assert capsys.readouterr().err == f"vitkit config: {line}"
+    run_dir = tmp_path / "run"
+    assert (
+        main(["train", "--recipe", "scratch", "--data", absent, *crops, "--run-dir", str(run_dir)])
+        == 2
+    )
+    assert capsys.readouterr().err == f"vitkit train: {line}"
+    assert not run_dir.exists()
+    assert main(["config", "--recipe", "scratch", "--data", absent, crops[1]]) == 2  # then the data
+    assert "photos not found" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match=r"data\.crop_padding=2 .* data\.inception_crop=True"):
+        dataclasses.replace(get_recipe("finetune-paper").data, crop_padding=2)
+
+
 def test_train_help_lists_the_recipes(capsys) -> None:
     from vitkit.cli import main
     from vitkit.recipes import RECIPES

@@ -17,6 +17,7 @@ from vitkit.config import ConfigError
 from vitkit.data import (
     ArrayDataset,
     Batches,
+    BatchOptions,
     ImageFolderDataset,
     Preprocess,
     UnreadableImageWarning,
@@ -467,7 +468,7 @@ def _same(a: list, b: list) -> bool:
 
 def test_batches_resume_equals_uninterrupted_in_memory() -> None:
     ds = synthetic(num_classes=5, per_class=20, image_size=12, channels=3)
-    loader = Batches(ds, batch_size=16, train=True, seed=3, crop_padding=2, flip=True)
+    loader = Batches(ds, BatchOptions(batch_size=16, train=True, seed=3, crop_padding=2, flip=True))
     assert loader.steps_per_epoch == 6  # 100 // 16, last partial batch dropped
     full = _collect(loader.epoch(1))
     assert _same(_collect(loader.epoch(1, start=4)), full[4:])
@@ -476,14 +477,16 @@ def test_batches_resume_equals_uninterrupted_in_memory() -> None:
     assert not torch.equal(loader.order(0), loader.order(1))  # each epoch its own order
     stream = loader.stream(start_step=6 + 5)  # epoch 1, batch 5, then on into epoch 2
     assert _same([next(stream) for _ in range(3)], full[5:] + _collect(loader.epoch(2))[:2])
-    resized = Batches(ds, batch_size=16, train=True, seed=3, image_size=20, inception_crop=True)
+    resized = Batches(
+        ds, BatchOptions(batch_size=16, train=True, seed=3, image_size=20, inception_crop=True)
+    )
     first = next(resized.epoch(0, start=2))
     assert first[0].shape == (16, 3, 20, 20) and _same([first], _collect(resized.epoch(0))[2:3])
 
 
 def test_batches_eval_in_order_with_partial_last_batch() -> None:
     ds = synthetic(num_classes=3, per_class=4, image_size=6, channels=1)
-    loader = Batches(ds, batch_size=5, train=False)
+    loader = Batches(ds, BatchOptions(batch_size=5, train=False))
     batches = _collect(loader.epoch(0))
     assert [len(y) for _, y in batches] == [5, 5, 2] and loader.steps_per_epoch == 3
     assert torch.equal(torch.cat([x for x, _ in batches]), to_float(ds.images))
@@ -493,63 +496,114 @@ def test_batches_eval_in_order_with_partial_last_batch() -> None:
 def test_batches_errors() -> None:
     ds = synthetic(num_classes=2, per_class=3, image_size=4, channels=1)
     with pytest.raises(ValueError, match=r"batch_size=8 is larger than the dataset \(6 examples\)"):
-        Batches(ds, batch_size=8, train=True)
-    assert Batches(ds, batch_size=8, train=False).steps_per_epoch == 1
+        Batches(ds, BatchOptions(batch_size=8, train=True))
+    assert Batches(ds, BatchOptions(batch_size=8, train=False)).steps_per_epoch == 1
     with pytest.raises(ValueError, match=r"augmentation .* is for training"):
-        Batches(ds, batch_size=2, train=False, flip=True)
+        Batches(ds, BatchOptions(batch_size=2, train=False, flip=True))
     with pytest.raises(ValueError, match="start=5"):
-        Batches(ds, batch_size=2, train=True).epoch(0, start=5)  # raises at the call
+        Batches(ds, BatchOptions(batch_size=2, train=True)).epoch(0, start=5)  # raises at the call
+
+
+def test_batch_options_from_the_config_sections() -> None:
+    """A run's training batches take the train, data and model sections' values; its evaluation
+    batches the model's resolution, in order and unaugmented."""
+    from vitkit.config import replace
+    from vitkit.data.loader import default_workers
+    from vitkit.recipes import get_recipe
+
+    keys = {"data.flip": True, "data.crop_padding": 3, "data.rand_augment": True}
+    run = replace(get_recipe("smoke"), {**keys, "train.seed": 7, "model.image_size": (8, 12)})
+    options = BatchOptions.training(run.train, run.data, run.model, shard=(1, 2))
+    assert options == BatchOptions(
+        batch_size=run.train.batch_size,
+        train=True,
+        seed=7,
+        image_size=(8, 12),
+        crop_padding=3,
+        flip=True,
+        rand_augment=True,
+        num_workers=default_workers() if run.data.num_workers is None else run.data.num_workers,
+        shard=(1, 2),
+        uint8=True,
+    )
+    ordered = BatchOptions.evaluation(run.model, batch_size=4, num_workers=2, uint8=True)
+    assert ordered == BatchOptions(
+        batch_size=4, train=False, image_size=(8, 12), num_workers=2, uint8=True
+    )
+    assert BatchOptions(batch_size=2, train=False, image_size=(5, 5)).image_size == 5
+    with pytest.raises(ConfigError, match=r"inception_crop=True and crop_padding=2: choose one"):
+        BatchOptions(batch_size=2, train=True, inception_crop=True, crop_padding=2)
+    with pytest.raises(ConfigError, match=r"batch_size=3 does not split evenly across 2"):
+        BatchOptions(batch_size=3, train=True, shard=(0, 2))
 
 
 def test_batches_image_folder_resume_and_workers(folder: Path) -> None:
     ds = ImageFolderDataset(folder, "train")
     loader = Batches(
-        ds, batch_size=2, train=True, seed=1, image_size=10, inception_crop=True, flip=True
+        ds,
+        BatchOptions(
+            batch_size=2, train=True, seed=1, image_size=10, inception_crop=True, flip=True
+        ),
     )
     full = _collect(loader.epoch(0))
     assert len(full) == 3 and full[0][0].shape == (2, 3, 10, 10)
     assert _same(_collect(loader.epoch(0, start=1)), full[1:])
     workers = Batches(
         ds,
-        batch_size=2,
-        train=True,
-        seed=1,
-        image_size=10,
-        inception_crop=True,
-        flip=True,
-        num_workers=2,
+        BatchOptions(
+            batch_size=2,
+            train=True,
+            seed=1,
+            image_size=10,
+            inception_crop=True,
+            flip=True,
+            num_workers=2,
+        ),
     )
     assert _same(_collect(workers.epoch(0)), full)
-    evaluation = _collect(Batches(ds, batch_size=4, train=False, image_size=10).epoch(0))
+    evaluation = _collect(
+        Batches(ds, BatchOptions(batch_size=4, train=False, image_size=10)).epoch(0)
+    )
     assert [y.tolist() for _, y in evaluation] == [[0, 0, 0, 1], [1, 1]]
     with pytest.raises(ValueError, match="image_size is required"):
-        Batches(ds, batch_size=2, train=False)
+        Batches(ds, BatchOptions(batch_size=2, train=False))
 
 
 def test_non_square_batches_on_both_paths(folder: Path) -> None:
     ds = synthetic(num_classes=2, per_class=4, image_size=(6, 10), channels=3)
     assert ds.images.shape == (8, 3, 6, 10)
     in_memory = [
-        Batches(ds, batch_size=4, train=True, image_size=(8, 12), inception_crop=True),
-        Batches(ds, batch_size=4, train=True, image_size=(8, 12), crop_padding=2, flip=True),
-        Batches(ds, batch_size=4, train=False, image_size=(8, 12)),
-        Batches(ds, batch_size=4, train=True, crop_padding=2),  # the dataset's own 6x10
+        Batches(
+            ds, BatchOptions(batch_size=4, train=True, image_size=(8, 12), inception_crop=True)
+        ),
+        Batches(
+            ds,
+            BatchOptions(batch_size=4, train=True, image_size=(8, 12), crop_padding=2, flip=True),
+        ),
+        Batches(ds, BatchOptions(batch_size=4, train=False, image_size=(8, 12))),
+        Batches(
+            ds, BatchOptions(batch_size=4, train=True, crop_padding=2)
+        ),  # the dataset's own 6x10
     ]
     for loader, hw in zip(in_memory, [(8, 12)] * 3 + [(6, 10)], strict=True):
         assert [tuple(x.shape) for x, _ in loader.epoch(0)] == [(4, 3, *hw)] * 2
     images = ImageFolderDataset(folder, "train")  # 6 images of several sizes
     per_sample = [
-        Batches(images, batch_size=3, train=True, image_size=(8, 12), inception_crop=True),
-        Batches(images, batch_size=3, train=True, image_size=(8, 12), crop_padding=1),
-        Batches(images, batch_size=3, train=False, image_size=(8, 12)),
+        Batches(
+            images, BatchOptions(batch_size=3, train=True, image_size=(8, 12), inception_crop=True)
+        ),
+        Batches(images, BatchOptions(batch_size=3, train=True, image_size=(8, 12), crop_padding=1)),
+        Batches(images, BatchOptions(batch_size=3, train=False, image_size=(8, 12))),
     ]
     for loader in per_sample:
         assert [tuple(x.shape) for x, _ in loader.epoch(0)] == [(3, 3, 8, 12)] * 2
     # batches of 5 and 1 split over 2 processes: the first process's last part is empty
-    shard = Batches(images, batch_size=5, train=False, image_size=(8, 12), shard=(0, 2))
+    shard = Batches(
+        images, BatchOptions(batch_size=5, train=False, image_size=(8, 12), shard=(0, 2))
+    )
     assert [tuple(x.shape) for x, _ in shard.epoch(0)] == [(2, 3, 8, 12), (0, 3, 8, 12)]
     with pytest.raises(ConfigError, match=r"image_size=\(8, 12, 1\) is not valid"):
-        Batches(ds, batch_size=4, train=False, image_size=(8, 12, 1))
+        Batches(ds, BatchOptions(batch_size=4, train=False, image_size=(8, 12, 1)))
 
 
 class _SameImage:
@@ -572,7 +626,9 @@ def test_batches_augment_each_batch_and_sample_differently() -> None:
         images=image.expand(32, -1, -1, -1).clone(), labels=torch.zeros(32).long(), classes=["x"]
     )
     for dataset in (same, _SameImage(image, 32)):
-        loader = Batches(dataset, batch_size=8, train=True, image_size=8, crop_padding=2)
+        loader = Batches(
+            dataset, BatchOptions(batch_size=8, train=True, image_size=8, crop_padding=2)
+        )
         (b0, _), (b1, _) = list(loader.epoch(0))[:2]
         assert len({x.numpy().tobytes() for x in b0}) > 4  # samples differ within a batch
         assert not torch.equal(b0, b1)  # and batches differ from each other
@@ -582,7 +638,8 @@ def test_folder_batches_leave_the_global_rng_alone(folder: Path) -> None:
     # The global RNG drives dropout and mixup and is saved with checkpoints; a DataLoader that
     # drew its base seed from it would make a resumed run differ from an uninterrupted one.
     batches = Batches(
-        ImageFolderDataset(folder, "train"), batch_size=2, train=True, image_size=8, flip=True
+        ImageFolderDataset(folder, "train"),
+        BatchOptions(batch_size=2, train=True, image_size=8, flip=True),
     )
     before = torch.get_rng_state()
     for _ in batches.epoch(0):

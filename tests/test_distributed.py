@@ -21,7 +21,7 @@ import torch
 from safetensors.torch import load_file
 
 from helpers import stopped_copy
-from vitkit.data import Batches, synthetic
+from vitkit.data import Batches, BatchOptions, synthetic
 from vitkit.train.loop import TIMING_KEYS
 
 RUN = [
@@ -165,7 +165,9 @@ def test_process_parts_make_up_the_one_process_batches() -> None:
             return data.images[i], int(data.labels[i])
 
     def batches(dataset, shard=(0, 1), **kw) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        return list(Batches(dataset, seed=5, image_size=8, shard=shard, **kw).epoch(1))
+        return list(
+            Batches(dataset, BatchOptions(seed=5, image_size=8, shard=shard, **kw)).epoch(1)
+        )
 
     for dataset in (data, PerSample()):
         for kw in (
@@ -180,7 +182,7 @@ def test_process_parts_make_up_the_one_process_batches() -> None:
         # evaluation's last batch (1 image): one process gets an empty part, still a batch
         assert sorted(part[-1][0].shape[0] for part in parts) == [0, 1]
     with pytest.raises(ValueError, match="does not split evenly across 4 processes"):
-        Batches(data, batch_size=6, train=True, shard=(0, 4))
+        Batches(data, BatchOptions(batch_size=6, train=True, shard=(0, 4)))
 
 
 @pytest.mark.distributed

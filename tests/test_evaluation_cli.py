@@ -31,16 +31,17 @@ def best(run_dir: Path) -> str:
 def test_test_flip_logs_both_accuracies(run_dir: Path) -> None:
     """The run's last evaluation is its final weights' accuracy with flips, and without."""
     from vitkit.config import DataConfig
+    from vitkit.data import BatchOptions
+    from vitkit.data.run_data import batches_of, build_data
     from vitkit.eval.metrics import evaluate
     from vitkit.io.api import load
-    from vitkit.train.data import build_data, ordered_batches
 
     lines = (run_dir / "metrics.jsonl").read_text().splitlines()
     last = [r for r in map(json.loads, lines) if r.get("split") == "test"][-1]
     model = load(run_dir / "checkpoints" / f"step_{last['step']:08d}")
     data = build_data(DataConfig(dataset="synthetic"), model.cfg, seed=0)
     assert data.val_is_test  # synthetic data validates on its test split
-    batches = ordered_batches(data.test, model.cfg, batch_size=256)
+    batches = batches_of(data.test, BatchOptions.evaluation(model.cfg, batch_size=256))
     flipped = evaluate(model, batches.epoch(0), model.cfg.num_classes, flip=True)
     plain = evaluate(model, batches.epoch(0), model.cfg.num_classes)
     assert last["accuracy"] == flipped["accuracy"]

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from helpers import randomize, tiny
-from vitkit.data import Batches, synthetic
+from vitkit.data import Batches, BatchOptions, synthetic
 from vitkit.eval.fewshot import (
     extract_features,
     fewshot_evaluate,
@@ -174,7 +174,7 @@ def test_features_are_pre_logits(representation_size: int | None) -> None:
     )
     model.train()
     data = synthetic(num_classes=3, per_class=4, image_size=32, channels=3, seed=0)
-    batches = Batches(data, batch_size=5, train=False)
+    batches = Batches(data, BatchOptions(batch_size=5, train=False))
     features, labels = extract_features(model, batches.epoch(0))
     assert model.training  # its mode given back
     assert features.dtype == torch.float32 and labels.dtype == torch.int64
@@ -221,7 +221,9 @@ def test_fewshot_model_equals_full_extraction(wrap: bool) -> None:
     assert sum(seen) - len(test) <= 30 < len(train)
 
     def every_feature(dataset) -> tuple[Tensor, Tensor]:
-        return extract_features(model, Batches(dataset, batch_size=7, train=False).epoch(0))
+        return extract_features(
+            model, Batches(dataset, BatchOptions(batch_size=7, train=False)).epoch(0)
+        )
 
     (train_x, train_y), (test_x, test_y) = every_feature(train), every_feature(test)
     expected = fewshot_evaluate(

@@ -131,18 +131,18 @@ def test_optimizer_steps_on_cuda_follow_the_cpus(name: str) -> None:
 def test_batches_reach_the_device_one_ahead_unchanged() -> None:
     """The training loop's input on CUDA (a side stream, one micro-batch ahead) delivers what
     the CPU path delivers, and reads nothing back to the host."""
-    from vitkit.data import Batches, synthetic
-    from vitkit.train.loop import _on_device
+    from vitkit.data import Batches, BatchOptions, synthetic
+    from vitkit.data.device import on_device
 
     data = synthetic(num_classes=4, per_class=8, image_size=16, channels=3, seed=0)
     kwargs = {"batch_size": 8, "train": True, "seed": 3, "flip": True, "uint8": True}
-    on_cpu = list(_on_device(Batches(data, **kwargs).epoch(0), torch.device("cpu")))
+    on_cpu = list(on_device(Batches(data, BatchOptions(**kwargs)).epoch(0), torch.device("cpu")))
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
         on_gpu = [
             (x * 2, y + 0)  # work on the default stream while the next copy runs
-            for x, y in _on_device(Batches(data, pin_memory=True, **kwargs).epoch(0),
+            for x, y in on_device(Batches(data, BatchOptions(pin_memory=True, **kwargs)).epoch(0),
                                    torch.device("cuda"))
         ]  # fmt: skip
     finally:

@@ -139,13 +139,13 @@ def test_stop_requests_are_agreed_on_a_cadence_of_seconds(monkeypatch) -> None:
 
 
 def test_batches_are_uint8_scaled_on_the_device_as_before() -> None:
-    from vitkit.data import Batches, synthetic
-    from vitkit.data.loader import to_input
+    from vitkit.data import Batches, BatchOptions, synthetic
+    from vitkit.data.device import to_input
 
     data = synthetic(num_classes=4, per_class=8, image_size=16, channels=3, seed=0)
     kwargs = {"batch_size": 8, "train": True, "seed": 3, "flip": True, "crop_padding": 2}
-    floats = list(Batches(data, **kwargs).epoch(0))
-    raw = list(Batches(data, uint8=True, **kwargs).epoch(0))
+    floats = list(Batches(data, BatchOptions(**kwargs)).epoch(0))
+    raw = list(Batches(data, BatchOptions(uint8=True, **kwargs)).epoch(0))
     assert all(x.dtype == torch.uint8 for x, _ in raw)
     for (x, y), (u, v) in zip(floats, raw, strict=True):
         assert torch.equal(to_input(u, torch.device("cpu")), x) and torch.equal(y, v)
@@ -158,7 +158,7 @@ def test_workers_stay_for_the_whole_stream_and_every_evaluation(
     evaluation; the batches are those of zero workers."""
     from PIL import Image
 
-    from vitkit.data import Batches, ImageFolderDataset
+    from vitkit.data import Batches, BatchOptions, ImageFolderDataset
     from vitkit.data import loader as loader_module
 
     for k in range(2):
@@ -185,15 +185,15 @@ def test_workers_stay_for_the_whole_stream_and_every_evaluation(
         "uint8": True,
     }
     with_workers, alone = (
-        Batches(data, num_workers=2, **train),
-        Batches(data, num_workers=0, **train),
+        Batches(data, BatchOptions(num_workers=2, **train)),
+        Batches(data, BatchOptions(num_workers=0, **train)),
     )
     stream, reference = with_workers.stream(1), alone.stream(1)
     for _ in range(3 * with_workers.steps_per_epoch):  # three epochs
         (x, y), (u, v) = next(stream), next(reference)
         assert torch.equal(x, u) and torch.equal(y, v)
     assert made == [2, 0]  # one loader each, whatever the epochs
-    evaluation = Batches(data, batch_size=5, train=False, image_size=8, num_workers=2)
+    evaluation = Batches(data, BatchOptions(batch_size=5, train=False, image_size=8, num_workers=2))
     first, second = list(evaluation.epoch(0)), list(evaluation.epoch(0))
     assert all(torch.equal(a[0], b[0]) for a, b in zip(first, second, strict=True))
     assert made == [2, 0, 2]
@@ -210,7 +210,7 @@ def test_workers_leave_ctrl_c_to_the_main_process_however_started(
 
     from PIL import Image
 
-    from vitkit.data import Batches, ImageFolderDataset
+    from vitkit.data import Batches, BatchOptions, ImageFolderDataset
     from vitkit.data import loader as loader_module
 
     for k in range(2):
@@ -229,7 +229,9 @@ def test_workers_leave_ctrl_c_to_the_main_process_however_started(
 
     monkeypatch.setattr(loader_module, "DataLoader", Forkserver)
     data = ImageFolderDataset(tmp_path, "train")
-    batches = Batches(data, batch_size=2, train=True, seed=0, image_size=8, num_workers=1)
+    batches = Batches(
+        data, BatchOptions(batch_size=2, train=True, seed=0, image_size=8, num_workers=1)
+    )
     stream = batches.stream(0)
     next(stream)
     (worker,) = iterators[0]._workers

@@ -16,7 +16,7 @@ import torch
 
 import vitkit
 from helpers import randomize, tiny
-from vitkit.data import Batches, synthetic
+from vitkit.data import Batches, BatchOptions, synthetic
 from vitkit.eval.fewshot import extract_features
 from vitkit.inspect import inspect_model
 from vitkit.io.checkpoint import CheckpointError, load_state_dict_strict
@@ -137,7 +137,7 @@ def test_map_model_contract() -> None:
 def test_fewshot_features_are_the_map_output() -> None:
     model = randomize(VisionTransformer(tiny(classifier="map", num_classes=3)))
     data = synthetic(num_classes=3, per_class=2, image_size=32, channels=3, seed=0)
-    batches = Batches(data, batch_size=4, train=False)
+    batches = Batches(data, BatchOptions(batch_size=4, train=False))
     features, _ = extract_features(model, batches.epoch(0))
     with torch.no_grad():
         images = torch.cat([images for images, _ in batches.epoch(0)])

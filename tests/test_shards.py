@@ -7,6 +7,7 @@ No test touches the Hub: every dataset here is made by the test."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import os
@@ -22,11 +23,11 @@ import vitkit
 from helpers import stopped_copy
 from vitkit.cli import main
 from vitkit.config import replace
-from vitkit.data import ImageFolderDataset
+from vitkit.data import BatchOptions, ImageFolderDataset
+from vitkit.data.run_data import batches_of, build_data
 from vitkit.data.shards import WebDatasetShards, shard_layout
 from vitkit.errors import ConfigError, DataError
 from vitkit.recipes import get_recipe
-from vitkit.train.data import build_data, make_batches
 from vitkit.train.loop import TIMING_KEYS, train
 
 datasets = pytest.importorskip("datasets")
@@ -381,8 +382,8 @@ def test_a_stream_serves_every_row_once_an_epoch_in_windows_and_resumes_exactly(
     stream = data.train
     assert len(stream) == 30 and stream.classes == list(CLASSES)
     assert data.val_name == "val split (9 images)"  # its validation split, not a holdout
-    options = dict(batch_size=6, train=True, seed=5, image_size=16, flip=True)
-    batches = make_batches(stream, **options)
+    options = BatchOptions(batch_size=6, train=True, seed=5, image_size=16, flip=True)
+    batches = batches_of(stream, options)
     assert batches.steps_per_epoch == 5
     orders = [batches.order(e) for e in (0, 1)]
     assert all(sorted(o.tolist()) == list(range(30)) for o in orders)
@@ -392,12 +393,15 @@ def test_a_stream_serves_every_row_once_an_epoch_in_windows_and_resumes_exactly(
                                                  for a in range(0, 30, 5) for b in range(0, 30, 5))  # fmt: skip
     uninterrupted = [b for _, b in zip(range(12), batches.stream(0), strict=False)]
     for start in (0, 3, 7):  # mid-epoch and in the second epoch: exactly the same batches
-        again = make_batches(stream, **options)
+        again = batches_of(stream, options)
         got = [b for _, b in zip(range(12 - start), again.stream(start), strict=False)]
         for (x, y), (ex, ey) in zip(got, uninterrupted[start:], strict=True):
             assert torch.equal(x, ex) and torch.equal(y, ey)
     # two processes keep their halves of every batch; workers decode the same images
-    halves = [make_batches(stream, **options, shard=(r, 2), num_workers=r) for r in (0, 1)]
+    halves = [
+        batches_of(stream, dataclasses.replace(options, shard=(r, 2), num_workers=r))
+        for r in (0, 1)
+    ]
     for b, ((x0, y0), (x1, y1)) in enumerate(zip(*(h.epoch(1) for h in halves), strict=True)):
         x, y = uninterrupted[5 + b]
         assert torch.equal(torch.cat([x0, x1]), x) and torch.equal(torch.cat([y0, y1]), y)
@@ -421,7 +425,7 @@ def test_a_bad_row_of_a_stream_counts_once_however_often_it_is_read(tmp_path: Pa
     keys = {"data.max_bad_fraction": 0.05, "model.num_classes": 2}  # 1 of 20 allowed, not 2
     run = replace(get_recipe("smoke"), _stream_cfg(folder, **keys))
     stream = build_data(run.data, run.model, seed=0, in_chans=3).train
-    batches = make_batches(stream, batch_size=5, train=True, seed=0, image_size=8)
+    batches = batches_of(stream, BatchOptions(batch_size=5, train=True, seed=0, image_size=8))
     with pytest.warns(UserWarning, match=r"failed to decode") as caught:
         for epoch in range(3):  # the bad row is read every epoch
             assert sum(len(y) for _, y in batches.epoch(epoch)) == 20
@@ -432,7 +436,7 @@ def test_a_stream_serves_the_rows_in_file_order_for_evaluation(hf_data: dict[str
     run = replace(get_recipe("smoke"), _stream_cfg(hf_data["parquet"]))
     data = build_data(run.data, run.model, seed=0, in_chans=3)
     saved = datasets.load_from_disk(str(hf_data["saved"]))["test"]
-    batches = make_batches(data.test, batch_size=4, train=False, image_size=(12, 14))
+    batches = batches_of(data.test, BatchOptions(batch_size=4, train=False, image_size=(12, 14)))
     got = list(batches.epoch(0))
     assert [len(y) for _, y in got] == [4, 4, 1]
     labels = torch.cat([y for _, y in got])
@@ -681,14 +685,20 @@ def test_a_streamed_batch_with_failing_images_is_the_same_for_any_number_of_proc
     keys = {"data.max_bad_fraction": 0.5, "model.num_classes": 3}
     run = replace(get_recipe("smoke"), _stream_cfg(folder, **keys))
     stream = build_data(run.data, run.model, seed=0, in_chans=3).train
-    for options in (dict(train=False), dict(train=True, seed=3, flip=True)):
-        common = dict(batch_size=6, image_size=8, **options)
+    evaluation = BatchOptions(batch_size=6, image_size=8, train=False)
+    for options in (
+        evaluation,
+        BatchOptions(batch_size=6, image_size=8, train=True, seed=3, flip=True),
+    ):
         with pytest.warns(UserWarning, match="failed to decode"):
-            whole = list(make_batches(stream, **common).epoch(0))
-            halves = [list(make_batches(stream, **common, shard=(r, 2)).epoch(0)) for r in (0, 1)]
+            whole = list(batches_of(stream, options).epoch(0))
+            halves = [
+                list(batches_of(stream, dataclasses.replace(options, shard=(r, 2))).epoch(0))
+                for r in (0, 1)
+            ]
         for (x, y), (x0, y0), (x1, y1) in zip(whole, *halves, strict=True):
             assert torch.equal(torch.cat([x0, x1]), x) and torch.equal(torch.cat([y0, y1]), y)
     with pytest.warns(UserWarning, match="failed to decode"):
-        first = list(make_batches(stream, batch_size=6, image_size=8, train=False).epoch(0))
+        first = list(batches_of(stream, evaluation).epoch(0))
     assert torch.equal(first[0][0][2], first[0][0][3])  # row 2 took row 3, of the other half
     assert first[0][1].tolist() == [0, 1, 0, 0, 1, 2]

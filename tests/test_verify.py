@@ -404,8 +404,8 @@ def test_data_verify_sets_the_level_of_a_runs_folder(
     line saying what to set, from build_data and from the command line."""
     from vitkit.cli import main
     from vitkit.config import replace
+    from vitkit.data.run_data import build_data
     from vitkit.recipes import get_recipe
-    from vitkit.train.data import build_data
 
     root = tmp_path / "data"
     for split in ("train", "val"):

@@ -324,8 +324,8 @@ def test_a_named_datasets_channels_come_from_it_unless_set() -> None:
     """Fashion-MNIST is grey: a model takes 1 channel from it, or, its channels set (a
     checkpoint's 3), gets its images repeated into R, G and B."""
     from vitkit.config import DataConfig
+    from vitkit.data.run_data import build_data
     from vitkit.presets import get_config
-    from vitkit.train.data import build_data
 
     model = get_config("ViT-mu/16")  # 3 channels
     grey = build_data(DataConfig(dataset="fashion_mnist"), model, seed=0)

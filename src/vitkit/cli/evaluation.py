@@ -51,8 +51,8 @@ def _data_spec(args: argparse.Namespace) -> str | None:
 
 def _split(args: argparse.Namespace, spec: str | None, model: Any, extra: dict[str, Any]) -> Any:
     """The split a verb runs the checkpoint over (``spec``: ``_data_spec``'s), checked against
-    its classes (see ``train.data.evaluation_split``); says which on stdout."""
-    from ..train.data import evaluation_split
+    its classes (see ``data.run_data.evaluation_split``); says which on stdout."""
+    from ..data.run_data import evaluation_split
 
     split = evaluation_split(spec, extra, model.cfg, source=args.checkpoint)
     classes = model.cfg.num_classes
@@ -72,22 +72,23 @@ def _split(args: argparse.Namespace, spec: str | None, model: Any, extra: dict[s
 
 
 def _eval(args: argparse.Namespace) -> None:
+    from ..data import BatchOptions
+    from ..data.run_data import batches_of
     from ..eval.metrics import evaluate
-    from ..train.data import ordered_batches
 
     spec = _data_spec(args)
     device = resolve_device(args.device)
     model, names, _, extra = open_checkpoint(args.checkpoint)
     split = _split(args, spec, model, extra)
     model.to(device)
-    batches = ordered_batches(
-        split.dataset,
+    options = BatchOptions.evaluation(
         model.cfg,
         batch_size=args.batch_size,
         num_workers=resolve_workers(args.workers),
         uint8=True,  # scaled on the device, copied from page-locked memory to a GPU
         pin_memory=device.type == "cuda",
     )
+    batches = batches_of(split.dataset, options)
     flip = args.flip
     if flip is None:  # as the run evaluated, when the checkpoint records its run
         flip = bool(extra.get("run", {}).get("data", {}).get("test_flip", False))
@@ -228,7 +229,8 @@ def _fewshot(args: argparse.Namespace) -> None:
 def _inspect(args: argparse.Namespace) -> None:
     import torch
 
-    from ..data import Batches, subset
+    from ..data import BatchOptions, subset
+    from ..data.run_data import batches_of
     from ..inspect import inspect_model
 
     if args.num_images < 1 or args.max_maps < 1:
@@ -247,12 +249,8 @@ def _inspect(args: argparse.Namespace) -> None:
     else:  # --num-images of the split, taking each class in turn
         split = _split(args, spec, model, extra)
         chosen = _classes_in_turn(split.dataset.labels)[: args.num_images]
-        batches = Batches(
-            subset(split.dataset, chosen),
-            batch_size=256,
-            train=False,
-            image_size=model.cfg.image_size,
-        )
+        options = BatchOptions.evaluation(model.cfg, batch_size=256)
+        batches = batches_of(subset(split.dataset, chosen), options)
         parts = list(batches.epoch(0))
         images = torch.cat([x for x, _ in parts])
         labels = torch.cat([y for _, y in parts])

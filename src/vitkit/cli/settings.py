@@ -41,7 +41,7 @@ def _config(args: argparse.Namespace) -> None:
         request = Request(**{**request.__dict__, "recipe": "scratch"})
     composed = compose(request)
     check_data_exists(composed.run.data.dataset)
-    from ..train.data import peek_data  # the settings are valid: now torch may be imported
+    from ..data.run_data import peek_data  # the settings are valid: now torch may be imported
 
     classes, train_size, what = peek_data(composed.run.data, composed.run.model)
     composed = adapt(composed, num_classes=classes, channels=None, train_size=train_size)

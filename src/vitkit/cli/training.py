@@ -139,8 +139,8 @@ def _run(args: argparse.Namespace, composed: Composed, run_dir: Path, *, main: b
     import os
 
     from ..compose import adapt
+    from ..data.run_data import build_data
     from ..train import distributed
-    from ..train.data import build_data
     from ..train.loop import StoppedError, train
 
     composed = _as_recorded(composed, run_dir)

@@ -280,6 +280,13 @@ class DataConfig(Section):
     def __post_init__(self) -> None:
         super().__post_init__()
         require(
+            not (self.inception_crop and self.crop_padding),
+            "data.crop_padding",
+            self.crop_padding,
+            "0 with data.inception_crop=True (the inception crop excludes crop padding: choose "
+            "one way of cropping)",
+        )
+        require(
             not self.streaming or self.source.kind == "hf",
             "data.streaming",
             self.streaming,

@@ -3,9 +3,10 @@
 Datasets hand out uint8 images (C, H, W) and int labels; ``Batches`` turns them into float batches
 scaled as the official code does, (x - 127.5) / 127.5, reproducibly from (seed, epoch, step)::
 
-    from vitkit.data import Batches, fashion_mnist
+    from vitkit.data import BatchOptions, Batches, fashion_mnist
 
-    train = Batches(fashion_mnist("train"), batch_size=256, train=True, seed=0, crop_padding=2, flip=True)
+    options = BatchOptions(batch_size=256, train=True, seed=0, crop_padding=2, flip=True)
+    train = Batches(fashion_mnist("train"), options)
     for images, labels in train.epoch(0):  # images (256, 1, 28, 28) float32, labels (256,) int64
         ...
 """
@@ -17,7 +18,7 @@ from .cifar import cifar
 from .decoded import UnreadableImageWarning
 from .fashion_mnist import fashion_mnist, read_idx
 from .folder import FolderLayout, ImageFolderDataset, folder_layout, verify_image_folder
-from .loader import Batches
+from .loader import Batches, BatchOptions
 from .splits import balanced_subset, split_holdout, subset
 from .synthetic import synthetic
 from .transforms import (
@@ -34,6 +35,7 @@ from .transforms import (
 
 __all__ = [
     "ArrayDataset",
+    "BatchOptions",
     "Batches",
     "FolderLayout",
     "ImageFolderDataset",

@@ -6,24 +6,25 @@ from a generator seeded by (seed, epoch, b) on the in-memory path, or of example
 uninterrupted ``epoch(e)`` yields from b on, whatever ran before and however many workers decode:
 a resumed run sees the same data as one that never stopped (DESIGN.md "Training").
 
-Two paths, one set of options:
+Two paths, one set of options (``BatchOptions``, built from the config sections by
+``BatchOptions.training`` and ``BatchOptions.evaluation``):
 
 - ``ArrayDataset`` (Fashion-MNIST, CIFAR, synthetic): gather the batch's uint8 images, augment the
   whole batch at once (``random_crop_flip`` is a single gather), scale to float, all in the main
   process: a batch costs one gather, less than shipping its images from a worker would.
-- anything else (``ImageFolderDataset``): a ``torch.utils.data.DataLoader`` over a wrapper that
-  decodes one image, crops/resizes it to ``image_size`` and augments it; workers allowed. A
-  dataset that can draw the inception crop before decoding (``ImageFolderDataset.inception_crop``)
-  does, from the same generator: a large JPEG whose box is 2-8x the output is then decoded at
-  that fraction of its size (the pixels close to the full decode's, not equal:
-  ``decode.read_crop``); otherwise the same pixels.
+- images read by index (``DecodedImages``: a folder, tar shards, Hugging Face rows): a
+  ``torch.utils.data.DataLoader`` over a wrapper that decodes one image, crops/resizes it to
+  ``image_size`` and augments it; workers allowed. The inception crop is drawn before decoding
+  (``DecodedImages.inception_crop``), from the same generator: a large JPEG whose box is 2-8x
+  the output is then decoded at that fraction of its size (the pixels close to the full
+  decode's, not equal: ``decode.read_crop``); otherwise the same pixels.
 
 Augmentation order on both paths: inception crop (or a plain resize to ``image_size``), then the
 padded random crop and the flip, at the output resolution; so ``crop_padding`` is in output pixels.
 
 What a batch holds: uint8 images with ``uint8=True`` (the training loop's choice: a quarter of
-the bytes to copy, scaled to [-1, 1] on the device by ``to_input``), else float32 images already
-scaled. With ``pin_memory`` the batches are in page-locked memory, so a copy to a GPU with
+the bytes to copy, scaled to [-1, 1] on the device by ``device.to_input``), else float32 images
+already scaled. With ``pin_memory`` the batches are in page-locked memory, so a copy to a GPU with
 ``non_blocking=True`` does not wait for the host. The per-sample path keeps its workers alive for
 the whole ``stream`` (one ``DataLoader`` over every epoch's batches) and across the evaluations of
 one ``Batches`` (``persistent_workers``); neither changes what a batch holds, which depends on
@@ -41,18 +42,23 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeAlias
 
 import numpy as np
 import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
-from ..config import image_size_of, size_hw
+from ..config import DataConfig, ModelConfig, TrainConfig, image_size_of, size_hw
 from ..errors import ConfigError, DataError
 from . import transforms
 from .arrays import ArrayDataset
+from .decoded import DecodedImages
 from .transforms import inception_crop, random_crop_flip, resize, to_float
+
+# What ``Batches`` reads: images held in memory, or read by index and decoded (a stream has its
+# own batches, ``stream.StreamBatches``).
+Indexed: TypeAlias = ArrayDataset | DecodedImages
 
 # Stream names, so the permutation and the augmentation of one epoch never share random numbers.
 _ORDER, _BATCH, _SAMPLE, _LOADER = 0, 1, 2, 3
@@ -104,7 +110,11 @@ class _Transformed(Dataset):
     own generator when training."""
 
     def __init__(
-        self, dataset: Any, seed: int, image_size: int | tuple[int, int], augment: Augment | None
+        self,
+        dataset: Indexed,
+        seed: int,
+        image_size: int | tuple[int, int],
+        augment: Augment | None,
     ) -> None:
         self.dataset = dataset
         self.seed = seed
@@ -127,14 +137,15 @@ class _Transformed(Dataset):
         return self.augment(image[None], g)[0], label
 
     def _crop_first(self, index: int, g: torch.Generator) -> tuple[Tensor, int] | None:
-        """The inception crop drawn before decoding, when the dataset can (``ImageFolderDataset``:
-        a large JPEG is decoded at 1/2-1/8 of its size when the box allows), else None."""
+        """The inception crop drawn before decoding, for images read by index (a large JPEG is
+        decoded at 1/2-1/8 of its size when the box allows), else None."""
         augment = self.augment
-        crop_first = getattr(self.dataset, "inception_crop", None)
-        if augment is None or not augment.inception_crop or crop_first is None:
+        if augment is None or not augment.inception_crop:
             return None
-        image, label = crop_first(index, self.image_size, generator=g)  # (C, S_h, S_w) uint8
-        return augment.after_crop(image[None], g)[0], label
+        if not isinstance(self.dataset, DecodedImages):  # decoded whole, then cropped
+            return None
+        image, label = self.dataset.inception_crop(index, self.image_size, generator=g)
+        return augment.after_crop(image[None], g)[0], label  # (C, S_h, S_w) uint8
 
 
 def _collate(items: list[tuple[Tensor, int]]) -> tuple[Tensor, Tensor]:
@@ -153,13 +164,6 @@ def ignore_interrupts(_worker: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def to_input(images: Tensor, device: torch.device) -> Tensor:
-    """A batch as the model takes it, on ``device``: copied there (without waiting, from pinned
-    memory) and, if uint8, scaled to [-1, 1] there."""
-    images = images.to(device, non_blocking=True)
-    return to_float(images) if images.dtype == torch.uint8 else images
-
-
 def default_workers() -> int:
     """Decoding workers per process when ``data.num_workers`` is not set: this machine's cores
     (those this process may use) divided among the processes on it (torchrun's
@@ -171,100 +175,175 @@ def default_workers() -> int:
     return max(0, (cores or 1) // max(local, 1) - 1)
 
 
-class Batches:
-    """Batches of (images (B, C, H, W), int64 labels (B,)), one epoch at a time: float32 in
-    [-1, 1], or uint8 with ``uint8=True`` (``to_input`` scales them on the device).
+@dataclass(frozen=True, kw_only=True)
+class BatchOptions:
+    """How a dataset is batched: the one set of options of ``Batches`` and ``StreamBatches``.
 
-    ``train=True``: a fresh order each epoch, augmentation as asked, ``drop_last`` by default (every
-    step sees a full batch). ``train=False``: dataset order, no augmentation, the last partial batch
-    kept. ``image_size`` (an int, or (height, width)) is the output size: images are resized to it,
-    or inception-cropped to it when training (required for datasets whose images vary in size);
-    ``None`` keeps an ``ArrayDataset``'s own size. ``num_workers`` applies to the per-sample path
-    only; ``pin_memory`` puts every batch in page-locked memory (for a GPU).
-    ``shard=(rank, world)`` serves process ``rank``'s part of every batch (training batches must
-    split evenly; the last evaluation batch may leave a process an empty part); ``steps_per_epoch``
-    counts whole batches.
+    ``train=True``: a fresh order each epoch, augmentation as asked, ``drop_last`` by default
+    (every step sees a full batch). ``train=False``: dataset order, no augmentation, the last
+    partial batch kept. ``image_size`` (an int, or (height, width)) is the output size: images
+    are resized to it, or inception-cropped to it when training (required for datasets whose
+    images vary in size); ``None`` keeps an ``ArrayDataset``'s own size. ``crop_padding`` is in
+    output pixels (a padded random crop); the inception crop excludes it. ``num_workers``
+    applies to the per-sample path only; ``uint8`` serves uint8 batches (``to_input`` scales
+    them on the device), else float32 in [-1, 1]; ``pin_memory`` puts every batch in
+    page-locked memory (for a GPU). ``shard=(rank, world)`` serves process ``rank``'s part of
+    every batch (training batches must split evenly; the last evaluation batch may leave a
+    process an empty part). ``drop_last=None``: the value of ``train``.
     """
 
-    def __init__(
-        self,
-        dataset: Any,
-        *,
-        batch_size: int,
-        train: bool,
-        seed: int = 0,
-        image_size: int | tuple[int, int] | None = None,
-        crop_padding: int = 0,
-        flip: bool = False,
-        inception_crop: bool = False,
-        rand_augment: bool = False,
-        num_workers: int = 0,
-        drop_last: bool | None = None,
-        shard: tuple[int, int] = (0, 1),
-        uint8: bool = False,
-        pin_memory: bool = False,
-    ) -> None:
+    batch_size: int
+    train: bool
+    seed: int = 0
+    image_size: int | tuple[int, int] | None = None
+    crop_padding: int = 0
+    flip: bool = False
+    inception_crop: bool = False
+    rand_augment: bool = False
+    num_workers: int = 0
+    drop_last: bool | None = None
+    shard: tuple[int, int] = (0, 1)
+    uint8: bool = False
+    pin_memory: bool = False
+
+    def __post_init__(self) -> None:
+        batch_size, crop_padding, seed = self.batch_size, self.crop_padding, self.seed
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ConfigError(
                 f"batch_size={batch_size!r} is not valid: expected a positive integer"
             )
         if not isinstance(seed, int) or seed < 0:
             raise ConfigError(f"seed={seed!r} is not valid: expected an integer >= 0")
-        if image_size is not None:
-            image_size = image_size_of(image_size)
+        if self.image_size is not None:  # a square pair becomes its int
+            object.__setattr__(self, "image_size", image_size_of(self.image_size))
         if not isinstance(crop_padding, int) or crop_padding < 0:
             raise ConfigError(
                 f"crop_padding={crop_padding!r} is not valid: expected an integer >= 0"
             )
-        if inception_crop and crop_padding:
+        if self.inception_crop and crop_padding:
             raise ConfigError(
                 f"inception_crop=True and crop_padding={crop_padding}: choose one way of cropping"
             )
-        if not train and (crop_padding or flip or inception_crop or rand_augment):
+        if not self.train and self.augments:
             raise ConfigError(
                 "augmentation (crop_padding, flip, inception_crop) is for training; "
-                f"found it with train=False (crop_padding={crop_padding}, flip={flip}, "
-                f"inception_crop={inception_crop})"
+                f"found it with train=False (crop_padding={crop_padding}, flip={self.flip}, "
+                f"inception_crop={self.inception_crop})"
             )
-        rank, world = shard
+        rank, world = self.shard
         if not 0 <= rank < world:
             raise ConfigError(
-                f"shard={shard!r} is not valid: expected (rank, world) with 0 <= rank < world"
+                f"shard={self.shard!r} is not valid: expected (rank, world) with 0 <= rank < world"
             )
-        if batch_size < world or (train and batch_size % world):
+        if batch_size < world or (self.train and batch_size % world):
             raise ConfigError(
                 f"batch_size={batch_size} does not split "
-                f"{'evenly ' if train else ''}across {world} processes"
+                f"{'evenly ' if self.train else ''}across {world} processes"
             )
+
+    @property
+    def augments(self) -> bool:
+        """Whether any augmentation is asked for."""
+        return bool(self.crop_padding or self.flip or self.inception_crop or self.rand_augment)
+
+    @classmethod
+    def training(
+        cls,
+        train: TrainConfig,
+        data: DataConfig,
+        model: ModelConfig,
+        *,
+        shard: tuple[int, int] = (0, 1),
+        pin_memory: bool = False,
+    ) -> BatchOptions:
+        """A run's training batches: ``train.batch_size`` (the global batch) and ``train.seed``;
+        ``data``'s augmentation and decoding workers (none set: ``default_workers()``); at
+        ``model.image_size``; uint8, scaled on the device (``to_input``)."""
+        return cls(
+            batch_size=train.batch_size,
+            train=True,
+            seed=train.seed,
+            image_size=model.image_size,
+            crop_padding=data.crop_padding,
+            flip=data.flip,
+            inception_crop=data.inception_crop,
+            rand_augment=data.rand_augment,
+            num_workers=default_workers() if data.num_workers is None else data.num_workers,
+            shard=shard,
+            uint8=True,
+            pin_memory=pin_memory,
+        )
+
+    @classmethod
+    def evaluation(
+        cls,
+        model: ModelConfig,
+        *,
+        batch_size: int,
+        num_workers: int = 0,
+        shard: tuple[int, int] = (0, 1),
+        uint8: bool = False,
+        pin_memory: bool = False,
+    ) -> BatchOptions:
+        """A split in order, unaugmented, at ``model.image_size``, the last partial batch kept."""
+        return cls(
+            batch_size=batch_size,
+            train=False,
+            image_size=model.image_size,
+            num_workers=num_workers,
+            shard=shard,
+            uint8=uint8,
+            pin_memory=pin_memory,
+        )
+
+
+class Batches:
+    """Batches of (images (B, C, H, W), int64 labels (B,)) of ``dataset``, one epoch at a time,
+    as ``options`` say (``BatchOptions``): float32 in [-1, 1], or uint8 with ``uint8=True``
+    (``to_input`` scales them on the device). ``steps_per_epoch`` counts whole batches.
+    """
+
+    def __init__(self, dataset: Indexed, options: BatchOptions) -> None:
         self.dataset = dataset
-        self.batch_size = batch_size
-        self.shard = shard
-        self.train = train
-        self.seed = seed
-        self.image_size = image_size
-        self.num_workers = num_workers
-        self.uint8 = uint8
-        self.pin_memory = pin_memory
+        self._take(options, len(dataset), type(dataset).__name__, isinstance(dataset, ArrayDataset))
+
+    def _take(self, options: BatchOptions, n: int, kind: str, in_memory: bool) -> None:
+        """Batch ``n`` examples of a ``kind`` (its class, for messages) as ``options`` say, in
+        memory or per sample; what a dataset of that size allows is checked here."""
+        self.options = options
+        self.batch_size = options.batch_size
+        self.shard = options.shard
+        self.train = options.train
+        self.seed = options.seed
+        self.image_size = options.image_size
+        self.num_workers = options.num_workers
+        self.uint8 = options.uint8
+        self.pin_memory = options.pin_memory
         self._evaluation: DataLoader | None = None  # kept: its workers serve every evaluation
-        self.drop_last = train if drop_last is None else drop_last
-        self.in_memory = isinstance(dataset, ArrayDataset)
-        if not self.in_memory and image_size is None:
+        self.drop_last = options.train if options.drop_last is None else options.drop_last
+        self.in_memory = in_memory
+        if not in_memory and options.image_size is None:
             raise ConfigError(
-                f"image_size is required for a {type(dataset).__name__} (its images vary in size); "
-                "found None"
+                f"image_size is required for a {kind} (its images vary in size); found None"
             )
-        n = len(dataset)
         if n == 0:
             raise DataError("the dataset is empty")
-        if self.drop_last and batch_size > n:
+        if self.drop_last and options.batch_size > n:
             raise ConfigError(
-                f"batch_size={batch_size} is larger than the dataset ({n} examples) and "
+                f"batch_size={options.batch_size} is larger than the dataset ({n} examples) and "
                 "drop_last=True: an epoch would hold no batch"
             )
-        self.steps_per_epoch = n // batch_size if self.drop_last else math.ceil(n / batch_size)
+        B = options.batch_size
+        self.steps_per_epoch = n // B if self.drop_last else math.ceil(n / B)
         self.augment = (
-            Augment(image_size, crop_padding, flip, inception_crop, rand_augment)
-            if train and (crop_padding or flip or inception_crop or rand_augment or image_size)
+            Augment(
+                options.image_size,
+                options.crop_padding,
+                options.flip,
+                options.inception_crop,
+                options.rand_augment,
+            )
+            if options.train and (options.augments or options.image_size)
             else None
         )
 
@@ -345,8 +424,10 @@ class Batches:
         part = self._part(len(indices))
         if self.augment is None:  # no draws: gather this process's part only
             indices = indices[part]
-        images = self.dataset.images.index_select(0, indices)  # (B, C, H, W) uint8
-        labels = self.dataset.labels.index_select(0, indices)  # (B,)
+        arrays = self.dataset
+        assert isinstance(arrays, ArrayDataset)  # the in-memory path
+        images = arrays.images.index_select(0, indices)  # (B, C, H, W) uint8
+        labels = arrays.labels.index_select(0, indices)  # (B,)
         if self.augment is not None:  # draws for the whole batch, then this process's part
             images = self.augment(images, generator(self.seed, _BATCH, epoch, b))[part]
             labels = labels[part]

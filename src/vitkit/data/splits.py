@@ -22,8 +22,11 @@ from ..errors import ConfigError, DataError
 
 
 class Labelled(Protocol):
-    labels: Tensor
-    classes: list[str]
+    @property
+    def labels(self) -> Tensor: ...  # a stream's raises: it cannot choose images by label
+
+    @property
+    def classes(self) -> list[str]: ...
 
 
 def _labels(dataset: Labelled) -> Tensor:

@@ -54,7 +54,7 @@ from ..errors import ConfigError, DataError
 from .cells import CellReader
 from .codec import DECODE_ERRORS, decode
 from .decoded import count_decode_failure
-from .loader import Augment, Batches, generator, ignore_interrupts
+from .loader import Augment, Batches, BatchOptions, generator, ignore_interrupts
 from .transforms import resize, to_float
 
 # Stream names for the random draws (the loader's are 0-3: they never meet these).
@@ -238,9 +238,9 @@ class StreamBatches(Batches):
     """``Batches`` over a ``ParquetStream``: the same options, batches and resume contract (a
     batch is a function of (seed, epoch, step)), the order the module docstring describes."""
 
-    def __init__(self, dataset: ParquetStream, **options: Any) -> None:
-        super().__init__(dataset, **options)
+    def __init__(self, dataset: ParquetStream, options: BatchOptions) -> None:
         self.source = dataset
+        self._take(options, len(dataset), type(dataset).__name__, in_memory=False)
         self._failed: set[str] = set()  # the rows that failed, each counted once however often read
 
     def _windows(self, epoch: int) -> list[list[int]]:

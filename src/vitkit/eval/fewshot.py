@@ -37,8 +37,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..data import Batches, subset
-from ..data.loader import to_input
+from ..data import BatchOptions, subset
+from ..data.device import to_input
+from ..data.run_data import Images, batches_of
 from ..errors import ConfigError
 from ..model import ResNetClassifier, VisionTransformer
 from ..runtime.mode import eval_mode
@@ -306,8 +307,8 @@ def check_shots(train_set: Any, shots: Sequence[int]) -> None:
 
 def fewshot_model(
     model: VisionTransformer | ResNetClassifier,
-    train_set: Any,
-    test_set: Any,
+    train_set: Images,
+    test_set: Images,
     *,
     shots: Sequence[int] = SHOTS,
     seeds: int = 3,
@@ -335,17 +336,17 @@ def fewshot_model(
     used = torch.cat(list(subsets.values())).unique()  # (M,) sorted dataset indices
     log.info("few-shot: features of %d of %d training examples", len(used), len(labels))
 
-    def features(dataset: Any) -> tuple[Tensor, Tensor]:
-        batches = Batches(
-            dataset,
-            batch_size=batch_size,
-            train=False,
-            image_size=image_size,
-            uint8=True,
-            num_workers=num_workers,
-            pin_memory=model_device(model).type == "cuda",
-        )
-        return extract_features(model, batches.epoch(0), autocast=autocast)
+    options = BatchOptions(
+        batch_size=batch_size,
+        train=False,
+        image_size=image_size,
+        uint8=True,
+        num_workers=num_workers,
+        pin_memory=model_device(model).type == "cuda",
+    )
+
+    def features(dataset: Images) -> tuple[Tensor, Tensor]:
+        return extract_features(model, batches_of(dataset, options).epoch(0), autocast=autocast)
 
     train_x, train_y = features(subset(train_set, used))  # (M, D), (M,)
     assert torch.equal(train_y, labels[used]), "the subset's labels disagree with the dataset's"

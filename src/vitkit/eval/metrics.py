@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..data.loader import to_input
+from ..data.device import to_input
 from ..runtime.mode import eval_mode
 
 

@@ -9,8 +9,8 @@ from typing import Any
 import torch
 
 from ..config import RunConfig
+from ..data.run_data import RunData
 from .cadence import Cadence
-from .data import RunData
 
 
 def _model_line(run: RunConfig, model: Any) -> str:

@@ -9,8 +9,8 @@ differs between pre-training, fine-tuning and masked patch prediction (whose mas
 head are trained and checkpointed with the run but never saved into the model's weights).
 
 Evaluations run on the validation split and keep the best weights in ``best/``; a test split
-apart from it is evaluated once, at the end, with those weights (train/data.py says which split is
-which). A run's time (``run_s`` in metrics.jsonl) goes on across resumes; ``time_s`` is the
+apart from it is evaluated once, at the end, with those weights (data/run_data.py says which
+split is which). A run's time (``run_s`` in metrics.jsonl) goes on across resumes; ``time_s`` is the
 process's.
 
 Exact resume: batch order and augmentation are functions of (seed, epoch, batch), the global RNG
@@ -48,7 +48,9 @@ from torch import Tensor, nn
 
 from ..config import RunConfig
 from ..data import Batches, Preprocess
-from ..data.loader import default_workers, derive_seed, to_input
+from ..data.device import on_device
+from ..data.loader import BatchOptions, derive_seed
+from ..data.run_data import Images, RunData, batches_of, build_data
 from ..errors import ConfigError, VitkitError
 from ..files import atomic_write
 from ..model import ResNetClassifier, VisionTransformer, build_model
@@ -56,7 +58,6 @@ from ..runtime.clock import process_seconds
 from . import distributed, precision
 from .banner import banner
 from .cadence import Cadence
-from .data import RunData, build_data, make_batches, ordered_batches
 from .objectives import MaskedPatchPrediction, Objective, evaluate_mpp
 from .optim import build_optimizer, learning_rate, set_learning_rate
 from .report import write_report
@@ -295,38 +296,22 @@ def _train(
             f"the {world} processes"
         )
     # uint8 batches, scaled on the device; page-locked for a GPU, whose copies then overlap
-    workers = default_workers() if run.data.num_workers is None else run.data.num_workers
     pinned = device.type == "cuda"
-    train_batches = make_batches(
-        train_set,
-        batch_size=tc.batch_size,
-        train=True,
-        seed=tc.seed,
-        crop_padding=run.data.crop_padding,
-        flip=run.data.flip,
-        inception_crop=run.data.inception_crop,
-        rand_augment=run.data.rand_augment,
-        image_size=run.model.image_size,
-        num_workers=workers,
+    options = BatchOptions.training(tc, run.data, run.model, shard=(rank, world), pin_memory=pinned)
+    train_batches = batches_of(train_set, options)
+    ordered = BatchOptions.evaluation(
+        run.model,
+        batch_size=tc.batch_size,  # larger starves the overlap of input and compute
+        num_workers=options.num_workers,  # data.num_workers, resolved
         shard=(rank, world),
         uint8=True,
         pin_memory=pinned,
     )
-
-    def in_order(dataset: Any) -> Batches:
-        return ordered_batches(
-            dataset,
-            run.model,
-            batch_size=tc.batch_size,  # larger starves the overlap of input and compute
-            num_workers=workers,
-            shard=(rank, world),
-            uint8=True,
-            pin_memory=pinned,
-        )
-
-    evaluation = in_order(data.val)
+    evaluation = batches_of(data.val, ordered)
     # the test split, evaluated once with the best weights, when it is not the validation split
-    final_test = in_order(data.test) if data.test is not None and not data.val_is_test else None
+    final_test = (
+        batches_of(data.test, ordered) if data.test is not None and not data.val_is_test else None
+    )
     split = "test" if data.val_is_test else "val"  # what metrics.jsonl calls the evaluations
     steps_per_epoch = train_batches.steps_per_epoch // tc.accum_steps
     if steps_per_epoch < 1:
@@ -343,7 +328,7 @@ def _train(
     resolved = precision.resolve(tc.precision, device)
     run = dataclasses.replace(
         run,
-        data=dataclasses.replace(run.data, num_workers=workers),
+        data=dataclasses.replace(run.data, num_workers=options.num_workers),
         train=dataclasses.replace(tc, precision=resolved),
     )
     tc = run.train
@@ -421,7 +406,7 @@ def _train(
         return earlier_s + process_seconds()
 
     def evaluate_now(
-        model: VisionTransformer | ResNetClassifier, batches: Batches, split: Any
+        model: VisionTransformer | ResNetClassifier, batches: Batches, split: Images
     ) -> dict[str, Any]:
         """Each process evaluates its part of every batch; the sums are added up."""
         from ..eval.fewshot import fewshot_model
@@ -471,7 +456,7 @@ def _train(
 
     # ---- the loop
     # micro-batches across epochs, on the device: each moved there while the previous computes
-    batches = _on_device(train_batches.stream(step * tc.accum_steps), device)
+    batches = on_device(train_batches.stream(step * tc.accum_steps), device)
     bar = _progress(cadence.total_steps, step, enabled=progress and main)
     if distributed.is_distributed():
         bar.write(
@@ -576,6 +561,7 @@ def _train(
         result = evaluate_now(averaged, evaluation, data.val)
     result = {"split": split, **result, "best": best}
     if final_test is not None:  # the test split, once, with the weights the validation chose
+        assert data.test is not None  # final_test is its batches
         if not (run_dir / "best").is_dir():  # a finished checkpoint moved alone (--resume)
             log.info("no best/ in %s: the final weights are kept as the best", run_dir)
             weights = distributed.model_state(averaged)
@@ -615,35 +601,6 @@ def write_skipped(run_dir: Path, skipped: list[tuple[str, str]]) -> None:
     if skipped:
         text = "".join(f"{path}\t{why}\n" for path, why in skipped)
         atomic_write(run_dir / SKIPPED_FILE, lambda p: p.write_text(text))
-
-
-def _on_device(batches: Iterator[tuple[Tensor, Tensor]], device: torch.device) -> Iterator[Any]:
-    """Each (uint8 images, labels) micro-batch on ``device``, scaled there. On CUDA the next
-    micro-batch's copy (from page-locked memory) and scaling are issued on a side stream before
-    the current one is handed over, so they run while the device computes this step; the step's
-    stream waits for them only when it takes that batch. Elsewhere one after the other."""
-    if device.type != "cuda":
-        for images, labels in batches:
-            yield to_input(images, device), labels.to(device)
-        return
-    side = torch.cuda.Stream(device)
-
-    def issue(batch: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:
-        with torch.cuda.stream(side):
-            images, labels = batch
-            return to_input(images, device), labels.to(device, non_blocking=True)
-
-    it = iter(batches)
-    ahead = next(it, None)
-    ready = None if ahead is None else issue(ahead)
-    while ready is not None:
-        compute = torch.cuda.current_stream(device)
-        compute.wait_stream(side)  # this batch's copy is done before the step reads it
-        for tensor in ready:
-            tensor.record_stream(compute)  # its memory is not reused while the step runs
-        following = next(it, None)
-        current, ready = ready, None if following is None else issue(following)
-        yield current
 
 
 def _check_finite(diverged: Tensor) -> None:

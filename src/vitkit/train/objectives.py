@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..config import ModelConfig
-from ..data.loader import to_input
+from ..data.device import to_input
 from ..errors import ConfigError
 from ..eval.metrics import model_device
 from ..model.vit import VisionTransformer

@@ -1,5 +1,6 @@
 """From a ``DataConfig`` to the datasets a run trains on, chooses its best weights on, and
-reports at the end.
+reports at the end (``build_data``); the split a verb evaluates a checkpoint on
+(``evaluation_split``); and any of them as batches (``batches_of``).
 
 Three roles: ``train``; ``val``, the split that chooses the best checkpoint; ``test``, reported
 once at the end with the best weights, and never used to choose. ``data.validation='auto'``
@@ -17,35 +18,38 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeAlias
 
 import torch
 
 from ..config import DataConfig, DataSource, ModelConfig
-from ..data import (
-    Batches,
-    ImageFolderDataset,
-    balanced_subset,
-    cifar,
-    fashion_mnist,
-    folder_layout,
-    split_holdout,
-    subset,
-    synthetic,
-)
-from ..data.hf import open_hf
-from ..data.shards import WebDatasetShards, shard_layout
-from ..data.stream import ParquetStream, StreamBatches
 from ..errors import ConfigError, DataError
+from .arrays import ArrayDataset
+from .cifar import cifar
+from .encoded import EncodedImages
+from .fashion_mnist import fashion_mnist
+from .folder import ImageFolderDataset, folder_layout
+from .hf import open_hf
+from .loader import Batches, BatchOptions
+from .shards import WebDatasetShards, shard_layout
+from .splits import balanced_subset, split_holdout, subset
+from .stream import ParquetStream, StreamBatches
+from .synthetic import synthetic
+
+# A split of a folder, of tar shards or of a Hugging Face dataset, as read: images read by index
+# (decoded when read), or a stream.
+SplitImages: TypeAlias = ImageFolderDataset | EncodedImages | ParquetStream
+# Any split a run reads: those, or images held in memory (named datasets, synthetic images).
+Images: TypeAlias = ArrayDataset | SplitImages
 
 
 @dataclass
 class RunData:
     """The datasets of a run, their names as the run states them, and what was decided."""
 
-    train: Any
-    val: Any
-    test: Any | None  # None: no test split; ``val`` is reported at the end
+    train: Images
+    val: Images
+    test: Images | None  # None: no test split; ``val`` is reported at the end
     classes: list[str]
     channels: int
     val_name: str  # e.g. "val/ (2,000 images)", "holdout: 10% of train"
@@ -58,14 +62,14 @@ class RunData:
         return self.val is self.test
 
 
-def _named(source: DataSource, split: str) -> Any:
+def _named(source: DataSource, split: str) -> ArrayDataset:
     if source.kind == "fashion_mnist":
         return fashion_mnist(split, source.path)
     assert source.kind in ("cifar10", "cifar100")
     return cifar(split, source.path, num_classes=int(source.kind[5:]))
 
 
-def _synthetic(model: ModelConfig, channels: int, seed: int) -> tuple[Any, Any]:
+def _synthetic(model: ModelConfig, channels: int, seed: int) -> tuple[ArrayDataset, ArrayDataset]:
     """One draw, so both splits share the class patterns: 32 + 8 per class."""
     data = synthetic(
         num_classes=model.num_classes,
@@ -93,7 +97,7 @@ class _Splits:
     root: str  # the data, as messages name it
     names: tuple[str, ...]  # of train, val and test, in that order
     named: bool  # False: one set of images (a single tree, unnamed shards), called train
-    read: Callable[[str, str | None, bool], Any]  # (split, mode, verify) -> its dataset
+    read: Callable[[str, str | None, bool], SplitImages]  # (split, mode, verify) -> its images
     label: Callable[[str], str]  # a split as the run names it: "val/", "val shards"
 
 
@@ -127,7 +131,7 @@ def _splits_of(cfg: DataConfig) -> _Splits:
         return _Splits(str(shards.root), names, shards.named, tars, lambda s: f"{s} shards")
     hf = open_hf(cfg)
 
-    def rows(split: str, mode: str | None, verify: bool) -> Any:
+    def rows(split: str, mode: str | None, verify: bool) -> SplitImages:
         checked = verify and cfg.verify != "none"  # header checks as full does here
         dataset = hf.dataset(split, mode=mode, verify=checked, max_bad_fraction=bad)
         if isinstance(dataset, ParquetStream):
@@ -137,7 +141,7 @@ def _splits_of(cfg: DataConfig) -> _Splits:
     return _Splits(hf.spec, hf.splits, hf.named, rows, lambda split: f"{split} split")
 
 
-def _channels_reason(dataset: Any) -> str:
+def _channels_reason(dataset: SplitImages) -> str:
     """Why a split has the channels it has, for the run's statement."""
     if isinstance(dataset, ParquetStream):
         return f"{dataset.channels} channels: a stream is read as RGB unless model.in_chans=1"
@@ -162,11 +166,12 @@ def build_data(
         )
     notes: list[str] = []
     skipped: list[tuple[str, str]] = []
+    splits: dict[str, Images]
     if source.kind == "synthetic":
         channels = model.in_chans if in_chans is None else in_chans
-        train, test = _synthetic(model, channels, seed)
-        splits: dict[str, Any] = {"train": train, "test": test}
-        named = {"test": f"synthetic test ({_count(len(test))})"}
+        made_train, made_test = _synthetic(model, channels, seed)
+        splits = {"train": made_train, "test": made_test}
+        named = {"test": f"synthetic test ({_count(len(made_test))})"}
     elif source.kind in SPLIT_KINDS:
         found = _splits_of(cfg)
         mode = None if in_chans is None else ("L" if in_chans == 1 else "RGB")
@@ -175,15 +180,16 @@ def build_data(
                 "data.verify=none opens no image before training, so it cannot decide the "
                 "channels: set model.in_chans=3 (or 1), or data.verify=header"
             )
-        train = found.read("train", mode, True)
-        splits = {"train": train}
+        first = found.read("train", mode, True)
+        read = {"train": first}
         for name in found.names[1:]:  # val and test, as the training split's channels
-            splits[name] = found.read(name, train.mode, True)
-        channels = train.channels
+            read[name] = found.read(name, first.mode, True)
+        channels = first.channels
         if in_chans is None:
-            notes.append(_channels_reason(train))
-        for dataset in splits.values():
+            notes.append(_channels_reason(first))
+        for dataset in read.values():
             skipped += [(str(path), why) for path, why in dataset.skipped]
+        splits = dict(read)
         named = {
             k: f"{found.label(k)} ({_count(len(v))})" for k, v in splits.items() if k != "train"
         }
@@ -280,52 +286,30 @@ def peek_data(cfg: DataConfig, model: ModelConfig) -> tuple[int, int, str]:
     return classes, train, what
 
 
-def build_datasets(cfg: DataConfig, model: ModelConfig, *, seed: int) -> tuple[Any, Any, list[str]]:
+def build_datasets(
+    cfg: DataConfig, model: ModelConfig, *, seed: int
+) -> tuple[Images, Images, list[str]]:
     """Train and test datasets and the class names (the model's channels)."""
     data = build_data(cfg, model, seed=seed, in_chans=model.in_chans)
     return data.train, data.test if data.test is not None else data.val, data.classes
 
 
-def make_batches(dataset: Any, **options: Any) -> Batches:
-    """``Batches(dataset, **options)``, or ``StreamBatches`` (the same options and contract)
-    for a stream, which is read in its own order (data/stream.py)."""
+def batches_of(dataset: Images, options: BatchOptions) -> Batches:
+    """``dataset``'s batches as ``options`` say: ``Batches``, or for a stream ``StreamBatches``
+    (the same options and contract, the stream read in its own order: data/stream.py)."""
     if isinstance(dataset, ParquetStream):
-        return StreamBatches(dataset, **options)
-    return Batches(dataset, **options)
-
-
-def ordered_batches(
-    test: Any,
-    model: ModelConfig,
-    *,
-    batch_size: int,
-    num_workers: int = 0,
-    shard: tuple[int, int] = (0, 1),
-    uint8: bool = False,
-    pin_memory: bool = False,
-) -> Batches:
-    """A test split in order, unaugmented, at the model's resolution (``shard``: this process's
-    part of every batch; ``uint8``, ``pin_memory``: as ``Batches``)."""
-    return make_batches(
-        test,
-        batch_size=batch_size,
-        train=False,
-        image_size=model.image_size,
-        num_workers=num_workers,
-        shard=shard,
-        uint8=uint8,
-        pin_memory=pin_memory,
-    )
+        return StreamBatches(dataset, options)
+    return Batches(dataset, options)
 
 
 @dataclass
 class Split:
     """A split a verb runs a checkpoint over: the images, the classes and what to call it."""
 
-    dataset: Any
+    dataset: Images
     classes: list[str]
     name: str
-    train: Any | None = None  # the training images of the same data (few-shot), when known
+    train: Images | None = None  # the training images of the same data (few-shot), when known
 
 
 def evaluation_split(

@@ -61,3 +61,32 @@ def test_a_model_under_a_quarter_of_the_images_gets_a_hint() -> None:
     assert "(375 px)" in hint
     assert sides.hint((96, 96)) is None  # 4 x 96 = 384 >= 375
     assert sides.hint((224, 224)) is None
+
+
+def test_a_run_states_its_images_size_and_hints_when_the_model_sees_a_quarter_of_it(
+    tmp_path: Path,
+) -> None:
+    """The scratch recipe's 32 px on photographs of about 200 px: the run's statement of its
+    data gives the median shorter side and the hint; at 64 px, the median alone. The same for
+    the folder's tar shards, which verify at the level ``data.verify`` says, as a folder does."""
+    from vitkit.config import replace
+    from vitkit.data.run_data import build_data
+    from vitkit.data.shards import pack_folder
+    from vitkit.recipes import get_recipe
+
+    sizes = [(200, 260), (180, 240), (240, 200), (210, 300)]  # shorter sides 200 180 200 210
+    root = _folder(tmp_path / "data", sizes)
+    pack_folder(root, tmp_path / "shards", shard_size=4)
+    for dataset in (str(root), f"wds:{tmp_path / 'shards'}"):
+        run = replace(
+            get_recipe("scratch"),
+            {"data.dataset": dataset, "data.validation": "holdout", "data.verify": "header"},
+        )
+        notes = build_data(run.data, run.model, seed=0).notes
+        line = "images: median shorter side 200 px (the headers of all 4 training images, upright)"
+        assert line in notes, (dataset, notes)
+        assert any(n.startswith("hint: the model sees 32x32 px") for n in notes)
+        at_64 = replace(run, {"model.image_size": 64})
+        data = build_data(at_64.data, at_64.model, seed=0)
+        assert not any(n.startswith("hint:") for n in data.notes)
+        assert data.train.verify == "header" and data.channels == 3

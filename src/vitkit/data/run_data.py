@@ -26,7 +26,7 @@ from ..config import DataConfig, DataSource, ModelConfig
 from ..errors import ConfigError, DataError
 from .arrays import ArrayDataset
 from .cifar import cifar
-from .encoded import EncodedImages
+from .decoded import DecodedImages
 from .fashion_mnist import fashion_mnist
 from .folder import ImageFolderDataset, folder_layout
 from .hf import open_hf
@@ -34,11 +34,13 @@ from .loader import Batches, BatchOptions
 from .shards import WebDatasetShards, shard_layout
 from .splits import balanced_subset, split_holdout, subset
 from .stream import ParquetStream, StreamBatches
+from .survey import shorter_sides
 from .synthetic import synthetic
+from .verify import Level
 
 # A split of a folder, of tar shards or of a Hugging Face dataset, as read: images read by index
 # (decoded when read), or a stream.
-SplitImages: TypeAlias = ImageFolderDataset | EncodedImages | ParquetStream
+SplitImages: TypeAlias = DecodedImages | ParquetStream
 # Any split a run reads: those, or images held in memory (named datasets, synthetic images).
 Images: TypeAlias = ArrayDataset | SplitImages
 
@@ -105,15 +107,18 @@ def _splits_of(cfg: DataConfig) -> _Splits:
     """What ``cfg``'s folder, shards or Hugging Face dataset holds (listed, not yet read)."""
     source, bad = cfg.source, cfg.max_bad_fraction
     assert source.kind in SPLIT_KINDS and source.path is not None
+
+    def level(verify: bool) -> Level:
+        return cfg.verify if verify else "none"
+
     if source.kind == "folder":
         layout = folder_layout(source.path)
         tree = layout.kind == "tree"
 
         def folder(split: str, mode: str | None, verify: bool) -> ImageFolderDataset:
             name = None if tree else split
-            level = cfg.verify if verify else "none"
             return ImageFolderDataset(
-                layout.root, name, mode=mode, verify=level, max_bad_fraction=bad
+                layout.root, name, mode=mode, verify=level(verify), max_bad_fraction=bad
             )
 
         names = ("train",) if tree else tuple(str(s) for s in layout.splits)
@@ -122,9 +127,8 @@ def _splits_of(cfg: DataConfig) -> _Splits:
         shards = shard_layout(source.path)
 
         def tars(split: str, mode: str | None, verify: bool) -> WebDatasetShards:
-            checked = verify and cfg.verify != "none"  # header checks as full does here
             return WebDatasetShards(
-                shards.root, split, mode=mode, verify=checked, max_bad_fraction=bad
+                shards.root, split, mode=mode, verify=level(verify), max_bad_fraction=bad
             )
 
         names = tuple(shards.splits)
@@ -132,13 +136,28 @@ def _splits_of(cfg: DataConfig) -> _Splits:
     hf = open_hf(cfg)
 
     def rows(split: str, mode: str | None, verify: bool) -> SplitImages:
-        checked = verify and cfg.verify != "none"  # header checks as full does here
-        dataset = hf.dataset(split, mode=mode, verify=checked, max_bad_fraction=bad)
+        dataset = hf.dataset(split, mode=mode, verify=level(verify), max_bad_fraction=bad)
         if isinstance(dataset, ParquetStream):
             dataset.shuffle_buffer = cfg.shuffle_buffer
         return dataset
 
     return _Splits(hf.spec, hf.splits, hf.named, rows, lambda split: f"{split} split")
+
+
+def _sizes(train: DecodedImages, model: ModelConfig, seed: int) -> list[str]:
+    """What the run says of its training images' size: their median shorter side, from the
+    headers of at most ``survey.SAMPLE`` of them, and a hint when the model sees under a quarter
+    of it."""
+    sides = shorter_sides(train, seed=seed)
+    if sides is None:
+        return []
+    of = "all" if sides.sampled == len(train) else "seeded"
+    line = (
+        f"images: median shorter side {sides.median:,} px (the headers of {of} "
+        f"{sides.sampled:,} training images, upright)"
+    )
+    hint = sides.hint(model.image_hw)
+    return [line] if hint is None else [line, hint]
 
 
 def _channels_reason(dataset: SplitImages) -> str:
@@ -187,8 +206,10 @@ def build_data(
         channels = first.channels
         if in_chans is None:
             notes.append(_channels_reason(first))
+        if isinstance(first, DecodedImages):  # a stream is not read ahead
+            notes += _sizes(first, model, seed)
         for dataset in read.values():
-            skipped += [(str(path), why) for path, why in dataset.skipped]
+            skipped += dataset.skipped
         splits = dict(read)
         named = {
             k: f"{found.label(k)} ({_count(len(v))})" for k, v in splits.items() if k != "train"

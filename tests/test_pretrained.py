@@ -3,18 +3,31 @@ them (``create_model(pretrained=)``, ``load("PRESET@TAG")``, ``vitkit pretrained
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
 import pytest
 
 from vitkit.config import ConfigError
 from vitkit.io.pretrained import (
     DEFAULT_TAG,
+    I1K,
+    I21K,
     REGISTRY,
+    Pretrained,
     find,
     for_preset,
+    imagenet21k_classes,
     list_pretrained,
     listed_range,
 )
 from vitkit.presets import get_config
+
+if TYPE_CHECKING:
+    from http_server import FileServer
+    from vitkit.model import VisionTransformer
 
 
 def test_every_entry_names_a_preset_a_file_and_its_source() -> None:
@@ -24,7 +37,8 @@ def test_every_entry_names_a_preset_a_file_and_its_source() -> None:
         cfg = get_config(entry.preset)  # the architecture preset exists
         assert entry.image_size % cfg.total_stride == 0
         assert entry.path.endswith(".npz") and entry.source
-        assert entry.num_classes in (1000, 21843)
+        # the classes follow from the data it was trained on last, and its head has as many
+        assert {"ImageNet-1k": 1000, "ImageNet-21k": 21843}[entry.classes] == entry.num_classes
         assert (entry.fine_tuned_on is None) == (entry.num_classes != 1000 or "sam" in entry.tag)
         assert entry.top1 is None or 0.7 < entry.top1 < 0.9
         # a listed size bounds the file, within its rounding; only the AugReg fine-tunes have none
@@ -88,13 +102,59 @@ def test_names_take_aliases_and_suggest_the_closest() -> None:
     ]
 
 
+def test_imagenet21k_classes_are_timms_synsets_and_lemmas() -> None:
+    """The shipped file is timm's two files joined: the 21,843 wnids in Google's order, each with
+    its lemmas; a name is its lemmas, followed by its wnid where they name several synsets."""
+    import gzip
+    from importlib.resources import files
+
+    from vitkit.io.pretrained import IMAGENET21K_FILE
+
+    timm_data = pytest.importorskip("timm.data")
+    info = Path(timm_data.__file__).parent / "_info"
+    wnids = (info / "imagenet21k_goog_synsets.txt").read_text().split()
+    lines = (info / "imagenet_synset_to_lemma.txt").read_text().splitlines()
+    lemmas = dict(line.split("\t", 1) for line in lines)
+    packed = (files("vitkit.io") / "classes" / IMAGENET21K_FILE).read_bytes()
+    assert gzip.decompress(packed).decode() == "".join(f"{w}\t{lemmas[w]}\n" for w in wnids)
+    names, ours = imagenet21k_classes()
+    assert ours == wnids and len(set(wnids)) == 21843
+    assert len(set(names)) == 21843 and names[0] == "organism, being"
+    plain = [name == lemmas[w] for name, w in zip(names, wnids, strict=True)]
+    assert plain.count(False) == 1128  # the synsets of the 525 lemmas that name several
+    assert all(
+        name == f"{lemmas[w]} ({w})"
+        for name, w, is_plain in zip(names, wnids, plain, strict=True)
+        if not is_plain
+    )
+    assert names[wnids.index("n02012849")] == "crane (n02012849)"  # the bird, not the machine
+
+
+def test_every_file_the_package_reads_is_in_its_wheel() -> None:
+    """Every file of the package that is not Python is named by pyproject's package-data, so a
+    wheel holds it (setuptools takes only Python files otherwise)."""
+    import fnmatch
+
+    tomllib = pytest.importorskip("tomllib")
+    root = Path(__file__).resolve().parent.parent
+    setuptools = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]
+    patterns = setuptools["package-data"]["vitkit"]
+    package = root / "src" / "vitkit"
+    files = [
+        path.relative_to(package).as_posix()
+        for path in package.rglob("*")
+        if path.is_file() and path.suffix not in (".py", ".pyc")
+    ]
+    assert "io/classes/imagenet21k.tsv.gz" in files
+    assert [f for f in files if not any(fnmatch.fnmatch(f, p) for p in patterns)] == []
+
+
 # --- the paths to the weights, end to end, against a server on 127.0.0.1 ----------------------
 
 
-@pytest.fixture()
-def served(tmp_path, monkeypatch):
-    """A registry entry ``ViT-mu/16@test`` (random weights written in the official layout, 1,000
-    classes at 32 px) served by a local stand-in for the official bucket, an empty cache."""
+def _official_file(num_classes: int) -> tuple[VisionTransformer, bytes]:
+    """A ViT-mu/16 at 32 px with ``num_classes`` classes, random weights, and its official
+    ``.npz``."""
     import dataclasses
     import io
 
@@ -102,23 +162,57 @@ def served(tmp_path, monkeypatch):
 
     import vitkit
     from helpers import randomize
-    from http_server import FileServer
-    from vitkit.io import pretrained
     from vitkit.io.formats.official import to_official
 
-    cfg = dataclasses.replace(get_config("ViT-mu/16"), image_size=32, act="gelu_tanh")
+    cfg = dataclasses.replace(
+        get_config("ViT-mu/16"), image_size=32, act="gelu_tanh", num_classes=num_classes
+    )
     model = randomize(vitkit.create_model(cfg))
     buffer = io.BytesIO()
     np.savez(buffer, **to_official(model))
-    listed = f"{len(buffer.getvalue()) / 1024:.2f} KiB"  # as gsutil ls -lh lists it
-    entry = pretrained.Pretrained(
-        "ViT-mu/16", "test", "test/mu.npz", 32, "ImageNet-21k", "ImageNet-1k", 1000, listed, "test"
-    )
+    return model, buffer.getvalue()
+
+
+@contextlib.contextmanager
+def _serving(entry: Pretrained, data: bytes, monkeypatch) -> Iterator[FileServer]:
+    """``entry`` in the registry, its file ``data`` served by a local stand-in for the official
+    bucket."""
+    from http_server import FileServer
+    from vitkit.io import pretrained
+
     monkeypatch.setitem(pretrained.REGISTRY, entry.name, entry)
-    monkeypatch.setenv("VITKIT_HOME", str(tmp_path / "home"))
-    with FileServer({"/vit/test/mu.npz": buffer.getvalue()}) as server:
+    with FileServer({f"/vit/{entry.path}": data}) as server:
         monkeypatch.setenv("VITKIT_VIT_MODELS_URL", server.url("/vit"))
+        yield server
+
+
+def _listed(data: bytes) -> str:
+    return f"{len(data) / 1024:.2f} KiB"  # as gsutil ls -lh lists it
+
+
+@pytest.fixture()
+def served(tmp_path, monkeypatch):
+    """A registry entry ``ViT-mu/16@test`` (random weights written in the official layout, 1,000
+    classes at 32 px) served by a local stand-in for the official bucket, an empty cache."""
+    model, data = _official_file(1000)
+    entry = Pretrained(
+        "ViT-mu/16", "test", "test/mu.npz", 32, I21K, I1K, 1000, _listed(data), "test"
+    )
+    monkeypatch.setenv("VITKIT_HOME", str(tmp_path / "home"))
+    with _serving(entry, data, monkeypatch) as server:
         yield model, server, tmp_path
+
+
+@pytest.fixture()
+def served_in21k(tmp_path, monkeypatch):
+    """A registry entry ``ViT-mu/16@test-in21k``, an ImageNet-21k head (21,843 classes at 32 px,
+    random weights, official layout), served as ``served``'s; and the same file's bytes."""
+    model, data = _official_file(21843)
+    entry = Pretrained(
+        "ViT-mu/16", "test-in21k", "test/in21k.npz", 32, I21K, None, 21843, _listed(data), "test"
+    )
+    with _serving(entry, data, monkeypatch):
+        yield model, data
 
 
 def test_load_by_name_downloads_once_with_class_names_and_preprocessing(served) -> None:
@@ -211,6 +305,39 @@ def test_a_file_its_listed_size_rules_out_is_not_downloaded(served, monkeypatch)
         vitkit.load("ViT-mu/16@test")
     folder = tmp_path / "home" / "weights" / "vit_models" / "test"
     assert [p.name for p in folder.iterdir()] == ["mu.npz.lock"]  # no file, part or record
+
+
+def test_an_imagenet21k_head_predicts_its_synsets_names(served_in21k, tmp_path, capsys) -> None:
+    """An ImageNet-21k entry loads with its synsets' names and wnids, and predict prints the name
+    of the model's top class; the same file read from a path, which records no source, predicts
+    indices, though its head has 21,843 classes too."""
+    import json
+
+    import torch
+    from PIL import Image
+
+    from vitkit.cli import main
+    from vitkit.cli.common import read_image
+    from vitkit.data import Preprocess
+    from vitkit.io.api import read
+
+    model, data = served_in21k
+    names, wnids = imagenet21k_classes()
+    _, _, extra = read("ViT-mu/16@test-in21k")
+    assert extra["class_names"] == names and extra["wnids"] == wnids
+    assert extra["pretrained"] == "ViT-mu/16@test-in21k"
+    image = tmp_path / "red.png"
+    Image.new("RGB", (40, 30), (200, 30, 30)).save(image)
+    with torch.no_grad():
+        top = int(model(read_image(image, Preprocess(image_size=32))).argmax())
+
+    def predicted(checkpoint: str) -> str:
+        assert main(["predict", checkpoint, str(image), "--top", "1", "--json"]) == 0
+        return json.loads(capsys.readouterr().out)[0]["top"][0]["label"]
+
+    assert predicted("ViT-mu/16@test-in21k") == names[top]
+    (tmp_path / "in21k.npz").write_bytes(data)
+    assert predicted(str(tmp_path / "in21k.npz")) == str(top)
 
 
 def test_an_existing_path_wins_over_a_name(served, tmp_path, monkeypatch) -> None:

@@ -25,10 +25,13 @@ at commit aa4b5850:
   neither is listed as one.
 
 Preprocessing: the official code resizes to the model's resolution and scales pixels to [-1, 1]
-(``Preprocess``'s default), in training and in evaluation of these checkpoints. ImageNet-1k
-fine-tunes predict the 1,000 class names torchvision ships with its weights' metadata (the same
-sorted-synset order as TFDS's ``imagenet2012`` labels); the ImageNet-21k heads' 21,843 synset ids
-are listed by no source here, so they predict indices.
+(``Preprocess``'s default), in training and in evaluation of these checkpoints. A head's classes
+follow from the data it was trained on last (``Pretrained.classes``), never from its size alone:
+ImageNet-1k heads predict the 1,000 class names torchvision ships with its weights' metadata (the
+same sorted-synset order as TFDS's ``imagenet2012`` labels); ImageNet-21k heads predict their
+21,843 synsets' WordNet lemmas, in the order of Google's checkpoints, with each synset's id (wnid)
+beside them (``imagenet21k_classes``: a file shipped in ``io/classes/``, whose README names its
+source).
 
 Files are fetched through ``io/download.py`` into ``$VITKIT_HOME`` and checked at every load; a
 source's base URL can be changed (``VITKIT_VIT_MODELS_URL``: a mirror or proxy of
@@ -55,7 +58,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ConfigError
+from ..errors import CheckpointError, ConfigError
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -120,9 +123,10 @@ class Pretrained:
         return _source().file_url(self.path)
 
     @property
-    def classes(self) -> str | None:
-        """'imagenet1k' when the head predicts ImageNet-1k's classes, else None (indices)."""
-        return "imagenet1k" if self.num_classes == 1000 else None
+    def classes(self) -> str:
+        """The classes its head predicts: those of the data it was trained on last (``I1K`` or
+        ``I21K``)."""
+        return self.fine_tuned_on or self.pretrained_on
 
 
 NOTEBOOK = "vit_jax.ipynb (gsutil ls -lh)"
@@ -378,6 +382,25 @@ def imagenet1k_classes() -> list[str]:
     return list(ViT_B_16_Weights.IMAGENET1K_V1.meta["categories"])
 
 
+IMAGENET21K_FILE = "imagenet21k.tsv.gz"  # in io/classes/: "wnid<TAB>lemma" lines (its README)
+
+
+def imagenet21k_classes() -> tuple[list[str], list[str]]:
+    """ImageNet-21k's 21,843 classes in the order of Google's checkpoints' heads: their names and
+    their WordNet synset ids (wnids). A name is its synset's lemmas (``'organism, being'``); the
+    525 lemmas that name several synsets (``'crane'``: a bird, a machine, ...) are followed by
+    the wnid (``'crane (n02012849)'``), as class names must be distinct (``io/metadata.py``)."""
+    import gzip
+    from collections import Counter
+    from importlib.resources import files
+
+    packed = (files("vitkit.io") / "classes" / IMAGENET21K_FILE).read_bytes()
+    rows = [line.split("\t") for line in gzip.decompress(packed).decode("utf-8").splitlines()]
+    uses = Counter(lemma for _, lemma in rows)
+    names = [lemma if uses[lemma] == 1 else f"{lemma} ({wnid})" for wnid, lemma in rows]
+    return names, [wnid for wnid, _ in rows]
+
+
 SOURCE_ENV = "VITKIT_PRETRAINED_SOURCE"  # 'official' (default) or 'hub': where files come from
 
 
@@ -408,7 +431,7 @@ def _from_hub(entry: Pretrained) -> tuple[ModelConfig, dict[str, Tensor]]:
 def read_pretrained(name: str) -> tuple[ModelConfig, dict[str, Tensor], dict[str, Any]]:
     """``io.api.read`` of a registry name: the config and weights of its official ``.npz`` (or,
     with ``VITKIT_PRETRAINED_SOURCE=hub``, of its timm Hub repository) and what travels with them
-    (class names, preprocessing, the name)."""
+    (``class_names``, and ``wnids`` for ImageNet-21k; ``preprocess``; ``pretrained``, the name)."""
     from ..data.transforms import Preprocess
     from .formats.official import read_official_file
 
@@ -424,6 +447,13 @@ def read_pretrained(name: str) -> tuple[ModelConfig, dict[str, Tensor], dict[str
         "pretrained": entry.name,
         "preprocess": Preprocess(image_size=entry.image_size, in_chans=cfg.in_chans).to_dict(),
     }
-    if entry.classes == "imagenet1k":
+    if cfg.num_classes != entry.num_classes:
+        raise CheckpointError(
+            f"{entry.name}: its file holds a head of {cfg.num_classes} classes, the registry "
+            f"says {entry.num_classes} ({entry.classes})"
+        )
+    if entry.classes == I1K:
         extra["class_names"] = imagenet1k_classes()
+    elif entry.classes == I21K:
+        extra["class_names"], extra["wnids"] = imagenet21k_classes()
     return cfg, state, extra

@@ -280,3 +280,33 @@ def test_convert_refuses_in_one_line_what_hf_cannot_hold(
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith("vitkit convert: error:") and "antialias=False" in line
     assert not (tmp_path / "hf").exists()
+
+
+def test_wnids_and_source_travel_and_are_checked(tmp_path: Path) -> None:
+    """``wnids`` (each class's WordNet id) and ``pretrained`` (the weights' source) travel with the
+    weights in our format and Hugging Face's, and what is not one distinct wnid per class is
+    refused in one line, on writing (nothing written) and on reading (naming the file)."""
+    from vitkit.errors import CheckpointError
+
+    wnids = [f"n0000000{i}" for i in range(5)]
+    written = {"class_names": NAMES, "wnids": wnids, "pretrained": "ViT-mu/16@test"}
+    ours = vitkit.save(_model(), tmp_path / "ours", **written)
+    assert read(ours)[2] == written
+    hf = vitkit.save(_model(), tmp_path / "hf", format="hf", **written)
+    config = transformers.AutoConfig.from_pretrained(hf)
+    assert config.id2label[0] == "cat" and config.wnids == wnids
+    assert config.pretrained == "ViT-mu/16@test"
+    assert {k: v for k, v in read(hf)[2].items() if k != "preprocess"} == written
+    refused = [
+        (wnids[:2], "2 wnids for a model with num_classes=5: expected one wnid per class"),
+        ([*wnids[:4], "n00000000"], r"wnids must be distinct, found \['n00000000'\]"),
+        ([*wnids[:4], "cat"], r"wnids: expected WordNet synset ids .* found \['cat'\]"),
+    ]
+    for bad, match in refused:
+        with pytest.raises(ConfigError, match=match):
+            vitkit.save(_model(), tmp_path / "x", wnids=bad)
+        assert not (tmp_path / "x").exists()
+    meta = json.loads((ours / "config.json").read_text())
+    (ours / "config.json").write_text(json.dumps({**meta, "wnids": wnids[:4]}))
+    with pytest.raises(CheckpointError, match=r"config\.json: 4 wnids for a model with num_"):
+        read(ours)

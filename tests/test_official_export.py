@@ -332,7 +332,9 @@ def test_the_file_must_be_an_npz(tmp_path: Path) -> None:
 
 def test_class_names_are_not_written_and_that_is_said(tmp_path: Path) -> None:
     model = official_model("token", num_classes=2)
-    with pytest.warns(UserWarning, match="class names and preprocessing are not written"):
+    with pytest.warns(
+        UserWarning, match="class names, wnids, the source and preprocessing are not written"
+    ):
         vitkit.save(model, tmp_path / "vit.npz", format="official", class_names=["cat", "dog"])
     assert "Transformer/encoder_norm/scale" in read_npz(tmp_path / "vit.npz")
 

@@ -340,6 +340,54 @@ def test_an_imagenet21k_head_predicts_its_synsets_names(served_in21k, tmp_path, 
     assert predicted(str(tmp_path / "in21k.npz")) == str(top)
 
 
+def test_what_is_converted_from_an_imagenet21k_head_keeps_names_wnids_and_source(
+    served_in21k, tmp_path, capsys
+) -> None:
+    """``vitkit convert`` of an ImageNet-21k entry records its names, wnids and name; what is
+    converted and exported from that names its classes by their lemmas (predict, the Hugging Face
+    config's ``id2label``, the ONNX metadata), with the wnids beside them; a 21,843-class file of
+    no recorded source gets none of them."""
+    import json
+
+    import torch
+    from PIL import Image
+
+    from vitkit.cli import main
+    from vitkit.cli.common import read_image
+    from vitkit.data import Preprocess
+
+    transformers = pytest.importorskip("transformers")
+    onnx = pytest.importorskip("onnx")
+    model, data = served_in21k
+    names, wnids = imagenet21k_classes()
+    source = "ViT-mu/16@test-in21k"
+    ours, hf = tmp_path / "ours", tmp_path / "hf"
+    assert main(["convert", source, str(ours)]) == 0
+    config = json.loads((ours / "config.json").read_text())
+    assert (config["class_names"], config["wnids"], config["pretrained"]) == (names, wnids, source)
+    assert main(["convert", str(ours), str(hf), "--format", "hf"]) == 0
+    hf_config = transformers.AutoConfig.from_pretrained(hf)
+    assert [hf_config.id2label[i] for i in range(21843)] == names
+    assert hf_config.wnids == wnids and hf_config.pretrained == source
+    assert main(["export", str(hf), "--onnx", str(tmp_path / "m.onnx")]) == 0
+    graph = onnx.load(str(tmp_path / "m.onnx"), load_external_data=False)
+    props = {p.key: p.value for p in graph.metadata_props}
+    assert json.loads(props["class_names"]) == names and json.loads(props["wnids"]) == wnids
+    assert props["pretrained"] == source
+    image = tmp_path / "red.png"
+    Image.new("RGB", (40, 30), (200, 30, 30)).save(image)
+    with torch.no_grad():
+        top = int(model(read_image(image, Preprocess(image_size=32))).argmax())
+    capsys.readouterr()
+    assert main(["predict", str(hf), str(image), "--top", "1", "--json"]) == 0
+    predicted = json.loads(capsys.readouterr().out)[0]["top"][0]
+    assert (predicted["label"], predicted["wnid"]) == (names[top], wnids[top])
+    (tmp_path / "in21k.npz").write_bytes(data)
+    assert main(["convert", str(tmp_path / "in21k.npz"), str(tmp_path / "other")]) == 0
+    config = json.loads((tmp_path / "other" / "config.json").read_text())
+    assert not {"class_names", "wnids", "pretrained"} & set(config)
+
+
 def test_an_existing_path_wins_over_a_name(served, tmp_path, monkeypatch) -> None:
     import dataclasses
 

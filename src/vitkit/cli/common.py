@@ -103,12 +103,6 @@ def open_checkpoint(path: str) -> tuple[Any, list[str], Any, dict[str, Any]]:
     return model, names, preprocess, extra
 
 
-def read_checkpoint(path: str) -> tuple[Any, list[str], Any]:
-    """``open_checkpoint`` without the metadata."""
-    model, names, preprocess, _ = open_checkpoint(path)
-    return model, names, preprocess
-
-
 def add_device_argument(parser: argparse.ArgumentParser) -> None:
     """``--device auto|cpu|cuda`` on a verb's parser; ``resolve_device`` turns it into a device."""
     parser.add_argument(

@@ -17,7 +17,6 @@ from .common import (
     fast,
     image_inputs,
     open_checkpoint,
-    read_checkpoint,
     read_image,
     resolve_device,
     resolve_workers,
@@ -157,7 +156,9 @@ def _predict(args: argparse.Namespace) -> None:
         )
     paths = image_inputs(args.inputs)  # before loading the model: a mistyped input fails at once
     device = resolve_device(args.device)
-    model, names, preprocess = read_checkpoint(args.checkpoint)
+    model, names, preprocess, extra = open_checkpoint(args.checkpoint)
+    wnids = extra.get("wnids")  # each class's WordNet id, where they are ImageNet's
+    wnid_of = dict(zip(names, wnids, strict=True)) if wnids else {}
     if model.cfg.num_classes < 1:
         raise VitkitError(f"{args.checkpoint} has no classifier head (num_classes=0) to predict")
     ranked = _ranked(
@@ -177,7 +178,10 @@ def _predict(args: argparse.Namespace) -> None:
             failed += 1
             entries.append({"path": str(path), "error": result})
         elif args.json:
-            top = [{"label": label, "prob": p} for label, p in result]
+            top = [
+                {"label": label, **({"wnid": wnid_of[label]} if wnid_of else {}), "prob": p}
+                for label, p in result
+            ]
             entries.append({"path": str(path), "top": top})
         else:  # a row as soon as its batch is done
             pairs = "  ".join(f"{label} {p:.3f}" for label, p in result)
@@ -323,7 +327,8 @@ def add_verbs(verb: Verb) -> None:
     p.add_argument(
         "--json",
         action="store_true",
-        help='a JSON list of {"path", "top": [{"label", "prob"}, ...]} (or "error") on stdout',
+        help='a JSON list of {"path", "top": [{"label", "prob"}, ...]} (or "error") on stdout; '
+        'each label with its "wnid" where the checkpoint records them (ImageNet-21k heads)',
     )
     add_device_argument(p)
     p.add_argument("--fast", action="store_true", help=FAST_HELP)

@@ -67,13 +67,15 @@ def _summary(args: argparse.Namespace) -> None:
 
 
 def _recorded(extra: dict[str, Any]) -> dict[str, Any]:
-    """The class names and preprocessing a checkpoint records (``load_with_extra``'s extra), as
-    the keyword arguments of ``save`` and ``export_onnx``, which write them into the output."""
+    """The class names, wnids, source and preprocessing a checkpoint records
+    (``load_with_extra``'s extra), as the keyword arguments of ``save`` and ``export_onnx``, which
+    write them into the output."""
     from ..data.transforms import Preprocess
+    from ..io.metadata import RECORDED
 
     preprocess = extra.get("preprocess")
     return {
-        "class_names": extra.get("class_names"),
+        **{key: extra.get(key) for key in RECORDED},
         "preprocess": Preprocess.from_dict(preprocess) if preprocess else None,
     }
 

@@ -205,6 +205,8 @@ def save(
     *,
     format: Literal["vitkit", "hf", "official"] = "vitkit",
     class_names: Sequence[str] | None = None,
+    wnids: Sequence[str] | None = None,
+    pretrained: str | None = None,
     preprocess: Preprocess | None = None,
 ) -> Path:
     """Write ``model`` to the directory ``path``: our format (``model.safetensors`` +
@@ -214,23 +216,25 @@ def save(
     hold is refused, and a model with exact GELU is written with a warning, as Google's code
     computes the tanh GELU).
 
-    ``class_names`` (one per class) and ``preprocess`` (how an image file becomes the model's
-    input) travel with the weights: in our format as ``config.json``'s ``class_names`` and
-    ``preprocess`` (``Preprocess.to_dict()``), as training checkpoints store them; in Hugging
-    Face's as ``id2label`` / ``label2id`` and ``preprocessor_config.json`` (io/formats/hf.py).
+    ``class_names`` (one per class), ``wnids`` (where the classes are WordNet synsets, as
+    ImageNet's: each one's id), ``pretrained`` (the registry name of the weights' source) and
+    ``preprocess`` (how an image file becomes the model's input) travel with the weights: in our
+    format as ``config.json``'s keys of those names (``preprocess`` as ``Preprocess.to_dict()``),
+    as training checkpoints store them; in Hugging Face's as ``id2label`` / ``label2id``, the
+    config's ``wnids`` and ``pretrained``, and ``preprocessor_config.json`` (io/formats/hf.py).
     Without ``preprocess``, our format records none (the official preprocessing at the model's
     resolution is assumed on reading) and Hugging Face's gets that one written out. The
-    official format holds arrays only: it gets neither, with a warning when either is given.
+    official format holds arrays only: it gets none of them, with a warning when any is given.
     """
-    from .metadata import check_preprocess, checked_class_names
+    from .metadata import check_preprocess, checked_metadata
 
     if not isinstance(model, (VisionTransformer, ResNetClassifier)):
         raise TypeError(f"save expects a vitkit model, got {type(model).__name__}")
-    names = checked_class_names(class_names, model.cfg)
+    recorded = checked_metadata(
+        model.cfg, class_names=class_names, wnids=wnids, pretrained=pretrained
+    )
     if format == "vitkit":
-        extra: dict[str, Any] = {}
-        if names:
-            extra["class_names"] = names
+        extra: dict[str, Any] = dict(recorded)
         if preprocess is not None:
             extra["preprocess"] = check_preprocess(preprocess, model.cfg).to_dict()
         return write_ours(model.cfg, model.state_dict(), path, extra or None)
@@ -242,17 +246,17 @@ def save(
                 "format='hf' holds Vision Transformers only; save a ResNet as 'vitkit'"
             )
 
-        return write_hf(model, path, class_names=names, preprocess=preprocess)
+        return write_hf(model, path, **recorded, preprocess=preprocess)
     if format == "official":
         import warnings
 
         from .formats.official import write_official
 
         out = write_official(model, path)
-        if names or preprocess is not None:
+        if recorded or preprocess is not None:
             warnings.warn(  # the command line shows it as one line
-                "the official format holds arrays only: class names and preprocessing are not "
-                f"written to {out}",
+                "the official format holds arrays only: class names, wnids, the source and "
+                f"preprocessing are not written to {out}",
                 stacklevel=2,
             )
         return out

@@ -306,8 +306,9 @@ def read_ours(
     directory: str | os.PathLike,
 ) -> tuple[ModelConfig, dict[str, Tensor], dict[str, Any]]:
     """Config, weights and the extra metadata of a checkpoint in our format; its
-    ``class_names``, when it records them, checked against the model (one string per class)."""
-    from .metadata import recorded_class_names
+    ``class_names``, ``wnids`` and ``pretrained``, when it records them, checked against the
+    model (``metadata.recorded_metadata``)."""
+    from .metadata import RECORDED, recorded_metadata
 
     directory = _exists(Path(directory))
     meta = read_json(directory / CONFIG_FILE)
@@ -323,10 +324,6 @@ def read_ours(
         cfg = ModelConfig.from_dict(meta.get("model", {}))
     except ConfigError as e:
         raise CheckpointError(f"{directory / CONFIG_FILE}: {e}") from None
-    extra = {k: v for k, v in meta.items() if k not in ("format", "version", "model")}
-    names = recorded_class_names(
-        extra.pop("class_names", None), cfg, source=str(directory / CONFIG_FILE)
-    )
-    if names:
-        extra["class_names"] = names
+    extra = {k: v for k, v in meta.items() if k not in ("format", "version", "model", *RECORDED)}
+    extra |= recorded_metadata(meta, cfg, source=str(directory / CONFIG_FILE))
     return cfg, read_safetensors(directory / WEIGHTS_FILE), extra

@@ -7,6 +7,9 @@ and the file says in its ``metadata_props`` (string values; lists as JSON) what 
 other tools need not ask vitkit::
 
     class_names     ["cat", "dog", ...]: output i is class i (only when the checkpoint names them)
+    wnids           ["n00004475", ...]: class i's WordNet synset id (only when the checkpoint
+                    records them: the ImageNet-21k heads of the pretrained registry)
+    pretrained      "ViT-B/16@in21k": the registry name of the weights' source (when recorded)
     input_size      [H, W]: the graph's image height and width
     channels        "3" or "1"
     color_mode      "RGB" or "L": the PIL mode an image file is converted to
@@ -45,7 +48,7 @@ from ..data.transforms import Preprocess
 from ..errors import CheckpointError, ConfigError, MissingExtraError, UserFileError
 from ..model import ResNetClassifier, VisionTransformer
 from ..runtime.mode import eval_mode
-from .metadata import checked_class_names, fitted_preprocess
+from .metadata import checked_metadata, fitted_preprocess
 
 # The exporter needs onnx and onnxscript, the check onnxruntime; the extra installs all three.
 _ONNX_MODULES = ("onnx", "onnxscript", "onnxruntime")
@@ -72,16 +75,19 @@ def onnx_metadata(
     cfg: ModelConfig,
     *,
     class_names: Sequence[str] | None = None,
+    wnids: Sequence[str] | None = None,
+    pretrained: str | None = None,
     preprocess: Preprocess | None = None,
 ) -> dict[str, str]:
-    """The ``metadata_props`` of a model's ONNX file (module docstring), checked against ``cfg``:
-    one class name per class, and a ``preprocess`` of the graph's channels and image size."""
-    names = checked_class_names(class_names, cfg)
+    """The ``metadata_props`` of a model's ONNX file (module docstring), checked against ``cfg``
+    (``metadata.checked_metadata``: one class name and wnid per class, ...), and a
+    ``preprocess`` of the graph's channels and image size."""
+    recorded = checked_metadata(cfg, class_names=class_names, wnids=wnids, pretrained=pretrained)
     preprocess = fitted_preprocess(preprocess, cfg, fixed_size="the ONNX graph")
     height, width = cfg.image_hw
     metadata = {"input_size": json.dumps([height, width]), "channels": str(cfg.in_chans)}
-    if names:
-        metadata["class_names"] = json.dumps(names)
+    for key, value in recorded.items():  # lists as JSON, the source as it is
+        metadata[key] = value if isinstance(value, str) else json.dumps(value)
     if preprocess is not None:
         mean, std = preprocess.mean_std
         metadata |= {
@@ -103,6 +109,8 @@ def export_onnx(
     opset: int | None = None,
     external_data: bool = False,
     class_names: Sequence[str] | None = None,
+    wnids: Sequence[str] | None = None,
+    pretrained: str | None = None,
     preprocess: Preprocess | None = None,
 ) -> Path:
     """Export ``model`` (a vitkit ``VisionTransformer`` or ``ResNetClassifier``) to ONNX at ``path``.
@@ -112,9 +120,9 @@ def export_onnx(
     the weights go to ``<path>.data`` beside the graph, where torch puts them anyway past 1.5 GiB
     (protobuf caps one file at 2 GB; ViT-H holds 2.5 GB of float32 weights). The files are staged
     in a temporary directory and renamed into place, weights first, so a reader never sees a
-    half-written graph or a graph without its weights. ``class_names`` and ``preprocess``
-    (default: the official preprocessing at the model's resolution) go into the file's
-    ``metadata_props`` (``onnx_metadata``). Returns ``path``.
+    half-written graph or a graph without its weights. ``class_names``, ``wnids``,
+    ``pretrained`` and ``preprocess`` (default: the official preprocessing at the model's
+    resolution) go into the file's ``metadata_props`` (``onnx_metadata``). Returns ``path``.
     """
     require_onnx()
     if batch_size < 1:
@@ -125,7 +133,9 @@ def export_onnx(
             f"{path} is a directory: the ONNX output is a file, e.g. {path}/model.onnx"
         )
     cfg = model.cfg
-    metadata = onnx_metadata(cfg, class_names=class_names, preprocess=preprocess)
+    metadata = onnx_metadata(
+        cfg, class_names=class_names, wnids=wnids, pretrained=pretrained, preprocess=preprocess
+    )
     images = torch.zeros(
         batch_size, cfg.in_chans, *cfg.image_hw, device=_device(model)
     )  # (B, C, H, W)

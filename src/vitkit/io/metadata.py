@@ -1,17 +1,23 @@
-"""What a checkpoint says about using its model besides the weights: class names and preprocessing.
+"""What a checkpoint says about using its model besides the weights: class names, their WordNet
+ids, the weights' source and preprocessing.
 
 Every format that holds them (ours, Hugging Face, ONNX) checks them against the model here, the same
-way, before writing anything: one class name per output, all distinct; a ``Preprocess`` with the
-model's channels and, for a format whose model takes one image size only, its image size. A model
-saved without a ``Preprocess`` is taken to want the official one at its own resolution (as
-``vitkit predict`` assumes for a checkpoint that records none). Class names read from a checkpoint
-are checked the same way (``recorded_class_names``), so no verb meets a number or a short list.
+way, before writing anything (``checked_metadata``): one class name per output, all distinct; where
+the classes are WordNet synsets (ImageNet's), one wnid per output, all distinct; the source, the
+registry name of the weights a checkpoint was converted from (``PRESET@TAG``), a string; a
+``Preprocess`` with the model's channels and, for a format whose model takes one image size only,
+its image size. A model saved without a ``Preprocess`` is taken to want the official one at its own
+resolution (as ``vitkit predict`` assumes for a checkpoint that records none). What a checkpoint
+records is checked the same way on reading (``recorded_metadata``), so no verb meets a number or a
+short list.
 """
 
 from __future__ import annotations
 
+import re
 import reprlib
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..config import ModelConfig, image_size_of
@@ -20,36 +26,84 @@ from ..errors import CheckpointError, ConfigError
 if TYPE_CHECKING:  # imported where used: reading class names needs no torchvision
     from ..data.transforms import Preprocess
 
+WNID = re.compile(r"n\d{8}")  # a WordNet noun synset's id, as ImageNet names its classes
+RECORDED = ("class_names", "wnids", "pretrained")  # the keys of ``checked_metadata``
+
+
+def _one_per_class(
+    values: Sequence[str] | None, cfg: ModelConfig, key: str, noun: str
+) -> list[str] | None:
+    """``values`` as a list of strings, or None when there are none; one per class, distinct."""
+    if not values:
+        return None
+    items = [str(value) for value in values]
+    if len(items) != cfg.num_classes:
+        raise ConfigError(
+            f"{len(items)} {key} for a model with num_classes={cfg.num_classes}: "
+            f"expected one {noun} per class"
+        )
+    repeated = sorted(item for item, uses in Counter(items).items() if uses > 1)
+    if repeated:
+        raise ConfigError(f"{key} must be distinct, found {reprlib.repr(repeated)} more than once")
+    return items
+
 
 def checked_class_names(class_names: Sequence[str] | None, cfg: ModelConfig) -> list[str] | None:
     """``class_names`` as a list, or None when there are none; one per class, all distinct."""
-    if not class_names:
-        return None
-    names = [str(name) for name in class_names]
-    if len(names) != cfg.num_classes:
+    return _one_per_class(class_names, cfg, "class_names", "name")
+
+
+def checked_wnids(wnids: Sequence[str] | None, cfg: ModelConfig) -> list[str] | None:
+    """``wnids``, each class's WordNet synset id (``'n00004475'``), as a list, or None when there
+    are none; one per class, all distinct."""
+    items = _one_per_class(wnids, cfg, "wnids", "wnid")
+    malformed = [wnid for wnid in items or () if not WNID.fullmatch(wnid)]
+    if malformed:
         raise ConfigError(
-            f"{len(names)} class_names for a model with num_classes={cfg.num_classes}: "
-            "expected one name per class"
+            "wnids: expected WordNet synset ids ('n' and 8 digits, e.g. 'n00004475'), found "
+            f"{reprlib.repr(malformed)}"
         )
-    repeated = sorted({name for name in names if names.count(name) > 1})
-    if repeated:
-        raise ConfigError(f"class_names must be distinct, found {repeated} more than once")
-    return names
+    return items
 
 
-def recorded_class_names(value: Any, cfg: ModelConfig, *, source: str) -> list[str] | None:
-    """The ``class_names`` a checkpoint's metadata records (``value``, as JSON gives it; None when
-    it records none), checked as ``checked_class_names`` checks what is written, each a string;
-    a ``CheckpointError`` naming ``source`` (the file) otherwise."""
-    if value is None:
-        return None
-    if not isinstance(value, list) or not all(isinstance(name, str) for name in value):
-        raise CheckpointError(
-            f"{source}: class_names: expected a list of {cfg.num_classes} strings (one per "
-            f"class), found {reprlib.repr(value)}"
+def checked_metadata(
+    cfg: ModelConfig,
+    *,
+    class_names: Sequence[str] | None = None,
+    wnids: Sequence[str] | None = None,
+    pretrained: str | None = None,
+) -> dict[str, Any]:
+    """What a format writes beside the weights about the classes and the weights' source, each
+    checked (``checked_class_names``, ``checked_wnids``; ``pretrained`` a registry name): a dict
+    of those given, under the keys ``RECORDED``."""
+    if pretrained is not None and not (isinstance(pretrained, str) and pretrained):
+        raise ConfigError(
+            f"pretrained: expected the registry name of the weights' source (e.g. "
+            f"'ViT-B/16@in21k'), found {reprlib.repr(pretrained)}"
         )
+    found = {
+        "class_names": checked_class_names(class_names, cfg),
+        "wnids": checked_wnids(wnids, cfg),
+        "pretrained": pretrained,
+    }
+    return {key: value for key, value in found.items() if value}
+
+
+def recorded_metadata(meta: Mapping[str, Any], cfg: ModelConfig, *, source: str) -> dict[str, Any]:
+    """The ``class_names``, ``wnids`` and ``pretrained`` a checkpoint's metadata ``meta`` records
+    (as JSON gives them; those it records), checked as ``checked_metadata`` checks what is
+    written, lists of strings; a ``CheckpointError`` naming ``source`` (the file) otherwise."""
+    for key in ("class_names", "wnids"):
+        value = meta.get(key)
+        if value is not None and (
+            not isinstance(value, list) or not all(isinstance(item, str) for item in value)
+        ):
+            raise CheckpointError(
+                f"{source}: {key}: expected a list of {cfg.num_classes} strings (one per "
+                f"class), found {reprlib.repr(value)}"
+            )
     try:
-        return checked_class_names(value, cfg)
+        return checked_metadata(cfg, **{key: meta.get(key) for key in RECORDED})
     except ConfigError as e:
         raise CheckpointError(f"{source}: {e}") from None
 

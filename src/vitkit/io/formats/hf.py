@@ -44,8 +44,10 @@ Choices:
 
 Beside the weights, an export carries what ``transformers.pipeline("image-classification")``
 needs to classify an image file as ``vitkit predict`` does: class names as ``id2label`` /
-``label2id``, and vitkit's ``Preprocess`` as a ``preprocessor_config.json`` that
-``ViTImageProcessor`` reads: the whole image resized to the model's (height, width) with the same
+``label2id`` (beside them in ``config.json``, vitkit's ``wnids``, each class's WordNet id where
+the classes are ImageNet's, and ``pretrained``, the registry name of the weights' source), and
+vitkit's ``Preprocess`` as a ``preprocessor_config.json`` that ``ViTImageProcessor`` reads: the
+whole image resized to the model's (height, width) with the same
 interpolation (``resample``, PIL's code: 2 bilinear, 3 bicubic), rescaled by 1/255 and normalised
 with the same mean and std on every channel (0.5 and 0.5 for 'minus_one_to_one'). HF's
 processors always antialias when they shrink an image (PIL's resize; torchvision's with
@@ -96,7 +98,7 @@ from ..checkpoint import (
     read_safetensors,
     read_torch,
 )
-from ..metadata import checked_class_names, fitted_preprocess
+from ..metadata import checked_metadata, fitted_preprocess, recorded_metadata
 
 PREFIX = "vit."  # the backbone's name inside ViTForImageClassification
 _PATCH_KEY = "embeddings.patch_embeddings.projection.weight"
@@ -451,7 +453,9 @@ def read_hf_dir(
     path: str | os.PathLike,
 ) -> tuple[ModelConfig, dict[str, Tensor], dict[str, Any]]:
     """Config, weights (vitkit layout) and extra metadata of a ``save_pretrained`` directory:
-    ``class_names`` from ``id2label`` when they are real names, ``preprocess`` (a
+    ``class_names`` from ``id2label`` when they are real names, ``wnids`` and ``pretrained`` from
+    the config when it has them (checked as ``metadata.recorded_metadata``; a ``pretrained`` that
+    is not a string is another tool's key, and ignored), ``preprocess`` (a
     ``Preprocess.to_dict()``) from ``preprocessor_config.json`` when there is one that a
     ``Preprocess`` expresses. Does not import transformers."""
     directory = Path(path)
@@ -471,10 +475,16 @@ def read_hf_dir(
         cfg, ours = read_hf(state, hf_config)
     except CheckpointError as e:
         raise CheckpointError(f"{directory}: {e}") from None
-    extra: dict[str, Any] = {}
-    names = _class_names(hf_config, cfg.num_classes)
-    if names:
-        extra["class_names"] = names
+    pretrained = hf_config.get("pretrained")  # vitkit's key, or another tool's if no string
+    extra = recorded_metadata(
+        {
+            "class_names": _class_names(hf_config, cfg.num_classes),
+            "wnids": hf_config.get("wnids"),
+            "pretrained": pretrained if isinstance(pretrained, str) else None,
+        },
+        cfg,
+        source=str(directory / "config.json"),
+    )
     if (directory / PROCESSOR_FILE).is_file():
         processor = read_json(directory / PROCESSOR_FILE)
         preprocess = _read_preprocess(processor, cfg, directory / PROCESSOR_FILE)
@@ -563,16 +573,19 @@ def write_hf(
     directory: str | os.PathLike,
     *,
     class_names: list[str] | None = None,
+    wnids: list[str] | None = None,
+    pretrained: str | None = None,
     preprocess: Preprocess | None = None,
 ) -> Path:
     """Write ``model`` as a ``save_pretrained`` directory (safetensors); returns the directory.
 
     A model with a head becomes ``ViTForImageClassification``; a headless one ``ViTModel``, with
     the pooler holding its pre-logits layer if it has one. ``class_names`` become ``id2label`` and
-    ``label2id``; ``preprocess`` (default: the official one at the model's resolution) becomes
-    ``preprocessor_config.json``, for ``ViTImageProcessor``. A 1-channel model is written as the
-    3-channel model that reads RGB as it reads PIL's 'L' (module docstring); a model of other
-    than 1 or 3 channels keeps them, and gets no image processor. A new directory appears whole
+    ``label2id``, ``wnids`` and ``pretrained`` the config's keys of those names; ``preprocess``
+    (default: the official one at the model's resolution) becomes ``preprocessor_config.json``,
+    for ``ViTImageProcessor``. A 1-channel model is written as the 3-channel model that reads RGB
+    as it reads PIL's 'L' (module docstring); a model of other than 1 or 3 channels keeps them,
+    and gets no image processor. A new directory appears whole
     (written beside it, then renamed); into an existing one the files are written in place.
     """
     if not isinstance(model, VisionTransformer):
@@ -581,7 +594,8 @@ def write_hf(
     reasons = _unexportable(cfg)
     if reasons:
         raise ConfigError("cannot write this model as a Hugging Face ViT: " + "; ".join(reasons))
-    class_names = checked_class_names(class_names, cfg)
+    recorded = checked_metadata(cfg, class_names=class_names, wnids=wnids, pretrained=pretrained)
+    class_names = recorded.pop("class_names", None)
     preprocess = fitted_preprocess(preprocess, cfg, fixed_size="a Hugging Face ViT")
     processor = None if preprocess is None else _processor_config(preprocess)
     try:
@@ -597,16 +611,14 @@ def write_hf(
     ours = model.state_dict()
     if cfg.in_chans == 1:
         cfg, ours = _rgb_from_luma(cfg, ours)
-    labels: dict[str, Any] = {}
+    extra_keys: dict[str, Any] = dict(recorded)  # wnids and pretrained, as ViTConfig keeps any key
     if class_names:
-        labels = {
-            "id2label": dict(enumerate(class_names)),
-            "label2id": {name: i for i, name in enumerate(class_names)},
-        }
+        extra_keys["id2label"] = dict(enumerate(class_names))
+        extra_keys["label2id"] = {name: i for i, name in enumerate(class_names)}
     elif cfg.num_classes:
-        labels = {"num_labels": cfg.num_classes}
+        extra_keys["num_labels"] = cfg.num_classes
     if cfg.representation_size is not None:
-        labels["pooler_output_size"] = cfg.representation_size
+        extra_keys["pooler_output_size"] = cfg.representation_size
     hf_config = ViTConfig(
         hidden_size=cfg.hidden_size,
         num_hidden_layers=cfg.num_layers,
@@ -621,7 +633,7 @@ def write_hf(
         num_channels=cfg.in_chans,
         qkv_bias=True,
         encoder_stride=cfg.patch_size,
-        **labels,
+        **extra_keys,
     )
     if cfg.num_classes:
         hf_model: ViTForImageClassification | ViTModel = ViTForImageClassification(hf_config)

@@ -1,5 +1,6 @@
 """vitkit.data.stream's training path: the inception crop drawn before decoding, as the
-random-access containers draw it, so a streamed large JPEG is decoded at a reduced size.
+random-access containers draw it, so a streamed large JPEG is decoded at a reduced size; row
+groups read on the main process's own thread.
 
 The streams are parquet files written with pyarrow and read as ``ParquetStream`` directly (no
 config, no ``datasets``), so the tests take well under a second.
@@ -83,3 +84,21 @@ def test_a_streamed_large_jpeg_is_decoded_at_a_reduced_size(
     [(x, _)] = list(_batches(_stream(tmp_path, images), 24).epoch(0))  # one batch of 4
     assert x.shape == (4, 3, 24, 24) and x.dtype == torch.uint8
     assert len(scales) == 4 and min(scales) >= 4, scales
+
+
+def test_a_stream_reads_its_row_groups_on_the_calling_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The main process reads the row groups while its workers decode: pyarrow's thread pool
+    took 58 us of CPU a row from them, against 4 on one thread (benchmarks/RESULTS.md)."""
+    threaded: list[bool] = []
+    read = pq.ParquetFile.read_row_group
+
+    def spied(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        threaded.append(kwargs.get("use_threads", True))
+        return read(self, *args, **kwargs)
+
+    monkeypatch.setattr(pq.ParquetFile, "read_row_group", spied)
+    images = [_encoded(k, 16, 16, "PNG") for k in range(8)]
+    assert sum(len(y) for _, y in _batches(_stream(tmp_path, images), 8).epoch(0)) == 8
+    assert threaded == [False, False]  # two row groups of 4 rows

@@ -154,7 +154,11 @@ class ParquetStream:
         path = self.files[f]
         if self._open is None or self._open[0] != f:  # evaluation reads a file group by group
             self._open = f, pq.ParquetFile(open_parquet(path))
-        table = self._open[1].read_row_group(g, columns=[self.image_column, self.label_column])
+        # One thread: pyarrow's pool cost 58 us of CPU a row (42 KB JPEGs, 2 cores) against 4 on
+        # the calling thread, taken from the workers that decode (benchmarks/RESULTS.md)
+        table = self._open[1].read_row_group(
+            g, columns=[self.image_column, self.label_column], use_threads=False
+        )
         images = table.column(self.image_column).to_pylist()
         labels = table.column(self.label_column).to_pylist()
         first = int(self.group_rows[self.groups.index((f, 0)) : group].sum())  # its row in the file

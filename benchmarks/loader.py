@@ -24,8 +24,8 @@ aspect ratio 3/4-4/3) resized to ``--image-size`` (bilinear, antialiased), flip 
 each through ``make_batches(dataset, train=True, inception_crop=True, flip=True,
 image_size=S, num_workers=W, uint8=True)``, the training loop's options (``Batches``, or
 ``StreamBatches`` for the stream): uint8 images, scaled on the device. ``--float`` hands over
-float32 scaled in the main process instead (``to_float``, inside the timing), as figures before
-the sources were compared were measured.
+float32 scaled in the main process instead (``to_float``, inside the timing), as the figures in
+benchmarks/RESULTS.md before issue 25 were measured.
 
 * ``timm``: ``create_loader(ImageDataset(FOLDER/train), is_training=True, scale=(0.05, 1),
   interpolation="bilinear", hflip=0.5, color_jitter=None, mean=std=(0.5,)*3,
@@ -33,8 +33,8 @@ the sources were compared were measured.
   ``Normalize`` in the workers (float32 always). ``color_jitter=None`` because timm jitters by
   default and vitkit does not; no prefetcher, because that moves the normalisation to a GPU.
 
-The shards and parquet files are written to ``--scratch`` (default: a temporary folder, removed
-at the end), before any timing. Every dataset is built (and verified, as a run verifies it)
+The shards and parquet files are written to ``--scratch`` before any timing (default: a
+temporary folder, removed at the end; a given one is kept, and read again by the next run). Every dataset is built (and verified, as a run verifies it)
 before the first round.
 
 Method. For each worker count the loaders are built once; each round times ``--batches``

@@ -27,7 +27,8 @@ only its own part): on one machine the page cache serves the later readers; from
 process downloads the stream. Decoding and augmentation run in ``num_workers`` DataLoader
 workers, a batch's part being one work item, in order, so the workers need no shards of their
 own. Augmentation draws from (seed, epoch, position in the epoch), as ``Batches``' per-sample
-path draws from the index.
+path draws from the index, and takes the inception crop before decoding as that path does (a
+large JPEG decoded at a reduced size: ``codec.decode_crop``).
 
 Channels. A stream is not read ahead: its images are read as RGB (3 channels) unless the model
 takes 1 (``model.in_chans=1``). An image that fails to decode is replaced by the next image of
@@ -52,7 +53,7 @@ from torch.utils.data import DataLoader, Dataset
 from ..config import size_hw
 from ..errors import ConfigError, DataError
 from .cells import CellReader
-from .codec import DECODE_ERRORS, decode
+from .codec import DECODE_ERRORS, decode, decode_crop
 from .decoded import count_decode_failure
 from .loader import Augment, Batches, BatchOptions, generator, ignore_interrupts
 from .transforms import resize, to_float
@@ -153,7 +154,11 @@ class ParquetStream:
         path = self.files[f]
         if self._open is None or self._open[0] != f:  # evaluation reads a file group by group
             self._open = f, pq.ParquetFile(open_parquet(path))
-        table = self._open[1].read_row_group(g, columns=[self.image_column, self.label_column])
+        # One thread: pyarrow's pool cost 58 us of CPU a row (42 KB JPEGs, 2 cores) against 4 on
+        # the calling thread, taken from the workers that decode (benchmarks/RESULTS.md)
+        table = self._open[1].read_row_group(
+            g, columns=[self.image_column, self.label_column], use_threads=False
+        )
         images = table.column(self.image_column).to_pylist()
         labels = table.column(self.label_column).to_pylist()
         first = int(self.group_rows[self.groups.index((f, 0)) : group].sum())  # its row in the file
@@ -209,12 +214,17 @@ class _DecodeParts(Dataset):
 
     def image(self, row: Row, epoch: int, position: int) -> Tensor:
         """``row``'s image, decoded and augmented as at ``position`` of ``epoch``: uint8
-        (C, S_h, S_w); ``DECODE_ERRORS`` when it does not decode."""
-        image = decode(self.cells(row.image, row.name), self.mode)  # (C, H, W) uint8
+        (C, S_h, S_w); ``DECODE_ERRORS`` when it does not decode. The inception crop is drawn
+        before decoding, as ``DecodedImages.inception_crop`` draws it (the same draws, so a large
+        JPEG is decoded at a reduced size when its box allows)."""
+        data = self.cells(row.image, row.name)
         if self.augment is None:
-            return resize(image, self.image_size)
+            return resize(decode(data, self.mode), self.image_size)
         g = generator(self.seed, _SAMPLE, epoch, position)
-        return self.augment(image[None], g)[0]
+        if self.augment.inception_crop:
+            image = decode_crop(data, self.mode, self.image_size, generator=g)  # (C, S_h, S_w)
+            return self.augment.after_crop(image[None], g)[0]
+        return self.augment(decode(data, self.mode)[None], g)[0]
 
     def __getitem__(
         self, key: tuple[int, list[tuple[int, Row]]]

@@ -1,5 +1,7 @@
 """Few-shot across datasets (issue 26 item 3): ``vitkit fewshot CKPT --data A --data B`` reads
-each dataset's images through the model once and prints one table (and JSON)."""
+each dataset's images through the model once and prints one table (and JSON); a training run's
+``train.fewshot_data`` evaluates the datasets it names at every evaluation, under their own metric
+names, while ``train.fewshot`` keeps its meaning and names."""
 
 from __future__ import annotations
 
@@ -15,10 +17,12 @@ import vitkit.eval.fewshot as fewshot
 from helpers import randomize, tiny
 from vitkit import save
 from vitkit.cli import main
-from vitkit.config import data_names
+from vitkit.config import RunConfig, data_names, parse_set, replace
 from vitkit.data.run_data import evaluation_split
 from vitkit.io.api import load
 from vitkit.model import VisionTransformer
+from vitkit.recipes import get_recipe
+from vitkit.train.loop import train
 
 
 def image_folder(root: Path, classes: int, train: int, test: int, seed: int) -> Path:
@@ -63,6 +67,15 @@ def test_data_names() -> None:
         "my_data",
     ]
     assert data_names(["/a/test", "/b/test", "/c/test"]) == ["test", "test-2", "test-3"]
+    # the key reads paths whole, an 'x' in them included (an 'x' splits numbers only: 24x48)
+    assert parse_set(RunConfig, ["train.fewshot_data=/data/box"]) == {
+        "train.fewshot_data": ("/data/box",)
+    }
+    assert parse_set(RunConfig, ["train.fewshot_data=(/a,hf:b)"]) == {
+        "train.fewshot_data": ("/a", "hf:b")
+    }
+    with pytest.raises(ValueError, match="distinct data specs"):
+        replace(get_recipe("smoke"), {"train.fewshot_data": ("/a", "/a")})
 
 
 def test_fewshot_over_datasets_reads_each_image_once(
@@ -152,3 +165,49 @@ def test_fewshot_cli_errors(checkpoint: Path, folders: tuple[Path, Path], capsys
     # the checkpoint records no data to fall back on
     assert main(["fewshot", ckpt]) == 2
     assert "records no data" in capsys.readouterr().err
+
+
+def test_training_evaluates_fewshot_data_under_its_names(
+    folders: tuple[Path, Path], tmp_path: Path
+) -> None:
+    three, five = folders
+    run = replace(
+        get_recipe("smoke"),
+        {"train.fewshot": (1, 2), "train.fewshot_data": (str(three), str(five))},
+    )
+    train(run, tmp_path / "run", progress=False)
+    records = [
+        json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().split("\n") if x
+    ]
+    evaluations = [r for r in records if "accuracy" in r and "split" in r]
+    names = {k for k in evaluations[-1] if k.startswith("fewshot")}
+    # the run's own data keeps train.fewshot's names; each named dataset has its own
+    assert names == {
+        "fewshot_1shot", "fewshot_2shot",
+        "fewshot_three_1shot", "fewshot_three_2shot",
+        "fewshot_five_1shot", "fewshot_five_2shot",
+    }  # fmt: skip
+    last = evaluations[-1]
+    model = load(tmp_path / "run" / "checkpoints" / f"step_{last['step']:08d}")
+    split = evaluation_split(str(five), {}, model.cfg, source="test")
+    expected = fewshot.fewshot_model(
+        model, split.train, split.dataset, shots=(1, 2), seeds=3, image_size=16
+    )
+    assert last["fewshot_five_2shot"] == pytest.approx(expected[2]["mean"])
+
+
+def test_training_fewshot_data_is_checked_before_the_run(
+    folders: tuple[Path, Path], tmp_path: Path, capsys
+) -> None:
+    three, _ = folders
+    run_dir = tmp_path / "run"
+    # without train.fewshot the datasets take big_vision's shots, up to 25: too many here
+    with pytest.raises(ValueError, match="fewer than shots=25"):
+        train(replace(get_recipe("smoke"), {"train.fewshot_data": (str(three),)}), run_dir)
+    with pytest.raises(ValueError, match="has no training images"):
+        train(replace(get_recipe("smoke"), {"train.fewshot_data": (str(three / "test"),)}), run_dir)
+    assert not run_dir.exists()
+    argv = ["train", "--recipe", "smoke", "--run-dir", str(run_dir), "--no-progress"]
+    assert main([*argv, "--set", f"train.fewshot_data={tmp_path / 'nope'}"]) == 2
+    assert "nope not found" in capsys.readouterr().err
+    assert not run_dir.exists()

@@ -414,7 +414,16 @@ class TrainConfig(Section):
         doc="classification, or mpp: masked patch prediction [P §4.6] (labels unused)",
     )
     fewshot: tuple[int, ...] = key(
-        (), doc="few-shot linear evaluation at every evaluation [P §4.1]: shots per class", ge=1
+        (),
+        doc="few-shot linear evaluation of the run's data at every evaluation [P §4.1]: shots "
+        "per class (metrics fewshot_<k>shot); also the shots of train.fewshot_data",
+        ge=1,
+    )
+    fewshot_data: tuple[DataSpec, ...] = key(
+        (),
+        doc="few-shot linear evaluation at every evaluation on these data too (each one's train "
+        "and test splits, as vitkit fewshot): shots train.fewshot, else 1,5,10,25; metrics "
+        "fewshot_<name>_<k>shot, <name> the data's (pets for /data/pets)",
     )
     parallel: Parallel = key(
         "ddp",
@@ -442,6 +451,12 @@ class TrainConfig(Section):
             "train.fewshot",
             self.fewshot,
             "distinct shots per class, e.g. (5, 10), or () for none",
+        )
+        require(
+            len(set(self.fewshot_data)) == len(self.fewshot_data),
+            "train.fewshot_data",
+            self.fewshot_data,
+            "distinct data specs",
         )
 
 

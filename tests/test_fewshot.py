@@ -1,11 +1,13 @@
 """Few-shot linear evaluation (PAPER.md A5): the closed-form ridge solution against a direct
-least-squares solve, the per-class sampling, accuracy on easy and impossible problems, and the
-feature extraction from a model."""
+least-squares solve and against a numpy re-statement of big_vision's ``fewshot_lsr``, the
+per-class sampling (ours and big_vision's), accuracy on easy and impossible problems, and the
+feature extraction from a model (with big_vision's resize and central crop)."""
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -13,7 +15,9 @@ from torch import Tensor
 
 from helpers import randomize, tiny
 from vitkit.data import Batches, BatchOptions, synthetic
+from vitkit.data.transforms import resize
 from vitkit.eval.fewshot import (
+    big_vision_sizes,
     extract_features,
     fewshot_evaluate,
     fewshot_indices,
@@ -231,3 +235,169 @@ def test_fewshot_model_equals_full_extraction(wrap: bool) -> None:
     )
     assert result == expected
     assert set(result) == {1, 5} and len(result[5]["per_seed"]) == 2
+
+
+# ---- big_vision's evaluator (big_vision/evaluators/fewshot_lsr.py), re-stated in numpy
+
+
+def big_vision_draw(labels: np.ndarray, num_classes: int, shots: int, seed: int) -> np.ndarray:
+    """big_vision's subset: one ``default_rng(seed)``, each class's positions permuted in turn,
+    the first ``shots`` of each."""
+    rng = np.random.default_rng(seed)
+    per_class = [rng.permutation(np.where(labels == k)[0]) for k in range(num_classes)]
+    return np.concatenate([p[:shots] for p in per_class])
+
+
+def big_vision_lsr(
+    x: np.ndarray, y: np.ndarray, num_classes: int, l2: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """big_vision's cache and solve in float64: whiten with the subset's mean and std (+1e-5),
+    append the constant 100, targets 2·onehot - 1, eigendecomposition of the smaller Gram matrix,
+    then W = lhs diag(1 / (eigs + l2)) rhs. Returns (W (D + 1, K), mean, std)."""
+    mean = x.mean(axis=0, keepdims=True)
+    std = x.std(axis=0, keepdims=True) + 1e-5
+    z = np.pad((x - mean) / std, ((0, 0), (0, 1)), constant_values=100.0)  # (N, D + 1)
+    t = 2.0 * np.eye(num_classes)[y] - 1.0  # (N, K)
+    n, d = z.shape
+    if n >= d:
+        eigs, q = np.linalg.eigh(z.T @ z)
+        rhs, lhs = q.T @ (z.T @ t), q
+    else:
+        eigs, q = np.linalg.eigh(z @ z.T)
+        rhs, lhs = q.T @ t, z.T @ q
+    return (lhs * (1.0 / (eigs + l2))[None]) @ rhs, mean, std
+
+
+def big_vision_accuracy(
+    train_x: np.ndarray,
+    train_y: np.ndarray,
+    test_x: np.ndarray,
+    test_y: np.ndarray,
+    *,
+    num_classes: int,
+    l2: float,
+) -> float:
+    w, mean, std = big_vision_lsr(train_x, train_y, num_classes, l2)
+    z = np.pad((test_x - mean) / std, ((0, 0), (0, 1)), constant_values=100.0)
+    return float(np.mean(np.argmax(z @ w, axis=1) == test_y))
+
+
+@pytest.mark.parametrize(("n", "d"), [(90, 20), (12, 40)], ids=["primal N>=D", "dual N<D"])
+@pytest.mark.parametrize("l2", [2.0**-4, 1.0, 2.0**10, 2.0**16])
+def test_ridge_matches_big_vision_fewshot_lsr(n: int, d: int, l2: float) -> None:
+    g = torch.Generator().manual_seed(2)
+    x = 2.0 * torch.randn(n, d, generator=g) + torch.randn(d, generator=g)  # (N, D)
+    labels = torch.arange(n) % 6  # (N,)
+    clf = ridge_classifier(x, labels, 6, l2)
+    w, mean, std = big_vision_lsr(x.double().numpy(), labels.numpy(), 6, l2)
+    np.testing.assert_allclose(clf.weight.numpy(), w, rtol=1e-6, atol=1e-6 * np.abs(w).max())
+    np.testing.assert_allclose(clf.mean.numpy(), mean[0], rtol=1e-12)
+    np.testing.assert_allclose(clf.std.numpy(), std[0], rtol=1e-12)
+
+
+def test_big_vision_sampling_is_its_draws() -> None:
+    labels = LABELS.numpy()
+    for seed in range(4):
+        for shots in (1, 3, 5):
+            ours = fewshot_indices(LABELS, shots, seed, sampling="big_vision")
+            assert ours.tolist() == big_vision_draw(labels, 4, shots, seed).tolist()
+    # the two samplings are different draws; ours stays what runs recorded: one torch generator,
+    # each class's members permuted in turn
+    vitkit = fewshot_indices(LABELS, 5, 1)
+    assert not torch.equal(vitkit, fewshot_indices(LABELS, 5, 1, sampling="big_vision"))
+    g = torch.Generator().manual_seed(1)
+    members = [LABELS.eq(k).nonzero().flatten() for k in range(4)]
+    expected = torch.cat([m[torch.randperm(len(m), generator=g)][:5] for m in members])
+    assert torch.equal(vitkit, expected)
+    with pytest.raises(ValueError, match="sampling='numpy' is not valid"):
+        fewshot_indices(LABELS, 1, 0, sampling="numpy")  # type: ignore[arg-type]
+
+
+def test_fewshot_evaluate_with_big_vision_sampling_is_its_evaluator() -> None:
+    """Per seed and shot count, the accuracy big_vision's ``compute_fewshot_metrics`` gives."""
+    g = torch.Generator().manual_seed(3)
+    K = 4
+    x, y = clusters(K, 30, 24, g, spread=1.0)  # overlapping: accuracies well below 1
+    train_x, train_y, test_x, test_y = x[:80], y[:80], x[80:], y[80:]
+    result = fewshot_evaluate(
+        train_x,
+        train_y,
+        test_x,
+        test_y,
+        num_classes=K,
+        shots=(1, 5, 10),
+        seeds=3,
+        sampling="big_vision",
+    )
+    tx, ty = train_x.double().numpy(), train_y.numpy()
+    for shots, r in result.items():
+        expected = []
+        for seed in range(3):
+            rows = big_vision_draw(ty, K, shots, seed)
+            expected.append(
+                big_vision_accuracy(
+                    tx[rows],
+                    ty[rows],
+                    test_x.double().numpy(),
+                    test_y.numpy(),
+                    num_classes=K,
+                    l2=L2,
+                )
+            )
+        assert r["per_seed"] == expected
+    assert 0.3 < result[10]["mean"] < 1.0
+
+
+def test_big_vision_preprocessing_resizes_then_crops_the_centre(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import vitkit.eval.fewshot as fewshot
+
+    assert big_vision_sizes(224) == ((256, 256), (224, 224))
+    assert big_vision_sizes((32, 48)) == ((37, 55), (32, 48))
+    model = randomize(VisionTransformer(tiny(num_classes=3)))
+    data = synthetic(num_classes=3, per_class=8, image_size=(40, 50), channels=3, seed=0)
+    train, test = data.subset(torch.arange(15)), data.subset(torch.arange(15, 24))
+    seen: list[Tensor] = []  # the features fewshot_model extracts: training subset, then test
+
+    def extract(*args, **kwargs) -> tuple[Tensor, Tensor]:
+        features = extract_features(*args, **kwargs)
+        seen.append(features[0])
+        return features
+
+    monkeypatch.setattr(fewshot, "extract_features", extract)
+    result = fewshot_model(
+        model,
+        train,
+        test,
+        shots=(1, 4),
+        seeds=2,
+        image_size=32,
+        batch_size=8,
+        sampling="big_vision",
+        preprocess="big_vision",
+    )
+
+    def by_hand(dataset) -> tuple[Tensor, Tensor]:
+        images = resize(dataset.images, 37)[..., 2:34, 2:34]  # (37 - 32) // 2 = 2
+        batches = [(images.float().sub(127.5).div(127.5), dataset.labels)]
+        return extract_features(model, batches)
+
+    (train_x, train_y), (test_x, test_y) = by_hand(train), by_hand(test)
+    torch.testing.assert_close(seen[-1], test_x)
+    expected = fewshot_evaluate(
+        train_x,
+        train_y,
+        test_x,
+        test_y,
+        num_classes=3,
+        shots=(1, 4),
+        seeds=2,
+        sampling="big_vision",
+    )
+    for k in (1, 4):
+        assert result[k]["per_seed"] == pytest.approx(expected[k]["per_seed"])
+    plain = fewshot_model(model, train, test, shots=(4,), seeds=2, image_size=32, batch_size=8)
+    assert set(plain) == {4}
+    with pytest.raises(ValueError, match="preprocess='crop' is not valid"):
+        fewshot_model(model, train, test, image_size=32, preprocess="crop")  # type: ignore[arg-type]

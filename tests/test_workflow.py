@@ -188,7 +188,7 @@ def test_inspect_and_fewshot_start_from_the_checkpoints_data(
     assert main(["fewshot", str(split_run / "best"), "--shots", "2", "--seeds", "1"]) == 0
     out = capsys.readouterr().out
     assert f"fewshot {split_run / 'best'} on {splits}: test/ (24 images)" in out
-    assert re.search(r"2-shot\s+[0-9.]+", out)
+    assert re.search(r"^split\s+3\s+\d+\s+24\s+[0-9.]+ \+- [0-9.]+$", out, re.M)
 
 
 def test_finetune_at_a_higher_resolution_says_what_it_changed(

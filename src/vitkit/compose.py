@@ -129,6 +129,13 @@ def check_data_exists(spec: str) -> None:
         raise MissingFileError(f"data: {what} {source.path} not found (expected {DATA_SPECS})")
 
 
+def check_run_data_exists(run: RunConfig) -> None:
+    """``check_data_exists`` for every data a run reads: ``data.dataset`` and each of
+    ``train.fewshot_data``."""
+    for spec in (run.data.dataset, *run.train.fewshot_data):
+        check_data_exists(spec)
+
+
 def _preset_or_data(
     sets: tuple[str, ...], flag: str | None, name: str
 ) -> tuple[str | None, list[str]]:
@@ -228,6 +235,10 @@ def compose(
     overrides = parse_set(RunConfig, _fold_renamed(sets, composed.run, asked_data))
     if "data.dataset" in overrides:
         overrides["data.dataset"] = normalise_data(overrides["data.dataset"])
+    if "train.fewshot_data" in overrides:
+        overrides["train.fewshot_data"] = tuple(
+            map(normalise_data, overrides["train.fewshot_data"])
+        )
     if finetuning:
         _check_finetune_keys(overrides, composed.run.model)
     fixed = set(overrides) | ({"model.in_chans"} if finetuning else set())  # the checkpoint's

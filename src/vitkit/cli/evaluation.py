@@ -26,20 +26,17 @@ if TYPE_CHECKING:
     import torch
 
 
-def _data_spec(args: argparse.Namespace) -> str | None:
+def _data_spec(spec: str | None, data_dir: str | None) -> str | None:
     """``--data`` (None: the checkpoint's data), checked before torch is imported, with the
     folder of the deprecated ``--data-dir`` folded into its spec."""
     from ..compose import check_data_exists
     from ..config import DataConfig, data_source, normalise_data
     from ..config.keys import upgrade
 
-    spec = args.data
-    if args.data_dir is not None:
+    if data_dir is not None:
         if spec is not None and data_source(spec).kind == "folder":
-            raise VitkitError(f"--data {spec} and --data-dir {args.data_dir} disagree: give one")
-        folded = upgrade(
-            DataConfig, {"dataset": spec or "fashion_mnist", "data_dir": args.data_dir}
-        )
+            raise VitkitError(f"--data {spec} and --data-dir {data_dir} disagree: give one")
+        folded = upgrade(DataConfig, {"dataset": spec or "fashion_mnist", "data_dir": data_dir})
         spec = str(folded["dataset"])
         warnings.warn(f"--data-dir is deprecated: write --data {spec}", FutureWarning, stacklevel=2)
     if spec is not None:
@@ -48,12 +45,23 @@ def _data_spec(args: argparse.Namespace) -> str | None:
     return spec
 
 
-def _split(args: argparse.Namespace, spec: str | None, model: Any, extra: dict[str, Any]) -> Any:
+def _split(
+    args: argparse.Namespace,
+    spec: str | None,
+    model: Any,
+    extra: dict[str, Any],
+    *,
+    head: bool = True,
+) -> Any:
     """The split a verb runs the checkpoint over (``spec``: ``_data_spec``'s), checked against
-    its classes (see ``data.run_data.evaluation_split``); says which on stdout."""
+    its classes when the verb uses the checkpoint's ``head`` (see
+    ``data.run_data.evaluation_split``); says which on stdout."""
     from ..data.run_data import evaluation_split
 
     split = evaluation_split(spec, extra, model.cfg, source=args.checkpoint)
+    print(f"{args.verb} {args.checkpoint} on {split.name}")
+    if not head:  # features only: any data, any classes
+        return split
     classes = model.cfg.num_classes
     if classes and len(split.classes) != classes:
         raise VitkitError(
@@ -66,7 +74,6 @@ def _split(args: argparse.Namespace, spec: str | None, model: Any, extra: dict[s
             f"by position): {split.classes[:3]}... against {list(names)[:3]}...",
             stacklevel=2,
         )
-    print(f"{args.verb} {args.checkpoint} on {split.name}")
     return split
 
 
@@ -75,7 +82,7 @@ def _eval(args: argparse.Namespace) -> None:
     from ..data.run_data import batches_of
     from ..eval.metrics import evaluate
 
-    spec = _data_spec(args)
+    spec = _data_spec(args.data, args.data_dir)
     device = resolve_device(args.device)
     model, names, _, extra = open_checkpoint(args.checkpoint)
     split = _split(args, spec, model, extra)
@@ -193,6 +200,9 @@ def _predict(args: argparse.Namespace) -> None:
 
 
 def _fewshot(args: argparse.Namespace) -> None:
+    import json
+
+    from ..config import data_names, recorded_data
     from ..eval.fewshot import fewshot_model
 
     try:
@@ -201,33 +211,101 @@ def _fewshot(args: argparse.Namespace) -> None:
         raise VitkitError(f"--shots {args.shots!r}: expected numbers like 1,5,10,25") from None
     if not shots or min(shots) < 1 or args.seeds < 1:
         raise VitkitError(f"--shots {args.shots} --seeds {args.seeds}: expected positive numbers")
-    spec = _data_spec(args)
+    given = args.data or [None]  # none: the checkpoint's data
+    if args.data_dir is not None and len(given) > 1:
+        raise VitkitError("--data-dir goes with one --data: give each folder as --data DIR")
+    specs = [_data_spec(spec, args.data_dir) for spec in given]  # every one before torch
+    if len(set(specs)) < len(specs):
+        raise VitkitError(f"--data names a dataset twice: {', '.join(map(str, specs))}")
     device = resolve_device(args.device)
     model, _, _, extra = open_checkpoint(args.checkpoint)
-    split = _split(args, spec, model, extra)
     model.to(device)
-    if split.train is None:
-        raise VitkitError(
-            f"few-shot evaluation draws its examples from training images, and {split.name} "
-            "has none beside it: give a folder with train/ and test/ (or val/)"
+    names = data_names([spec or recorded_data(extra) or "data" for spec in specs])
+    rows = []
+    for name, spec in zip(names, specs, strict=True):  # each dataset's features once
+        split = _split(args, spec, model, extra, head=False)
+        if split.train is None:
+            raise VitkitError(
+                f"few-shot evaluation draws its examples from training images, and {split.name} "
+                "has none beside it: give a folder with train/ and test/ (or val/)"
+            )
+        result = fewshot_model(
+            model,
+            split.train,
+            split.dataset,
+            shots=shots,
+            seeds=args.seeds,
+            l2=args.l2,
+            image_size=model.cfg.image_size,
+            batch_size=args.batch_size,
+            num_workers=resolve_workers(args.workers),
+            sampling=args.sampling,
+            preprocess=args.preprocess,
         )
-    result = fewshot_model(
-        model,
-        split.train,
-        split.dataset,
-        shots=shots,
-        seeds=args.seeds,
-        l2=args.l2,
-        image_size=model.cfg.image_size,
-        batch_size=args.batch_size,
-        num_workers=resolve_workers(args.workers),
-    )
-    print(
-        f"few-shot linear accuracy ({len(split.classes)} classes, {len(split.dataset)} images), "
-        f"pre-logits features, l2={args.l2:g}, mean +- std over {args.seeds} seeds:"
-    )
-    for k, r in result.items():
-        print(f"  {k:>3}-shot  {r['mean']:.4f} +- {r['std']:.4f}")
+        rows.append(
+            {
+                "name": name,
+                "data": split.name,
+                "classes": len(split.classes),
+                "train_images": len(split.train),
+                "test_images": len(split.dataset),
+                "accuracy": result,
+            }
+        )
+    settings = {
+        "checkpoint": args.checkpoint,
+        "features": "pre_logits",
+        "l2": args.l2,
+        "seeds": args.seeds,
+        "shots": list(shots),
+        "sampling": args.sampling,
+        "preprocess": args.preprocess,
+        "image_size": model.cfg.image_size,  # the model's; see preprocess
+    }
+    for line in _fewshot_table(rows, settings, model.cfg.image_size):
+        print(line)
+    if args.json is not None:
+        Path(args.json).write_text(json.dumps({**settings, "datasets": rows}, indent=2) + "\n")
+        print(f"wrote {args.json}")
+
+
+def _fewshot_table(
+    rows: list[dict[str, Any]], settings: dict[str, Any], image_size: int | tuple[int, int]
+) -> list[str]:
+    """One table of few-shot accuracy: a row per dataset, a column per shot count, each cell
+    the mean +- the standard deviation over seeds."""
+    from ..config import size_hw
+    from ..eval.fewshot import big_vision_sizes
+
+    h, w = size_hw(image_size)
+    if settings["preprocess"] == "big_vision":
+        (rh, rw), _ = big_vision_sizes(image_size)
+        seen = f"images resized to {rh}x{rw} and their centre {h}x{w} taken (big_vision's)"
+    else:
+        seen = f"images resized to {h}x{w}"
+    head = ["data", "classes", "train", "test", *(f"{k}-shot" for k in settings["shots"])]
+    table = [head] + [
+        [
+            row["name"],
+            str(row["classes"]),
+            str(row["train_images"]),
+            str(row["test_images"]),
+            *(f"{r['mean']:.4f} +- {r['std']:.4f}" for r in row["accuracy"].values()),
+        ]
+        for row in rows
+    ]
+    widths = [max(len(line[i]) for line in table) for i in range(len(head))]
+    return [
+        f"few-shot linear accuracy of the pre-logits features (l2={settings['l2']:g}; "
+        f"{settings['sampling']} sampling, mean +- std over {settings['seeds']} seeds; {seen}):",
+        *(
+            "  ".join(
+                cell.ljust(width) if i == 0 else cell.rjust(width)
+                for i, (cell, width) in enumerate(zip(line, widths, strict=True))
+            ).rstrip()
+            for line in table
+        ),
+    ]
 
 
 def _inspect(args: argparse.Namespace) -> None:
@@ -241,7 +319,7 @@ def _inspect(args: argparse.Namespace) -> None:
         raise VitkitError(
             f"--num-images {args.num_images} --max-maps {args.max_maps}: expected positive numbers"
         )
-    spec = _data_spec(args)
+    spec = _data_spec(args.data, args.data_dir)
     device = resolve_device(args.device)
     model, names, preprocess, extra = open_checkpoint(args.checkpoint)
     if model.cfg.arch != "vit":
@@ -354,14 +432,40 @@ def add_verbs(verb: Verb) -> None:
 
     p = verb(
         "fewshot",
-        "few-shot linear evaluation of frozen pre-logits features, closed form [P 4.1]",
+        "few-shot linear evaluation of frozen pre-logits features, closed form [P 4.1], on one "
+        "or several datasets",
         _fewshot,
-        "vitkit fewshot runs/fmnist/best --shots 1,5,10,25 --seeds 3",
+        "vitkit fewshot runs/fmnist/best --data /data/pets --data cifar100:/data/cifar "
+        "--shots 1,5,10,25 --seeds 3 --json fewshot.json",
     )
-    _checkpoint_and_data(p)
+    p.add_argument("checkpoint", help="checkpoint directory or file (any format vitkit reads)")
+    p.add_argument(
+        "--data",
+        action="append",
+        default=None,
+        metavar="SPEC",
+        help="repeatable: each dataset's features are extracted once and it is one row of the "
+        "table; shots are drawn from its train split. " + DATA_HELP,
+    )
+    p.add_argument("--data-dir", default=None, help=argparse.SUPPRESS)  # deprecated: --data
     p.add_argument("--shots", default="1,5,10,25", help="examples per class, comma-separated")
     p.add_argument("--seeds", type=int, default=3, help="random subsets averaged per shot count")
     p.add_argument("--l2", type=float, default=2.0**10, help="ridge strength (big_vision: 2^10)")
+    p.add_argument(
+        "--sampling",
+        choices=("vitkit", "big_vision"),
+        default="vitkit",
+        help="how each seed's subset of a class is drawn: vitkit (a torch generator, as "
+        "train.fewshot) or big_vision (np.random.default_rng(seed).permutation per class)",
+    )
+    p.add_argument(
+        "--preprocess",
+        choices=("resize", "big_vision"),
+        default="resize",
+        help="resize: the whole image resized to the model's resolution; big_vision: its "
+        "resize(256)|central_crop(224), at the model's resolution S resized to S*8/7, centre S",
+    )
+    p.add_argument("--json", default=None, metavar="FILE", help="also write the results as JSON")
     p.add_argument("--batch-size", type=int, default=256)
     add_device_argument(p)
     add_workers_argument(p)

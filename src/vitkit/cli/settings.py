@@ -26,7 +26,7 @@ def _show(value: Any) -> str:
 
 
 def _config(args: argparse.Namespace) -> None:
-    from ..compose import Request, adapt, check_data_exists, compose, default_run_dir, flat
+    from ..compose import Request, adapt, check_run_data_exists, compose, default_run_dir, flat
     from ..config import RunConfig
     from ..config.keys import explain, field_hint
 
@@ -40,7 +40,7 @@ def _config(args: argparse.Namespace) -> None:
     if request.recipe is None and request.data is None:
         request = Request(**{**request.__dict__, "recipe": "scratch"})
     composed = compose(request)
-    check_data_exists(composed.run.data.dataset)
+    check_run_data_exists(composed.run)
     from ..data.run_data import peek_data  # the settings are valid: now torch may be imported
 
     classes, train_size, what = peek_data(composed.run.data, composed.run.model)

@@ -42,7 +42,7 @@ def _torchrun(nproc: int, argv: Sequence[str], parse: Callable[[list[str]], Any]
 def _compose(args: argparse.Namespace) -> tuple[Request, Composed]:
     """The run a command asks for; everything that needs no torch is checked before the
     checkpoint (fine-tuning) is read."""
-    from ..compose import Request, check_data_exists, compose
+    from ..compose import Request, check_data_exists, check_run_data_exists, compose
     from ..config import RunConfig, normalise_data, parse_set, recorded_data
     from ..config.keys import split_set
 
@@ -64,7 +64,7 @@ def _compose(args: argparse.Namespace) -> tuple[Request, Composed]:
 
         pretrained, _, extra = read(request.init_from, num_heads=args.num_heads)
         composed = compose(request, checkpoint=pretrained, checkpoint_data=recorded_data(extra))
-    check_data_exists(composed.run.data.dataset)
+    check_run_data_exists(composed.run)
     return request, composed
 
 
@@ -201,6 +201,10 @@ def _summary(composed: Composed, result: dict[str, Any], run_dir: Path) -> list[
     line += f" on {result['count']:,} {'patches' if mpp else 'images'}"
     for shots, acc in result.get("fewshot", {}).items():
         line += f"; {shots}-shot linear {acc['mean']:.4f}"
+    for name, per_shots in result.get("fewshot_data", {}).items():
+        line += f"; {name} " + ", ".join(
+            f"{shots}-shot {acc['mean']:.4f}" for shots, acc in per_shots.items()
+        )
     if result["split"] == "val":
         line += " (no test split: the last evaluation)"
     elif best is not None and best["split"] == "val":

@@ -268,6 +268,9 @@ def _describe_one(hint: Any, spec: Key | None) -> str:
     if typing.get_origin(base) is tuple:
         args = typing.get_args(base)
         if len(args) == 2 and args[1] is Ellipsis:
+            kinds = [e for e in _split_annotated(args[0])[1] if isinstance(e, Kind)]
+            if kinds:
+                return f"a tuple of {kinds[0].name} specs, comma-separated ({kinds[0].expected})"
             return f"a tuple of {_plural(args[0])}{bounds}, e.g. (5, 10), or () for none"
         if len(set(args)) == 1:
             return (
@@ -365,14 +368,16 @@ def _parse_one(hint: Any, text: str) -> Any:
         raise _WrongTypeError
     if typing.get_origin(base) is tuple:
         inner = text[1:-1] if len(text) >= 2 and text[0] + text[-1] in ("()", "[]") else text
-        sep = "," if "," in inner or "x" not in lower else "x"  # '24x48': a (height, width) pair
+        args = typing.get_args(base)
+        numbers = all(_split_annotated(a)[0] in (int, float) for a in args if a is not Ellipsis)
+        # '24x48': a (height, width) pair; an 'x' in a string (a path) is no separator
+        sep = "x" if numbers and "," not in inner and "x" in lower else ","
         spelled = inner.lower() if sep == "x" else inner
         pieces = [p.strip() for p in spelled.split(sep)] if inner.strip() else []
         if pieces and pieces[-1] == "":  # "(5,)"
             pieces.pop()
         if not pieces and lower not in ("()", "[]", ""):
             raise _WrongTypeError
-        args = typing.get_args(base)
         item_types = [args[0]] * len(pieces) if args[-1] is Ellipsis else list(args)
         if len(item_types) != len(pieces):
             raise _WrongTypeError

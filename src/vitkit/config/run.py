@@ -10,7 +10,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-from collections.abc import Mapping
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -121,6 +122,34 @@ def data_source(spec: str) -> DataSource:
             f"expected {DATA_SPECS}"
         )
     return DataSource("folder", spec)
+
+
+def data_name(spec: str) -> str:
+    """A data spec's short name, as few-shot tables and metric names show it: a named dataset's
+    kind (``cifar10``), else the last part of its folder or path (``/data/pets`` -> ``pets``; a
+    glob's or a parquet file's folder), or a Hub dataset's name (``hf:user/beans`` ->
+    ``beans``); characters other than letters, digits, ``.``, ``_`` and ``-`` become ``_``."""
+    source = data_source(spec)
+    if source.path is None or source.kind in NAMED:
+        return source.kind
+    parts = [p for p in source.path.split("/") if p and p not in (".", "..")]
+    plain = [p for p in parts if not any(c in p for c in "*?[")]  # a glob's folder
+    if len(plain) > 1 and plain[-1].endswith(".parquet"):  # data/beans/train.parquet: beans
+        plain.pop()
+    name = (plain[-1] if plain else source.kind).removesuffix(".parquet") or source.kind
+    return re.sub(r"[^A-Za-z0-9._-]", "_", name)
+
+
+def data_names(specs: Sequence[str]) -> list[str]:
+    """``data_name`` of each spec, a repeated name numbered from its second use (``test``,
+    ``test-2``), so that each spec of a list has its own."""
+    names: list[str] = []
+    for spec in specs:
+        name, n = data_name(spec), 2
+        while name in names:
+            name, n = f"{data_name(spec)}-{n}", n + 1
+        names.append(name)
+    return names
 
 
 def hf_is_local(path: str) -> bool:
@@ -385,7 +414,16 @@ class TrainConfig(Section):
         doc="classification, or mpp: masked patch prediction [P §4.6] (labels unused)",
     )
     fewshot: tuple[int, ...] = key(
-        (), doc="few-shot linear evaluation at every evaluation [P §4.1]: shots per class", ge=1
+        (),
+        doc="few-shot linear evaluation of the run's data at every evaluation [P §4.1]: shots "
+        "per class (metrics fewshot_<k>shot); also the shots of train.fewshot_data",
+        ge=1,
+    )
+    fewshot_data: tuple[DataSpec, ...] = key(
+        (),
+        doc="few-shot linear evaluation at every evaluation on these data too (each one's train "
+        "and test splits, as vitkit fewshot): shots train.fewshot, else 1,5,10,25; metrics "
+        "fewshot_<name>_<k>shot, <name> the data's (pets for /data/pets)",
     )
     parallel: Parallel = key(
         "ddp",
@@ -413,6 +451,12 @@ class TrainConfig(Section):
             "train.fewshot",
             self.fewshot,
             "distinct shots per class, e.g. (5, 10), or () for none",
+        )
+        require(
+            len(set(self.fewshot_data)) == len(self.fewshot_data),
+            "train.fewshot_data",
+            self.fewshot_data,
+            "distinct data specs",
         )
 
 

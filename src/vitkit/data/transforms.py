@@ -167,6 +167,17 @@ def center_resize(image: Tensor, size: int | tuple[int, int], *, antialias: bool
     return resize(image, size, antialias=antialias)
 
 
+def central_crop(images: Tensor, size: int | tuple[int, int]) -> Tensor:
+    """The centre ``size`` window of images (..., H, W), a view: big_vision's ``central_crop``,
+    which starts at ((H - S_h) // 2, (W - S_w) // 2)."""
+    h, w = _pair(size)
+    H, W = images.shape[-2:]
+    if h > H or w > W:
+        raise ConfigError(f"a central crop of {h}x{w} does not fit images of {H}x{W}")
+    top, left = (H - h) // 2, (W - w) // 2
+    return images[..., top : top + h, left : left + w]  # (..., S_h, S_w)
+
+
 def crop_box(
     height: int,
     width: int,

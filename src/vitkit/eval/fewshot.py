@@ -17,7 +17,13 @@ vectors", whose exact solution is in closed form (PAPER.md A5). We follow big_vi
 constant (its eigendecomposition exists to sweep λ cheaply, which it does not use; we solve one
 Cholesky system instead). Shots (1, 5, 10, 25) and 3 seeds are big_vision's defaults. As there, the
 subsets of one seed are nested across shot counts: each class's examples are permuted once per seed
-and the first ``shots`` taken::
+and the first ``shots`` taken. Two ways to permute (``sampling``): ``'vitkit'`` (our default, what
+runs have recorded), one ``torch.Generator`` per seed; ``'big_vision'``, its evaluator's draws
+exactly, ``np.random.default_rng(seed).permutation`` of each class's indices in turn. Two ways to
+preprocess (``preprocess``): ``'resize'`` (default), the whole image resized to the model's
+resolution; ``'big_vision'``, its few-shot configs' ``resize(256)|central_crop(224)`` scaled to
+the model's resolution S (resized to S·8/7, then the centre S; vitkit's antialiased bilinear
+resize, where big_vision's TF resize is not antialiased)::
 
     from vitkit.eval.fewshot import fewshot_model
 
@@ -31,15 +37,18 @@ import logging
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, get_args
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ..config import size_hw
 from ..data import BatchOptions, subset
 from ..data.device import to_input
 from ..data.run_data import Images, batches_of
+from ..data.transforms import central_crop
 from ..errors import ConfigError
 from ..model import ResNetClassifier, VisionTransformer
 from ..runtime.mode import eval_mode
@@ -51,6 +60,13 @@ SHOTS = (1, 5, 10, 25)
 L2 = 2.0**10
 BIAS_CONSTANT = 100.0  # large, so the bias weight pays almost nothing to the L2 penalty
 STD_EPS = 1e-5
+# big_vision's few-shot preprocessing, resize(256)|central_crop(224): the crop is 7/8 of the resize
+RESIZE_OF_CROP = 256 / 224
+
+Sampling = Literal["vitkit", "big_vision"]
+Preprocessing = Literal["resize", "big_vision"]
+SAMPLINGS: tuple[str, ...] = get_args(Sampling)
+PREPROCESSINGS: tuple[str, ...] = get_args(Preprocessing)
 
 
 @torch.inference_mode()
@@ -59,9 +75,13 @@ def _forward_pre_logits(
     images: Tensor,
     device: torch.device,
     autocast: torch.dtype | None,
+    crop: tuple[int, int] | None,
 ) -> Tensor:
+    x = to_input(images, device)  # (B, C, H, W)
+    if crop is not None:
+        x = central_crop(x, crop)  # (B, C, S_h, S_w)
     with torch.autocast(device.type, dtype=autocast, enabled=autocast is not None):
-        features = model.intermediates(to_input(images, device))["pre_logits"]  # (B, D)
+        features = model.intermediates(x)["pre_logits"]  # (B, D)
     return features.float().cpu()
 
 
@@ -70,17 +90,20 @@ def extract_features(
     batches: Iterable[tuple[Tensor, Tensor]],
     *,
     autocast: torch.dtype | None = None,
+    crop: int | tuple[int, int] | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Frozen ``pre_logits`` features of every image in ``batches`` (float images, labels).
 
     The model runs in eval mode under ``torch.inference_mode`` and gets its own mode back
-    afterwards. Returns float32 features (N, D) and int64 labels (N,), in the batches' order.
+    afterwards; ``crop``: the centre window of this size of every image is what it sees. Returns
+    float32 features (N, D) and int64 labels (N,), in the batches' order.
     """
     device = model_device(model)
+    window = None if crop is None else size_hw(crop)
     features, labels = [], []
     with eval_mode(model):
         for images, y in batches:  # (B, C, H, W), (B,)
-            features.append(_forward_pre_logits(model, images, device, autocast))  # (B, D)
+            features.append(_forward_pre_logits(model, images, device, autocast, window))
             labels.append(torch.as_tensor(y, dtype=torch.int64).cpu())
     if not features:
         raise ConfigError("no batches to extract features from: the iterable was empty")
@@ -106,17 +129,33 @@ def _check_positive_int(name: str, value: Any) -> None:
         raise ConfigError(f"{name}={value!r} is not valid: expected a positive integer")
 
 
+def _check_choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ConfigError(
+            f"{name}={value!r} is not valid: expected one of {', '.join(map(repr, allowed))}"
+        )
+
+
 def fewshot_indices(
-    labels: Tensor, shots: int, seed: int, *, num_classes: int | None = None
+    labels: Tensor,
+    shots: int,
+    seed: int,
+    *,
+    num_classes: int | None = None,
+    sampling: Sampling = "vitkit",
 ) -> Tensor:
     """Indices of ``shots`` examples of every class, drawn without replacement (int64 (K*shots,)).
 
-    Classes come in order 0, ..., K-1 (K = ``num_classes``, or ``labels.max() + 1``), each a random
-    draw from a ``torch.Generator`` seeded with ``seed``: the same seed gives the same indices, and
-    for one seed a smaller ``shots`` gives a prefix of each class's draw. Raises ``ValueError``
-    naming the class when one has fewer than ``shots`` examples.
+    Classes come in order 0, ..., K-1 (K = ``num_classes``, or ``labels.max() + 1``), each class's
+    indices (in dataset order) permuted and the first ``shots`` taken: ``sampling='vitkit'`` draws
+    the permutations from one ``torch.Generator`` seeded with ``seed``, ``'big_vision'`` from one
+    ``np.random.default_rng(seed)``, as big_vision's evaluator does. The same seed gives the same
+    indices, and for one seed a smaller ``shots`` gives a prefix of each class's draw. Raises
+    ``ValueError`` naming the class when one has fewer than ``shots`` examples (big_vision would
+    take them all).
     """
     _check_positive_int("shots", shots)
+    _check_choice("sampling", sampling, SAMPLINGS)
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise ConfigError(f"seed={seed!r} is not valid: expected an integer >= 0")
     if num_classes is None:
@@ -127,15 +166,18 @@ def fewshot_indices(
     by_class = torch.argsort(labels, stable=True).split(
         torch.bincount(labels, minlength=num_classes).tolist()
     )  # K x (n_k,)
-    g = torch.Generator().manual_seed(seed)
-    chosen = []
     for k, members in enumerate(by_class):
         if len(members) < shots:
             raise ConfigError(
                 f"class {k} has {len(members)} training examples, fewer than shots={shots}"
             )
-        chosen.append(members[torch.randperm(len(members), generator=g)[:shots]])
-    return torch.cat(chosen)  # (K * shots,)
+    if sampling == "big_vision":  # every class's permutation from the one numpy generator
+        rng = np.random.default_rng(seed)
+        drawn = [torch.from_numpy(rng.permutation(m.numpy())) for m in by_class]  # K x (n_k,)
+    else:
+        g = torch.Generator().manual_seed(seed)
+        drawn = [m[torch.randperm(len(m), generator=g)] for m in by_class]  # K x (n_k,)
+    return torch.cat([d[:shots] for d in drawn])  # (K * shots,)
 
 
 def solve_ridge(x: Tensor, y: Tensor, l2: float, *, dual: bool | None = None) -> Tensor:
@@ -218,11 +260,11 @@ def _check_shots_seeds(shots: Sequence[int], seeds: int) -> None:
 
 
 def _subsets(
-    labels: Tensor, shots: Sequence[int], seeds: int, num_classes: int
+    labels: Tensor, shots: Sequence[int], seeds: int, num_classes: int, sampling: Sampling
 ) -> dict[tuple[int, int], Tensor]:
     """{(shots, seed): training indices} for every shot count and seed."""
     return {
-        (k, s): fewshot_indices(labels, k, s, num_classes=num_classes)
+        (k, s): fewshot_indices(labels, k, s, num_classes=num_classes, sampling=sampling)
         for k in shots
         for s in range(seeds)
     }
@@ -261,11 +303,13 @@ def fewshot_evaluate(
     shots: Sequence[int] = SHOTS,
     seeds: int = 3,
     l2: float = L2,
+    sampling: Sampling = "vitkit",
 ) -> dict[int, dict]:
     """Few-shot linear accuracy from precomputed features.
 
     For every shot count and seed s in ``range(seeds)``: fit ``ridge_classifier`` on
-    ``fewshot_indices(train_y, shots, s)`` and measure top-1 accuracy on the test features. Returns
+    ``fewshot_indices(train_y, shots, s, sampling=sampling)`` and measure top-1 accuracy on the
+    test features. Returns
     ``{shots: {"mean": float, "std": float, "per_seed": [float, ...]}}`` (std over seeds,
     population).
     """
@@ -282,7 +326,7 @@ def fewshot_evaluate(
         raise ConfigError(
             f"train and test features differ in width: {train_x.shape[1]} and {test_x.shape[1]}"
         )
-    subsets = _subsets(train_y, shots, seeds, num_classes)
+    subsets = _subsets(train_y, shots, seeds, num_classes, sampling)
     return _accuracies(train_x, train_y, subsets, test_x, test_y, num_classes, l2)
 
 
@@ -296,6 +340,15 @@ def _dataset_labels(dataset: Any) -> Tensor:
 def _num_classes(train_set: Any, labels: Tensor) -> int:
     classes = getattr(train_set, "classes", None)
     return len(classes) if classes else int(labels.max()) + 1
+
+
+def big_vision_sizes(
+    image_size: int | tuple[int, int],
+) -> tuple[tuple[int, int], tuple[int, int]]:
+    """big_vision's few-shot preprocessing at a model's resolution: the (height, width) an image
+    is resized to, and the centre window then taken ((256, 256) and (224, 224) at 224)."""
+    h, w = size_hw(image_size)
+    return (round(h * RESIZE_OF_CROP), round(w * RESIZE_OF_CROP)), (h, w)
 
 
 def check_shots(train_set: Any, shots: Sequence[int]) -> None:
@@ -317,22 +370,34 @@ def fewshot_model(
     batch_size: int = 256,
     autocast: torch.dtype | None = None,
     num_workers: int = 0,
+    sampling: Sampling = "vitkit",
+    preprocess: Preprocessing = "resize",
 ) -> dict[int, dict]:
     """Few-shot linear accuracy of ``model``'s frozen features, as ``fewshot_evaluate``.
 
     Only the training examples some subset uses are run through the model (at most
-    ``num_classes * max(shots) * seeds`` of them), and the whole test set. The result equals
-    extracting every training feature and calling ``fewshot_evaluate``. ``num_classes`` is
-    ``len(train_set.classes)`` (or the largest label + 1 for a dataset without ``classes``).
-    Images are read by ``num_workers`` processes, in page-locked memory for a GPU, and scaled on
-    the model's device; ``autocast``: a dtype to compute the features in.
+    ``num_classes * max(shots) * seeds`` of them), and the whole test set, each image once. The
+    result equals extracting every training feature and calling ``fewshot_evaluate``.
+    ``num_classes`` is ``len(train_set.classes)`` (or the largest label + 1 for a dataset without
+    ``classes``). ``preprocess='resize'``: images resized to ``image_size`` (None: an array's own
+    size); ``'big_vision'``: resized to ``image_size``·8/7, then its centre ``image_size``
+    (``big_vision_sizes``). Images are read by ``num_workers`` processes, in page-locked memory
+    for a GPU, and scaled (and cropped) on the model's device; ``autocast``: a dtype to compute
+    the features in.
     """
     _check_shots_seeds(shots, seeds)
+    _check_choice("sampling", sampling, SAMPLINGS)
+    _check_choice("preprocess", preprocess, PREPROCESSINGS)
+    crop = None
+    if preprocess == "big_vision":
+        if image_size is None:
+            raise ConfigError("preprocess='big_vision' crops to the model's image_size: give it")
+        image_size, crop = big_vision_sizes(image_size)
     labels = _dataset_labels(train_set)  # (N,)
     if not len(labels):
         raise ConfigError("the training set is empty: few-shot evaluation needs labelled examples")
     num_classes = _num_classes(train_set, labels)
-    subsets = _subsets(labels, shots, seeds, num_classes)
+    subsets = _subsets(labels, shots, seeds, num_classes, sampling)
     used = torch.cat(list(subsets.values())).unique()  # (M,) sorted dataset indices
     log.info("few-shot: features of %d of %d training examples", len(used), len(labels))
 
@@ -346,7 +411,8 @@ def fewshot_model(
     )
 
     def features(dataset: Images) -> tuple[Tensor, Tensor]:
-        return extract_features(model, batches_of(dataset, options).epoch(0), autocast=autocast)
+        batches = batches_of(dataset, options).epoch(0)
+        return extract_features(model, batches, autocast=autocast, crop=crop)
 
     train_x, train_y = features(subset(train_set, used))  # (M, D), (M,)
     assert torch.equal(train_y, labels[used]), "the subset's labels disagree with the dataset's"

@@ -46,11 +46,11 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..config import RunConfig
+from ..config import RunConfig, data_names
 from ..data import Batches, Preprocess
 from ..data.device import on_device
 from ..data.loader import BatchOptions, derive_seed
-from ..data.run_data import Images, RunData, batches_of, build_data
+from ..data.run_data import Images, RunData, batches_of, build_data, evaluation_split
 from ..errors import ConfigError, VitkitError
 from ..files import atomic_write
 from ..model import ResNetClassifier, VisionTransformer, build_model
@@ -324,6 +324,7 @@ def _train(
         from ..eval.fewshot import check_shots
 
         check_shots(train_set, tc.fewshot)
+    fewshot_data = _fewshot_data(run)  # {name: (train, test)}: read and checked before the run
     # the arithmetic, resolved for the device and recorded so: a resume elsewhere cannot change it
     resolved = precision.resolve(tc.precision, device)
     run = dataclasses.replace(
@@ -409,7 +410,7 @@ def _train(
         model: VisionTransformer | ResNetClassifier, batches: Batches, split: Images
     ) -> dict[str, Any]:
         """Each process evaluates its part of every batch; the sums are added up."""
-        from ..eval.fewshot import fewshot_model
+        from ..eval.fewshot import SHOTS, fewshot_model
         from ..eval.metrics import evaluate
 
         with distributed.unsharded(objective):  # the model is called outside the objective
@@ -433,6 +434,16 @@ def _train(
                     train_set,
                     split,  # the images evaluated: few-shot classifies them too
                     shots=tc.fewshot,
+                    seeds=3,
+                    image_size=run.model.image_size,
+                    autocast=autocast,
+                )
+            for name, (shots_from, classified) in fewshot_data.items():  # as above
+                result.setdefault("fewshot_data", {})[name] = fewshot_model(
+                    model,
+                    shots_from,
+                    classified,
+                    shots=tc.fewshot or SHOTS,
                     seeds=3,
                     image_size=run.model.image_size,
                     autocast=autocast,
@@ -614,15 +625,38 @@ def _check_finite(diverged: Tensor) -> None:
         )
 
 
+def _fewshot_data(run: RunConfig) -> dict[str, tuple[Images, Images]]:
+    """The data of ``train.fewshot_data`` by ``data_names``: (the training images shots are
+    drawn from, every class holding enough of them; the images classified), read with the
+    model's channels as ``vitkit fewshot`` reads them."""
+    from ..eval.fewshot import SHOTS, check_shots
+
+    splits = {}
+    for name, spec in zip(data_names(run.train.fewshot_data), run.train.fewshot_data, strict=True):
+        split = evaluation_split(spec, {}, run.model, source="train.fewshot_data")
+        if split.train is None:
+            raise ConfigError(
+                f"train.fewshot_data: {split.name} has no training images to draw shots from "
+                "(a stream, or one set of images): give data with a train split and a test split"
+            )
+        check_shots(split.train, run.train.fewshot or SHOTS)
+        splits[name] = (split.train, split.dataset)
+    return splits
+
+
 def _scalars(result: dict[str, Any]) -> dict[str, float]:
     """The numbers of an evaluation that go to metrics.jsonl: loss, accuracy, top5 (when
     classifying), ``accuracy_one_view`` (with ``data.test_flip``: the accuracy without the mirror
-    images) and ``fewshot_<k>shot`` (mean over seeds) when few-shot evaluation is on."""
+    images), ``fewshot_<k>shot`` (mean over seeds) when few-shot evaluation of the run's data is
+    on, and ``fewshot_<name>_<k>shot`` for each of ``train.fewshot_data``."""
     out: dict[str, float] = {
         k: result[k] for k in ("loss", "accuracy", "accuracy_one_view", "top5") if k in result
     }
     for shots, acc in result.get("fewshot", {}).items():
         out[f"fewshot_{shots}shot"] = acc["mean"]
+    for name, per_shots in result.get("fewshot_data", {}).items():
+        for shots, acc in per_shots.items():
+            out[f"fewshot_{name}_{shots}shot"] = acc["mean"]
     return out
 
 

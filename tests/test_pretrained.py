@@ -332,6 +332,7 @@ def test_an_imagenet21k_head_predicts_its_synsets_names(served_in21k, tmp_path, 
         top = int(model(read_image(image, Preprocess(image_size=32))).argmax())
 
     def predicted(checkpoint: str) -> str:
+        capsys.readouterr()  # the download's log line, where an earlier verb sent the log to stdout
         assert main(["predict", checkpoint, str(image), "--top", "1", "--json"]) == 0
         return json.loads(capsys.readouterr().out)[0]["top"][0]["label"]
 

@@ -51,8 +51,10 @@ def _data_spec(args: argparse.Namespace) -> str | None:
 
 def _split(args: argparse.Namespace, spec: str | None, model: Any, extra: dict[str, Any]) -> Any:
     """The split a verb runs the checkpoint over (``spec``: ``_data_spec``'s), checked against
-    its classes (see ``data.run_data.evaluation_split``); says which on stdout."""
-    from ..data.run_data import evaluation_split
+    its classes (see ``data.run_data.evaluation_split``) and put in the order of the classes
+    the checkpoint names when they are the split's in another order; says which, and the
+    order, on stdout."""
+    from ..data.run_data import another_order, evaluation_split
 
     split = evaluation_split(spec, extra, model.cfg, source=args.checkpoint)
     classes = model.cfg.num_classes
@@ -61,13 +63,17 @@ def _split(args: argparse.Namespace, spec: str | None, model: Any, extra: dict[s
             f"{args.checkpoint} has {classes} classes, {split.name} has {len(split.classes)}"
         )
     names = extra.get("class_names")
-    if names and list(names) != split.classes:
+    if names and another_order(list(names), split.classes):  # the head's order, by name
+        split = split.in_class_order(list(names), "the checkpoint records")
+    elif names and list(names) != split.classes:
         warnings.warn(
             f"the class names of {split.name} differ from the checkpoint's (labels are matched "
             f"by position): {split.classes[:3]}... against {list(names)[:3]}...",
             stacklevel=2,
         )
     print(f"{args.verb} {args.checkpoint} on {split.name}")
+    for note in split.notes:
+        print(f"  {note}")
     return split
 
 

@@ -266,6 +266,11 @@ class DecodedImages:
         """Image ``index`` as messages name it (its path, its shard and key, its row)."""
         return self.source.name(int(self.rows[index]))
 
+    def key_of(self, index: int) -> str | None:
+        """Image ``index``'s own name in its source (``ImageSource.key``: a folder's file, a
+        shard's key, a table's stored path; None when the source stores none)."""
+        return self.source.key(int(self.rows[index]))
+
     def label_of(self, index: int) -> int:
         return int(self.labels[index])
 

@@ -222,6 +222,9 @@ class FolderSource:
     def name(self, record: int) -> str:
         return self.path(record)
 
+    def key(self, record: int) -> str:
+        return self.files[record]
+
     def read(self, record: int) -> bytes:
         return read_regular(self.path(record))
 

@@ -23,11 +23,13 @@ label column's ``ClassLabel`` names when it is one; integers otherwise, named by
 ("0" to the largest label of any split); strings are class names themselves, in a folder's
 order (``cells.class_order``: by name, or by number when every name is a number). A split with
 random access is a source of the one image container (``RowSource``, ``decoded.DecodedImages``):
-verified, decoded and replaced as a folder's images are, never decoded by ``datasets``.
+verified, decoded and replaced as a folder's images are, never decoded by ``datasets``; each row's
+stored file path (an ``Image`` cell's ``path``) is its key (``RowSource.key``).
 """
 
 from __future__ import annotations
 
+import functools
 import glob
 import hashlib
 import os
@@ -397,6 +399,19 @@ class RowSource:
 
     def name(self, record: int) -> str:
         return f"{self.where} row {record}"
+
+    def key(self, record: int) -> str | None:
+        return self._paths[record]
+
+    @functools.cached_property
+    def _paths(self) -> list[str | None]:
+        """Every row's stored file path, an ``Image`` feature's ``path`` (None where a row
+        stores none, and for a column of bytes alone), read from that field alone."""
+        field = f"{self._column}.path"
+        flat = self._table.flatten()  # struct<bytes, path> -> two columns, no image read
+        if field not in flat.column_names:
+            return [None] * len(self.labels)
+        return flat.select_columns([field]).with_format("arrow")[:].column(0).to_pylist()
 
     def read(self, record: int) -> bytes:
         return self._cells(self._table[record][self._column], self.name(record))

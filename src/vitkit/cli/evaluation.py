@@ -86,6 +86,7 @@ def _eval(args: argparse.Namespace) -> None:
     device = resolve_device(args.device)
     model, names, _, extra = open_checkpoint(args.checkpoint)
     split = _split(args, spec, model, extra)
+    real = _real_entries(args, model, split)  # before the model runs: a name that fails, fails now
     model.to(device)
     options = BatchOptions.evaluation(
         model.cfg,
@@ -98,7 +99,13 @@ def _eval(args: argparse.Namespace) -> None:
     flip = args.flip
     if flip is None:  # as the run evaluated, when the checkpoint records its run
         flip = bool(extra.get("run", {}).get("data", {}).get("test_flip", False))
-    result = evaluate(fast(model, args.fast), batches.epoch(0), model.cfg.num_classes, flip=flip)
+    result = evaluate(
+        fast(model, args.fast),
+        batches.epoch(0),
+        model.cfg.num_classes,
+        flip=flip,
+        predictions=real is not None,
+    )
     one_view = result.get("accuracy_one_view")
     print(
         f"top-1 {result['accuracy']:.4f}  top-5 {result['top5']:.4f}  ({result['count']} images"
@@ -109,8 +116,37 @@ def _eval(args: argparse.Namespace) -> None:
         )
         + ")"
     )
+    if real is not None:
+        print(_real_line(real, result["predictions"]))
     for name, acc in zip(names, result["per_class"], strict=False):
         print(f"  {name:<24} {acc:.4f}")
+
+
+def _real_entries(args: argparse.Namespace, model: Any, split: Any) -> Any:
+    """With ``--real``, the ReaL labels' entry of every image of ``split`` (``eval.real``), the
+    model checked to be a 1000-class one; else None."""
+    if not args.real:
+        return None
+    from ..eval.real import REAL_CLASSES, real_entries
+
+    if model.cfg.num_classes != REAL_CLASSES:
+        raise VitkitError(
+            f"--real: ImageNet ReaL labels are ImageNet-1k classes, and {args.checkpoint} has "
+            f"{model.cfg.num_classes} outputs: expected {REAL_CLASSES}"
+        )
+    return real_entries(split.dataset, split.name)
+
+
+def _real_line(entries: Any, predictions: Any) -> str:
+    """What ``vitkit eval --real`` prints: ReaL accuracy and the images it counts."""
+    from ..eval.real import real_accuracy
+
+    real = real_accuracy(entries, predictions)
+    accuracy = "--" if real.counted == 0 else f"{real.accuracy:.4f}"
+    return (
+        f"ReaL {accuracy}  ({real.counted} images; {real.left_out} left out, whose ReaL label "
+        "set is empty)"
+    )
 
 
 def _ranked(
@@ -338,7 +374,8 @@ def add_verbs(verb: Verb) -> None:
         "eval",
         "evaluate a checkpoint on a dataset's test split: top-1, top-5, per class",
         _eval,
-        "vitkit eval runs/fmnist/best   |   vitkit eval runs/digits/best --data digits/test",
+        "vitkit eval runs/fmnist/best   |   vitkit eval runs/digits/best --data digits/test   |   "
+        "vitkit eval ViT-B/16@in21k-in1k-384 --data imagenet/val --real",
     )
     _checkpoint_and_data(p)
     p.add_argument("--batch-size", type=int, default=256)
@@ -351,6 +388,13 @@ def add_verbs(verb: Verb) -> None:
         default=None,
         help="average each image's class probabilities with its mirror image's (test-time "
         "augmentation, data.test_flip in training; default: as the checkpoint's run evaluated)",
+    )
+    p.add_argument(
+        "--real",
+        action="store_true",
+        help="also ImageNet ReaL accuracy (the reassessed validation labels the paper reports): "
+        "images joined to their labels by file name, ILSVRC2012_val_NNNNNNNN.*, in any order or "
+        "any part of the 50,000; a 1000-class model",
     )
 
     p = verb(

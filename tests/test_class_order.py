@@ -141,3 +141,14 @@ def test_a_resumed_run_keeps_the_class_order_its_checkpoint_records(
     newest = sorted((run_dir / "checkpoints").iterdir())[-1]
     assert newest.name == "step_00000004"
     assert json.loads((newest / "config.json").read_text())["class_names"] == BY_NAME
+
+
+def test_a_label_column_of_numbers_as_text_is_in_order_by_number() -> None:
+    """A Hugging Face label column of class names that are all numbers (text, not integers)
+    follows the folders' rule."""
+    from vitkit.data.hf import _classes
+
+    column = np.array(["10", "2", "0", "2", *NUMBERED], dtype=object)
+    classes, labels, index = _classes("hf:x", {"train": column}, None)
+    assert classes == NUMBERED and index == {name: int(name) for name in NUMBERED}
+    assert labels["train"][:4].tolist() == [10, 2, 0, 2]

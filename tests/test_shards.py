@@ -182,6 +182,44 @@ def test_a_tree_packed_as_one_split_and_keys_classes_without_a_classes_file(
     assert WebDatasetShards(tmp_path, "train").classes == ["0", "1", "2"]
 
 
+def test_every_source_gives_each_images_own_name_as_its_key(
+    photos: Path, shards: Path, hf_data: dict[str, Path], tmp_path: Path
+) -> None:
+    """``key_of``: a folder's file below its split's folder, a shard's sample key, a table's
+    stored path (None where it stores bytes alone), in the container's order, past the images
+    verification skipped and through a subset."""
+    from vitkit.config import DataConfig
+    from vitkit.data.hf import open_hf
+
+    folder = ImageFolderDataset(photos, "val")
+    assert [folder.key_of(i) for i in range(len(folder))] == [
+        path.relative_to(photos / "val").as_posix() for path, _ in folder.samples
+    ]
+    ours = WebDatasetShards(shards, "val")
+    members = []
+    for shard in shard_layout(shards).splits["val"]:
+        with tarfile.open(shard) as tar:
+            members += [n.partition(".")[0] for n in tar.getnames() if not n.endswith(".cls")]
+    assert [ours.key_of(i) for i in range(len(ours))] == members
+    assert ours.subset([2, 0]).key_of(0) == members[2]
+
+    bytes_only = open_hf(DataConfig(dataset=f"hf:{hf_data['saved']}")).dataset("val", mode="RGB")
+    assert {bytes_only.key_of(i) for i in range(len(bytes_only))} == {None}
+    rows = _rows(ImageFolderDataset(photos, "test"))
+    rows["image"] = [
+        {"bytes": cell["bytes"], "path": f"images/{i}.png" if i != 4 else None}
+        for i, cell in enumerate(rows["image"])
+    ]
+    features = datasets.Features(
+        {"image": datasets.Image(), "label": datasets.ClassLabel(names=list(CLASSES))}
+    )
+    table = datasets.Dataset.from_dict(rows, features=features)
+    table.select([3, 4, 5]).save_to_disk(tmp_path / "paths")  # an index mapping, kept
+    paths = open_hf(DataConfig(dataset=f"hf:{tmp_path / 'paths'}")).dataset("train", mode="RGB")
+    # save_to_disk keeps a cell's path as the file's name (datasets' Image.embed_storage)
+    assert [paths.key_of(i) for i in range(3)] == ["3.png", None, "5.png"]
+
+
 def test_the_split_of_a_shard_is_a_word_of_its_name(tmp_path: Path) -> None:
     for name in ("train-000000.tar", "imagenet-train-0001.tar", "in1k_validation_0.tar",
                  "test/0000.tar", ".hidden-val.tar", "test-notes.txt"):  # fmt: skip

@@ -54,25 +54,39 @@ def _split(
     head: bool = True,
 ) -> Any:
     """The split a verb runs the checkpoint over (``spec``: ``_data_spec``'s), checked against
-    its classes when the verb uses the checkpoint's ``head`` (see
-    ``data.run_data.evaluation_split``); says which on stdout."""
+    its classes when the verb uses the checkpoint's ``head`` and put in the order of the classes
+    the checkpoint names when they are the split's in another order (see
+    ``data.run_data.evaluation_split``); says which, and the order, on stdout."""
     from ..data.run_data import evaluation_split
 
     split = evaluation_split(spec, extra, model.cfg, source=args.checkpoint)
     print(f"{args.verb} {args.checkpoint} on {split.name}")
-    if not head:  # features only: any data, any classes
-        return split
+    if head:  # without it (few-shot: features only), any data and any classes
+        split = _in_the_heads_classes(args, split, model, extra)
+    for note in split.notes:
+        print(f"  {note}")
+    return split
+
+
+def _in_the_heads_classes(
+    args: argparse.Namespace, split: Any, model: Any, extra: dict[str, Any]
+) -> Any:
+    """``split`` checked against the checkpoint's classes, in their order when it names them."""
+    from ..data.run_data import another_order
+
     classes = model.cfg.num_classes
     if classes and len(split.classes) != classes:
         raise VitkitError(
             f"{args.checkpoint} has {classes} classes, {split.name} has {len(split.classes)}"
         )
     names = extra.get("class_names")
-    if names and list(names) != split.classes:
+    if names and another_order(list(names), split.classes):  # the head's order, by name
+        split = split.in_class_order(list(names), "the checkpoint records")
+    elif names and list(names) != split.classes:
         warnings.warn(
             f"the class names of {split.name} differ from the checkpoint's (labels are matched "
             f"by position): {split.classes[:3]}... against {list(names)[:3]}...",
-            stacklevel=2,
+            stacklevel=3,
         )
     return split
 
@@ -86,6 +100,7 @@ def _eval(args: argparse.Namespace) -> None:
     device = resolve_device(args.device)
     model, names, _, extra = open_checkpoint(args.checkpoint)
     split = _split(args, spec, model, extra)
+    real = _real_entries(args, model, split)  # before the model runs: a name that fails, fails now
     model.to(device)
     options = BatchOptions.evaluation(
         model.cfg,
@@ -98,7 +113,13 @@ def _eval(args: argparse.Namespace) -> None:
     flip = args.flip
     if flip is None:  # as the run evaluated, when the checkpoint records its run
         flip = bool(extra.get("run", {}).get("data", {}).get("test_flip", False))
-    result = evaluate(fast(model, args.fast), batches.epoch(0), model.cfg.num_classes, flip=flip)
+    result = evaluate(
+        fast(model, args.fast),
+        batches.epoch(0),
+        model.cfg.num_classes,
+        flip=flip,
+        predictions=real is not None,
+    )
     one_view = result.get("accuracy_one_view")
     print(
         f"top-1 {result['accuracy']:.4f}  top-5 {result['top5']:.4f}  ({result['count']} images"
@@ -109,8 +130,37 @@ def _eval(args: argparse.Namespace) -> None:
         )
         + ")"
     )
+    if real is not None:
+        print(_real_line(real, result["predictions"]))
     for name, acc in zip(names, result["per_class"], strict=False):
         print(f"  {name:<24} {acc:.4f}")
+
+
+def _real_entries(args: argparse.Namespace, model: Any, split: Any) -> Any:
+    """With ``--real``, the ReaL labels' entry of every image of ``split`` (``eval.real``), the
+    model checked to be a 1000-class one; else None."""
+    if not args.real:
+        return None
+    from ..eval.real import REAL_CLASSES, real_entries
+
+    if model.cfg.num_classes != REAL_CLASSES:
+        raise VitkitError(
+            f"--real: ImageNet ReaL labels are ImageNet-1k classes, and {args.checkpoint} has "
+            f"{model.cfg.num_classes} outputs: expected {REAL_CLASSES}"
+        )
+    return real_entries(split.dataset, split.name)
+
+
+def _real_line(entries: Any, predictions: Any) -> str:
+    """What ``vitkit eval --real`` prints: ReaL accuracy and the images it counts."""
+    from ..eval.real import real_accuracy
+
+    real = real_accuracy(entries, predictions)
+    accuracy = "--" if real.counted == 0 else f"{real.accuracy:.4f}"
+    return (
+        f"ReaL {accuracy}  ({real.counted} images; {real.left_out} left out, whose ReaL label "
+        "set is empty)"
+    )
 
 
 def _ranked(
@@ -415,7 +465,8 @@ def add_verbs(verb: Verb) -> None:
         "eval",
         "evaluate a checkpoint on a dataset's test split: top-1, top-5, per class",
         _eval,
-        "vitkit eval runs/fmnist/best   |   vitkit eval runs/digits/best --data digits/test",
+        "vitkit eval runs/fmnist/best   |   vitkit eval runs/digits/best --data digits/test   |   "
+        "vitkit eval ViT-B/16@in21k-in1k-384 --data imagenet/val --real",
     )
     _checkpoint_and_data(p)
     p.add_argument("--batch-size", type=int, default=256)
@@ -428,6 +479,13 @@ def add_verbs(verb: Verb) -> None:
         default=None,
         help="average each image's class probabilities with its mirror image's (test-time "
         "augmentation, data.test_flip in training; default: as the checkpoint's run evaluated)",
+    )
+    p.add_argument(
+        "--real",
+        action="store_true",
+        help="also ImageNet ReaL accuracy (the reassessed validation labels the paper reports): "
+        "images joined to their labels by file name, ILSVRC2012_val_NNNNNNNN.*, in any order or "
+        "any part of the 50,000; a 1000-class model",
     )
 
     p = verb(

@@ -29,6 +29,18 @@ def as_indices(indices: Tensor | Sequence[int], length: int) -> Tensor:
     return idx
 
 
+def renumbering(classes: Sequence[str], order: Sequence[str]) -> Tensor:
+    """int64 (K,): each label of ``classes`` as a label of ``order``, the same names in another
+    order (a ``DataError`` when they are not)."""
+    position = {name: k for k, name in enumerate(order)}
+    if len(position) != len(order) or sorted(classes) != sorted(order):
+        raise DataError(
+            f"cannot put the {len(classes)} classes {list(classes)[:3]}... in the order "
+            f"{list(order)[:3]}...: expected the same class names"
+        )
+    return torch.tensor([position[name] for name in classes], dtype=torch.int64)
+
+
 @dataclass
 class ArrayDataset:
     """Images and labels held in memory (Fashion-MNIST, CIFAR, synthetic data).
@@ -75,6 +87,12 @@ class ArrayDataset:
 
         images = to_channels(self.images, channels).contiguous()  # (N, channels, H, W)
         return ArrayDataset(images=images, labels=self.labels, classes=list(self.classes))
+
+    def in_class_order(self, order: Sequence[str]) -> ArrayDataset:
+        """The same examples with their classes in the order ``order`` (the same names),
+        labels renumbered to it."""
+        labels = renumbering(self.classes, order)[self.labels]  # (N,)
+        return ArrayDataset(images=self.images, labels=labels, classes=list(order))
 
     def subset(self, indices: Tensor | Sequence[int]) -> ArrayDataset:
         """The examples at ``indices`` (copied), in that order, with the same class list."""

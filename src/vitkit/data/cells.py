@@ -7,11 +7,15 @@ indices), so the number of classes follows from the largest: one label is enough
 of class names. A label at or above ``MAX_LABEL`` is refused (in one line naming where it is)
 before anything is sized by it: a ``.cls`` of 999999999999 in a 10 KB shard would otherwise
 make a list of 10^12 names. A label written as text is ASCII digits only (``\d`` would take
-Arabic-Indic digits, which ``int`` reads as the same number)."""
+Arabic-Indic digits, which ``int`` reads as the same number).
+
+Class names found as text (a folder's class folders, a label column of names) are put in label
+order by ``class_order``: by name, or by number when every name is a number."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,6 +40,28 @@ def label_from_text(text: str, where: str) -> int:
             f"{where} holds the label {text[:40]}: expected a class index below {MAX_LABEL:,}"
         )
     return int(text)
+
+
+def class_order(names: Iterable[str]) -> list[str]:
+    """Class names in label order: by number when every name is ASCII digits (ImageNet-v2's
+    class folders ``0`` .. ``999`` are the ImageNet classes by index, and by name ``10`` would
+    come before ``2``), else by name."""
+    ordered = sorted(names)
+    if ordered and all(_DIGITS.fullmatch(name) for name in ordered):
+        return sorted(ordered, key=lambda name: (int(name), name))  # "01" beside "1": both kept
+    return ordered
+
+
+def by_number_note(classes: list[str]) -> str | None:
+    """What a run or an evaluation says of ``classes`` (``class_order``'s) when they are in
+    order by number and by name they would not be; None otherwise."""
+    if classes == sorted(classes) or not all(_DIGITS.fullmatch(name) for name in classes):
+        return None
+    shown = ", ".join(classes[:3])
+    return (
+        f"classes: every class name is a number, so label k is the k-th by number ({shown}, "
+        f"..., {classes[-1]}), not by name ({', '.join(sorted(classes)[:3])}, ...)"
+    )
 
 
 def check_labels(labels: np.ndarray, where: str) -> None:

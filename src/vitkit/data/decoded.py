@@ -16,7 +16,8 @@ name and encoded bytes, and says what state it is in (the verification cache's k
   before decoding; an image that passes the check but fails to decode (a truncated JPEG: only a
   full decode sees it) is replaced, deterministically, by the next one that decodes, with its own
   label and a warning, and counts against ``max_bad_fraction`` too;
-- subsets: a view of some records, sharing the source.
+- subsets: a view of some records, sharing the source; and a view with the classes in another
+  order (a checkpoint's recorded order).
 
 Items are (uint8 (C, H, W), int label); images keep their own size (the loader resizes them).
 """
@@ -36,7 +37,7 @@ import torch
 from torch import Tensor
 
 from ..errors import ConfigError, DataError
-from .arrays import as_indices
+from .arrays import as_indices, renumbering
 from .codec import DECODE_ERRORS, decode, decode_crop
 from .source import ImageSource, SourceState
 from .verify import LEVELS, Findings, Level, verify_source
@@ -265,6 +266,11 @@ class DecodedImages:
         """Image ``index`` as messages name it (its path, its shard and key, its row)."""
         return self.source.name(int(self.rows[index]))
 
+    def key_of(self, index: int) -> str | None:
+        """Image ``index``'s own name in its source (``ImageSource.key``: a folder's file, a
+        shard's key, a table's stored path; None when the source stores none)."""
+        return self.source.key(int(self.rows[index]))
+
     def label_of(self, index: int) -> int:
         return int(self.labels[index])
 
@@ -278,6 +284,15 @@ class DecodedImages:
         out = copy.copy(self)
         out.rows = self.rows[idx.numpy()]
         out.labels = self.labels[idx]
+        out._failed = set()
+        return out
+
+    def in_class_order(self: _Images, order: Sequence[str]) -> _Images:
+        """The same images with their classes in the order ``order`` (the same names), labels
+        renumbered to it: a view that shares the source."""
+        out = copy.copy(self)
+        out.labels = renumbering(self.classes, order)[self.labels]  # (len(self),)
+        out.classes = list(order)
         out._failed = set()
         return out
 

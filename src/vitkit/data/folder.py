@@ -2,7 +2,8 @@
 ``root/<class>/<image>`` tree.
 
 The layout of ImageNet-style releases and of torchvision's ``ImageFolder``: one folder per class
-(sorted names give the label order), images anywhere below it with a suffix of ``IMAGE_SUFFIXES``
+(sorted names give the label order, or sorted numbers when every class folder's name is a
+number, as ImageNet-v2's ``0`` .. ``999``: ``cells.class_order``), images anywhere below it with a suffix of ``IMAGE_SUFFIXES``
 in any case (what they may hold is ``codec.FORMATS``, whatever the name). Hidden files and folders
 (``.DS_Store``, macOS ``._x.jpg`` shadows) are ignored; links are followed (a link to an image
 outside the folder is read, as torchvision's ``ImageFolder`` reads it). ``folder_layout`` tells
@@ -31,6 +32,7 @@ import numpy as np
 
 from ..errors import DataError, MissingFileError
 from ..files import read_regular
+from .cells import class_order
 from .decoded import DecodedImages, ReadOptions
 from .source import SourceState
 from .verify import Level, listing_key
@@ -50,6 +52,11 @@ def _is_image(name: str) -> bool:
 
 def _subfolders(folder: Path) -> list[str]:
     return sorted(d.name for d in folder.iterdir() if d.is_dir() and _visible(d.name))
+
+
+def _class_folders(folder: Path) -> list[str]:
+    """The class folders of a split's folder, in label order (``cells.class_order``)."""
+    return class_order(_subfolders(folder))
 
 
 def _walk_images(folder: Path) -> Iterator[tuple[str, str]]:
@@ -125,7 +132,7 @@ def _train_beside(split_dir: Path, *, named: bool) -> Path | None:
 def _check_classes(split_dir: Path, classes: list[str], train_dir: Path | None) -> None:
     if train_dir is None:
         return
-    train_classes = _subfolders(train_dir)
+    train_classes = _class_folders(train_dir)
     if classes != train_classes:
         raise DataError(
             f"the class folders of {split_dir} and {train_dir} differ: only in "
@@ -174,7 +181,7 @@ def folder_layout(root: str | os.PathLike) -> FolderLayout:
     counts: dict[str | None, int] = {}
     classes: list[str] = []
     for key, split_dir in splits.items():
-        found = _subfolders(split_dir)
+        found = _class_folders(split_dir)
         if not found:
             raise DataError(f"{split_dir} holds no class folders, expected <class>/<image>")
         _check_classes(split_dir, found, _train_beside(split_dir, named=key is not None))
@@ -214,6 +221,9 @@ class FolderSource:
 
     def name(self, record: int) -> str:
         return self.path(record)
+
+    def key(self, record: int) -> str:
+        return self.files[record]
 
     def read(self, record: int) -> bytes:
         return read_regular(self.path(record))
@@ -305,7 +315,7 @@ class ImageFolderDataset(DecodedImages):
                 f"split folder {self.split_dir} not found (expected {self.root}/{split}/<class>/"
                 f"<image>); {self.root} holds {found or 'no folders'}"
             )
-        classes = _subfolders(self.split_dir)
+        classes = _class_folders(self.split_dir)
         if not classes:
             raise DataError(f"{self.split_dir} holds no class folders, expected <class>/<image>")
         _check_classes(

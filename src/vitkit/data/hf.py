@@ -20,14 +20,16 @@ split is) is left out with a warning, as if absent. A single
 Columns: ``data.image_column`` (default ``image``: an ``Image`` feature, stored as bytes or as
 a path, or raw encoded bytes) and ``data.label_column`` (default ``label``). Class names: the
 label column's ``ClassLabel`` names when it is one; integers otherwise, named by their numbers
-("0" to the largest label of any split); strings are class names themselves, sorted (as a
-folder's class folders are). A split with random access is a source of the one image container
-(``RowSource``, ``decoded.DecodedImages``): verified, decoded and replaced as a folder's images
-are, never decoded by ``datasets``.
+("0" to the largest label of any split); strings are class names themselves, in a folder's
+order (``cells.class_order``: by name, or by number when every name is a number). A split with
+random access is a source of the one image container (``RowSource``, ``decoded.DecodedImages``):
+verified, decoded and replaced as a folder's images are, never decoded by ``datasets``; each row's
+stored file path (an ``Image`` cell's ``path``) is its key (``RowSource.key``).
 """
 
 from __future__ import annotations
 
+import functools
 import glob
 import hashlib
 import os
@@ -41,7 +43,7 @@ import numpy as np
 
 from ..config import DataConfig, hf_is_local
 from ..errors import ConfigError, DataError, MissingExtraError, MissingFileError, VitkitError
-from .cells import CellReader, check_labels
+from .cells import CellReader, check_labels, class_order
 from .decoded import DecodedImages, ReadOptions
 from .source import SourceState
 from .verify import Level
@@ -360,7 +362,7 @@ def _classes(
             None,
         )
     if all(c.dtype.kind in "OUS" for c in values):
-        classes = sorted({str(v) for c in values for v in c.tolist()})
+        classes = class_order({str(v) for c in values for v in c.tolist()})
         index = {name: k for k, name in enumerate(classes)}
         labels = {
             s: np.array([index[str(v)] for v in c.tolist()], dtype=np.int64)
@@ -397,6 +399,19 @@ class RowSource:
 
     def name(self, record: int) -> str:
         return f"{self.where} row {record}"
+
+    def key(self, record: int) -> str | None:
+        return self._paths[record]
+
+    @functools.cached_property
+    def _paths(self) -> list[str | None]:
+        """Every row's stored file path, an ``Image`` feature's ``path`` (None where a row
+        stores none, and for a column of bytes alone), read from that field alone."""
+        field = f"{self._column}.path"
+        flat = self._table.flatten()  # struct<bytes, path> -> two columns, no image read
+        if field not in flat.column_names:
+            return [None] * len(self.labels)
+        return flat.select_columns([field]).with_format("arrow")[:].column(0).to_pylist()
 
     def read(self, record: int) -> bytes:
         return self._cells(self._table[record][self._column], self.name(record))

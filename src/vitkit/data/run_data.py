@@ -25,6 +25,7 @@ import torch
 from ..config import DataConfig, DataSource, ModelConfig
 from ..errors import ConfigError, DataError
 from .arrays import ArrayDataset
+from .cells import by_number_note
 from .cifar import cifar
 from .decoded import DecodedImages
 from .fashion_mnist import fashion_mnist
@@ -62,6 +63,25 @@ class RunData:
     @property
     def val_is_test(self) -> bool:
         return self.val is self.test
+
+    def in_class_order(self, order: list[str], why: str) -> RunData:
+        """The same datasets with their classes in the order ``order`` (the same names), said
+        in the notes with ``why`` (who records that order: "the checkpoint records")."""
+        moved: dict[int, Images] = {}  # one view per dataset: val may be test
+
+        def view(dataset: Images) -> Images:
+            if id(dataset) not in moved:
+                moved[id(dataset)] = _in_order(dataset, order)
+            return moved[id(dataset)]
+
+        return dataclasses.replace(
+            self,
+            train=view(self.train),
+            val=view(self.val),
+            test=None if self.test is None else view(self.test),
+            classes=list(order),
+            notes=_reordered_notes(self.notes, self.classes, order, why),
+        )
 
 
 def _named(source: DataSource, split: str) -> ArrayDataset:
@@ -101,6 +121,7 @@ class _Splits:
     named: bool  # False: one set of images (a single tree, unnamed shards), called train
     read: Callable[[str, str | None, bool], SplitImages]  # (split, mode, verify) -> its images
     label: Callable[[str], str]  # a split as the run names it: "val/", "val shards"
+    notes: list[str] = field(default_factory=list)  # what to say of its classes' order
 
 
 def _splits_of(cfg: DataConfig) -> _Splits:
@@ -122,7 +143,8 @@ def _splits_of(cfg: DataConfig) -> _Splits:
             )
 
         names = ("train",) if tree else tuple(str(s) for s in layout.splits)
-        return _Splits(str(layout.root), names, not tree, folder, lambda split: f"{split}/")
+        notes = _notes(by_number_note(list(layout.classes)))
+        return _Splits(str(layout.root), names, not tree, folder, lambda s: f"{s}/", notes)
     if source.kind == "wds":
         shards = shard_layout(source.path)
 
@@ -141,7 +163,13 @@ def _splits_of(cfg: DataConfig) -> _Splits:
             dataset.shuffle_buffer = cfg.shuffle_buffer
         return dataset
 
-    return _Splits(hf.spec, hf.splits, hf.named, rows, lambda split: f"{split} split")
+    named = hf.label_names is not None  # classes named by a label column of text
+    notes = _notes(by_number_note(hf.classes)) if named else []
+    return _Splits(hf.spec, hf.splits, hf.named, rows, lambda s: f"{s} split", notes)
+
+
+def _notes(note: str | None) -> list[str]:
+    return [] if note is None else [note]
 
 
 def _sizes(train: DecodedImages, model: ModelConfig, seed: int) -> list[str]:
@@ -204,6 +232,7 @@ def build_data(
         for name in found.names[1:]:  # val and test, as the training split's channels
             read[name] = found.read(name, first.mode, True)
         channels = first.channels
+        notes += found.notes
         if in_chans is None:
             notes.append(_channels_reason(first))
         if isinstance(first, DecodedImages):  # a stream is not read ahead
@@ -323,14 +352,53 @@ def batches_of(dataset: Images, options: BatchOptions) -> Batches:
     return Batches(dataset, options)
 
 
+def _in_order(dataset: Images, order: list[str]) -> Images:
+    """``dataset`` with its classes in the order ``order``: its own view (``in_class_order``)."""
+    if isinstance(dataset, ParquetStream):
+        raise DataError(
+            f"{dataset.name} is streamed, and its classes cannot be put in the order "
+            f"{order[:3]}...: expected data.streaming=False"
+        )
+    return dataset.in_class_order(order)
+
+
+def another_order(recorded: list[str], classes: list[str]) -> bool:
+    """Whether ``recorded`` (a checkpoint's class names) are ``classes`` in another order: the
+    order a checkpoint's head was trained in, which its data is then put in (``in_class_order``)."""
+    return recorded != classes and sorted(recorded) == sorted(classes)
+
+
+def _reordered_notes(notes: list[str], classes: list[str], order: list[str], why: str) -> list[str]:
+    """``notes`` of data whose ``classes`` are put in the order ``order`` (``why``: "the
+    checkpoint records"): the note of their own order replaced by one of the new."""
+    said = (
+        f"classes: in the order {why} ({', '.join(order[:3])}, ...), not the data's own "
+        f"({', '.join(classes[:3])}, ...)"
+    )
+    return [note for note in notes if note != by_number_note(classes)] + [said]
+
+
 @dataclass
 class Split:
-    """A split a verb runs a checkpoint over: the images, the classes and what to call it."""
+    """A split a verb runs a checkpoint over: the images, the classes, what to call it and what
+    to say of its classes' order (``notes``)."""
 
     dataset: Images
     classes: list[str]
     name: str
     train: Images | None = None  # the training images of the same data (few-shot), when known
+    notes: list[str] = field(default_factory=list)
+
+    def in_class_order(self, order: list[str], why: str) -> Split:
+        """The same split with its classes in the order ``order`` (the same names), said in
+        the notes with ``why`` (who records that order: "the checkpoint records")."""
+        return dataclasses.replace(
+            self,
+            dataset=_in_order(self.dataset, order),
+            classes=list(order),
+            train=None if self.train is None else _in_order(self.train, order),
+            notes=_reordered_notes(self.notes, self.classes, order, why),
+        )
 
 
 def evaluation_split(
@@ -345,7 +413,9 @@ def evaluation_split(
     a named dataset, its test split. Images are read with the model's channels, and a Hugging
     Face dataset's columns are the checkpoint's run's (``data.image_column``, ``label_column``).
     Only the split evaluated is verified, and the training split listed (few-shot; none for a
-    stream), unless a holdout must be made again."""
+    stream), unless a holdout must be made again. The split's notes say when its classes are in
+    order by number (``cells.by_number_note``); the caller puts it in a checkpoint's recorded
+    order (``Split.in_class_order``)."""
     from ..config import RunConfig, normalise_data, recorded_data
 
     recorded = spec is None
@@ -366,12 +436,15 @@ def evaluation_split(
                 cfg, image_column=trained.image_column, label_column=trained.label_column
             )
     mode = "L" if model.in_chans == 1 else "RGB"
+    notes: list[str] = []  # what to say of the classes' order
     if cfg.source.kind in SPLIT_KINDS:
         found = _splits_of(cfg)
+        notes = found.notes
         folder = cfg.source.kind == "folder"
         if not recorded and not found.named:  # one set of images given directly: the split
             dataset = found.read("train", mode, True)
-            return Split(dataset, list(dataset.classes), f"{found.root} ({_count(len(dataset))})")
+            name = f"{found.root} ({_count(len(dataset))})"
+            return Split(dataset, list(dataset.classes), name, notes=notes)
         splits = found.names
         if recorded:  # test, else the split the run validated on unless it was a holdout
             held = cfg.validation == "holdout" or (
@@ -396,10 +469,11 @@ def evaluation_split(
             if recorded:
                 name += " (the checkpoint's data)"
             streamed = isinstance(train, ParquetStream)  # no random access to draw shots from
-            return Split(dataset, list(dataset.classes), name, None if streamed else train)
+            train_images = None if streamed else train
+            return Split(dataset, list(dataset.classes), name, train_images, notes=notes)
     data = build_data(cfg, model, seed=seed, in_chans=model.in_chans)
     evaluated, named = (
         (data.test, data.test_name) if data.test is not None else (data.val, data.val_name)
     )
     described = f"{cfg.dataset}: {named}" + (" (the checkpoint's data)" if recorded else "")
-    return Split(evaluated, data.classes, described, data.train)
+    return Split(evaluated, data.classes, described, data.train, notes=notes)

@@ -250,6 +250,9 @@ class ShardSource:
     def name(self, record: int) -> str:
         return f"{self.shards[self._shard_of[record]]}:{self._keys[record]}"
 
+    def key(self, record: int) -> str:
+        return self._keys[record]
+
     def read(self, record: int) -> bytes:
         with open(self.shards[self._shard_of[record]], "rb") as f:
             f.seek(self._offsets[record])

@@ -1,6 +1,7 @@
 """What every source of images (a folder, tar shards, a Hugging Face table) gives the one image
 container (``decoded.DecodedImages``): its images numbered 0..n-1 (records), each one's label,
-name and encoded bytes, and the state it is in, which the verification cache keys on."""
+name (for messages), key (its own name in the source) and encoded bytes, and the state it is
+in, which the verification cache keys on."""
 
 from __future__ import annotations
 
@@ -41,6 +42,13 @@ class ImageSource(Protocol):
 
     def name(self, record: int) -> str:
         """Record ``record`` as messages name it (its path, its shard and key, its row)."""
+        ...
+
+    def key(self, record: int) -> str | None:
+        """Record ``record``'s own name, as its source gives it: a folder's file (its path
+        below the split's folder), a shard's sample key, a table's stored file path (None: the
+        source stores none, as a table of bytes alone). Facts kept by file name join on it
+        (ImageNet ReaL's labels: ``eval.real``)."""
         ...
 
     def read(self, record: int) -> bytes:

@@ -30,6 +30,7 @@ def evaluate(
     flip: bool = False,
     reduce: Callable[[Tensor], Tensor] | None = None,
     gather: Callable[[Tensor], Tensor] | None = None,
+    predictions: bool = False,
 ) -> dict:
     """Run ``model`` over ``batches`` (float images, labels); returns loss, accuracy, top5,
     per_class (a list of K accuracies) and confusion, computed on ``model``'s device (uint8
@@ -43,7 +44,10 @@ def evaluate(
     mirror image (two forward passes); every figure is then the averaged prediction's, and
     ``accuracy_one_view`` adds the unflipped images' own accuracy. When each process evaluates its
     part of the batches (data parallelism), ``reduce`` sums a tensor over processes and ``gather``
-    concatenates a 1-D tensor's parts (both or neither)."""
+    concatenates a 1-D tensor's parts (both or neither).
+
+    ``predictions``: also ``predictions``, every image's top-1 class (int64 (count,), on the
+    CPU) in the order of ``batches`` (with ``gather``, in the order it concatenates)."""
     if (reduce is None) != (gather is None):
         raise TypeError("evaluate: give both reduce and gather, or neither")
     device = model_device(model)
@@ -76,12 +80,14 @@ def evaluate(
     if reduce is not None and gather is not None:
         totals, every = reduce(totals), gather(every)
     loss_sum, top5_hits, one_view_hits, count = totals[0].item(), *map(int, totals[1:].tolist())
-    confusion = _cells(every.cpu(), num_classes)
+    every = every.cpu()  # (count,) true * K + predicted
+    confusion = _cells(every, num_classes)
     images_of, hits_of = [0] * num_classes, [0] * num_classes
     for true, predicted, n in confusion:
         images_of[true] += n
         hits_of[true] += n if predicted == true else 0
     one_view = {"accuracy_one_view": one_view_hits / max(count, 1)} if flip else {}
+    top1 = {"predictions": every % num_classes} if predictions else {}
     return {
         "loss": loss_sum / max(count, 1),
         "accuracy": sum(hits_of) / max(count, 1),
@@ -90,6 +96,7 @@ def evaluate(
         "confusion": confusion,
         "count": count,
         **one_view,
+        **top1,
     }
 
 

@@ -50,7 +50,14 @@ from ..config import RunConfig, data_names
 from ..data import Batches, Preprocess
 from ..data.device import on_device
 from ..data.loader import BatchOptions, derive_seed
-from ..data.run_data import Images, RunData, batches_of, build_data, evaluation_split
+from ..data.run_data import (
+    Images,
+    RunData,
+    another_order,
+    batches_of,
+    build_data,
+    evaluation_split,
+)
 from ..errors import ConfigError, VitkitError
 from ..files import atomic_write
 from ..model import ResNetClassifier, VisionTransformer, build_model
@@ -71,6 +78,7 @@ from .state import (
     checkpoints,
     load_checkpoint,
     remove_partial_writes,
+    resumed_classes,
     save_best,
     save_checkpoint,
     training_checkpoint,
@@ -285,6 +293,11 @@ def _train(
     # ---- data: every process walks the same global batches and keeps its part of each
     if data is None:
         data = build_data(run.data, run.model, seed=tc.seed, in_chans=run.model.in_chans)
+    # a resumed run keeps the label order it trained with, where the data's own now differs (a
+    # folder of numbered classes was in order by name before vitkit ordered it by number)
+    recorded = resumed_classes(run_dir, resume_from)
+    if recorded is not None and another_order(recorded, data.classes):
+        data = data.in_class_order(recorded, "the resumed checkpoint records")
     train_set, classes = data.train, data.classes
     if tc.objective == "classification" and len(classes) != run.model.num_classes:
         raise ConfigError(

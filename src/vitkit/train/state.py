@@ -34,7 +34,9 @@ from torch import Tensor, nn
 from ..config import ModelConfig
 from ..files import atomic_directory, atomic_write
 from ..io.checkpoint import (
+    CONFIG_FILE,
     CheckpointError,
+    read_json,
     read_ours,
     save_torch,
     write_ours,
@@ -163,6 +165,21 @@ def checkpoints(run_dir: Path) -> list[Path]:
     if not root.is_dir():
         return []
     return sorted(p for p in root.iterdir() if p.is_dir() and p.name.startswith("step_"))
+
+
+def resumed_classes(run_dir: Path, resume_from: str | Path | None) -> list[str] | None:
+    """The class names, in label order, that the checkpoint a run resumes from records (the run
+    directory's newest, else ``resume_from``); None when there is none, it records none, or it
+    cannot be read (resuming says why)."""
+    last = checkpoints(run_dir)
+    path = last[-1] if last else None if resume_from is None else Path(resume_from)
+    if path is None:
+        return None
+    try:
+        names = read_json(path / CONFIG_FILE).get("class_names")
+    except (CheckpointError, OSError):
+        return None
+    return [str(name) for name in names] if isinstance(names, list) else None
 
 
 def save_checkpoint(

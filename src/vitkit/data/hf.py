@@ -396,6 +396,12 @@ class RowSource:
         self._column = image_column
         self._cells = cells
         self._table = table.select_columns([image_column])
+        # One row's cell straight from the Arrow column costs 3 us, through datasets' row
+        # formatting 12-15 (benchmarks/RESULTS.md, issue 25): the column is read directly where
+        # the table maps rows to itself (no select or shuffle's indices, which open_hf never
+        # makes; a table that has them is read through datasets)
+        direct = getattr(table, "_indices", None) is None
+        self._arrow = self._table.data.column(image_column) if direct else None
 
     def name(self, record: int) -> str:
         return f"{self.where} row {record}"
@@ -414,7 +420,11 @@ class RowSource:
         return flat.select_columns([field]).with_format("arrow")[:].column(0).to_pylist()
 
     def read(self, record: int) -> bytes:
-        return self._cells(self._table[record][self._column], self.name(record))
+        if self._arrow is not None:
+            cell = self._arrow[record].as_py()  # {"bytes", "path"} of an Image, or bytes
+        else:
+            cell = self._table[record][self._column]
+        return self._cells(cell, self.name(record))
 
     def read_all(self, records: Sequence[int]) -> Iterator[bytes | OSError]:
         for start in range(0, len(records), _READ_ROWS):
@@ -428,8 +438,9 @@ class RowSource:
 
     def state(self) -> SourceState | None:
         """Keyed by the table's fingerprint, its Arrow files' sizes and modification times and
-        what a cell may read (``CellReader``'s settings); None for a table held in memory (nothing on disk says its state). Images stored as paths
-        to files are keyed by the rows that name them, not by those files."""
+        what a cell may read (``CellReader``'s settings); None for a table held in memory
+        (nothing on disk says its state). Images stored as paths to files are keyed by the rows
+        that name them, not by those files."""
         files = [str(f["filename"]) for f in self._table.cache_files]
         if not files:
             return None

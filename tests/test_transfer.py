@@ -151,9 +151,7 @@ def uninterrupted(checkpoint: str, pets: Path, tmp_path_factory: pytest.TempPath
 
 
 def _record(run_dir: Path) -> dict[str, Any]:
-    """transfer.json without where its runs are."""
-    text = (run_dir / "transfer.json").read_text().replace(str(run_dir), "RUN")
-    return json.loads(text)
+    return json.loads((run_dir / "transfer.json").read_text())
 
 
 def test_transfer_sweeps_chooses_and_tests(
@@ -164,7 +162,7 @@ def test_transfer_sweeps_chooses_and_tests(
     for lr in ("0.001", "0.01"):  # each on the holdout alone: 5 images, as computed above
         run = row["sweep"][lr]
         assert run["split"] == "val" and run["count"] == 5
-        assert run["run_dir"] == f"RUN/pets/lr-{lr}"
+        assert run["run_dir"] == f"pets/lr-{lr}"  # below the record's folder
         assert (uninterrupted / "pets" / f"lr-{lr}" / "config.json").is_file()
         config = json.loads((uninterrupted / "pets" / f"lr-{lr}" / "config.json").read_text())
         assert config["optim"]["lr"] == float(lr) and config["data"]["validation"] == "holdout"
@@ -265,3 +263,74 @@ def test_settings_a_resumed_protocol_cannot_change(
     assert main([*args, "--set", "optim.lr=0.1"]) == 2
     err = capsys.readouterr().err
     assert "optim.lr is decided by --lrs, or --lr with --no-sweep" in err
+
+
+def test_a_run_finished_but_not_recorded_is_evaluated_again_not_trained(
+    checkpoint: str,
+    pets: Path,
+    uninterrupted: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Killed after a run's last step, before the record was written: the run directory holds
+    the finished run, which is evaluated again (train/loop.py), to the same figures."""
+    import shutil
+
+    from vitkit.train.cadence import Cadence
+
+    copy = tmp_path / "copy"
+    shutil.copytree(uninterrupted, copy)
+    record = _record(copy)
+    del record["datasets"]["pets"]["sweep"]["0.01"], record["datasets"]["pets"]["final"]
+    (copy / "transfer.json").write_text(json.dumps(record))
+    trained: list[int] = []
+    real_log = Cadence.log
+    monkeypatch.setattr(
+        Cadence, "log", lambda self, step: trained.append(step) or real_log(self, step)
+    )
+    assert main(_transfer(checkpoint, pets, copy)) == 0
+    assert trained == [] and _record(copy) == _record(uninterrupted)
+
+
+def test_the_table_of_a_summary() -> None:
+    """ImageNet (a rate that diverged; ReaL not measured yet) and a dataset of CIFAR's settings
+    without a sweep, as the table prints them."""
+    summary = {
+        "checkpoint": "ViT-B/16@in21k",
+        "recipe": "finetune-paper",
+        "paper_model": "ViT-B/16@in21k",
+        "datasets": {
+            "imagenet": {
+                "settings": {"sweep": True, "steps": 20_000, "holdout": 0.01},
+                "settings_of": "ImageNet",
+                "sweep": {
+                    "0.003": {"accuracy": 0.8, "count": 12_811},
+                    "0.01": {"accuracy": 0.81234, "count": 12_811},
+                    "0.06": {"diverged": "the loss was not finite at step 7"},
+                },
+                "lr": 0.01,
+                "final": {"split": "val", "accuracy": 0.8397, "count": 50_000},
+                "real": None,
+                "paper": {"model": "ViT-B/16@in21k", "top1": 83.97, "source": "P §4.6 (A6)"},
+            },
+            "mine": {
+                "settings": {"sweep": False, "steps": 100, "holdout": 0.02},
+                "settings_of": None,
+                "sweep": {},
+                "lr": 0.01,
+                "final": {"split": "test", "accuracy": 0.5, "count": 10},
+                "paper": None,
+            },
+        },
+    }
+    lines = protocol.table(summary)
+    assert lines[0].endswith("(recipe finetune-paper; the paper's model: ViT-B/16@in21k)")
+    assert lines[4] == (
+        "| imagenet | ImageNet | 20,000 | 1% (12,811) | 0.003: 80.00, **0.01: 81.23**, "
+        "0.06: diverged | 0.01 | 83.97 (50,000, val) | not measured yet | 83.97 (P §4.6 (A6)) |"
+    )
+    assert lines[5] == (
+        "| mine | CIFAR's (not in the paper) | 100 | — | no sweep (--no-sweep) | 0.01 | "
+        "50.00 (10) | — | — |"
+    )
+    assert lines[-1].startswith("ReaL: `vitkit eval RUN_DIR/<dataset>/final/best")

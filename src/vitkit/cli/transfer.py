@@ -66,8 +66,12 @@ def _transfer(args: argparse.Namespace) -> None:
     sets = tuple(args.set or ())
     check_sets(sets)
     parse_set(RunConfig, list(sets))
+    # a file by its absolute path: the record (and each run's config) names it wherever the
+    # command runs from; a pretrained name as it is
+    given = Path(args.checkpoint).expanduser()
+    checkpoint = str(given.resolve()) if given.exists() else args.checkpoint
     options = Options(
-        checkpoint=args.checkpoint,
+        checkpoint=checkpoint,
         resolution=args.resolution,
         sweep=args.sweep,
         lr=args.lr,

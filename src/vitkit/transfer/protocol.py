@@ -82,7 +82,7 @@ def datasets(given: Sequence[str]) -> list[Dataset]:
     named: list[tuple[str | None, str]] = []
     for text in given:
         name, sep, spec = text.partition("=")
-        plain = sep and name and all(c.isalnum() or c in "._-" for c in name)
+        plain = sep and name[:1].isalnum() and all(c.isalnum() or c in "._-" for c in name)
         named.append((name if plain else None, spec if plain else text))
     specs = [normalise_data(spec) for _, spec in named]
     if len(set(specs)) < len(specs):
@@ -158,17 +158,19 @@ class _Runs:
     """The runs of one protocol: each composed as ``vitkit finetune`` composes it, from the
     checkpoint read once."""
 
-    def __init__(self, options: Options) -> None:
+    def __init__(self, options: Options, root: Path) -> None:
         from ..io.api import read
 
-        self.options = options
+        self.options, self.root = options, root
         self.pretrained, _, self.extra = read(options.checkpoint, num_heads=options.num_heads)
 
     def run(
-        self, spec: str, settings: dict[str, Any], lr: float, validation: str, where: Path
+        self, spec: str, settings: dict[str, Any], lr: float, validation: str, name: str
     ) -> dict[str, Any]:
-        """One run of ``spec`` with ``lr``, validated on ``validation``, in ``where``: the
+        """One run of ``spec`` with ``lr``, validated on ``validation``, in the run directory
+        ``name`` below the protocol's (as the record names it, so the folder can move): the
         holdout's runs never see the test split."""
+        where = self.root / name
         sets = run_sets(settings, self.options, lr, validation)
         request = Request(
             recipe=RECIPE, data=spec, sets=tuple(sets), init_from=self.options.checkpoint
@@ -179,7 +181,7 @@ class _Runs:
         result = train_run(
             composed, where, test=validation != "holdout", progress=self.options.progress
         )
-        return {"run_dir": str(where), "lr": lr, **result}
+        return {"run_dir": name, "lr": lr, **result}
 
 
 def _row(record: Record, dataset: Dataset, options: Options, model: str | None) -> dict[str, Any]:
@@ -225,7 +227,7 @@ def transfer(
         )
     record.data |= {"checkpoint": options.checkpoint, "recipe": RECIPE}
     record.data.setdefault("datasets", {})
-    runs = _Runs(options)
+    runs = _Runs(options, run_dir)
     model = options.paper_model or runs.extra.get("pretrained")
     rows = {}
     for dataset in chosen:
@@ -235,7 +237,7 @@ def transfer(
         for i, lr in enumerate(lrs):
             key = f"{lr:g}"
             if key not in row["sweep"]:  # recorded: done
-                where = run_dir / dataset.name / f"lr-{key}"
+                where = f"{dataset.name}/lr-{key}"
                 row["sweep"][key] = runs.run(dataset.spec, settings, lr, "holdout", where)
                 record.save()
             say(
@@ -245,7 +247,7 @@ def transfer(
         sweep = {float(k): r.get("accuracy") for k, r in row["sweep"].items()}
         row["lr"] = choose(sweep) if settings["sweep"] else options.lr
         if "final" not in row:
-            where = run_dir / dataset.name / "final"
+            where = f"{dataset.name}/final"
             final = runs.run(
                 dataset.spec, settings, row["lr"], _final_validation(dataset.spec), where
             )

@@ -26,8 +26,15 @@ from ..compose import Request, compose
 from ..config import DataConfig, data_names, normalise_data, recorded_data
 from ..config.keys import split_set
 from ..errors import ConfigError, DataError
-from .paper import DEFAULT, DEFAULT_LR, WARMUP, DatasetSettings, paper_result, settings_for
-from .paper import scaled_steps as _scaled_steps
+from .paper import (
+    DEFAULT,
+    DEFAULT_LR,
+    WARMUP,
+    DatasetSettings,
+    paper_result,
+    scaled_steps,
+    settings_for,
+)
 from .sweep import Record, choose, train_run
 
 RECIPE = "finetune-paper"
@@ -103,7 +110,7 @@ def plan(dataset: Dataset, options: Options) -> dict[str, Any]:
     ask for the same)."""
     s = dataset.settings
     return {
-        "steps": _scaled_steps(s.steps, options.steps),
+        "steps": scaled_steps(s.steps, options.steps),
         "paper_steps": s.steps,
         "lrs": list(options.lrs or s.lrs) if options.sweep else [options.lr],
         "sweep": options.sweep,

@@ -26,6 +26,7 @@ LAYERS: list[set[str]] = [
     {"eval", "inspect"},
     {"train"},
     {"compose"},
+    {"transfer"},  # protocols that compose runs: the paper's transfer
     {"vitkit"},  # the public API: create_model, load, save, ...
     {"cli"},
     {"__main__"},

@@ -11,7 +11,9 @@ architecture and resolution instead of a preset, and its data when no ``--data``
 Some values come from the data once it has been read (``adapt``): the number of classes and the
 channels, unless set, and the settings a recipe sizes by the number of training images. Every
 value keeps its origin (``recipe scratch``, ``preset ViT-S/16``, ``--data``, ``--set``,
-``checkpoint``, ``data``), which the run states. No torch import here.
+``checkpoint``, ``data``), which the run states. ``read_data`` reads a run's data and adapts
+its config: the one path from a command to what ``train`` takes (``vitkit train``, ``vitkit
+transfer``). No torch import here until ``read_data`` runs.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .config import (
     DATA_SPECS,
@@ -43,6 +45,9 @@ from .config.keys import parse, split_set, upgrade
 from .errors import ConfigError, MissingFileError
 from .presets import get_config, resolve_name
 from .recipes import Recipe, find_recipe
+
+if TYPE_CHECKING:
+    from .data.run_data import RunData
 
 # The model keys a recipe keeps when --model (or a checkpoint) supplies the architecture.
 REGULARISATION = ("dropout_rate", "attention_dropout_rate", "drop_path_rate")
@@ -308,6 +313,45 @@ def adapt(
             origin = f"recipe {out.recipe.name}, for train.duration={given}"
         out = out.with_values(sized, origin)
     return out
+
+
+def as_recorded(composed: Composed, run_dir: Path) -> Composed:
+    """A run directory that holds a run keeps the decisions its config records where the command
+    sets none: its channels (greyscale or not, decided once; a folder was read as RGB before
+    the data decided them) and the split that validates it (files written before
+    ``data.validation`` read as the rule of that time)."""
+    path = run_dir / "config.json"
+    if not path.is_file():
+        return composed
+    try:
+        saved = flat(RunConfig.from_dict(json.loads(path.read_text())).to_dict())
+    except (ValueError, TypeError):
+        return composed  # the loop refuses it, saying why
+    keep = {k: saved[k] for k in ("model.in_chans", "data.validation") if k not in composed.fixed}
+    recorded = composed.with_values(keep, str(path))
+    return dataclasses.replace(recorded, fixed=recorded.fixed | set(keep))
+
+
+def read_data(composed: Composed, run_dir: Path, *, world: int = 1) -> tuple[Composed, RunData]:
+    """The data of the run ``composed`` asks for in ``run_dir`` (``as_recorded``), read, and the
+    config ``adapt``-ed to it: what ``vitkit train`` and ``vitkit transfer`` train on. Imports
+    torch (the data's readers)."""
+    from .data.run_data import build_data
+
+    composed = as_recorded(composed, run_dir)
+    run = composed.run
+    fixed = "model.in_chans" in composed.fixed  # else the data's channels
+    data = build_data(
+        run.data, run.model, seed=run.train.seed, in_chans=run.model.in_chans if fixed else None
+    )
+    composed = adapt(
+        composed,
+        num_classes=len(data.classes),
+        channels=data.channels,
+        train_size=len(data.train),
+        world=world,
+    )
+    return composed, data
 
 
 def _slug(text: str) -> str:

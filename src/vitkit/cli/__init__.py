@@ -7,8 +7,8 @@ traceback. ``--debug`` (or ``VITKIT_DEBUG=1``) shows the traceback of any error.
 is one line on stderr too, ``vitkit: warning: <message>``, while ``main`` runs.
 
 The verbs live by what they work on: ``models`` (presets, summary, convert, export),
-``training`` (train, finetune), ``evaluation`` (eval, predict, fewshot, inspect), ``data``
-(data pack).
+``training`` (train, finetune), ``transfer`` (the paper's transfer protocol), ``evaluation``
+(eval, predict, fewshot, inspect), ``data`` (data pack).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import TextIO
 
 from ..errors import UserFileError, VitkitError
 from ..version import __version__
-from . import data, evaluation, models, settings, training
+from . import data, evaluation, models, settings, training, transfer
 from .common import DEBUG_HELP
 
 
@@ -48,6 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     models.add_verbs(verb)
     training.add_verbs(verb)
+    transfer.add_verbs(verb)
     evaluation.add_verbs(verb)
     settings.add_verbs(verb)
     data.add_verbs(verb)

@@ -85,29 +85,6 @@ def _say_choices(composed: Composed) -> list[str]:
     return lines
 
 
-def _as_recorded(composed: Composed, run_dir: Path) -> Composed:
-    """A run directory that holds a run keeps the decisions its config records where the command
-    sets none: its channels (greyscale or not, decided once; a folder was read as RGB before
-    the data decided them) and the split that validates it (files written before
-    ``data.validation`` read as the rule of that time)."""
-    import dataclasses
-    import json
-
-    from ..compose import flat
-    from ..config import RunConfig
-
-    path = run_dir / "config.json"
-    if not path.is_file():
-        return composed
-    try:
-        saved = flat(RunConfig.from_dict(json.loads(path.read_text())).to_dict())
-    except (ValueError, TypeError):
-        return composed  # the loop refuses it, saying why
-    keep = {k: saved[k] for k in ("model.in_chans", "data.validation") if k not in composed.fixed}
-    recorded = composed.with_values(keep, str(path))
-    return dataclasses.replace(recorded, fixed=recorded.fixed | set(keep))
-
-
 def _train(args: argparse.Namespace) -> None:
     import logging
     import os
@@ -138,24 +115,12 @@ def _run(args: argparse.Namespace, composed: Composed, run_dir: Path, *, main: b
     up."""
     import os
 
-    from ..compose import adapt
-    from ..data.run_data import build_data
+    from ..compose import read_data
     from ..train import distributed
     from ..train.loop import StoppedError, train
 
-    composed = _as_recorded(composed, run_dir)
-    run = composed.run
-    fixed = "model.in_chans" in composed.fixed  # else the data's channels
-    data = build_data(
-        run.data, run.model, seed=run.train.seed, in_chans=run.model.in_chans if fixed else None
-    )
-    composed = adapt(
-        composed,
-        num_classes=len(data.classes),
-        channels=data.channels,
-        train_size=len(data.train),
-        world=int(os.environ.get("WORLD_SIZE", "1")),  # torchrun's
-    )
+    world = int(os.environ.get("WORLD_SIZE", "1"))  # torchrun's
+    composed, data = read_data(composed, run_dir, world=world)
     if main:
         for line in _say_choices(composed):
             print(line)

@@ -299,6 +299,15 @@ def build_data(
     )
 
 
+def split_names(cfg: DataConfig) -> tuple[str, ...]:
+    """The splits ``cfg``'s data has (``train``, ``val``, ``test``, as named), listed, not read:
+    a folder's split folders, shards' or a Hugging Face dataset's splits (one set of images is
+    ``train``); a named or synthetic dataset's train and test."""
+    if cfg.source.kind in SPLIT_KINDS:
+        return _splits_of(cfg).names
+    return ("train", "test")
+
+
 # Training images and classes of the datasets known by name, as their releases publish them.
 NAMED_SIZES = {"fashion_mnist": (60_000, 10), "cifar10": (50_000, 10), "cifar100": (50_000, 100)}
 

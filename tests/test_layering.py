@@ -26,6 +26,7 @@ LAYERS: list[set[str]] = [
     {"eval", "inspect"},
     {"train"},
     {"compose"},
+    {"vtab"},  # the VTAB-1k protocol: runs composed and trained
     {"vitkit"},  # the public API: create_model, load, save, ...
     {"cli"},
     {"__main__"},

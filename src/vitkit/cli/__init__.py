@@ -8,7 +8,7 @@ is one line on stderr too, ``vitkit: warning: <message>``, while ``main`` runs.
 
 The verbs live by what they work on: ``models`` (presets, summary, convert, export),
 ``training`` (train, finetune), ``evaluation`` (eval, predict, fewshot, inspect), ``data``
-(data pack).
+(data pack), ``vtab`` (the VTAB-1k protocol).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import TextIO
 
 from ..errors import UserFileError, VitkitError
 from ..version import __version__
-from . import data, evaluation, models, settings, training
+from . import data, evaluation, models, settings, training, vtab
 from .common import DEBUG_HELP
 
 
@@ -51,6 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluation.add_verbs(verb)
     settings.add_verbs(verb)
     data.add_verbs(verb)
+    vtab.add_verbs(verb)
     return parser
 
 

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from PIL import Image
 from torch import nn
@@ -85,3 +86,25 @@ def exif_photo(path: Path, picture: Image.Image, orientation: int, fmt: str = "J
     exif[0x0112] = orientation
     stored.save(path, fmt, exif=exif.tobytes(), **({"quality": 95} if fmt == "JPEG" else {}))
     return path
+
+
+def vtab_task_folder(root: Path, classes: int, fmt: str, seed: int, sizes: dict[str, int]) -> Path:
+    """A stand-in VTAB-1k task folder: ``root/images/<list>/<i>.<ext>`` and ``root/<list>.txt``
+    for the lists of ``sizes`` (train800, val200, test: their images), each class a colour plus
+    noise; train800val200 lists train800's lines then val200's, as the release does."""
+    rng = np.random.default_rng(seed)
+    ext = {"PNG": "png", "JPEG": "jpg"}[fmt]
+    lines: dict[str, list[str]] = {}
+    for name, n in sizes.items():
+        (root / "images" / name).mkdir(parents=True)
+        lines[name] = []
+        for i in range(n):
+            label = i % classes
+            colour = np.array([80 * label, 255 - 80 * label, 100])
+            pixels = np.clip(colour + rng.integers(-20, 20, (12, 14, 3)), 0, 255).astype(np.uint8)
+            Image.fromarray(pixels).save(root / "images" / name / f"{i}.{ext}", fmt)
+            lines[name].append(f"images/{name}/{i}.{ext} {label}")
+    lines["train800val200"] = lines["train800"] + lines["val200"]
+    for name, listed in lines.items():
+        (root / f"{name}.txt").write_text("\n".join(listed) + "\n")
+    return root

@@ -26,7 +26,7 @@ LAYERS: list[set[str]] = [
     {"eval", "inspect"},
     {"train"},
     {"compose"},
-    {"transfer"},  # protocols that compose runs: the paper's transfer
+    {"transfer", "vtab"},  # protocols that compose runs and train them: transfer, VTAB-1k
     {"vitkit"},  # the public API: create_model, load, save, ...
     {"cli"},
     {"__main__"},

@@ -220,6 +220,22 @@ def test_every_source_gives_each_images_own_name_as_its_key(
     assert [paths.key_of(i) for i in range(3)] == ["3.png", None, "5.png"]
 
 
+def test_classnames_txt_beside_shards_names_the_classes_as_the_clip_benchmark_lays_them_out(
+    shards: Path, tmp_path: Path
+) -> None:
+    """The CLIP benchmark's webdataset layout: DIR/classnames.txt, DIR/test/0.tar; classes.txt
+    and classes.json come first when one is there too."""
+    clip = tmp_path / "clip"
+    (clip / "test").mkdir(parents=True)
+    (clip / "train").mkdir()
+    (clip / "test" / "0.tar").write_bytes((shards / "val-000000.tar").read_bytes())
+    (clip / "train" / "0.tar").write_bytes((shards / "train-000000.tar").read_bytes())
+    (clip / "classnames.txt").write_text("azure\nlime\ncrimson\n")
+    assert WebDatasetShards(clip, "test", verify=False).classes == ["azure", "lime", "crimson"]
+    (clip / "classes.json").write_text('["b", "g", "r"]')
+    assert WebDatasetShards(clip, "test", verify=False).classes == ["b", "g", "r"]
+
+
 def test_the_split_of_a_shard_is_a_word_of_its_name(tmp_path: Path) -> None:
     for name in ("train-000000.tar", "imagenet-train-0001.tar", "in1k_validation_0.tar",
                  "test/0000.tar", ".hidden-val.tar", "test-notes.txt"):  # fmt: skip

@@ -7,8 +7,8 @@ traceback. ``--debug`` (or ``VITKIT_DEBUG=1``) shows the traceback of any error.
 is one line on stderr too, ``vitkit: warning: <message>``, while ``main`` runs.
 
 The verbs live by what they work on: ``models`` (presets, summary, convert, export),
-``training`` (train, finetune), ``transfer`` (the paper's transfer protocol), ``evaluation``
-(eval, predict, fewshot, inspect), ``data`` (data pack).
+``training`` (train, finetune), ``transfer`` (the paper's transfer protocol), ``vtab`` (the
+VTAB-1k protocol), ``evaluation`` (eval, predict, fewshot, inspect), ``data`` (data pack).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import TextIO
 
 from ..errors import UserFileError, VitkitError
 from ..version import __version__
-from . import data, evaluation, models, settings, training, transfer
+from . import data, evaluation, models, settings, training, transfer, vtab
 from .common import DEBUG_HELP
 
 
@@ -52,6 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluation.add_verbs(verb)
     settings.add_verbs(verb)
     data.add_verbs(verb)
+    vtab.add_verbs(verb)
     return parser
 
 

@@ -68,17 +68,22 @@ def parse_duration(text: str, *, steps_per_epoch: int, batch_size: int) -> int:
 
 # ------------------------------------------------------------------------------------ data specs
 
-DataKind = Literal["fashion_mnist", "cifar10", "cifar100", "synthetic", "folder", "wds", "hf"]
+DataKind = Literal[
+    "fashion_mnist", "cifar10", "cifar100", "synthetic", "folder", "wds", "hf", "vtab", "vtab800"
+]
 # Datasets known by name; each may be followed by ':DIR', the folder holding its files.
 NAMED: tuple[DataKind, ...] = ("fashion_mnist", "cifar10", "cifar100")
 # Datasets in shards: the kind, then ':' and where they are (required).
 SHARDED: dict[DataKind, str] = {
     "wds": "wds:DIR, the folder of its {split}-*.tar shards",
     "hf": "hf:PATH or hf:NAME, a save_to_disk folder, parquet files or a Hub dataset",
+    "vtab": "vtab:DIR, a VTAB-1k task folder (DIR/train800val200.txt, DIR/test.txt, DIR/images/)",
+    "vtab800": "vtab800:DIR, a VTAB-1k task folder (DIR/train800.txt, DIR/val200.txt, ...)",
 }
 DATA_SPECS = (
     "DIR (a folder of class folders), fashion_mnist[:DIR], cifar10[:DIR], cifar100[:DIR], "
-    "wds:DIR (tar shards), hf:PATH|NAME (Hugging Face datasets) or synthetic"
+    "wds:DIR (tar shards), hf:PATH|NAME (Hugging Face datasets), vtab:DIR (a VTAB-1k task's "
+    "lists: train800val200 to train, test; vtab800:DIR: train800 to train, val200) or synthetic"
 )
 
 
@@ -167,11 +172,14 @@ def hf_is_local(path: str) -> bool:
 
 def normalise_data(spec: str) -> str:
     """A data spec with its folder made absolute (``~`` expanded), so that the run records where
-    the data is whatever the directory a later command runs from (a Hub name stays a name)."""
+    the data is whatever the directory a later command runs from (a Hub name stays a name); a
+    folder holding ``train800val200.txt`` (a prepared VTAB-1k task) is ``vtab:DIR``."""
     source = data_source(spec)
     if source.path is None or (source.kind == "hf" and not hf_is_local(source.path)):
         return source.spec
     path = os.path.abspath(os.path.expanduser(source.path))
+    if source.kind == "folder" and os.path.isfile(os.path.join(path, "train800val200.txt")):
+        return f"vtab:{path}"  # a VTAB-1k task folder given as a folder: its lists, not a tree
     return dataclasses.replace(source, path=path).spec
 
 

@@ -18,6 +18,7 @@ from .cifar import cifar
 from .decoded import UnreadableImageWarning
 from .fashion_mnist import fashion_mnist, read_idx
 from .folder import FolderLayout, ImageFolderDataset, folder_layout, verify_image_folder
+from .lists import ListImages
 from .loader import Batches, BatchOptions
 from .splits import balanced_subset, split_holdout, subset
 from .synthetic import synthetic
@@ -39,6 +40,7 @@ __all__ = [
     "Batches",
     "FolderLayout",
     "ImageFolderDataset",
+    "ListImages",
     "Preprocess",
     "UnreadableImageWarning",
     "balanced_subset",

@@ -7,7 +7,8 @@ once at the end with the best weights, and never used to choose. ``data.validati
 takes a folder's ``val/`` split, else a seeded, class-balanced holdout of ``train``
 (``data.holdout`` of every class); for Fashion-MNIST, CIFAR and synthetic images it keeps
 today's practice of the paper's figures and our recipes: their test split, evaluated during the
-run (then ``val`` is ``test``, and nothing is evaluated twice). Tar shards (``wds:DIR``) and
+run (then ``val`` is ``test``, and nothing is evaluated twice), as for a VTAB-1k task's final
+run (``vtab:DIR``; its sweep, ``vtab800:DIR``, validates on val200). Tar shards (``wds:DIR``) and
 Hugging Face datasets (``hf:PATH``) have splits as a folder has (data/shards.py, data/hf.py say
 how they are named) and are read the same way; a stream (``data.streaming``) cannot be held out
 of, so it validates on its val split, else its test split.
@@ -31,6 +32,7 @@ from .decoded import DecodedImages
 from .fashion_mnist import fashion_mnist
 from .folder import ImageFolderDataset, folder_layout
 from .hf import open_hf
+from .lists import STAGES, ListImages
 from .loader import Batches, BatchOptions
 from .shards import WebDatasetShards, shard_layout
 from .splits import balanced_subset, split_holdout, subset
@@ -109,7 +111,7 @@ def _count(n: int, what: str = "image") -> str:
 
 
 # The kinds of data that come in splits (train, val, test) read the same way.
-SPLIT_KINDS = ("folder", "wds", "hf")
+SPLIT_KINDS = ("folder", "wds", "hf", "vtab", "vtab800")
 
 
 @dataclass
@@ -145,6 +147,15 @@ def _splits_of(cfg: DataConfig) -> _Splits:
         names = ("train",) if tree else tuple(str(s) for s in layout.splits)
         notes = _notes(by_number_note(list(layout.classes)))
         return _Splits(str(layout.root), names, not tree, folder, lambda s: f"{s}/", notes)
+    if source.kind in STAGES:  # a VTAB-1k task's lists, as its stage reads them (data/lists.py)
+        stage, task_dir = STAGES[source.kind], source.path
+
+        def listed(split: str, mode: str | None, verify: bool) -> ListImages:
+            return ListImages(
+                task_dir, stage[split], mode=mode, verify=level(verify), max_bad_fraction=bad
+            )
+
+        return _Splits(task_dir, tuple(stage), True, listed, lambda split: f"{stage[split]}.txt")
     if source.kind == "wds":
         shards = shard_layout(source.path)
 
@@ -257,7 +268,9 @@ def build_data(
 
     # the split that chooses the best weights (see the module docstring)
     use: str = cfg.validation
-    if use == "auto" and source.kind in SPLIT_KINDS:
+    if use == "auto" and source.kind in STAGES:  # the sweep's val200, else the final run's test
+        use = "val" if "val" in splits else "test"
+    elif use == "auto" and source.kind in SPLIT_KINDS:
         use = "val" if "val" in splits else "test" if cfg.streaming else "holdout"
     elif use == "auto":
         use = "test"
@@ -318,12 +331,15 @@ def peek_data(cfg: DataConfig, model: ModelConfig) -> tuple[int, int, str]:
     dataset's rows, a named dataset's published size, the synthetic set's; the holdout a run
     would take out of train is taken out."""
     source = cfg.source
-    if source.kind in ("wds", "hf"):
+    if source.kind in ("wds", "hf", *STAGES):
         found = _splits_of(cfg)
         listed = found.read("train", "RGB", False)
         train, classes = len(listed), len(listed.classes)
         holdout = cfg.validation == "holdout" or (
-            cfg.validation == "auto" and "val" not in found.names and not cfg.streaming
+            cfg.validation == "auto"
+            and "val" not in found.names
+            and not cfg.streaming
+            and source.kind not in STAGES
         )
         what = "listed, before verification"
     elif source.kind == "folder":

@@ -12,8 +12,9 @@ below DIR, words being cut at ``-``, ``_``, ``.`` and ``/``: ``DIR/train-000000.
 is ``train`` (a holdout validates, as for a folder's single tree); a mix of named and unnamed
 shards, a shard naming two splits, or named splits without ``train`` are errors.
 
-Class names: ``DIR/classes.txt`` (line k names label k) or ``DIR/classes.json`` (a list of
-names), else the label numbers as text, ``"0"`` to the largest label of any split.
+Class names: ``DIR/classes.txt`` (line k names label k), ``DIR/classes.json`` (a list of
+names) or ``DIR/classnames.txt`` (the CLIP benchmark's layout: ``DIR/classnames.txt`` beside
+``DIR/test/0.tar``), else the label numbers as text, ``"0"`` to the largest label of any split.
 
 Why our own index on ``tarfile`` and no library. A batch must be a function of (seed, epoch,
 step), so the loader needs sample i of a shard, not the next sample of a stream. Python's
@@ -61,7 +62,8 @@ from .verify import Level
 
 # The words of a shard's name that make it a split's, and the split.
 SPLIT_WORDS = {"train": "train", "val": "val", "validation": "val", "test": "test"}
-CLASS_FILES = ("classes.txt", "classes.json")
+# classnames.txt: the CLIP benchmark's shards (clip_benchmark's wds datasets) name their classes so.
+CLASS_FILES = ("classes.txt", "classes.json", "classnames.txt")
 _IMAGE_EXTS = tuple(suffix[1:] for suffix in IMAGE_SUFFIXES)  # ("jpg", "jpeg", ...)
 
 
@@ -211,9 +213,12 @@ def _read_label(f: io.BufferedReader, member: tarfile.TarInfo, path: str, key: s
 
 
 def read_classes(root: Path) -> list[str] | None:
-    """The class names ``root/classes.txt`` (one a line) or ``root/classes.json`` (a list)
-    give, or None when there is neither."""
-    txt, js = (root / name for name in CLASS_FILES)
+    """The class names ``root/classes.txt`` (one a line), ``root/classes.json`` (a list) or
+    ``root/classnames.txt`` (one a line, the CLIP benchmark's) give, in that order of
+    preference, or None when there is none."""
+    txt, js, clip = (root / name for name in CLASS_FILES)
+    if not txt.is_file() and not js.is_file() and clip.is_file():
+        txt = clip
     if txt.is_file():
         names = txt.read_text(encoding="utf-8").splitlines()
         while names and not names[-1].strip():

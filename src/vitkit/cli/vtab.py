@@ -1,0 +1,127 @@
+"""``vitkit vtab``: VTAB-1k on a checkpoint, the paper's protocol (vitkit/vtab.py)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ..errors import ConfigError
+from .common import Verb
+
+
+def _numbers(text: str, kind: type, what: str) -> list:
+    try:
+        values = [kind(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        values = []
+    if not values or any(v <= 0 for v in values):
+        raise ConfigError(f"--{what} {text!r}: expected positive numbers separated by commas")
+    return values
+
+
+def _name(checkpoint: str) -> str:
+    """A checkpoint as a run folder names it: ``ViT-B/16@in21k`` -> ``ViT-B_16@in21k``,
+    ``runs/x/best`` -> ``x``, ``ViT-B_16.npz`` -> ``ViT-B_16``."""
+    import re
+
+    path = Path(checkpoint)
+    if "@" in checkpoint:
+        name = checkpoint
+    elif path.name == "best" or path.name.startswith("step_"):
+        name = path.parent.name
+    else:
+        name = path.stem
+    return re.sub(r"[^A-Za-z0-9._@-]+", "_", name)
+
+
+def _vtab(args: argparse.Namespace) -> None:
+    import json
+
+    from ..vtab import Candidate, Protocol, find_tasks, run_vtab, table
+
+    lrs = _numbers(args.lrs, float, "lrs")
+    steps = _numbers(args.steps, int, "steps")
+    only = args.tasks.split(",") if args.tasks else None
+    tasks = find_tasks(args.root, args.task or (), only)  # the data first: no torch yet
+    from ..io.api import read
+
+    pretrained, _, _ = read(args.checkpoint, num_heads=args.num_heads)
+    protocol = Protocol(
+        checkpoint=args.checkpoint,
+        pretrained=pretrained,
+        candidates=tuple(Candidate(lr, n) for lr in lrs for n in steps),
+        resolution=args.resolution,
+        sets=tuple(args.set or ()),
+        per_task=args.per_task,
+        sweep=not args.no_sweep,
+    )
+    out = Path(args.out) if args.out else Path("runs") / f"vtab-{_name(args.checkpoint)}"
+    print(f"{len(tasks)} task(s): " + ", ".join(f"{d.task.name} ({d.spec})" for d in tasks))
+    result = run_vtab(
+        protocol,
+        tasks,
+        out,
+        progress=not args.no_progress,
+        said=lambda line: print(line, flush=True),
+    )
+    if args.json:
+        print(json.dumps(result, indent=1))
+        return
+    print(table(result))
+    print(f"wrote {out / 'vtab.json'} (every run below {out}; the same command resumes)")
+
+
+def add_verbs(verb: Verb) -> None:
+    example = "vitkit vtab ViT-B/16@in21k /data/vtab-1k --resolution 384"
+    p = verb(
+        "vtab",
+        "VTAB-1k on a checkpoint [P 4.1]: sweep on train800/val200, one setting chosen by the "
+        "mean val200 accuracy, trained on all 1,000 and tested; group means and the mean",
+        _vtab,
+        example,
+    )
+    p.add_argument("checkpoint", help="pre-trained weights (any checkpoint vitkit reads)")
+    p.add_argument(
+        "root",
+        nargs="?",
+        default=None,
+        help="the prepared VTAB-1k folder: ROOT/<task>/{train800,val200,train800val200,test}.txt "
+        "and ROOT/<task>/images/ (the release's folder names: cifar, clevr_dist, kitti, "
+        "dsprites_loc, smallnorb_azi, ...)",
+    )
+    p.add_argument(
+        "--task",
+        action="append",
+        metavar="NAME=SPEC",
+        help="a task's data as any spec vitkit reads (hf:, wds:, a folder, vtab:DIR); 1,000 "
+        "images of its train split are drawn (seeded), its test split tested",
+    )
+    p.add_argument("--tasks", default=None, help="only these tasks, separated by commas")
+    p.add_argument(
+        "--out", default=None, help="where the runs go (default: runs/vtab-<checkpoint>)"
+    )
+    p.add_argument(
+        "--resolution",
+        type=int,
+        default=None,
+        help="fine-tuning resolution (default: the checkpoint's; the paper's: 384)",
+    )
+    p.add_argument("--lrs", default="0.001,0.01", help="the sweep's learning rates")
+    p.add_argument("--steps", default="500,2500", help="the sweep's numbers of steps")
+    p.add_argument(
+        "--per-task", action="store_true", help="choose each task's setting on its own val200"
+    )
+    p.add_argument(
+        "--no-sweep", action="store_true", help="no sweep: the paper's lr 0.01, 2,500 steps"
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        metavar="KEY=VALUE",
+        help="a setting of every run, e.g. train.device=cpu (`vitkit config` lists them)",
+    )
+    p.add_argument(
+        "--num-heads", type=int, default=None, help="heads, if the checkpoint lacks them"
+    )
+    p.add_argument("--json", action="store_true", help="the result as JSON, not a table")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")

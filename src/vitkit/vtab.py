@@ -1,0 +1,520 @@
+"""VTAB-1k on a checkpoint, as the paper evaluates it [P §4.1, App. B.1.1, Table 2, Fig. 2].
+
+The 19 tasks of the Visual Task Adaptation Benchmark, 1,000 training images each, in three groups
+(natural 7, specialized 4, structured 8): ``TASKS``, each with the name the prepared VTAB-1k
+folders give it, its classes, where its images come from and VTAB's split rule (train800 and
+val200 taken from the task's train and val splits, test its test split). Preprocessing is the
+paper's: resize to the model's resolution, no augmentation (the ``finetune`` recipe's).
+
+The protocol (``run_vtab``): for every candidate setting (``CANDIDATES``: a learning rate and a
+number of steps; the paper does not list its 2 x 2, these are vitkit's), fine-tune on train800 and
+evaluate val200; choose one setting for every task by the mean val200 accuracy over the tasks,
+as the paper did (``choose``; per task with ``per_task=True``); fine-tune with it on
+train800val200 and evaluate test once, at the end; report every task, the group means and the
+mean over the tasks (``summarise``). Each run is a run directory below ``out``
+(``sweep/<task>/lr<lr>-<steps>st``, ``final/<task>``), resumed where it stopped; a finished
+run's figures are kept in its ``vtab.json`` and not run again. What data a score came from is
+recorded beside it (the spec and the images' encoding): the same method differs by about 10
+points on CIFAR-100 between its original images and PNG re-encodings of them.
+
+A task's data is a prepared VTAB-1k folder (``vtab:DIR``, data/lists.py) or any spec vitkit
+reads (``hf:``, ``wds:``, a folder): then train800 and val200 are 80% and 20% of 1,000 images
+drawn from its train split (seeded by ``train.seed``; all of it when it holds fewer), and test is
+its test split (else its val split).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import logging
+import statistics
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+
+from .compose import Request, adapt, check_data_exists, compose
+from .config import DataConfig, ModelConfig, data_source, normalise_data
+from .data.decoded import DecodedImages
+from .data.lists import STAGES
+from .data.run_data import RunData, build_data
+from .data.splits import subset
+from .errors import ConfigError, DataError
+from .files import atomic_write
+
+log = logging.getLogger(__name__)
+
+Group = Literal["natural", "specialized", "structured"]
+GROUPS: tuple[Group, ...] = ("natural", "specialized", "structured")
+
+
+@dataclass(frozen=True)
+class Task:
+    """One VTAB-1k task: its name (as the ViT and big_vision tables write it), its group, the
+    folder the prepared VTAB-1k release names it by (and other spellings met in the wild), its
+    classes, the TFDS dataset and what is predicted, and VTAB's split rule (TFDS slices)."""
+
+    name: str
+    group: Group
+    folder: str
+    classes: int
+    source: str
+    train800: str
+    val200: str
+    test: str
+    aliases: tuple[str, ...] = ()
+
+
+def _task(
+    name: str,
+    group: Group,
+    folder: str,
+    classes: int,
+    source: str,
+    val: str,
+    test: str,
+    *aliases: str,
+) -> Task:
+    # VTAB-1k takes the first 800 of a task's train split and the first 200 of its val split
+    return Task(name, group, folder, classes, source, "train[:800]", f"{val}[:200]", test, aliases)
+
+
+# google-research/task_adaptation's data/*.py (the TFDS dataset, VTAB's val and test splits);
+# the folder names of the prepared VTAB-1k release (NOAH's and VPT's vtab-1k/).
+N: Group = "natural"
+SP: Group = "specialized"
+ST: Group = "structured"
+# fmt: off
+TASKS: tuple[Task, ...] = (
+    _task("caltech101", N, "caltech101", 102, "caltech101", "train[90%:]", "test"),
+    _task("cifar100", N, "cifar", 100, "cifar100", "train[90%:]", "test", "cifar"),
+    _task("dtd", N, "dtd", 47, "dtd", "validation", "test"),
+    _task("oxford_flowers102", N, "oxford_flowers102", 102, "oxford_flowers102", "validation",
+          "test", "flowers102"),
+    _task("oxford_iiit_pet", N, "oxford_iiit_pet", 37, "oxford_iiit_pet", "train[80%:]", "test",
+          "pets"),
+    _task("sun397", N, "sun397", 397, "sun397/tfds", "validation", "test"),
+    _task("svhn", N, "svhn", 10, "svhn_cropped", "train[90%:]", "test"),
+    _task("patch_camelyon", SP, "patch_camelyon", 2, "patch_camelyon", "validation", "test",
+          "pcam"),
+    _task("eurosat", SP, "eurosat", 10, "eurosat/rgb", "train[60%:]", "train[80%:]"),
+    _task("resisc45", SP, "resisc45", 45, "resisc45", "train[60%:]", "train[80%:]"),
+    _task("diabetic_retinopathy", SP, "diabetic_retinopathy", 5,
+          "diabetic_retinopathy_detection/btgraham-300", "validation", "test", "retinopathy"),
+    _task("clevr_count", ST, "clevr_count", 8, "clevr: count_all", "train[90%:]", "validation"),
+    _task("clevr_distance", ST, "clevr_dist", 6, "clevr: closest_object_distance", "train[90%:]",
+          "validation", "clevr_dist"),
+    _task("dmlab", ST, "dmlab", 6, "dmlab", "validation", "test"),
+    _task("kitti_distance", ST, "kitti", 4, "kitti: closest_vehicle_distance", "validation",
+          "test", "kitti", "kitti_dist"),
+    _task("dsprites_location", ST, "dsprites_loc", 16, "dsprites: label_x_position, 16 classes",
+          "train[80%:]", "train[90%:]", "dsprites_loc"),
+    _task("dsprites_orientation", ST, "dsprites_ori", 16,
+          "dsprites: label_orientation, 16 classes", "train[80%:]", "train[90%:]", "dsprites_ori"),
+    _task("smallnorb_azimuth", ST, "smallnorb_azi", 18, "smallnorb: label_azimuth", "test",
+          "test[50%:]", "smallnorb_azi"),
+    _task("smallnorb_elevation", ST, "smallnorb_ele", 9, "smallnorb: label_elevation", "test",
+          "test[50%:]", "smallnorb_ele"),
+)
+# fmt: on
+BY_NAME: dict[str, Task] = {
+    spelling: t for t in TASKS for spelling in {t.name, t.folder, *t.aliases}
+}
+
+
+def find_task(name: str) -> Task:
+    """The task a name, a release's folder name or an alias names; a ``ConfigError`` else."""
+    task = BY_NAME.get(name.lower())
+    if task is None:
+        raise ConfigError(
+            f"{name!r} is not a VTAB-1k task: expected one of {', '.join(t.name for t in TASKS)} "
+            "(or the VTAB-1k release's folder name)"
+        )
+    return task
+
+
+@dataclass(frozen=True, order=True)
+class Candidate:
+    """A setting of the sweep: the learning rate and the number of steps."""
+
+    lr: float
+    steps: int
+
+    @property
+    def label(self) -> str:
+        return f"lr {self.lr:g}, {self.steps:,} steps"
+
+    @property
+    def slug(self) -> str:
+        return f"lr{self.lr:g}-{self.steps}st"
+
+
+# The paper sweeps 2 learning rates x 2 schedules without listing them [P App. B.1.1]; its choice
+# for every task was lr 0.01, 2,500 steps (PAPER_SETTING), here with 0.001 and 500 steps beside.
+LRS = (0.001, 0.01)
+STEPS = (500, 2500)
+CANDIDATES = tuple(Candidate(lr, steps) for lr in LRS for steps in STEPS)
+PAPER_SETTING = Candidate(0.01, 2500)
+
+# ---------------------------------------------------------------------------- the arithmetic
+
+
+def choose(
+    val: Mapping[str, Mapping[Candidate, float]],
+    candidates: Sequence[Candidate],
+    *,
+    per_task: bool = False,
+) -> dict[str, Candidate]:
+    """The setting each task's final run takes: the candidate of the highest mean val200 accuracy
+    over the tasks, the same for all (the paper's choice), or each task's own best with
+    ``per_task``; a tie goes to the first in ``candidates``' order."""
+
+    def best(score: Callable[[Candidate], float]) -> Candidate:
+        return max(candidates, key=lambda c: (score(c), -candidates.index(c)))
+
+    if per_task:
+        return {task: best(val[task].__getitem__) for task in val}
+    chosen = best(lambda c: statistics.fmean(val[task][c] for task in val))
+    return dict.fromkeys(val, chosen)
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Test accuracy by task, the mean of each group's tasks and the mean over all tasks (the
+    paper's 'VTAB (19 tasks)'); a group without a task is left out."""
+
+    tasks: dict[str, float]
+    groups: dict[str, float]
+    mean: float
+
+
+def summarise(test: Mapping[str, float]) -> Summary:
+    """``Summary`` of the test accuracies ``test`` (by task name)."""
+    groups: dict[str, float] = {
+        g: statistics.fmean(acc for name, acc in test.items() if find_task(name).group == g)
+        for g in GROUPS
+        if any(find_task(name).group == g for name in test)
+    }
+    return Summary(dict(test), groups, statistics.fmean(test.values()))
+
+
+# ---------------------------------------------------------------------------- the data
+
+
+@dataclass(frozen=True)
+class TaskData:
+    """A task and the data spec it is read from."""
+
+    task: Task
+    spec: str
+
+    @property
+    def lists(self) -> bool:
+        """Whether the spec is a prepared VTAB-1k folder (its own lists split it)."""
+        return data_source(self.spec).kind in STAGES
+
+    def spec_of(self, stage: Literal["sweep", "final"]) -> str:
+        """The spec a run of ``stage`` records: a VTAB-1k folder's lists of that stage
+        (``vtab800:DIR`` for the sweep, ``vtab:DIR``), else the task's spec."""
+        if not self.lists:
+            return self.spec
+        return f"{'vtab800' if stage == 'sweep' else 'vtab'}:{data_source(self.spec).path}"
+
+
+def find_tasks(
+    root: str | None, given: Iterable[str] = (), only: Sequence[str] | None = None
+) -> list[TaskData]:
+    """The tasks to run, in ``TASKS`` order: those of the release folder ``root`` (a folder per
+    task, named as the release names it or by the task's name) and ``given``, ``TASK=SPEC`` each
+    (which wins over ``root``'s); only ``only``'s when given. A ``ConfigError`` when none."""
+    specs: dict[str, str] = {}
+    if root is not None:
+        base = Path(root).expanduser()
+        if not base.is_dir():
+            raise ConfigError(f"VTAB-1k folder {root} not found (expected ROOT/<task>/test.txt)")
+        for task in TASKS:
+            for spelling in (task.folder, task.name, *task.aliases):
+                if (base / spelling / "train800val200.txt").is_file():
+                    specs[task.name] = f"vtab:{(base / spelling).resolve()}"
+                    break
+    for item in given:
+        name, sep, spec = item.partition("=")
+        if not sep or not spec:
+            raise ConfigError(f"--task {item!r}: expected TASK=SPEC, e.g. cifar100=hf:cifar100")
+        task = find_task(name)
+        check_data_exists(normalise_data(spec))
+        specs[task.name] = normalise_data(spec)
+    wanted = None if only is None else {find_task(name).name for name in only}
+    found = [TaskData(t, specs[t.name]) for t in TASKS if t.name in specs]
+    if wanted is not None:
+        missing = sorted(wanted - {d.task.name for d in found})
+        if missing:
+            raise ConfigError(
+                f"no data for the task(s) {', '.join(missing)}: give --task NAME=SPEC"
+            )
+        found = [d for d in found if d.task.name in wanted]
+    if not found:
+        raise ConfigError(
+            "no VTAB-1k task found: give the release's folder (ROOT/<task>/train800val200.txt) "
+            "or --task NAME=SPEC"
+        )
+    return found
+
+
+# What a run trained and was evaluated on, as its record says.
+SPLIT_RULE = {
+    "sweep": "train800.txt, evaluated on val200.txt",
+    "final": "train800val200.txt, evaluated on test.txt",
+}
+OWN_SPLIT_RULE = {
+    "sweep": "80% of 1,000 images of the train split drawn with seed {seed} (all when fewer), "
+    "evaluated on the other 20%",
+    "final": "the 1,000 images of the train split drawn with seed {seed} (all when fewer), "
+    "evaluated on the test split (else the val split)",
+}
+
+
+def stage_data(
+    data: TaskData,
+    stage: Literal["sweep", "final"],
+    cfg: DataConfig,
+    model: ModelConfig,
+    *,
+    seed: int,
+) -> RunData:
+    """The images of a task's sweep run (train800 to train, val200 to validate) or final run
+    (train800val200 to train, test evaluated once at the end), read as ``cfg`` says but for its
+    dataset (the task's) and with the model's channels."""
+    if data.lists:
+        listed = dataclasses.replace(cfg, dataset=data.spec_of(stage))
+        return build_data(listed, model, seed=seed, in_chans=model.in_chans)
+    if cfg.streaming:
+        raise ConfigError(
+            f"data.streaming=True: 1,000 images are drawn from {data.spec}'s train split, which "
+            "a stream cannot give: set data.streaming=False"
+        )
+    whole = dataclasses.replace(cfg, dataset=data.spec, validation="val_or_test", per_class=None)
+    read = build_data(whole, model, seed=seed, in_chans=model.in_chans)
+    test = read.test if read.test is not None else read.val
+    n = min(len(read.train), 1000)
+    order = torch.from_numpy(np.random.default_rng(seed).permutation(len(read.train)))
+    cut = round(0.8 * n)  # 800 of 1,000
+    if stage == "sweep":
+        train, val = subset(read.train, order[:cut]), subset(read.train, order[cut:n])
+        name = f"val200: {len(val):,} images of train, seed {seed}"
+        return dataclasses.replace(read, train=train, val=val, test=None, val_name=name)
+    train = subset(read.train, order[:n])
+    return dataclasses.replace(read, train=train, val=test, test=test, val_name=str(read.test_name))
+
+
+def data_format(data: TaskData, images: Any, sample: int = 20) -> dict[str, Any]:
+    """What a score's data was: the spec, how it is stored, and the encodings of the first
+    ``sample`` training images (PIL's names: PNG, JPEG)."""
+    from PIL import Image
+
+    kind = data_source(data.spec).kind
+    out: dict[str, Any] = {
+        "spec": data.spec,
+        "layout": "VTAB-1k lists" if data.lists else kind,
+    }
+    if isinstance(images, DecodedImages):
+        encodings: dict[str, int] = {}
+        for index in range(min(sample, len(images))):
+            with Image.open(io.BytesIO(images.encoded(index))) as image:
+                encodings[str(image.format)] = encodings.get(str(image.format), 0) + 1
+        out["encodings"] = encodings
+    else:
+        out["encodings"] = {"arrays": len(images)}  # decoded from the release's own binary files
+    return out
+
+
+# ---------------------------------------------------------------------------- the runs
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """What every run of a VTAB-1k evaluation shares: the pre-trained checkpoint (and its
+    config), the candidates, the resolution (None: the checkpoint's), the ``--set`` items every
+    run takes, and whether the setting is chosen per task."""
+
+    checkpoint: str
+    pretrained: ModelConfig
+    candidates: tuple[Candidate, ...] = CANDIDATES
+    resolution: int | None = None
+    sets: tuple[str, ...] = ()
+    per_task: bool = False
+    sweep: bool = True
+
+    def settings(self) -> dict[str, Any]:
+        """What ``out/vtab-settings.json`` records: a later command on ``out`` must agree."""
+        return {
+            "checkpoint": self.checkpoint,
+            "candidates": [[c.lr, c.steps] for c in self.candidates],
+            "resolution": self.resolution,
+            "sets": list(self.sets),
+            "per_task": self.per_task,
+            "sweep": self.sweep,
+        }
+
+
+def _run(
+    protocol: Protocol,
+    data: TaskData,
+    stage: Literal["sweep", "final"],
+    setting: Candidate,
+    run_dir: Path,
+    *,
+    progress: bool,
+) -> dict[str, Any]:
+    """One fine-tuning run (resumed if ``run_dir`` holds a checkpoint), its final evaluation:
+    val200 for a sweep run, test for a final run; a finished run's ``vtab.json`` is read."""
+    from .train.loop import train
+
+    done = run_dir / "vtab.json"
+    if done.is_file():
+        return dict(json.loads(done.read_text()))
+    sets = [
+        f"optim.lr={setting.lr!r}",
+        f"train.duration={setting.steps}st",
+        f"train.eval_every={setting.steps}st",  # one evaluation, of the final weights
+    ]
+    if protocol.resolution is not None:
+        sets.append(f"model.image_size={protocol.resolution}")
+    request = Request(
+        data=data.spec_of(stage), sets=(*sets, *protocol.sets), init_from=protocol.checkpoint
+    )
+    composed = compose(request, checkpoint=protocol.pretrained)
+    run, seed = composed.run, composed.run.train.seed
+    images = stage_data(data, stage, run.data, run.model, seed=seed)
+    composed = adapt(
+        composed,
+        num_classes=len(images.classes),
+        channels=images.channels,
+        train_size=len(images.train),
+    )
+    if len(images.classes) > data.task.classes:
+        raise DataError(
+            f"{data.spec} has {len(images.classes)} classes, {data.task.name} has "
+            f"{data.task.classes}: expected that task's data"
+        )
+    result = train(composed.run, run_dir, progress=progress, data=images)
+    record = {
+        "task": data.task.name,
+        "stage": stage,
+        "lr": setting.lr,
+        "steps": setting.steps,
+        "split": result["split"],
+        "accuracy": float(result["accuracy"]),
+        "count": int(result["count"]),
+        "train_images": len(images.train),
+        "data": data_format(data, images.train),
+        "images": SPLIT_RULE[stage] if data.lists else OWN_SPLIT_RULE[stage].format(seed=seed),
+    }
+    _write_json(done, record)
+    return record
+
+
+def _write_json(path: Path, value: Any) -> None:
+    atomic_write(path, lambda tmp: tmp.write_text(json.dumps(value, indent=1) + "\n"))
+
+
+def _check_settings(out: Path, protocol: Protocol) -> None:
+    """``out`` holds the runs of this protocol or none: runs of other settings are not mixed."""
+    path = out / "vtab-settings.json"
+    settings = protocol.settings()
+    if path.is_file():
+        recorded = json.loads(path.read_text())
+        if recorded != settings:
+            differ = sorted(k for k in settings if recorded.get(k) != settings[k])
+            raise ConfigError(
+                f"{out} holds the runs of another VTAB-1k evaluation ({', '.join(differ)} "
+                f"differ: {path}): give another --out, or the same settings to resume it"
+            )
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    _write_json(path, settings)
+
+
+def run_vtab(
+    protocol: Protocol,
+    tasks: Sequence[TaskData],
+    out: str | Path,
+    *,
+    progress: bool = False,
+    said: Callable[[str], None] = lambda line: None,
+) -> dict[str, Any]:
+    """The protocol (module docstring) over ``tasks``, its runs below ``out``; returns what
+    ``out/vtab.json`` holds: every run's figures, the settings chosen, every task's test
+    accuracy and data, the group means and the mean. ``said`` gets a line per run."""
+    out = Path(out)
+    _check_settings(out, protocol)
+    candidates = protocol.candidates if protocol.sweep else (PAPER_SETTING,)
+    val: dict[str, dict[Candidate, float]] = {}
+    sweep_runs = []
+    if protocol.sweep:
+        for data in tasks:
+            for setting in candidates:
+                run_dir = out / "sweep" / data.task.name / setting.slug
+                record = _run(protocol, data, "sweep", setting, run_dir, progress=progress)
+                val.setdefault(data.task.name, {})[setting] = record["accuracy"]
+                sweep_runs.append(record)
+                said(f"sweep {data.task.name} {setting.label}: val200 {record['accuracy']:.4f}")
+        chosen = choose(val, candidates, per_task=protocol.per_task)
+    else:
+        chosen = {data.task.name: PAPER_SETTING for data in tasks}
+    finals = {}
+    for data in tasks:
+        setting = chosen[data.task.name]
+        record = _run(protocol, data, "final", setting, out / "final" / data.task.name,
+                      progress=progress)  # fmt: skip
+        finals[data.task.name] = record
+        said(f"final {data.task.name} {setting.label}: test {record['accuracy']:.4f}")
+    summary = summarise({name: r["accuracy"] for name, r in finals.items()})
+    result = {
+        "settings": protocol.settings(),
+        "chosen": {name: [c.lr, c.steps] for name, c in chosen.items()},
+        "choice": "per task" if protocol.per_task else "one for all tasks, by the mean val200",
+        "sweep": sweep_runs,
+        "tasks": finals,
+        "groups": summary.groups,
+        "mean": summary.mean,
+        "count": len(finals),
+    }
+    _write_json(out / "vtab.json", result)
+    return result
+
+
+def table(result: Mapping[str, Any]) -> str:
+    """The result as a markdown table: a row per task (its group, data, val200 accuracy per
+    candidate, the setting chosen, test accuracy), then the group means and the mean."""
+    candidates = [Candidate(lr, steps) for lr, steps in result["settings"]["candidates"]]
+    swept = bool(result["sweep"])
+    val = {(r["task"], Candidate(r["lr"], r["steps"])): r["accuracy"] for r in result["sweep"]}
+    head = ["task", "group", "data"]
+    if swept:
+        head += [f"val200 {c.label}" for c in candidates]
+    head += ["chosen", "test"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name, record in result["tasks"].items():
+        data = record["data"]
+        encodings = "+".join(sorted(data["encodings"]))
+        row = [name, find_task(name).group, f"{data['layout']} ({encodings})"]
+        if swept:
+            row += [f"{100 * val[name, c]:.1f}" for c in candidates]
+        chosen = Candidate(*result["chosen"][name])
+        row += [chosen.label, f"{100 * record['accuracy']:.1f}"]
+        lines.append("| " + " | ".join(row) + " |")
+    blank = [""] * (len(head) - 2)
+    for group, mean in result["groups"].items():
+        lines.append("| " + " | ".join([f"mean {group}", *blank, f"{100 * mean:.1f}"]) + " |")
+    lines.append(
+        "| "
+        + " | ".join([f"mean, {result['count']} tasks", *blank, f"{100 * result['mean']:.1f}"])
+        + " |"
+    )
+    return "\n".join(lines)

@@ -1,0 +1,253 @@
+"""VTAB-1k (issue 26 item 5): the 19-task registry and the protocol's arithmetic as data; the
+VTAB-1k list files as a source of the one image container (``vtab:DIR``, ``vtab800:DIR``); and
+``vitkit vtab`` end to end on three stand-in tasks, one per group, in the prepared release's
+layout, resumed after an interruption."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import statistics
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+import vitkit.train.loop
+from helpers import randomize, stopped_copy, tiny, vtab_task_folder
+from vitkit import save
+from vitkit.cli import main
+from vitkit.config import DataConfig
+from vitkit.model import VisionTransformer
+from vitkit.vtab import (
+    CANDIDATES,
+    TASKS,
+    Candidate,
+    TaskData,
+    choose,
+    find_task,
+    stage_data,
+    summarise,
+)
+
+# ------------------------------------------------------------------------------- the registry
+
+# The VTAB-1k tasks and their classes [Zhai et al. 2019, Table 5]; the folder names of the
+# prepared release (NOAH's and VPT's vtab-1k/), in the order of the ViT paper's Table 9.
+REGISTRY = {
+    "natural": [("caltech101", "caltech101", 102), ("cifar100", "cifar", 100),
+                ("dtd", "dtd", 47), ("oxford_flowers102", "oxford_flowers102", 102),
+                ("oxford_iiit_pet", "oxford_iiit_pet", 37), ("sun397", "sun397", 397),
+                ("svhn", "svhn", 10)],
+    "specialized": [("patch_camelyon", "patch_camelyon", 2), ("eurosat", "eurosat", 10),
+                    ("resisc45", "resisc45", 45),
+                    ("diabetic_retinopathy", "diabetic_retinopathy", 5)],
+    "structured": [("clevr_count", "clevr_count", 8), ("clevr_distance", "clevr_dist", 6),
+                   ("dmlab", "dmlab", 6), ("kitti_distance", "kitti", 4),
+                   ("dsprites_location", "dsprites_loc", 16),
+                   ("dsprites_orientation", "dsprites_ori", 16),
+                   ("smallnorb_azimuth", "smallnorb_azi", 18),
+                   ("smallnorb_elevation", "smallnorb_ele", 9)],
+}  # fmt: skip
+
+
+def test_the_registry_holds_the_19_tasks_in_their_groups_with_the_release_folder_names() -> None:
+    assert [(t.group, t.name, t.folder, t.classes) for t in TASKS] == [
+        (group, name, folder, classes)
+        for group, rows in REGISTRY.items()
+        for name, folder, classes in rows
+    ]
+    assert [len(rows) for rows in REGISTRY.values()] == [7, 4, 8]
+    for task in TASKS:  # VTAB-1k: the first 800 of train, the first 200 of val
+        assert task.train800 == "train[:800]" and task.val200.endswith("[:200]")
+        assert find_task(task.folder) is find_task(task.name.upper()) is task
+    # VTAB's own splits, where they are not the dataset's train/validation/test
+    assert find_task("cifar").val200 == "train[90%:][:200]" and find_task("cifar").test == "test"
+    assert find_task("clevr_dist").test == "validation"
+    assert find_task("smallnorb_ele").val200 == "test[:200]"
+    assert find_task("smallnorb_ele").test == "test[50%:]"
+    assert find_task("dsprites_loc").test == find_task("eurosat").test[:5] + "[90%:]"
+    assert (Candidate(0.001, 500), Candidate(0.001, 2500), Candidate(0.01, 500),
+                          Candidate(0.01, 2500)) == CANDIDATES  # fmt: skip
+    with pytest.raises(ValueError, match="'imagenet' is not a VTAB-1k task: expected one of"):
+        find_task("imagenet")
+
+
+# ------------------------------------------------------------------------------ the arithmetic
+
+A, B, C = Candidate(0.001, 500), Candidate(0.01, 500), Candidate(0.01, 2500)
+
+
+def test_one_setting_for_all_tasks_by_the_mean_val200_accuracy_or_one_per_task() -> None:
+    val = {
+        "cifar100": {A: 0.50, B: 0.60, C: 0.70},  # C best here
+        "eurosat": {A: 0.90, B: 0.92, C: 0.80},  # B best here
+        "clevr_count": {A: 0.40, B: 0.45, C: 0.44},  # B best here
+    }
+    # means: A 0.6, B 0.656..., C 0.646...: B for every task, though C is cifar100's best
+    assert choose(val, [A, B, C]) == dict.fromkeys(val, B)
+    assert choose(val, [A, B, C], per_task=True) == {
+        "cifar100": C,
+        "eurosat": B,
+        "clevr_count": B,
+    }
+    tied = {"dtd": {A: 0.5, B: 0.5}, "svhn": {A: 0.25, B: 0.25}}
+    assert choose(tied, [B, A]) == dict.fromkeys(tied, B)  # a tie: the first listed
+    assert choose(tied, [A, B], per_task=True) == dict.fromkeys(tied, A)
+
+
+def test_group_means_and_the_mean_over_tasks() -> None:
+    test = {"cifar100": 0.8, "dtd": 0.6, "eurosat": 0.95, "clevr_count": 0.5, "dmlab": 0.4,
+            "kitti_distance": 0.3}  # fmt: skip
+    summary = summarise(test)
+    assert summary.groups == pytest.approx({"natural": 0.7, "specialized": 0.95, "structured": 0.4})
+    assert summary.mean == pytest.approx(3.55 / 6)  # over the tasks, not over the groups
+    assert summarise({"svhn": 0.9}).groups == {"natural": 0.9}  # no task, no group
+
+
+# ------------------------------------------------------------------------------ the stand-ins
+
+# Three tasks, one per group, in the release's layout: DIR/<folder>/images/..., four lists.
+STAND_INS = {"cifar": ("PNG", 3), "eurosat": ("JPEG", 2), "clevr_count": ("PNG", 3)}
+SIZES = {"train800": 6, "val200": 3, "test": 4}
+
+
+@pytest.fixture(scope="module")
+def release(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("vtab-1k")
+    for seed, (folder, (fmt, classes)) in enumerate(STAND_INS.items()):
+        vtab_task_folder(root / folder, classes, fmt, seed, SIZES)
+    (root / "README.txt").write_text("not a task")
+    return root
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory) -> Path:
+    model = randomize(VisionTransformer(tiny(image_size=16, patch_size=4)))
+    return save(model, tmp_path_factory.mktemp("ckpt") / "tiny")
+
+
+def test_a_task_from_any_spec_takes_1000_seeded_images_of_train_and_tests_its_test(
+    tmp_path: Path,
+) -> None:
+    """Ten training images stand for 1,000: 8 train800, 2 val200; the final run trains on all
+    ten and tests the test split."""
+    for split, n in (("train", 10), ("test", 3)):
+        for i in range(n):
+            folder = tmp_path / "pets" / split / f"c{i % 2}"
+            folder.mkdir(parents=True, exist_ok=True)
+            Image.new("RGB", (9, 9), (40 * i, 0, 0)).save(folder / f"{i}.png")
+    data = TaskData(find_task("pets"), str(tmp_path / "pets"))
+    model, cfg = tiny(image_size=16, patch_size=4), DataConfig(dataset="synthetic")
+    sweep = stage_data(data, "sweep", cfg, model, seed=0)
+    final = stage_data(data, "final", cfg, model, seed=0)
+    assert (len(sweep.train), len(sweep.val), sweep.test) == (8, 2, None)
+    names = {sweep.train.name_of(i) for i in range(8)} | {sweep.val.name_of(i) for i in range(2)}
+    assert names == {final.train.name_of(i) for i in range(10)}  # the same ten, no overlap
+    assert (len(final.test), final.val_is_test) == (3, True)
+    again = stage_data(data, "sweep", cfg, model, seed=0)
+    assert [again.val.name_of(i) for i in range(2)] == [sweep.val.name_of(i) for i in range(2)]
+    other = stage_data(data, "sweep", cfg, model, seed=1)
+    assert [other.val.name_of(i) for i in range(2)] != [sweep.val.name_of(i) for i in range(2)]
+
+
+# ------------------------------------------------------------------------------ end to end
+
+
+def _vtab(checkpoint: Path, release: Path, out: Path, *more: str) -> list[str]:
+    return ["vtab", str(checkpoint), str(release), "--out", str(out), "--lrs", "0.001,0.3",
+            "--steps", "4", "--set", "train.device=cpu", "--no-progress", *more]  # fmt: skip
+
+
+def test_vtab_runs_the_protocol_on_three_stand_ins_and_resumes(
+    checkpoint: Path, release: Path, tmp_path: Path, capsys, monkeypatch
+) -> None:
+    out = tmp_path / "out"
+    assert main(_vtab(checkpoint, release, out)) == 0
+    printed = capsys.readouterr().out
+    print(printed)  # the table, for the record (pytest -s)
+    result = json.loads((out / "vtab.json").read_text())
+    names = ["cifar100", "eurosat", "clevr_count"]
+    assert list(result["tasks"]) == names
+    assert len(result["sweep"]) == 6  # 3 tasks x 2 settings, each on train800 / val200
+    val = {
+        name: {
+            Candidate(r["lr"], r["steps"]): r["accuracy"]
+            for r in result["sweep"]
+            if r["task"] == name
+        }
+        for name in names
+    }
+    for r in result["sweep"]:
+        assert (r["split"], r["count"], r["train_images"]) == ("val", 3, 6)
+    settings = [Candidate(0.001, 4), Candidate(0.3, 4)]
+    chosen = choose(val, settings)
+    assert {name: Candidate(*c) for name, c in result["chosen"].items()} == chosen
+    for name, folder in zip(names, STAND_INS, strict=True):
+        final = result["tasks"][name]
+        assert (final["split"], final["count"], final["train_images"]) == ("test", 4, 9)
+        assert final["images"] == "train800val200.txt, evaluated on test.txt"
+        assert (final["lr"], final["steps"]) == (chosen[name].lr, chosen[name].steps)
+        assert final["data"] == {
+            "spec": f"vtab:{release / folder}",
+            "layout": "VTAB-1k lists",
+            "encodings": {STAND_INS[folder][0]: 9},
+        }
+        run_dir = out / "final" / name
+        logged = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+        tests = [r for r in logged if r.get("split") == "test"]
+        assert len(tests) == 1 and tests[0]["accuracy"] == final["accuracy"]  # tested once
+        recorded = json.loads((run_dir / "config.json").read_text())
+        assert recorded["data"]["dataset"] == f"vtab:{release / folder}"
+        assert recorded["optim"]["lr"] == chosen[name].lr
+    tests = {name: result["tasks"][name]["accuracy"] for name in names}
+    assert result["groups"] == {
+        "natural": tests["cifar100"],
+        "specialized": tests["eurosat"],
+        "structured": tests["clevr_count"],
+    }
+    assert result["mean"] == pytest.approx(statistics.fmean(tests.values()))
+    assert "| cifar100 | natural | VTAB-1k lists (PNG) |" in printed
+    assert "| eurosat | specialized | VTAB-1k lists (JPEG) |" in printed
+    assert f"| mean, 3 tasks |  |  |  |  |  | {100 * result['mean']:.1f} |" in printed
+
+    # killed in the middle of eurosat's final run: the same command trains that run alone, from
+    # its checkpoint, to the same figures
+    resumed = tmp_path / "resumed"
+    shutil.copytree(out, resumed)
+    shutil.rmtree(resumed / "final" / "eurosat")
+    stopped_copy(out / "final" / "eurosat", resumed / "final" / "eurosat", step=1)
+    (resumed / "final" / "eurosat" / "vtab.json").unlink()
+    (resumed / "vtab.json").unlink()
+    calls = []
+    real = vitkit.train.loop.train
+
+    def counted(run, run_dir, **kwargs):
+        calls.append(run_dir)
+        return real(run, run_dir, **kwargs)
+
+    monkeypatch.setattr(vitkit.train.loop, "train", counted)
+    assert main(_vtab(checkpoint, release, resumed)) == 0
+    assert calls == [resumed / "final" / "eurosat"]
+    again = json.loads((resumed / "vtab.json").read_text())
+    assert again["tasks"]["eurosat"]["accuracy"] == result["tasks"]["eurosat"]["accuracy"]
+    assert again["mean"] == result["mean"]
+    capsys.readouterr()
+    # other settings on the same runs: one line
+    assert main(_vtab(checkpoint, release, resumed, "--per-task")) == 2
+    err = capsys.readouterr().err
+    assert "holds the runs of another VTAB-1k evaluation (per_task differ" in err
+
+
+def test_vtab_errors_are_one_line(checkpoint: Path, release: Path, tmp_path: Path, capsys) -> None:
+    for argv, expected in [
+        ([str(tmp_path / "none")], "VTAB-1k folder"),
+        ([str(release), "--tasks", "cifar,dmlab"], "no data for the task(s) dmlab: give --task"),
+        ([str(release), "--task", "mnist=/x"], "'mnist' is not a VTAB-1k task"),
+        ([str(release), "--task", "dtd=/x"], "data: image folder /x not found"),
+        ([str(tmp_path)], "no VTAB-1k task found"),
+        ([str(release), "--lrs", "0.1,x"], "--lrs '0.1,x': expected positive numbers"),
+    ]:
+        assert main(["vtab", str(checkpoint), *argv]) == 2
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and expected in err, err

@@ -102,13 +102,14 @@ def write_formats(folder: Path, scratch: Path) -> tuple[Path, Path]:
     start = time.perf_counter()
     pack_folder(folder, shards, shard_size=SHARD_SIZE, splits=["train"])
     images = ImageFolderDataset(folder, "train")
-    order = np.random.default_rng(0).permutation(len(images.samples))  # as pack_folder mixes
+    samples = images.samples  # built once: a list of every (file, label)
+    order = np.random.default_rng(0).permutation(len(samples))  # as pack_folder mixes
     parquet.mkdir(parents=True)
     feature = datasets.Features(
         {"image": datasets.Image(), "label": datasets.ClassLabel(names=images.classes)}
     )
     for f, part in enumerate(np.array_split(order, PARQUET_FILES)):
-        rows = [images.samples[k] for k in part.tolist()]
+        rows = [samples[k] for k in part.tolist()]
         table = datasets.Dataset.from_dict(
             {
                 "image": [{"bytes": path.read_bytes(), "path": None} for path, _ in rows],
@@ -224,8 +225,9 @@ def per_image(
 
     n = min(count, len(dataset))
     reduced = 0
+    samples = dataset.samples
     for i in range(n):  # how often the crop-first path decodes smaller (the boxes timed below)
-        with Image.open(dataset.samples[i][0]) as image:
+        with Image.open(samples[i][0]) as image:
             width, height = image.size
         box = crop_box(
             height,

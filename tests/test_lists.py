@@ -33,13 +33,23 @@ def test_the_lists_are_a_source_of_the_one_container(cifar: Path, tmp_path: Path
     sweep = build_data(DataConfig(dataset=f"vtab800:{cifar}"), model, seed=0, in_chans=3)
     assert (len(sweep.train), len(sweep.val), sweep.test) == (6, 3, None)
     assert sweep.val_name == "val200.txt (3 images)"
-    final = build_data(DataConfig(dataset=f"vtab:{cifar}"), model, seed=0, in_chans=3)
+    final = build_data(
+        DataConfig(dataset=f"vtab:{cifar}", validation="test"), model, seed=0, in_chans=3
+    )
     assert (len(final.train), len(final.test), final.val_is_test) == (9, 4, True)
+    chosen = build_data(DataConfig(dataset=f"vtab:{cifar}"), model, seed=0, in_chans=3)
+    assert not chosen.val_is_test and chosen.val_name.startswith("a holdout")  # never on test
     assert normalise_data(str(cifar)) == f"vtab:{cifar}"  # a task folder given as a folder
     # a list's faults name the line
     bad = shutil.copytree(cifar, tmp_path / "bad")
     (bad / "val200.txt").write_text("images/val200/0.png 1\nimages/val200/1.png one\n")
-    with pytest.raises(DataError, match=r"val200.txt:2: 'images/val200/1.png one': expected"):
+    with pytest.raises(DataError, match=r"val200.txt:2 holds 'one': expected the label"):
+        ListImages(bad, "train800")
+    (bad / "val200.txt").write_text("images/val200/0.png 999999999999\n")  # a list of 10^12 names
+    with pytest.raises(DataError, match=r"val200.txt:1 holds the label 999999999999: expected a"):
+        ListImages(bad, "train800")
+    (bad / "val200.txt").write_text("images/val200/0.png \u0663\n")  # Arabic-Indic 3
+    with pytest.raises(DataError, match=r"val200.txt:1 holds '\u0663': expected the label"):
         ListImages(bad, "train800")
     (bad / "val200.txt").write_text("../../etc/passwd 0\n")
     with pytest.raises(DataError, match=r"val200.txt:1: '../../etc/passwd': expected a path"):

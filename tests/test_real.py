@@ -59,6 +59,7 @@ def test_the_labels_shipped_are_timms() -> None:
 def test_real_entry_joins_by_the_stem_of_the_last_part() -> None:
     assert real_entry("ILSVRC2012_val_00000001.JPEG") == 0
     assert real_entry("ILSVRC2012_val_00000001") == 0  # a shard's key
+    assert real_entry("ILSVRC2012_val_00000001_n01751748.JPEG") == 0  # the Hub's imagenet-1k
     assert real_entry("n01440764/ILSVRC2012_val_00050000.png") == ENTRIES - 1
     assert real_entry("C:\\imagenet\\val\\ILSVRC2012_val_00000002.jpeg") == 1
     assert real_entry("ILSVRC2012_val_00000003.seg.png") == 2  # webdataset's key: to the first dot

@@ -383,6 +383,8 @@ def _run(
         f"train.duration={setting.steps}st",
         f"train.eval_every={setting.steps}st",  # one evaluation, of the final weights
     ]
+    if stage == "final":  # tested once, at the end: nothing is chosen on it
+        sets.append("data.validation=test")
     if protocol.resolution is not None:
         sets.append(f"model.image_size={protocol.resolution}")
     request = Request(

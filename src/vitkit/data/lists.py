@@ -20,6 +20,7 @@ import os
 from pathlib import Path
 
 from ..errors import DataError, MissingFileError
+from .cells import label_from_text
 from .decoded import DecodedImages, ReadOptions
 from .folder import FolderSource
 from .source import SourceState
@@ -48,15 +49,15 @@ def read_list(path: Path) -> tuple[list[str], list[int]]:
         if not line.strip():
             continue
         name, _, label = line.strip().rpartition(" ")
-        if not name or not label.isascii() or not label.isdigit():
+        if not name:
             raise DataError(
-                f"{path}:{number}: {line.strip()!r}: expected 'relative/path label', the label "
-                "an integer >= 0"
+                f"{path}:{number}: {line.strip()[:80]!r}: expected 'relative/path label', the "
+                "label an integer >= 0"
             )
         if os.path.isabs(name) or ".." in Path(name).parts:
             raise DataError(f"{path}:{number}: {name!r}: expected a path inside {path.parent}")
         files.append(name.strip())
-        labels.append(int(label))
+        labels.append(label_from_text(label, f"{path}:{number}"))  # ASCII, below MAX_LABEL
     if not files:
         raise DataError(f"{path} lists no image: expected 'relative/path label' lines")
     return files, labels

@@ -7,8 +7,10 @@ once at the end with the best weights, and never used to choose. ``data.validati
 takes a folder's ``val/`` split, else a seeded, class-balanced holdout of ``train``
 (``data.holdout`` of every class); for Fashion-MNIST, CIFAR and synthetic images it keeps
 today's practice of the paper's figures and our recipes: their test split, evaluated during the
-run (then ``val`` is ``test``, and nothing is evaluated twice), as for a VTAB-1k task's final
-run (``vtab:DIR``; its sweep, ``vtab800:DIR``, validates on val200). Tar shards (``wds:DIR``) and
+run (then ``val`` is ``test``, and nothing is evaluated twice). A VTAB-1k task's sweep
+(``vtab800:DIR``) validates on val200; its final run (``vtab:DIR``: train800val200 and test) holds
+out of train as a folder without val/ does, and ``vitkit vtab`` sets ``data.validation=test`` for
+it, evaluated once at its end. Tar shards (``wds:DIR``) and
 Hugging Face datasets (``hf:PATH``) have splits as a folder has (data/shards.py, data/hf.py say
 how they are named) and are read the same way; a stream (``data.streaming``) cannot be held out
 of, so it validates on its val split, else its test split.
@@ -268,9 +270,7 @@ def build_data(
 
     # the split that chooses the best weights (see the module docstring)
     use: str = cfg.validation
-    if use == "auto" and source.kind in STAGES:  # the sweep's val200, else the final run's test
-        use = "val" if "val" in splits else "test"
-    elif use == "auto" and source.kind in SPLIT_KINDS:
+    if use == "auto" and source.kind in SPLIT_KINDS:  # a VTAB-1k sweep's val200 is its val
         use = "val" if "val" in splits else "test" if cfg.streaming else "holdout"
     elif use == "auto":
         use = "test"

@@ -442,9 +442,10 @@ def pack_folder(
     for split, split_dir in sources.items():
         images = ImageFolderDataset(layout.root, split_dir, max_bad_fraction=max_bad_fraction)
         skipped += images.skipped
-        order = np.random.default_rng(seed).permutation(len(images.samples))
+        samples = images.samples  # built once: a list of every (file, label)
+        order = np.random.default_rng(seed).permutation(len(samples))
         for i, start in enumerate(range(0, len(order), shard_size)):
-            part = [images.samples[k] for k in order[start : start + shard_size].tolist()]
+            part = [samples[k] for k in order[start : start + shard_size].tolist()]
             path = out / f"{split}-{i:06d}.tar"
 
             def write(tmp: Path, part: list[tuple[Path, int]] = part, start: int = start) -> None:

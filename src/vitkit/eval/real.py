@@ -31,7 +31,8 @@ from ..errors import DataError
 LABELS_FILE = "imagenet_real_labels.json.gz"
 ENTRIES = 50_000  # the ImageNet validation images, ILSVRC2012_val_00000001 .. _00050000
 REAL_CLASSES = 1000  # ImageNet-1k's, by index
-_STEM = re.compile(r"ILSVRC2012_val_([0-9]{8})")
+# The Hugging Face imagenet-1k's validation files add the synset: ILSVRC2012_val_00000001_n01751748
+_STEM = re.compile(r"ILSVRC2012_val_([0-9]{8})(?:_n[0-9]{8})?")
 _NAMED = 3  # names a join error shows
 
 
@@ -48,7 +49,8 @@ def real_labels() -> tuple[tuple[int, ...], ...]:
 def real_entry(key: str | None) -> int | None:
     """The entry of the ReaL labels for an image whose own name is ``key``: N - 1 when its last
     part (after the last ``/`` or ``\\``) up to the first dot is ``ILSVRC2012_val_NNNNNNNN``
-    with 1 <= N <= 50,000, whatever the extension; None otherwise."""
+    (or ``ILSVRC2012_val_NNNNNNNN_nSSSSSSSS``, with the synset, as the Hugging Face copy names
+    them) with 1 <= N <= 50,000, whatever the extension; None otherwise."""
     if key is None:
         return None
     stem = re.split(r"[/\\]", key)[-1].partition(".")[0]

@@ -10,11 +10,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from PIL import Image
 
 import vitkit
 from vitkit.cli import main
-from vitkit.config import ModelConfig, replace
+from vitkit.config import DataConfig, ModelConfig, replace
 from vitkit.data import ImageFolderDataset, folder_layout
 from vitkit.data.cells import class_order
 from vitkit.data.run_data import build_data, evaluation_split
@@ -152,3 +153,33 @@ def test_a_label_column_of_numbers_as_text_is_in_order_by_number() -> None:
     classes, labels, index = _classes("hf:x", {"train": column}, None)
     assert classes == NUMBERED and index == {name: int(name) for name in NUMBERED}
     assert labels["train"][:4].tolist() == [10, 2, 0, 2]
+
+
+def test_a_resumed_run_sees_the_images_and_the_holdout_it_saw(tmp_path: Path) -> None:
+    """Data put in the order a resumed run recorded (numbered folders by name) is listed as a
+    listing in that order lists it, before the holdout is drawn: image i is the file it was, and
+    the held-out images are those the run validated on (an image that validated moving into
+    training, or image i becoming another file mid-epoch, would break exact resume)."""
+    from vitkit.data import ArrayDataset, split_holdout
+    from vitkit.data.run_data import build_data
+
+    root = _digits(tmp_path / "digits", splits=("train",), per_class=4)
+    cfg = DataConfig(dataset=str(root / "train"), validation="holdout", holdout=0.25)
+    model = ModelConfig(
+        image_size=16, patch_size=8, hidden_size=16, num_layers=1, num_heads=2, mlp_dim=32,
+        num_classes=13,
+    )  # fmt: skip
+    data = build_data(cfg, model, seed=3, in_chans=3, class_order=BY_NAME)
+    # the listing an older vitkit made: class folders by name, each one's files in order
+    listed = [
+        (root / "train" / c / f"{i}.png", BY_NAME.index(c)) for c in BY_NAME for i in range(4)
+    ]
+    old = ArrayDataset(
+        images=torch.zeros(len(listed), 1, 1, 1, dtype=torch.uint8),
+        labels=torch.tensor([k for _, k in listed]),
+        classes=BY_NAME,
+    )
+    kept, held = split_holdout(old, 0.25, 3)
+    assert data.classes == BY_NAME
+    assert data.train.samples == [listed[i] for i in kept.tolist()]
+    assert data.val.samples == [listed[i] for i in held.tolist()]

@@ -29,6 +29,7 @@ from types import MappingProxyType
 from typing import Literal
 
 import numpy as np
+import torch
 
 from ..errors import DataError, MissingFileError
 from ..files import read_regular
@@ -330,6 +331,14 @@ class ImageFolderDataset(DecodedImages):
             files += [path.relative_to(self.split_dir).as_posix() for path in found_files]
             labels += [label] * len(found_files)
         super().__init__(FolderSource(self.split_dir, classes, files, labels), options)
+
+    def in_class_order(self, order: Sequence[str]) -> ImageFolderDataset:
+        """The same images with their classes in the order ``order``, labels renumbered, and
+        listed class by class in that order, as a listing in that order lists them: image i is
+        the file it was when the folder's classes were in that order (a run resumed across a
+        change of the folder's own order sees the images it saw)."""
+        out = super().in_class_order(order)
+        return out.subset(torch.argsort(out.labels, stable=True))  # within a class: listed order
 
     @property
     def samples(self) -> list[tuple[Path, int]]:

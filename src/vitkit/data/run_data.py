@@ -19,9 +19,9 @@ of, so it validates on its val split, else its test split.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, cast
 
 import torch
 
@@ -213,12 +213,20 @@ NAMED_CHANNELS = {"fashion_mnist": 1, "cifar10": 3, "cifar100": 3}
 
 
 def build_data(
-    cfg: DataConfig, model: ModelConfig, *, seed: int, in_chans: int | None = None
+    cfg: DataConfig,
+    model: ModelConfig,
+    *,
+    seed: int,
+    in_chans: int | None = None,
+    class_order: Sequence[str] | None = None,
 ) -> RunData:
     """The train, validation and test datasets of ``cfg``. ``in_chans``: the channels the model
     takes (images of the other kind are converted: grey repeated, or RGB to PIL's luma), or
     None to take the data's (a folder: 1 when every training image is greyscale, else 3;
-    synthetic images: the model's)."""
+    synthetic images: the model's). ``class_order``: the class names in the order a resumed run
+    recorded, when the data's own order now differs (a folder of numbered classes, in order by
+    name before vitkit ordered it by number): the splits are put in it before a holdout or a
+    subset is drawn, so the run sees the images and the holdout it saw."""
     source = cfg.source
     if in_chans is not None and in_chans not in (1, 3) and source.kind != "synthetic":
         raise ConfigError(
@@ -241,7 +249,7 @@ def build_data(
                 "channels: set model.in_chans=3 (or 1), or data.verify=header"
             )
         first = found.read("train", mode, True)
-        read = {"train": first}
+        read: dict[str, SplitImages] = {"train": first}
         for name in found.names[1:]:  # val and test, as the training split's channels
             read[name] = found.read(name, first.mode, True)
         channels = first.channels
@@ -252,6 +260,9 @@ def build_data(
             notes += _sizes(first, model, seed)
         for dataset in read.values():
             skipped += dataset.skipped
+        if class_order is not None and another_order(list(class_order), first.classes):
+            notes = _reordered_notes(notes, first.classes, list(class_order), RESUMED)
+            read = {k: cast(SplitImages, _in_order(v, list(class_order))) for k, v in read.items()}
         splits = dict(read)
         named = {
             k: f"{found.label(k)} ({_count(len(v))})" for k, v in splits.items() if k != "train"
@@ -385,6 +396,9 @@ def _in_order(dataset: Images, order: list[str]) -> Images:
             f"{order[:3]}...: expected data.streaming=False"
         )
     return dataset.in_class_order(order)
+
+
+RESUMED = "the resumed checkpoint records"  # why a resumed run's classes are in their order
 
 
 def another_order(recorded: list[str], classes: list[str]) -> bool:

@@ -51,6 +51,7 @@ from ..data import Batches, Preprocess
 from ..data.device import on_device
 from ..data.loader import BatchOptions, derive_seed
 from ..data.run_data import (
+    RESUMED,
     Images,
     RunData,
     another_order,
@@ -291,13 +292,15 @@ def _train(
     device = distributed.resolve_device(tc.device)  # before anything is built: fails fast
 
     # ---- data: every process walks the same global batches and keeps its part of each
-    if data is None:
-        data = build_data(run.data, run.model, seed=tc.seed, in_chans=run.model.in_chans)
     # a resumed run keeps the label order it trained with, where the data's own now differs (a
     # folder of numbered classes was in order by name before vitkit ordered it by number)
     recorded = resumed_classes(run_dir, resume_from)
-    if recorded is not None and another_order(recorded, data.classes):
-        data = data.in_class_order(recorded, "the resumed checkpoint records")
+    if data is None:
+        data = build_data(
+            run.data, run.model, seed=tc.seed, in_chans=run.model.in_chans, class_order=recorded
+        )
+    elif recorded is not None and another_order(recorded, data.classes):
+        data = data.in_class_order(recorded, RESUMED)  # read by a protocol: its holdout as drawn
     train_set, classes = data.train, data.classes
     if tc.objective == "classification" and len(classes) != run.model.num_classes:
         raise ConfigError(

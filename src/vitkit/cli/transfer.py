@@ -115,7 +115,8 @@ def add_verbs(verb: Verb) -> None:
     p = verb(
         "transfer",
         "the paper's transfer protocol on a checkpoint: per dataset a learning-rate sweep on a "
-        "holdout of train, then all of train, tested; resumes [P Table 2, Table 4, B.1.1]",
+        "holdout of train, then all of train, tested (ImageNet: ReaL too); resumes [P Table 2, "
+        "Table 4, B.1.1]",
         _transfer,
         EXAMPLE,
     )

@@ -267,7 +267,9 @@ def test_settings_a_resumed_protocol_cannot_change(
 ) -> None:
     args = _transfer(checkpoint, pets, uninterrupted)
     assert main([*args, "--steps", "5"]) == 2
-    assert "with other settings" in capsys.readouterr().err
+    assert (
+        "holds pets with other settings (steps differ: steps 4, now 5)" in capsys.readouterr().err
+    )
     assert main([*args, "--set", "optim.lr=0.1"]) == 2
     err = capsys.readouterr().err
     assert "optim.lr is decided by --lrs, or --lr with --no-sweep" in err

@@ -42,7 +42,7 @@ from .paper import (
     scaled_steps,
     settings_for,
 )
-from .sweep import Record, choose, train_run
+from .sweep import Record, check_same, choose, train_run
 
 RECIPE = "finetune-paper"
 RECORD = "transfer.json"
@@ -199,7 +199,7 @@ class _Runs:
         composed = compose(
             request, checkpoint=self.pretrained, checkpoint_data=recorded_data(self.extra)
         )
-        result = train_run(
+        result, _ = train_run(
             composed,
             where,
             test=validation != "holdout",
@@ -215,11 +215,12 @@ def _row(record: Record, dataset: Dataset, options: Options, model: str | None) 
     settings = plan(dataset, options)
     fresh = {"data": dataset.spec, "settings": settings, "sweep": {}}
     row = record.data["datasets"].setdefault(dataset.name, fresh)
-    if (row["data"], row["settings"]) != (dataset.spec, settings):
-        raise ConfigError(
-            f"{record.path} holds {dataset.name} ({row['data']}) with other settings "
-            f"({row['settings']}): give another --run-dir, or the same settings ({settings})"
-        )
+    check_same(
+        {"data": row["data"], **row["settings"]},
+        {"data": dataset.spec, **settings},
+        f"{record.path} holds {dataset.name} with other settings",
+        "--run-dir",
+    )
     row["settings_of"] = dataset.settings.name if dataset.known else None
     paper = paper_result(model, dataset.settings) if dataset.known else None
     row["paper"] = None if paper is None else {"model": model, "top1": paper[0], "source": paper[1]}
@@ -255,12 +256,10 @@ def transfer(
     datasets (``transfer.json``'s entries, which ``table`` prints). ``say``: a line per run."""
     check_sets(options.sets)
     record = Record(run_dir / RECORD)
-    if record.data.get("checkpoint", options.checkpoint) != options.checkpoint:
-        raise ConfigError(
-            f"{run_dir} holds the transfer of {record.data['checkpoint']}, not of "
-            f"{options.checkpoint}: give another --run-dir"
-        )
-    record.data |= {"checkpoint": options.checkpoint, "recipe": RECIPE}
+    given = {"checkpoint": options.checkpoint, "recipe": RECIPE}
+    recorded = {k: record.data[k] for k in given if k in record.data}
+    check_same(recorded, given, f"{run_dir} holds the transfer of another checkpoint", "--run-dir")
+    record.data |= given
     record.data.setdefault("datasets", {})
     runs = _Runs(options, run_dir)
     model = options.paper_model or runs.extra.get("pretrained")

@@ -1,11 +1,15 @@
-"""Shared test helpers: tiny configs and random weights that make logit comparisons meaningful."""
+"""Shared test helpers: tiny configs and random weights that make logit comparisons meaningful;
+stand-ins of datasets (VTAB-1k task folders, ImageNet validation images named for ReaL)."""
 
 from __future__ import annotations
 
+import io
+import json
 import resource
 import shutil
 import signal
 from collections.abc import Callable
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +19,7 @@ from PIL import Image
 from torch import nn
 
 from vitkit.config import ModelConfig
+from vitkit.eval.real import ENTRIES
 
 
 def tiny(**overrides: Any) -> ModelConfig:
@@ -108,3 +113,66 @@ def vtab_task_folder(root: Path, classes: int, fmt: str, seed: int, sizes: dict[
     for name, listed in lines.items():
         (root / f"{name}.txt").write_text("\n".join(listed) + "\n")
     return root
+
+
+# ImageNet ReaL stand-ins (tests/test_real.py, tests/test_transfer.py)
+
+
+def timm_real_labels() -> list[list[int]]:
+    """timm's copy of the ImageNet ReaL labels: entry i for ILSVRC2012_val_{i+1:08d}."""
+    text = resources.files("timm.data").joinpath("_info/imagenet_real_labels.json").read_text()
+    return json.loads(text)
+
+
+def val_name(number: int, ext: str = "JPEG") -> str:
+    """The file name of ImageNet validation image ``number`` (counted from 1)."""
+    return f"ILSVRC2012_val_{number:08d}.{ext}"
+
+
+def timm_real(numbers: list[int], predictions: torch.Tensor) -> tuple[float, int]:
+    """(ReaL accuracy, images counted) as timm's ``RealLabelsImagenet`` computes them for the
+    top-1 ``predictions`` of the validation images ``numbers`` (counted from 1), in order."""
+    from timm.data import RealLabelsImagenet
+
+    rest = sorted(set(range(1, ENTRIES + 1)) - set(numbers))
+    filenames = [val_name(n) for n in [*numbers, *rest]]  # timm wants all 50,000 names
+    real = RealLabelsImagenet(filenames, topk=(1,))
+    logits = torch.nn.functional.one_hot(predictions, 1000).float()  # (n, 1000): top-1 is it
+    for part in logits.split(64):
+        real.add_result(part)
+    return real.get_accuracy(k=1) / 100, len(real.is_correct[1])
+
+
+def real_stand_in_numbers(count: int, seed: int) -> list[int]:
+    """Validation images (numbered from 1) in a random order: a random part of the 50,000 with
+    at least three whose label set is empty."""
+    labels = timm_real_labels()
+    rng = np.random.default_rng(seed)
+    empty = [n for n in range(1, ENTRIES + 1) if not labels[n - 1]]
+    some = rng.choice(np.arange(1, ENTRIES + 1), count - 3, replace=False).tolist()
+    chosen = list(dict.fromkeys([*some, *rng.choice(empty, 3, replace=False).tolist()]))
+    return [int(n) for n in rng.permutation(chosen)]
+
+
+def png_bytes(seed: int) -> bytes:
+    """A 12x10 PNG of noise, seeded."""
+    pixels = np.random.default_rng(seed).integers(0, 256, (12, 10, 3), dtype=np.uint8)
+    out = io.BytesIO()
+    Image.fromarray(pixels).save(out, format="PNG")
+    return out.getvalue()
+
+
+def top1_predictions(checkpoint: Path, spec: str) -> tuple[list[str], torch.Tensor]:
+    """The images ``vitkit eval`` evaluates on ``spec`` (each one's message name) and the
+    checkpoint's top-1 prediction of each, in that order, through the library."""
+    import vitkit
+    from vitkit.data import BatchOptions
+    from vitkit.data.run_data import batches_of, evaluation_split
+    from vitkit.eval.metrics import evaluate
+
+    model = vitkit.load(checkpoint)
+    split = evaluation_split(spec, {}, model.cfg, source=str(checkpoint))
+    batches = batches_of(split.dataset, BatchOptions.evaluation(model.cfg, batch_size=64))
+    result = evaluate(model, batches.epoch(0), 1000, predictions=True)
+    names = [split.dataset.name_of(i) for i in range(len(split.dataset))]
+    return names, result["predictions"]

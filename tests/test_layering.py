@@ -26,7 +26,8 @@ LAYERS: list[set[str]] = [
     {"eval", "inspect"},
     {"train"},
     {"compose"},
-    {"transfer", "vtab"},  # protocols that compose runs and train them: transfer, VTAB-1k
+    {"transfer"},  # the paper's transfer protocol, and the runs of a sweep (transfer/sweep.py)
+    {"vtab"},  # VTAB-1k: its own data staging, its runs through transfer's
     {"vitkit"},  # the public API: create_model, load, save, ...
     {"cli"},
     {"__main__"},

@@ -5,6 +5,7 @@ block of the README says whether it runs here (``<!-- readme-test -->``) or why 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -121,4 +122,12 @@ def test_the_user_journey_runs_as_written(tmp_path: Path) -> None:
     ).is_dir()
     assert (tmp_path / "runs" / "digits" / "best").is_dir()
     assert (tmp_path / "runs" / "digits-64" / "best").is_dir()
+    # the protocols' runs on the stand-ins their blocks build
+    assert (
+        "| pets | Oxford-IIIT Pets | 4 | 10% (3) |"
+        in (tmp_path / "runs" / "transfer-digits" / "transfer.md").read_text()
+    )
+    assert list(
+        json.loads((tmp_path / "runs" / "vtab-digits" / "vtab.json").read_text())["tasks"]
+    ) == ["cifar100"]
     assert (tmp_path / "hf-digits" / "preprocessor_config.json").is_file()

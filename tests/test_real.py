@@ -7,18 +7,23 @@ that does not join is one line."""
 from __future__ import annotations
 
 import io
-import json
 import re
 import tarfile
-from importlib import resources
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from PIL import Image
 
 import vitkit
+from helpers import (
+    png_bytes,
+    real_stand_in_numbers,
+    timm_real,
+    timm_real_labels,
+    top1_predictions,
+    val_name,
+)
 from vitkit.cli import main
 from vitkit.config import ModelConfig
 from vitkit.eval.real import ENTRIES, real_accuracy, real_entry, real_labels
@@ -27,32 +32,9 @@ ROOT = Path(__file__).resolve().parent.parent
 FAVOURED = 4  # classes the stand-in model predicts (among them, by the image)
 
 
-def _timm_labels() -> list[list[int]]:
-    text = resources.files("timm.data").joinpath("_info/imagenet_real_labels.json").read_text()
-    return json.loads(text)
-
-
-def _val_name(number: int, ext: str = "JPEG") -> str:
-    return f"ILSVRC2012_val_{number:08d}.{ext}"
-
-
-def _timm_real(numbers: list[int], predictions: torch.Tensor) -> tuple[float, int]:
-    """(ReaL accuracy, images counted) as timm's ``RealLabelsImagenet`` computes them for the
-    top-1 ``predictions`` of the validation images ``numbers`` (counted from 1), in order."""
-    from timm.data import RealLabelsImagenet
-
-    rest = sorted(set(range(1, ENTRIES + 1)) - set(numbers))
-    filenames = [_val_name(n) for n in [*numbers, *rest]]  # timm wants all 50,000 names
-    real = RealLabelsImagenet(filenames, topk=(1,))
-    logits = torch.nn.functional.one_hot(predictions, 1000).float()  # (n, 1000): top-1 is it
-    for part in logits.split(64):
-        real.add_result(part)
-    return real.get_accuracy(k=1) / 100, len(real.is_correct[1])
-
-
 def test_the_labels_shipped_are_timms() -> None:
     labels = real_labels()
-    assert [list(entry) for entry in labels] == _timm_labels()
+    assert [list(entry) for entry in labels] == timm_real_labels()
     assert len(labels) == ENTRIES and sum(1 for entry in labels if not entry) == 3163
 
 
@@ -72,7 +54,7 @@ def test_real_entry_joins_by_the_stem_of_the_last_part() -> None:
 def test_real_accuracy_equals_timms_on_a_shuffled_part() -> None:
     """3,000 validation images in a random order (some of them with an empty label set), each
     predicted right half of the time where it can be: the same accuracy and count as timm's."""
-    labels = _timm_labels()
+    labels = timm_real_labels()
     rng = np.random.default_rng(0)
     numbers = rng.choice(np.arange(1, ENTRIES + 1), 3000, replace=False).tolist()
     guesses = rng.integers(0, 1000, len(numbers))
@@ -83,7 +65,7 @@ def test_real_accuracy_equals_timms_on_a_shuffled_part() -> None:
         ]
     )
     ours = real_accuracy([n - 1 for n in numbers], predictions)
-    accuracy, counted = _timm_real(numbers, predictions)
+    accuracy, counted = timm_real(numbers, predictions)
     assert ours.counted == counted and ours.left_out == 3000 - counted > 0
     assert ours.accuracy == pytest.approx(accuracy, abs=1e-12) and 0.4 < ours.accuracy < 0.6
 
@@ -91,20 +73,9 @@ def test_real_accuracy_equals_timms_on_a_shuffled_part() -> None:
 # --------------------------------------------------------------- vitkit eval --real end to end
 
 
-def _stand_in_numbers(count: int, seed: int) -> list[int]:
-    """Validation images (numbered from 1) in a random order: a random part of the 50,000 with
-    at least three whose label set is empty."""
-    labels = _timm_labels()
-    rng = np.random.default_rng(seed)
-    empty = [n for n in range(1, ENTRIES + 1) if not labels[n - 1]]
-    some = rng.choice(np.arange(1, ENTRIES + 1), count - 3, replace=False).tolist()
-    chosen = list(dict.fromkeys([*some, *rng.choice(empty, 3, replace=False).tolist()]))
-    return [int(n) for n in rng.permutation(chosen)]
-
-
 def _favoured(numbers: list[int]) -> list[int]:
     """The classes most often in the label sets of ``numbers``: what the stand-in model predicts."""
-    labels = _timm_labels()
+    labels = timm_real_labels()
     counts = np.bincount([k for n in numbers for k in labels[n - 1]], minlength=1000)
     return np.argsort(-counts, kind="stable")[:FAVOURED].tolist()
 
@@ -126,28 +97,6 @@ def _checkpoint(path: Path, favoured: list[int]) -> Path:
     return vitkit.save(model, path)
 
 
-def _png(seed: int) -> bytes:
-    pixels = np.random.default_rng(seed).integers(0, 256, (12, 10, 3), dtype=np.uint8)
-    out = io.BytesIO()
-    Image.fromarray(pixels).save(out, format="PNG")
-    return out.getvalue()
-
-
-def _predictions(checkpoint: Path, spec: str) -> tuple[list[str], torch.Tensor]:
-    """The images ``vitkit eval`` evaluates on ``spec`` (each one's message name) and the
-    checkpoint's top-1 prediction of each, in that order, through the library."""
-    from vitkit.data import BatchOptions
-    from vitkit.data.run_data import batches_of, evaluation_split
-    from vitkit.eval.metrics import evaluate
-
-    model = vitkit.load(checkpoint)
-    split = evaluation_split(spec, {}, model.cfg, source=str(checkpoint))
-    batches = batches_of(split.dataset, BatchOptions.evaluation(model.cfg, batch_size=64))
-    result = evaluate(model, batches.epoch(0), 1000, predictions=True)
-    names = [split.dataset.name_of(i) for i in range(len(split.dataset))]
-    return names, result["predictions"]
-
-
 def _eval_real(capsys, checkpoint: Path, spec: str) -> tuple[float, int, int]:
     """``vitkit eval CHECKPOINT --data SPEC --real``: (ReaL accuracy, images counted, left out)."""
     capsys.readouterr()
@@ -163,10 +112,10 @@ def _same_as_timm(
 ) -> tuple[float, int]:
     """``vitkit eval --real`` prints timm's ReaL accuracy of the same predictions (the images
     identified by the test's own record of their numbers, ``number_of``: name -> number)."""
-    names, predictions = _predictions(checkpoint, spec)
+    names, predictions = top1_predictions(checkpoint, spec)
     numbers = [number_of[name] for name in names]
     assert sorted(numbers) != numbers  # evaluated in another order than the numbers'
-    accuracy, counted = _timm_real(numbers, predictions)
+    accuracy, counted = timm_real(numbers, predictions)
     assert 0 < accuracy < 1
     printed, printed_counted, left_out = _eval_real(capsys, checkpoint, spec)
     assert printed == round(accuracy, 4)
@@ -176,7 +125,7 @@ def _same_as_timm(
 
 @pytest.fixture(scope="module")
 def shard_numbers() -> list[int]:
-    return _stand_in_numbers(16, seed=1)
+    return real_stand_in_numbers(16, seed=1)
 
 
 @pytest.fixture(scope="module")
@@ -198,7 +147,7 @@ def test_eval_real_on_shards_keyed_by_validation_names(
 ) -> None:
     """Two shards of 16 validation images (keys with and without a folder, any extension, out
     of order) and a classes.txt of 1000 names: the shards' keys join them."""
-    labels = _timm_labels()
+    labels = timm_real_labels()
     root = tmp_path / "shards"
     root.mkdir()
     (root / "classes.txt").write_text("".join(f"class{k}\n" for k in range(1000)))
@@ -206,9 +155,9 @@ def test_eval_real_on_shards_keyed_by_validation_names(
     for part in (0, 1):
         members: dict[str, bytes] = {}
         for i, number in enumerate(shard_numbers[part::2]):
-            key = _val_name(number, "")[:-1]  # ILSVRC2012_val_NNNNNNNN
+            key = val_name(number, "")[:-1]  # ILSVRC2012_val_NNNNNNNN
             key = f"val/{key}" if i % 3 == 0 else key
-            members[f"{key}.{'png' if i % 2 else 'jpg'}"] = _png(number)
+            members[f"{key}.{'png' if i % 2 else 'jpg'}"] = png_bytes(number)
             members[f"{key}.cls"] = str((labels[number - 1] or [0])[0]).encode()
             number_of[f"{root / f'part-{part:06d}.tar'}:{key}"] = number
         _write_shard(root / f"part-{part:06d}.tar", members)
@@ -221,13 +170,13 @@ def test_eval_real_on_a_folder_in_its_class_folders(
     """ImageNet's validation images as people prepare them, one folder per class (1000 of
     them, one image each: a model's classes are the folder's), files named
     ILSVRC2012_val_NNNNNNNN with several extensions, in an order that is not the numbers'."""
-    numbers = _stand_in_numbers(1000, seed=2)
+    numbers = real_stand_in_numbers(1000, seed=2)
     root = tmp_path / "val"
     number_of: dict[str, int] = {}
     for k, number in enumerate(numbers):
-        path = root / f"n{k:08d}" / _val_name(number, ("JPEG", "png", "jpg")[k % 3])
+        path = root / f"n{k:08d}" / val_name(number, ("JPEG", "png", "jpg")[k % 3])
         path.parent.mkdir(parents=True)
-        path.write_bytes(_png(number))
+        path.write_bytes(png_bytes(number))
         number_of[str(path)] = number
     _, counted = _same_as_timm(capsys, checkpoint, str(root), number_of)
     assert counted < 1000  # images with an empty set are left out
@@ -239,12 +188,12 @@ def test_eval_real_on_a_hugging_face_table_by_its_paths(
     """A table's Image cells hold the bytes and the file's path (as the Hub's imagenet-1k
     validation split does): the paths join; a table of bytes alone has no names."""
     datasets = pytest.importorskip("datasets")
-    labels = _timm_labels()
+    labels = timm_real_labels()
     features = datasets.Features(
         {"image": datasets.Image(), "label": datasets.ClassLabel(num_classes=1000)}
     )
     rows = {
-        "image": [{"bytes": _png(n), "path": f"val/{_val_name(n)}"} for n in shard_numbers],
+        "image": [{"bytes": png_bytes(n), "path": f"val/{val_name(n)}"} for n in shard_numbers],
         "label": [(labels[n - 1] or [0])[0] for n in shard_numbers],
     }
     datasets.Dataset.from_dict(rows, features=features).save_to_disk(tmp_path / "hf")
@@ -252,7 +201,7 @@ def test_eval_real_on_a_hugging_face_table_by_its_paths(
     number_of = {f"{spec} train split row {i}": n for i, n in enumerate(shard_numbers)}
     _same_as_timm(capsys, checkpoint, spec, number_of)
 
-    rows["image"] = [{"bytes": _png(n), "path": None} for n in shard_numbers]
+    rows["image"] = [{"bytes": png_bytes(n), "path": None} for n in shard_numbers]
     datasets.Dataset.from_dict(rows, features=features).save_to_disk(tmp_path / "bytes")
     err = _one_line_error(capsys, ["eval", str(checkpoint), "--data", f"hf:{tmp_path / 'bytes'}",
                                    "--real"])  # fmt: skip
@@ -278,7 +227,7 @@ def test_names_that_do_not_join_are_one_line(
     members = {}
     for i, key in enumerate(["ILSVRC2012_val_00000007", "cat_001", "ILSVRC2012_val_00099999",
                              "dog_002", "ILSVRC2012_val_00000009", "x"]):  # fmt: skip
-        members[f"{key}.png"], members[f"{key}.cls"] = _png(i), b"3"
+        members[f"{key}.png"], members[f"{key}.cls"] = png_bytes(i), b"3"
     _write_shard(root / "images.tar", members)
     err = _one_line_error(capsys, ["eval", str(checkpoint), "--data", f"wds:{root}", "--real"])
     assert "ILSVRC2012_val_00000001 to ILSVRC2012_val_00050000" in err

@@ -19,6 +19,14 @@ import pytest
 import torch
 from PIL import Image
 
+from helpers import (
+    png_bytes,
+    real_stand_in_numbers,
+    timm_real,
+    timm_real_labels,
+    top1_predictions,
+    val_name,
+)
 from vitkit.cli import main
 from vitkit.errors import ConfigError
 from vitkit.recipes import get_recipe
@@ -259,7 +267,9 @@ def test_settings_a_resumed_protocol_cannot_change(
 ) -> None:
     args = _transfer(checkpoint, pets, uninterrupted)
     assert main([*args, "--steps", "5"]) == 2
-    assert "with other settings" in capsys.readouterr().err
+    assert (
+        "holds pets with other settings (steps differ: steps 4, now 5)" in capsys.readouterr().err
+    )
     assert main([*args, "--set", "optim.lr=0.1"]) == 2
     err = capsys.readouterr().err
     assert "optim.lr is decided by --lrs, or --lr with --no-sweep" in err
@@ -292,8 +302,73 @@ def test_a_run_finished_but_not_recorded_is_evaluated_again_not_trained(
     assert trained == [] and _record(copy) == _record(uninterrupted)
 
 
+def _imagenet_shards(root: Path, numbers: list[int], label: int, renamed: int = 0) -> Path:
+    """An ImageNet stand-in in shards: ``classes.txt`` names 1000 classes (a folder would need
+    an image in each of 1000 class folders of each split), ``train-000000.tar`` 8 images of the
+    class ``label``, ``val-000000.tar`` the validation images ``numbers`` keyed by their names
+    (the first ``renamed`` keyed otherwise), each labelled with the first of its ReaL set."""
+    import io
+    import tarfile
+
+    labels = timm_real_labels()
+    root.mkdir(parents=True)
+    (root / "classes.txt").write_text("".join(f"n{k:08d}\n" for k in range(1000)))
+    samples = {
+        "train": [(f"t{i}", png_bytes(100 + i), label) for i in range(8)],
+        "val": [
+            (f"cat_{i:03d}" if i < renamed else val_name(n, "")[:-1], png_bytes(n),
+             (labels[n - 1] or [0])[0])
+            for i, n in enumerate(numbers)
+        ],
+    }  # fmt: skip
+    for split, rows in samples.items():
+        with tarfile.open(root / f"{split}-000000.tar", "w") as tar:
+            for key, image, k in rows:
+                for name, data in ((f"{key}.png", image), (f"{key}.cls", str(k).encode())):
+                    info = tarfile.TarInfo(name)
+                    info.size = len(data)
+                    tar.addfile(info, io.BytesIO(data))
+    return root
+
+
+def test_imagenet_reports_real_and_says_why_not_in_one_line(
+    checkpoint: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two ImageNet stand-ins (both take ImageNet's settings): one whose validation images are
+    named as ImageNet's files reports ReaL, equal to timm's ``RealLabelsImagenet`` on the
+    fine-tuned model's predictions (images with an empty label set left out); one with a name
+    that does not join says so in its row, and the protocol finishes."""
+    numbers = real_stand_in_numbers(15, seed=3)
+    labels = timm_real_labels()
+    counts = np.bincount([k for n in numbers for k in labels[n - 1]], minlength=1000)
+    trained = int(counts.argmax())  # the class the runs learn to predict: in some label sets
+    good = _imagenet_shards(tmp_path / "imagenet", numbers, trained)
+    bad = _imagenet_shards(tmp_path / "renamed", numbers, trained, renamed=2)
+    runs = tmp_path / "runs"
+    args = ["transfer", checkpoint, "--data", f"imagenet=wds:{good}", "--data",
+            f"ilsvrc2012=wds:{bad}", "--no-sweep", *QUICK, "--run-dir", str(runs)]  # fmt: skip
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    datasets = _record(runs)["datasets"]
+    real = datasets["imagenet"]["final"]["real"]
+    names, predictions = top1_predictions(runs / "imagenet" / "final" / "best", f"wds:{good}")
+    order = [int(name.rpartition("_")[2]) for name in names]  # as evaluated
+    accuracy, counted = timm_real(order, predictions)
+    assert 0 < accuracy < 1 and real["accuracy"] == pytest.approx(accuracy, abs=1e-12)
+    assert (real["counted"], real["left_out"]) == (counted, 15 - counted) and counted <= 12
+    cell = f"{100 * accuracy:.2f} ({counted}; {15 - counted} left out)"
+    assert (
+        f"| 0.01 | {100 * datasets['imagenet']['final']['accuracy']:.2f} (15, val) | {cell} |"
+        in out
+    )
+    why = datasets["ilsvrc2012"]["final"]["real"]["not_measured"]
+    assert "2 of the 15 images" in why and "'cat_000', 'cat_001'" in why and "\n" not in why
+    assert "(15, val) | not measured (below) |" in out
+    assert f"ilsvrc2012: ImageNet ReaL not measured: {why} (`vitkit eval" in out
+
+
 def test_the_table_of_a_summary() -> None:
-    """ImageNet (a rate that diverged; ReaL not measured yet) and a dataset of CIFAR's settings
+    """ImageNet (a rate that diverged; ReaL measured) and a dataset of CIFAR's settings
     without a sweep, as the table prints them."""
     summary = {
         "checkpoint": "ViT-B/16@in21k",
@@ -309,8 +384,12 @@ def test_the_table_of_a_summary() -> None:
                     "0.06": {"diverged": "the loss was not finite at step 7"},
                 },
                 "lr": 0.01,
-                "final": {"split": "val", "accuracy": 0.8397, "count": 50_000},
-                "real": None,
+                "final": {
+                    "split": "val",
+                    "accuracy": 0.8397,
+                    "count": 50_000,
+                    "real": {"accuracy": 0.90123, "counted": 46_837, "left_out": 3_163},
+                },
                 "paper": {"model": "ViT-B/16@in21k", "top1": 83.97, "source": "P §4.6 (A6)"},
             },
             "mine": {
@@ -327,10 +406,11 @@ def test_the_table_of_a_summary() -> None:
     assert lines[0].endswith("(recipe finetune-paper; the paper's model: ViT-B/16@in21k)")
     assert lines[4] == (
         "| imagenet | ImageNet | 20,000 | 1% (12,811) | 0.003: 80.00, **0.01: 81.23**, "
-        "0.06: diverged | 0.01 | 83.97 (50,000, val) | not measured yet | 83.97 (P §4.6 (A6)) |"
+        "0.06: diverged | 0.01 | 83.97 (50,000, val) | 90.12 (46,837; 3,163 left out) | "
+        "83.97 (P §4.6 (A6)) |"
     )
     assert lines[5] == (
         "| mine | CIFAR's (not in the paper) | 100 | — | no sweep (--no-sweep) | 0.01 | "
         "50.00 (10) | — | — |"
     )
-    assert lines[-1].startswith("ReaL: `vitkit eval RUN_DIR/<dataset>/final/best")
+    assert len(lines) == 6  # every ReaL measured: nothing below the table

@@ -27,7 +27,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .config import (
     DATA_SPECS,
@@ -55,6 +55,15 @@ REGULARISATION = ("dropout_rate", "attention_dropout_rate", "drop_path_rate")
 FINETUNE_KEYS = ("num_classes", "image_size", "representation_size", *REGULARISATION)
 # The model keys the data decides unless they are set.
 FROM_DATA = ("model.num_classes", "model.in_chans")
+
+
+class DataBuilder(Protocol):
+    """What reads a run's data from its config: ``data.run_data.build_data``, or a protocol's
+    own staging of it (``vtab.stage_data``)."""
+
+    def __call__(
+        self, cfg: DataConfig, model: ModelConfig, *, seed: int, in_chans: int | None
+    ) -> RunData: ...
 
 
 @dataclass(frozen=True)
@@ -332,16 +341,18 @@ def as_recorded(composed: Composed, run_dir: Path) -> Composed:
     return dataclasses.replace(recorded, fixed=recorded.fixed | set(keep))
 
 
-def read_data(composed: Composed, run_dir: Path, *, world: int = 1) -> tuple[Composed, RunData]:
-    """The data of the run ``composed`` asks for in ``run_dir`` (``as_recorded``), read, and the
-    config ``adapt``-ed to it: what ``vitkit train`` and ``vitkit transfer`` train on. Imports
-    torch (the data's readers)."""
+def read_data(
+    composed: Composed, run_dir: Path, *, world: int = 1, build: DataBuilder | None = None
+) -> tuple[Composed, RunData]:
+    """The data of the run ``composed`` asks for in ``run_dir`` (``as_recorded``), read by
+    ``build`` (None: ``build_data``), and the config ``adapt``-ed to it: what ``vitkit train``,
+    ``vitkit transfer`` and ``vitkit vtab`` train on. Imports torch (the data's readers)."""
     from .data.run_data import build_data
 
     composed = as_recorded(composed, run_dir)
     run = composed.run
     fixed = "model.in_chans" in composed.fixed  # else the data's channels
-    data = build_data(
+    data = (build or build_data)(
         run.data, run.model, seed=run.train.seed, in_chans=run.model.in_chans if fixed else None
     )
     composed = adapt(

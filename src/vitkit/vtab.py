@@ -12,10 +12,13 @@ evaluate val200; choose one setting for every task by the mean val200 accuracy o
 as the paper did (``choose``; per task with ``per_task=True``); fine-tune with it on
 train800val200 and evaluate test once, at the end; report every task, the group means and the
 mean over the tasks (``summarise``). Each run is a run directory below ``out``
-(``sweep/<task>/lr<lr>-<steps>st``, ``final/<task>``), resumed where it stopped; a finished
-run's figures are kept in its ``vtab.json`` and not run again. What data a score came from is
-recorded beside it (the spec and the images' encoding): the same method differs by about 10
-points on CIFAR-100 between its original images and PNG re-encodings of them.
+(``sweep/<task>/lr<lr>-<steps>st``, ``final/<task>``), trained, resumed where it stopped or
+evaluated again by transfer's ``sweep.train_run`` on the task's data as ``stage_data`` stages
+it; a finished run's figures are kept in its ``vtab.json`` (a ``sweep.Record``) and not run
+again; ``out`` holds the runs of one protocol's settings (``sweep.check_same``). What data a
+score came from is recorded beside it (the spec and the images' encoding): the same method
+differs by about 10 points on CIFAR-100 between its original images and PNG re-encodings of
+them.
 
 A task's data is a prepared VTAB-1k folder (``vtab:DIR``, data/lists.py) or any spec vitkit
 reads (``hf:``, ``wds:``, a folder): then train800 and val200 are 80% and 20% of 1,000 images
@@ -26,8 +29,8 @@ its test split (else its val split).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import io
-import json
 import logging
 import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -38,14 +41,14 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from .compose import Request, adapt, check_data_exists, compose
+from .compose import Request, check_data_exists, compose
 from .config import DataConfig, ModelConfig, data_source, normalise_data
 from .data.decoded import DecodedImages
 from .data.lists import STAGES
 from .data.run_data import RunData, build_data
 from .data.splits import subset
 from .errors import ConfigError, DataError
-from .files import atomic_write
+from .transfer.sweep import Record, check_same, train_run
 
 log = logging.getLogger(__name__)
 
@@ -286,20 +289,40 @@ def stage_data(
     model: ModelConfig,
     *,
     seed: int,
+    in_chans: int | None = None,
 ) -> RunData:
     """The images of a task's sweep run (train800 to train, val200 to validate) or final run
     (train800val200 to train, test evaluated once at the end), read as ``cfg`` says but for its
-    dataset (the task's) and with the model's channels."""
+    dataset (the task's) with ``in_chans`` channels (``build_data``'s); a ``DataError`` when they
+    have more classes than the task."""
+    staged = _staged(data, stage, cfg, model, seed=seed, in_chans=in_chans)
+    if len(staged.classes) > data.task.classes:
+        raise DataError(
+            f"{data.spec} has {len(staged.classes)} classes, {data.task.name} has "
+            f"{data.task.classes}: expected that task's data"
+        )
+    return staged
+
+
+def _staged(
+    data: TaskData,
+    stage: Literal["sweep", "final"],
+    cfg: DataConfig,
+    model: ModelConfig,
+    *,
+    seed: int,
+    in_chans: int | None,
+) -> RunData:
     if data.lists:
         listed = dataclasses.replace(cfg, dataset=data.spec_of(stage))
-        return build_data(listed, model, seed=seed, in_chans=model.in_chans)
+        return build_data(listed, model, seed=seed, in_chans=in_chans)
     if cfg.streaming:
         raise ConfigError(
             f"data.streaming=True: 1,000 images are drawn from {data.spec}'s train split, which "
             "a stream cannot give: set data.streaming=False"
         )
     whole = dataclasses.replace(cfg, dataset=data.spec, validation="val_or_test", per_class=None)
-    read = build_data(whole, model, seed=seed, in_chans=model.in_chans)
+    read = build_data(whole, model, seed=seed, in_chans=in_chans)
     test = read.test if read.test is not None else read.val
     n = min(len(read.train), 1000)
     order = torch.from_numpy(np.random.default_rng(seed).permutation(len(read.train)))
@@ -373,11 +396,9 @@ def _run(
 ) -> dict[str, Any]:
     """One fine-tuning run (resumed if ``run_dir`` holds a checkpoint), its final evaluation:
     val200 for a sweep run, test for a final run; a finished run's ``vtab.json`` is read."""
-    from .train.loop import train
-
-    done = run_dir / "vtab.json"
-    if done.is_file():
-        return dict(json.loads(done.read_text()))
+    done = Record(run_dir / "vtab.json")
+    if done.data:
+        return done.data
     sets = [
         f"optim.lr={setting.lr!r}",
         f"train.duration={setting.steps}st",
@@ -391,21 +412,12 @@ def _run(
         data=data.spec_of(stage), sets=(*sets, *protocol.sets), init_from=protocol.checkpoint
     )
     composed = compose(request, checkpoint=protocol.pretrained)
-    run, seed = composed.run, composed.run.train.seed
-    images = stage_data(data, stage, run.data, run.model, seed=seed)
-    composed = adapt(
-        composed,
-        num_classes=len(images.classes),
-        channels=images.channels,
-        train_size=len(images.train),
-    )
-    if len(images.classes) > data.task.classes:
-        raise DataError(
-            f"{data.spec} has {len(images.classes)} classes, {data.task.name} has "
-            f"{data.task.classes}: expected that task's data"
-        )
-    result = train(composed.run, run_dir, progress=progress, data=images)
-    record = {
+    seed = composed.run.train.seed
+    staged = functools.partial(stage_data, data, stage)
+    result, images = train_run(composed, run_dir, progress=progress, build=staged)
+    if "diverged" in result:
+        raise ConfigError(f"{data.task.name} {setting.label}: {result['diverged']}")
+    done.data = {
         "task": data.task.name,
         "stage": stage,
         "lr": setting.lr,
@@ -417,29 +429,18 @@ def _run(
         "data": data_format(data, images.train),
         "images": SPLIT_RULE[stage] if data.lists else OWN_SPLIT_RULE[stage].format(seed=seed),
     }
-    _write_json(done, record)
-    return record
-
-
-def _write_json(path: Path, value: Any) -> None:
-    atomic_write(path, lambda tmp: tmp.write_text(json.dumps(value, indent=1) + "\n"))
+    done.save()
+    return done.data
 
 
 def _check_settings(out: Path, protocol: Protocol) -> None:
     """``out`` holds the runs of this protocol or none: runs of other settings are not mixed."""
-    path = out / "vtab-settings.json"
-    settings = protocol.settings()
-    if path.is_file():
-        recorded = json.loads(path.read_text())
-        if recorded != settings:
-            differ = sorted(k for k in settings if recorded.get(k) != settings[k])
-            raise ConfigError(
-                f"{out} holds the runs of another VTAB-1k evaluation ({', '.join(differ)} "
-                f"differ: {path}): give another --out, or the same settings to resume it"
-            )
-        return
-    out.mkdir(parents=True, exist_ok=True)
-    _write_json(path, settings)
+    record = Record(out / "vtab-settings.json")
+    held = f"{out} holds the runs of another VTAB-1k evaluation"
+    check_same(record.data, protocol.settings(), held, "--out")
+    if not record.data:
+        record.data = protocol.settings()
+        record.save()
 
 
 def run_vtab(
@@ -487,7 +488,9 @@ def run_vtab(
         "mean": summary.mean,
         "count": len(finals),
     }
-    _write_json(out / "vtab.json", result)
+    written = Record(out / "vtab.json")
+    written.data = result
+    written.save()
     return result
 
 

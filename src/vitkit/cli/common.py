@@ -85,6 +85,18 @@ def image_size_arg(text: str) -> int | tuple[int, int]:
     return sides[0] if len(sides) == 1 else (sides[0], sides[1])
 
 
+def checkpoint_name(checkpoint: str) -> str:
+    """A checkpoint as a protocol's default run folder names it: ``ViT-B/16@in21k`` as it is,
+    ``runs/x/best`` (or ``runs/x/checkpoints/step_N``'s run) -> ``x``, ``ViT-B_16.npz`` ->
+    ``ViT-B_16``."""
+    path = Path(checkpoint)
+    if "@" in checkpoint:
+        return checkpoint
+    if path.name == "best" or path.name.startswith("step_"):
+        return path.parent.name
+    return path.stem
+
+
 def open_checkpoint(path: str) -> tuple[Any, list[str], Any, dict[str, Any]]:
     """A checkpoint's model (eval mode), class names, preprocessing (the training run's, or the
     official one at the model's resolution) and metadata (its run's config, when vitkit train

@@ -141,14 +141,9 @@ def _real_entries(args: argparse.Namespace, model: Any, split: Any) -> Any:
     model checked to be a 1000-class one; else None."""
     if not args.real:
         return None
-    from ..eval.real import REAL_CLASSES, real_entries
+    from ..eval.real import real_entries_for
 
-    if model.cfg.num_classes != REAL_CLASSES:
-        raise VitkitError(
-            f"--real: ImageNet ReaL labels are ImageNet-1k classes, and {args.checkpoint} has "
-            f"{model.cfg.num_classes} outputs: expected {REAL_CLASSES}"
-        )
-    return real_entries(split.dataset, split.name)
+    return real_entries_for(model.cfg.num_classes, split.dataset, split.name, args.checkpoint)
 
 
 def _real_line(entries: Any, predictions: Any) -> str:

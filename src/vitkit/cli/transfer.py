@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from ..errors import VitkitError
-from .common import Verb
+from .common import Verb, checkpoint_name
 
 EXAMPLE = (
     "vitkit transfer ViT-B/16@in21k --data cifar10:~/data/cifar-10-batches-py "
@@ -20,13 +20,7 @@ EXAMPLE = (
 def _default_run_dir(checkpoint: str) -> Path:
     """``runs/transfer-<checkpoint>``: runs/x/best -> x, ViT-B_16.npz -> vit-b_16,
     ViT-B/16@in21k -> vit-b-16-in21k."""
-    path = Path(checkpoint)
-    if "@" in checkpoint:
-        name = checkpoint
-    elif path.name == "best" or path.name.startswith("step_"):
-        name = path.parent.name
-    else:
-        name = path.stem
+    name = checkpoint_name(checkpoint)
     return Path("runs") / ("transfer-" + re.sub(r"[^a-z0-9_]+", "-", name.lower()).strip("-"))
 
 
@@ -115,7 +109,8 @@ def add_verbs(verb: Verb) -> None:
     p = verb(
         "transfer",
         "the paper's transfer protocol on a checkpoint: per dataset a learning-rate sweep on a "
-        "holdout of train, then all of train, tested; resumes [P Table 2, Table 4, B.1.1]",
+        "holdout of train, then all of train, tested (ImageNet: ReaL too); resumes [P Table 2, "
+        "Table 4, B.1.1]",
         _transfer,
         EXAMPLE,
     )

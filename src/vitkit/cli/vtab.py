@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from ..errors import ConfigError
-from .common import Verb
+from .common import Verb, checkpoint_name
 
 
 def _numbers(text: str, kind: type, what: str) -> list:
@@ -24,14 +24,7 @@ def _name(checkpoint: str) -> str:
     ``runs/x/best`` -> ``x``, ``ViT-B_16.npz`` -> ``ViT-B_16``."""
     import re
 
-    path = Path(checkpoint)
-    if "@" in checkpoint:
-        name = checkpoint
-    elif path.name == "best" or path.name.startswith("step_"):
-        name = path.parent.name
-    else:
-        name = path.stem
-    return re.sub(r"[^A-Za-z0-9._@-]+", "_", name)
+    return re.sub(r"[^A-Za-z0-9._@-]+", "_", checkpoint_name(checkpoint))
 
 
 def _vtab(args: argparse.Namespace) -> None:

@@ -86,6 +86,17 @@ def real_entries(dataset: Any, what: str) -> np.ndarray:
     return np.array(entries, dtype=np.int64)
 
 
+def real_entries_for(num_classes: int, dataset: Any, what: str, model: str) -> np.ndarray:
+    """``real_entries`` of ``dataset`` for a model (``model``: as messages name it) of
+    ``num_classes`` outputs; a ``DataError`` in one line unless they are ImageNet-1k's."""
+    if num_classes != REAL_CLASSES:
+        raise DataError(
+            f"ImageNet ReaL labels are ImageNet-1k classes, and {model} has {num_classes} "
+            f"outputs: expected {REAL_CLASSES}"
+        )
+    return real_entries(dataset, what)
+
+
 @dataclass(frozen=True)
 class RealAccuracy:
     """ReaL accuracy (nan when no image counts) over ``counted`` images; ``left_out`` images

@@ -12,7 +12,14 @@ would set them, and evaluated once, at its last step (the runs that choose never
 split). Layout: ``RUN_DIR/<dataset>/lr-<lr>/`` for each rate, ``RUN_DIR/<dataset>/final/``, and
 ``RUN_DIR/transfer.json``, the record (``sweep.Record``) that lets a stopped protocol resume and
 that ``table`` turns into the paper's table, beside the paper's numbers for the same model
-(``paper.PAPER_RESULTS``). ImageNet ReaL is not measured yet: its cell says so (issue 26 item 2).
+(``paper.PAPER_RESULTS``).
+
+ImageNet's final run also reports ImageNet ReaL on the split it reports (``sweep.measure_real``).
+Its images are joined to the ReaL labels by their names before that run trains; when they do not
+join (or the model is not a 1000-class one) the row says why in one line and the protocol goes
+on, rather than failing: the top-1 is the protocol's result, ReaL a column beside it, and
+``vitkit eval RUN_DIR/<dataset>/final/best --data IMAGENET_VAL --real`` measures it later on
+images named as ImageNet's validation files.
 """
 
 from __future__ import annotations
@@ -35,7 +42,7 @@ from .paper import (
     scaled_steps,
     settings_for,
 )
-from .sweep import Record, choose, train_run
+from .sweep import Record, check_same, choose, train_run
 
 RECIPE = "finetune-paper"
 RECORD = "transfer.json"
@@ -172,11 +179,18 @@ class _Runs:
         self.pretrained, _, self.extra = read(options.checkpoint, num_heads=options.num_heads)
 
     def run(
-        self, spec: str, settings: dict[str, Any], lr: float, validation: str, name: str
+        self,
+        spec: str,
+        settings: dict[str, Any],
+        lr: float,
+        validation: str,
+        name: str,
+        *,
+        real: bool = False,
     ) -> dict[str, Any]:
         """One run of ``spec`` with ``lr``, validated on ``validation``, in the run directory
         ``name`` below the protocol's (as the record names it, so the folder can move): the
-        holdout's runs never see the test split."""
+        holdout's runs never see the test split. ``real``: ImageNet ReaL measured too."""
         where = self.root / name
         sets = run_sets(settings, self.options, lr, validation)
         request = Request(
@@ -185,8 +199,12 @@ class _Runs:
         composed = compose(
             request, checkpoint=self.pretrained, checkpoint_data=recorded_data(self.extra)
         )
-        result = train_run(
-            composed, where, test=validation != "holdout", progress=self.options.progress
+        result, _ = train_run(
+            composed,
+            where,
+            test=validation != "holdout",
+            progress=self.options.progress,
+            real=real,
         )
         return {"run_dir": name, "lr": lr, **result}
 
@@ -197,23 +215,34 @@ def _row(record: Record, dataset: Dataset, options: Options, model: str | None) 
     settings = plan(dataset, options)
     fresh = {"data": dataset.spec, "settings": settings, "sweep": {}}
     row = record.data["datasets"].setdefault(dataset.name, fresh)
-    if (row["data"], row["settings"]) != (dataset.spec, settings):
-        raise ConfigError(
-            f"{record.path} holds {dataset.name} ({row['data']}) with other settings "
-            f"({row['settings']}): give another --run-dir, or the same settings ({settings})"
-        )
+    check_same(
+        {"data": row["data"], **row["settings"]},
+        {"data": dataset.spec, **settings},
+        f"{record.path} holds {dataset.name} with other settings",
+        "--run-dir",
+    )
     row["settings_of"] = dataset.settings.name if dataset.known else None
     paper = paper_result(model, dataset.settings) if dataset.known else None
     row["paper"] = None if paper is None else {"model": model, "top1": paper[0], "source": paper[1]}
-    if dataset.settings.real:
-        row["real"] = None  # ImageNet ReaL: not measured yet (issue 26 item 2)
     return row
 
 
 def _described(result: dict[str, Any], split: str) -> str:
     if "diverged" in result:
         return str(result["diverged"])
-    return f"{split} top-1 {100 * result['accuracy']:.2f}% ({result['count']:,} images)"
+    said = f"{split} top-1 {100 * result['accuracy']:.2f}% ({result['count']:,} images)"
+    real = result.get("real")
+    if real is None:
+        return said
+    if "not_measured" in real:
+        return f"{said}; ImageNet ReaL not measured: {real['not_measured']}"
+    return f"{said}; ImageNet ReaL {_real_cell(real)}"
+
+
+def _real_cell(real: dict[str, Any]) -> str:
+    """A measured ReaL: its accuracy (%), the images counted and those left out."""
+    accuracy = "--" if not real["counted"] else _percent(real["accuracy"])
+    return f"{accuracy} ({real['counted']:,}; {real['left_out']:,} left out)"
 
 
 def transfer(
@@ -227,12 +256,10 @@ def transfer(
     datasets (``transfer.json``'s entries, which ``table`` prints). ``say``: a line per run."""
     check_sets(options.sets)
     record = Record(run_dir / RECORD)
-    if record.data.get("checkpoint", options.checkpoint) != options.checkpoint:
-        raise ConfigError(
-            f"{run_dir} holds the transfer of {record.data['checkpoint']}, not of "
-            f"{options.checkpoint}: give another --run-dir"
-        )
-    record.data |= {"checkpoint": options.checkpoint, "recipe": RECIPE}
+    given = {"checkpoint": options.checkpoint, "recipe": RECIPE}
+    recorded = {k: record.data[k] for k in given if k in record.data}
+    check_same(recorded, given, f"{run_dir} holds the transfer of another checkpoint", "--run-dir")
+    record.data |= given
     record.data.setdefault("datasets", {})
     runs = _Runs(options, run_dir)
     model = options.paper_model or runs.extra.get("pretrained")
@@ -256,7 +283,12 @@ def transfer(
         if "final" not in row:
             where = f"{dataset.name}/final"
             final = runs.run(
-                dataset.spec, settings, row["lr"], _final_validation(dataset.spec), where
+                dataset.spec,
+                settings,
+                row["lr"],
+                _final_validation(dataset.spec),
+                where,
+                real=dataset.settings.real,
             )
             if "diverged" in final:
                 raise ConfigError(f"{dataset.name}: lr {row['lr']:g}: {final['diverged']}")
@@ -284,7 +316,8 @@ def _percent(x: float) -> str:
 def table(summary: dict[str, Any]) -> list[str]:
     """The paper's table of ``transfer``'s summary, in markdown: a row per dataset with its
     settings, the holdout top-1 of each rate (the chosen one in bold), the chosen rate, the test
-    top-1 (%), ImageNet ReaL and the paper's number for the same model."""
+    top-1 (%), ImageNet ReaL (%: the images counted; those left out, whose ReaL label set is
+    empty) and the paper's number for the same model; below it, why a ReaL was not measured."""
     model = summary.get("paper_model")
     lines = [
         f"Transfer of {summary['checkpoint']} (recipe {summary['recipe']}; the paper's model: "
@@ -294,6 +327,7 @@ def table(summary: dict[str, Any]) -> list[str]:
         "| ReaL (%) | paper (%) |",
         "|---|---|---:|---|---|---:|---:|---|---|",
     ]
+    unmeasured: list[str] = []
     for name, row in summary["datasets"].items():
         s, final = row["settings"], row["final"]
         if s["sweep"]:
@@ -312,20 +346,25 @@ def table(summary: dict[str, Any]) -> list[str]:
             + f" ({final['count']:,}"
             + (")" if final["split"] == "test" else ", val)")
         )
-        real = "not measured yet" if "real" in row else "—"
+        real = final.get("real")
+        if real is None:
+            cell = "—"
+        elif "not_measured" in real:
+            cell = "not measured (below)"
+            unmeasured.append(
+                f"{name}: ImageNet ReaL not measured: {real['not_measured']} (`vitkit eval "
+                f"RUN_DIR/{name}/final/best --data IMAGENET_VAL --real` measures it on images "
+                "named as ImageNet's validation files)"
+            )
+        else:
+            cell = _real_cell(real)
         paper = row["paper"]
         cited = "—" if paper is None else f"{paper['top1']:.2f} ({paper['source']})"
         lines.append(
             f"| {name} | {settings} | {s['steps']:,} | {held} | {swept} | {row['lr']:g} | "
-            f"{tested} | {real} | {cited} |"
+            f"{tested} | {cell} | {cited} |"
         )
-    if any("real" in row for row in summary["datasets"].values()):
-        lines += [
-            "",
-            "ReaL: `vitkit eval RUN_DIR/<dataset>/final/best --data IMAGENET_VAL --real` once "
-            "`vitkit eval --real` is in (issue 26 item 2).",
-        ]
-    return lines
+    return [*lines, "", *unmeasured] if unmeasured else lines
 
 
 def settings_line(dataset: Dataset, options: Options) -> str:

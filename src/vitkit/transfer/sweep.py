@@ -1,31 +1,44 @@
 """Runs under one folder, each in its own run directory, with a JSON record of what each gave:
-what makes a sweep resumable after a kill at any point.
+what makes a sweep resumable after a kill at any point; the machinery of both protocols,
+``vitkit transfer`` and ``vitkit vtab``.
 
-A run recorded in the record is never run again; one not recorded is trained through the path
-``vitkit train`` takes (``compose.read_data`` then ``train``), which resumes a half run from its
-last checkpoint exactly and evaluates a finished one again (train/loop.py). The record is
-rewritten whole after each run (``files.atomic_write``): a kill leaves the last one. The choice
+A run recorded in a record is never run again; one not recorded is trained through the path
+``vitkit train`` takes (``compose.read_data`` then ``train``: ``train_run``, with the data read
+as the protocol stages it), which resumes a half run from its last checkpoint exactly and
+evaluates a finished one again (train/loop.py). A record is rewritten whole after each run
+(``Record``, ``files.atomic_write``): a kill leaves the last one; a record of other settings is
+refused (``check_same``) rather than mixed with this command's runs. The choice
 among the runs is ``choose``: the highest accuracy; a tie goes to the smaller learning rate
 (closer to the pre-trained weights, and what a coarser grid would have found first); a run that
-diverged is never chosen.
+diverged is never chosen. A final run of ImageNet also measures ImageNet ReaL
+(``measure_real``: eval/real.py's join and count) of the weights it reported on.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..compose import Composed, read_data
-from ..errors import ConfigError, UserFileError
+from ..compose import Composed, DataBuilder, read_data
+from ..config import RunConfig
+from ..errors import ConfigError, DataError, UserFileError
 from ..files import atomic_write
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from ..data.run_data import RunData
+
+log = logging.getLogger(__name__)
 
 
 class Record:
-    """The JSON record of a sweep at ``path``: a dict, read if the file exists, written whole
-    and atomically by ``save``."""
+    """The JSON record of a sweep (or of one run) at ``path``: a dict, read if the file exists
+    (else empty), written whole and atomically by ``save``."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -41,21 +54,97 @@ class Record:
         atomic_write(self.path, lambda p: p.write_text(text))
 
 
-def train_run(composed: Composed, run_dir: Path, *, test: bool, progress: bool) -> dict[str, Any]:
-    """Train (or resume, or evaluate again) the run ``composed`` in ``run_dir``; its final
-    evaluation: ``split``, ``accuracy``, ``loss``, ``count`` (images), or ``diverged`` (the
-    message) for a run whose loss stopped being finite. ``test=False``: the data's test split is
-    left out, so a run that chooses (on its holdout) never sees it."""
+def check_same(recorded: Mapping[str, Any], given: Mapping[str, Any], held: str, flag: str) -> None:
+    """A ``ConfigError`` when the settings a record holds (``recorded``; empty: a new record)
+    are not ``given``: ``held`` says what holds them, then the keys that differ with both values
+    and the way out (another ``flag``, or the same settings)."""
+    differ = sorted(k for k in given.keys() | recorded.keys() if recorded.get(k) != given.get(k))
+    if recorded and differ:
+        both = "; ".join(f"{k} {recorded.get(k)!r}, now {given.get(k)!r}" for k in differ)
+        raise ConfigError(
+            f"{held} ({', '.join(differ)} differ: {both}): give another {flag}, or the same "
+            "settings to resume it"
+        )
+
+
+def train_run(
+    composed: Composed,
+    run_dir: Path,
+    *,
+    progress: bool,
+    test: bool = True,
+    real: bool = False,
+    build: DataBuilder | None = None,
+) -> tuple[dict[str, Any], RunData]:
+    """Train (or resume, or evaluate again) the run ``composed`` in ``run_dir`` on the data
+    ``build`` reads (None: ``build_data``); its final evaluation: ``split``, ``accuracy``,
+    ``loss``, ``count`` (images), or ``diverged`` (the message) for a run whose loss stopped being
+    finite; and the data it trained on. ``test=False``: the data's test split is left out, so a
+    run that chooses (on its holdout) never sees it. ``real``: also ``real``, ImageNet ReaL
+    accuracy of the same weights on the same split (``measure_real``)."""
     from ..train.loop import DivergedError, train
 
-    composed, data = read_data(composed, run_dir)
+    composed, data = read_data(composed, run_dir, build=build)
     if not test:
         data = dataclasses.replace(data, test=None, test_name=None)
+    # the names are joined before training: a split that cannot be measured is said now
+    joined = _joined(composed, data, run_dir) if real else None
     try:
         result = train(composed.run, run_dir, progress=progress, data=data)
     except DivergedError as e:
-        return {"diverged": str(e)}
-    return {k: result[k] for k in ("split", "accuracy", "loss", "count")}
+        return {"diverged": str(e)}, data
+    out = {k: result[k] for k in ("split", "accuracy", "loss", "count")}
+    if isinstance(joined, str):
+        out["real"] = {"not_measured": joined}
+    elif joined is not None:
+        out["real"] = measure_real(composed.run, run_dir, _evaluated(data)[0], joined)
+    return out, data
+
+
+def _evaluated(data: RunData) -> tuple[Any, str]:
+    """The split ``train`` reports at the end and its name: the test split apart from the
+    validation split, else the validation split (data/run_data.py)."""
+    if data.test is not None and not data.val_is_test:
+        return data.test, str(data.test_name)
+    return data.val, data.val_name
+
+
+def _joined(composed: Composed, data: RunData, run_dir: Path) -> np.ndarray | str:
+    """The ReaL labels' entry of every image ``train`` will report on, or why there are none
+    (one line: the model is not a 1000-class one, or the images are not named as ImageNet's
+    validation files), which is logged at once."""
+    from ..eval.real import real_entries_for
+
+    images, name = _evaluated(data)
+    try:
+        return real_entries_for(
+            composed.run.model.num_classes, images, name, "the fine-tuned model"
+        )
+    except DataError as e:
+        log.warning("%s: ImageNet ReaL will not be measured: %s", run_dir, e)
+        return str(e)
+
+
+def measure_real(run: RunConfig, run_dir: Path, images: Any, entries: np.ndarray) -> dict:
+    """ImageNet ReaL accuracy of the weights ``run_dir/best`` (those its final evaluation
+    reported) on ``images`` (whose label entries are ``entries``), evaluated as the run
+    evaluates (its device, batch size and ``data.test_flip``): ``accuracy``, ``counted``,
+    ``left_out`` (images with an empty label set)."""
+    from ..data import BatchOptions
+    from ..data.run_data import batches_of
+    from ..eval.metrics import evaluate
+    from ..eval.real import REAL_CLASSES, real_accuracy
+    from ..io.api import load
+    from ..train.distributed import resolve_device
+
+    model = load(run_dir / "best").to(resolve_device(run.train.device)).eval()
+    options = BatchOptions.evaluation(run.model, batch_size=run.train.batch_size)
+    batches = batches_of(images, options)
+    result = evaluate(
+        model, batches.epoch(0), REAL_CLASSES, flip=run.data.test_flip, predictions=True
+    )
+    real = real_accuracy(entries, result["predictions"])
+    return {"accuracy": real.accuracy, "counted": real.counted, "left_out": real.left_out}
 
 
 def choose(accuracies: Mapping[float, float | None]) -> float:

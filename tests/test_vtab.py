@@ -18,6 +18,7 @@ from helpers import randomize, stopped_copy, tiny, vtab_task_folder
 from vitkit import save
 from vitkit.cli import main
 from vitkit.config import DataConfig
+from vitkit.errors import ConfigError
 from vitkit.model import VisionTransformer
 from vitkit.vtab import (
     CANDIDATES,
@@ -91,6 +92,11 @@ def test_one_setting_for_all_tasks_by_the_mean_val200_accuracy_or_one_per_task()
         "eurosat": B,
         "clevr_count": B,
     }
+    diverged = {"dtd": {A: 0.9, B: 0.5}, "svhn": {A: None, B: 0.25}}  # A diverged on svhn
+    assert choose(diverged, [A, B]) == dict.fromkeys(diverged, B)
+    assert choose(diverged, [A, B], per_task=True) == {"dtd": A, "svhn": B}
+    with pytest.raises(ConfigError, match=r"^every candidate diverged on svhn"):
+        choose({"svhn": {A: None, B: None}}, [A, B], per_task=True)
     tied = {"dtd": {A: 0.5, B: 0.5}, "svhn": {A: 0.25, B: 0.25}}
     assert choose(tied, [B, A]) == dict.fromkeys(tied, B)  # a tie: the first listed
     assert choose(tied, [A, B], per_task=True) == dict.fromkeys(tied, A)
@@ -193,7 +199,7 @@ def test_vtab_runs_the_protocol_on_three_stand_ins_and_resumes(
             "layout": "VTAB-1k lists",
             "encodings": {STAND_INS[folder][0]: 9},
         }
-        run_dir = out / "final" / name
+        run_dir = out / "final" / name / chosen[name].slug  # another choice: another run
         logged = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
         tests = [r for r in logged if r.get("split") == "test"]
         assert len(tests) == 1 and tests[0]["accuracy"] == final["accuracy"]  # tested once
@@ -215,9 +221,10 @@ def test_vtab_runs_the_protocol_on_three_stand_ins_and_resumes(
     # its checkpoint, to the same figures
     resumed = tmp_path / "resumed"
     shutil.copytree(out, resumed)
-    shutil.rmtree(resumed / "final" / "eurosat")
-    stopped_copy(out / "final" / "eurosat", resumed / "final" / "eurosat", step=1)
-    (resumed / "final" / "eurosat" / "vtab.json").unlink()
+    eurosat = Path("final", "eurosat", chosen["eurosat"].slug)
+    shutil.rmtree(resumed / eurosat)
+    stopped_copy(out / eurosat, resumed / eurosat, step=1)
+    (resumed / eurosat / "vtab.json").unlink()
     (resumed / "vtab.json").unlink()
     calls = []
     real = vitkit.train.loop.train
@@ -228,7 +235,7 @@ def test_vtab_runs_the_protocol_on_three_stand_ins_and_resumes(
 
     monkeypatch.setattr(vitkit.train.loop, "train", counted)
     assert main(_vtab(checkpoint, release, resumed)) == 0
-    assert calls == [resumed / "final" / "eurosat"]
+    assert calls == [resumed / eurosat]
     again = json.loads((resumed / "vtab.json").read_text())
     assert again["tasks"]["eurosat"]["accuracy"] == result["tasks"]["eurosat"]["accuracy"]
     assert again["mean"] == result["mean"]

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import io
 import logging
 import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -168,22 +167,33 @@ PAPER_SETTING = Candidate(0.01, 2500)
 
 
 def choose(
-    val: Mapping[str, Mapping[Candidate, float]],
+    val: Mapping[str, Mapping[Candidate, float | None]],
     candidates: Sequence[Candidate],
     *,
     per_task: bool = False,
 ) -> dict[str, Candidate]:
     """The setting each task's final run takes: the candidate of the highest mean val200 accuracy
     over the tasks, the same for all (the paper's choice), or each task's own best with
-    ``per_task``; a tie goes to the first in ``candidates``' order."""
+    ``per_task``; a tie goes to the first in ``candidates``' order. A candidate whose run
+    diverged (None) on a task it is scored on is never chosen; a ``ConfigError`` when every one
+    did."""
 
-    def best(score: Callable[[Candidate], float]) -> Candidate:
-        return max(candidates, key=lambda c: (score(c), -candidates.index(c)))
+    def best(score: Callable[[Candidate], float | None], where: str) -> Candidate:
+        scored = [(s, -i, c) for i, c in enumerate(candidates) if (s := score(c)) is not None]
+        if not scored:
+            raise ConfigError(
+                f"every candidate diverged {where} ({', '.join(c.label for c in candidates)}): "
+                "give lower learning rates (--lrs)"
+            )
+        return max(scored)[2]
+
+    def mean(c: Candidate) -> float | None:
+        found = [val[task][c] for task in val]
+        return None if None in found else statistics.fmean(f for f in found if f is not None)
 
     if per_task:
-        return {task: best(val[task].__getitem__) for task in val}
-    chosen = best(lambda c: statistics.fmean(val[task][c] for task in val))
-    return dict.fromkeys(val, chosen)
+        return {task: best(val[task].__getitem__, f"on {task}") for task in val}
+    return dict.fromkeys(val, best(mean, "on some task"))
 
 
 @dataclass(frozen=True)
@@ -338,7 +348,7 @@ def _staged(
 def data_format(data: TaskData, images: Any, sample: int = 20) -> dict[str, Any]:
     """What a score's data was: the spec, how it is stored, and the encodings of the first
     ``sample`` training images (PIL's names: PNG, JPEG)."""
-    from PIL import Image
+    from .data.codec import DECODE_ERRORS, open_image
 
     kind = data_source(data.spec).kind
     out: dict[str, Any] = {
@@ -348,8 +358,12 @@ def data_format(data: TaskData, images: Any, sample: int = 20) -> dict[str, Any]
     if isinstance(images, DecodedImages):
         encodings: dict[str, int] = {}
         for index in range(min(sample, len(images))):
-            with Image.open(io.BytesIO(images.encoded(index))) as image:
-                encodings[str(image.format)] = encodings.get(str(image.format), 0) + 1
+            try:  # only the formats vitkit opens (codec.FORMATS)
+                with open_image(images.encoded(index)) as image:
+                    found = str(image.format)
+            except DECODE_ERRORS:  # a file gone or broken since verification
+                found = "unreadable"
+            encodings[found] = encodings.get(found, 0) + 1
         out["encodings"] = encodings
     else:
         out["encodings"] = {"arrays": len(images)}  # decoded from the release's own binary files
@@ -398,6 +412,12 @@ def _run(
     val200 for a sweep run, test for a final run; a finished run's ``vtab.json`` is read."""
     done = Record(run_dir / "vtab.json")
     if done.data:
+        recorded = done.data.get("data", {}).get("spec")
+        if recorded != data.spec:
+            raise ConfigError(
+                f"{run_dir} holds a run of {data.task.name} on {recorded}, not on {data.spec}: "
+                "give another --out"
+            )
         return done.data
     sets = [
         f"optim.lr={setting.lr!r}",
@@ -415,8 +435,20 @@ def _run(
     seed = composed.run.train.seed
     staged = functools.partial(stage_data, data, stage)
     result, images = train_run(composed, run_dir, progress=progress, build=staged)
-    if "diverged" in result:
+    if "diverged" in result and stage == "final":
         raise ConfigError(f"{data.task.name} {setting.label}: {result['diverged']}")
+    if "diverged" in result:  # never chosen (``choose``); recorded, so it is not run again
+        done.data = {
+            "task": data.task.name,
+            "stage": stage,
+            "lr": setting.lr,
+            "steps": setting.steps,
+            "accuracy": None,
+            "diverged": result["diverged"],
+            "data": {"spec": data.spec},
+        }
+        done.save()
+        return done.data
     done.data = {
         "task": data.task.name,
         "stage": stage,
@@ -457,7 +489,7 @@ def run_vtab(
     out = Path(out)
     _check_settings(out, protocol)
     candidates = protocol.candidates if protocol.sweep else (PAPER_SETTING,)
-    val: dict[str, dict[Candidate, float]] = {}
+    val: dict[str, dict[Candidate, float | None]] = {}  # None: the run diverged
     sweep_runs = []
     if protocol.sweep:
         for data in tasks:
@@ -466,15 +498,17 @@ def run_vtab(
                 record = _run(protocol, data, "sweep", setting, run_dir, progress=progress)
                 val.setdefault(data.task.name, {})[setting] = record["accuracy"]
                 sweep_runs.append(record)
-                said(f"sweep {data.task.name} {setting.label}: val200 {record['accuracy']:.4f}")
+                found = record["accuracy"]
+                score = "diverged" if found is None else f"{found:.4f}"
+                said(f"sweep {data.task.name} {setting.label}: val200 {score}")
         chosen = choose(val, candidates, per_task=protocol.per_task)
     else:
         chosen = {data.task.name: PAPER_SETTING for data in tasks}
     finals = {}
     for data in tasks:
         setting = chosen[data.task.name]
-        record = _run(protocol, data, "final", setting, out / "final" / data.task.name,
-                      progress=progress)  # fmt: skip
+        run_dir = out / "final" / data.task.name / setting.slug  # another choice: another run
+        record = _run(protocol, data, "final", setting, run_dir, progress=progress)
         finals[data.task.name] = record
         said(f"final {data.task.name} {setting.label}: test {record['accuracy']:.4f}")
     summary = summarise({name: r["accuracy"] for name, r in finals.items()})
@@ -510,7 +544,8 @@ def table(result: Mapping[str, Any]) -> str:
         encodings = "+".join(sorted(data["encodings"]))
         row = [name, find_task(name).group, f"{data['layout']} ({encodings})"]
         if swept:
-            row += [f"{100 * val[name, c]:.1f}" for c in candidates]
+            row += ["diverged" if val[name, c] is None else f"{100 * val[name, c]:.1f}"
+                    for c in candidates]  # fmt: skip
         chosen = Candidate(*result["chosen"][name])
         row += [chosen.label, f"{100 * record['accuracy']:.1f}"]
         lines.append("| " + " | ".join(row) + " |")
@@ -519,7 +554,13 @@ def table(result: Mapping[str, Any]) -> str:
         lines.append("| " + " | ".join([f"mean {group}", *blank, f"{100 * mean:.1f}"]) + " |")
     lines.append(
         "| "
-        + " | ".join([f"mean, {result['count']} tasks", *blank, f"{100 * result['mean']:.1f}"])
+        + " | ".join(
+            [
+                f"mean, {result['count']} task{'s' if result['count'] != 1 else ''}",
+                *blank,
+                f"{100 * result['mean']:.1f}",
+            ]
+        )
         + " |"
     )
     return "\n".join(lines)

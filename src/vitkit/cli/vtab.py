@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from ..errors import ConfigError
@@ -39,8 +40,9 @@ def _vtab(args: argparse.Namespace) -> None:
     from ..io.api import read
 
     pretrained, _, _ = read(args.checkpoint, num_heads=args.num_heads)
+    given = Path(args.checkpoint)  # a file by its absolute path: resumed from anywhere alike
     protocol = Protocol(
-        checkpoint=args.checkpoint,
+        checkpoint=str(given.resolve()) if given.exists() else args.checkpoint,
         pretrained=pretrained,
         candidates=tuple(Candidate(lr, n) for lr in lrs for n in steps),
         resolution=args.resolution,
@@ -50,13 +52,19 @@ def _vtab(args: argparse.Namespace) -> None:
     )
     out = Path(args.out) if args.out else Path("runs") / f"vtab-{_name(args.checkpoint)}"
     print(f"{len(tasks)} task(s): " + ", ".join(f"{d.task.name} ({d.spec})" for d in tasks))
-    result = run_vtab(
-        protocol,
-        tasks,
-        out,
-        progress=not args.no_progress,
-        said=lambda line: print(line, flush=True),
-    )
+    from ..train.loop import StoppedError
+
+    try:
+        result = run_vtab(
+            protocol,
+            tasks,
+            out,
+            progress=not args.no_progress,
+            said=lambda line: print(line, flush=True),
+        )
+    except StoppedError as e:
+        print(f"vitkit vtab: {e}; run the same command to resume", file=sys.stderr)
+        raise SystemExit(128 + e.signum) from None
     if args.json:
         print(json.dumps(result, indent=1))
         return

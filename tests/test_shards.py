@@ -11,6 +11,7 @@ import dataclasses
 import io
 import json
 import os
+import shutil
 import tarfile
 from pathlib import Path
 
@@ -791,3 +792,29 @@ def test_a_rows_image_is_read_from_its_arrow_column_or_through_a_selection(
     selected = source(table.select([2, 0, 3]))
     assert selected._arrow is None  # through datasets: its rows are a mapping
     assert [selected.read(k) for k in range(3)] == [blobs[2], blobs[0], blobs[3]]
+
+
+def test_test_shards_alone_are_evaluated_with_their_classnames_but_not_trained_on(
+    shards: Path, tmp_path: Path
+) -> None:
+    """The CLIP benchmark's layout: ``DIR/test/*.tar`` beside ``DIR/classnames.txt`` and no
+    train shards: evaluated whole with those names (no few-shot training images); training on
+    it is one line saying that train shards are missing."""
+    from vitkit.config import DataConfig, ModelConfig
+    from vitkit.data.run_data import evaluation_split
+
+    bench = tmp_path / "bench"
+    (bench / "test").mkdir(parents=True)
+    for tar in sorted(shards.glob("test-*.tar")):
+        shutil.copy(tar, bench / "test" / tar.name.replace("test-", ""))
+    names = (shards / "classes.txt").read_text().splitlines()
+    (bench / "classnames.txt").write_text("".join(f"a photo's {n}\n" for n in names))
+    model = ModelConfig(
+        image_size=16, patch_size=8, hidden_size=16, num_layers=1, num_heads=2, mlp_dim=32,
+        num_classes=len(names),
+    )  # fmt: skip
+    split = evaluation_split(f"wds:{bench}", {}, model, source="ckpt")
+    assert split.classes == [f"a photo's {n}" for n in names] and split.train is None
+    assert len(split.dataset) == SIZES["test"] * len(names)
+    with pytest.raises(DataError, match=r"has no train shards \(expected train-\*\.tar\); it has"):
+        build_data(DataConfig(dataset=f"wds:{bench}"), model, seed=0, in_chans=3)

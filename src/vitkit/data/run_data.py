@@ -503,12 +503,13 @@ def evaluation_split(
                 )
         if which is not None:
             dataset = found.read(which, mode, True)
-            train = found.read("train", mode, False)
+            # the training images few-shot draws from: none where the data has no train split
+            # (a benchmark's test shards) or no random access (a stream)
+            train = found.read("train", mode, False) if "train" in splits else None
             name = f"{found.root}: {found.label(which)} ({_count(len(dataset))})"
             if recorded:
                 name += " (the checkpoint's data)"
-            streamed = isinstance(train, ParquetStream)  # no random access to draw shots from
-            train_images = None if streamed else train
+            train_images = None if isinstance(train, ParquetStream) else train
             return Split(dataset, list(dataset.classes), name, train_images, notes=notes)
     data = build_data(cfg, model, seed=seed, in_chans=model.in_chans)
     evaluated, named = (

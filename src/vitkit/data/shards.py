@@ -10,7 +10,9 @@ Splits are told by the shards' names (``shard_layout``): a shard belongs to spli
 below DIR, words being cut at ``-``, ``_``, ``.`` and ``/``: ``DIR/train-000000.tar``,
 ``DIR/imagenet-val-0001.tar``, ``DIR/test/0003.tar``. When no shard names a split, every shard
 is ``train`` (a holdout validates, as for a folder's single tree); a mix of named and unnamed
-shards, a shard naming two splits, or named splits without ``train`` are errors.
+shards, or a shard naming two splits, is an error. Named splits without ``train`` (a benchmark's
+``DIR/test/*.tar``, as the CLIP benchmark publishes them) are read for evaluation; training on
+them says in one line that train shards are missing.
 
 Class names: ``DIR/classes.txt`` (line k names label k), ``DIR/classes.json`` (a list of
 names) or ``DIR/classnames.txt`` (the CLIP benchmark's layout: ``DIR/classnames.txt`` beside
@@ -118,11 +120,6 @@ def shard_layout(root: str | os.PathLike) -> ShardLayout:
             f"named by none ({unnamed[0].relative_to(root)}"
             + (f" and {len(unnamed) - 1} more" if len(unnamed) > 1 else "")
             + "): expected train, val or test in every shard's name, or in none"
-        )
-    if "train" not in splits:
-        raise DataError(
-            f"{root} holds {', '.join(sorted(splits))} shards but no train shards: expected "
-            f"{root}/train-000000.tar beside them"
         )
     ordered = {s: tuple(splits[s]) for s in SPLITS if s in splits}
     return ShardLayout(root, MappingProxyType(ordered), named=True)

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from ..data.decoded import DecodedImages
 from ..errors import DataError
 
 LABELS_FILE = "imagenet_real_labels.json.gz"
@@ -64,14 +65,13 @@ def real_entries(dataset: Any, what: str) -> np.ndarray:
     """The entry of the ReaL labels of every image of ``dataset`` (``what``: it, as messages
     name it), int64 (n,) in its order; a ``DataError`` in one line when its images are not
     named as the ImageNet validation set's files, or have no names."""
-    key_of = getattr(dataset, "key_of", None)
-    if key_of is None:
+    if not isinstance(dataset, DecodedImages):  # images in memory, or a stream: no names
         raise DataError(
             f"ImageNet ReaL labels are joined to images by their file names, and {what} has "
             "none: expected the validation images as a folder, tar shards or a Hugging Face "
             "dataset read with random access (data.streaming=False)"
         )
-    keys = [key_of(i) for i in range(len(dataset))]
+    keys = [dataset.key_of(i) for i in range(len(dataset))]
     entries = [real_entry(key) for key in keys]
     unjoined = [i for i, entry in enumerate(entries) if entry is None]
     if unjoined:

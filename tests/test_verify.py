@@ -294,7 +294,7 @@ def test_a_large_listing_goes_to_the_pool_by_default(
 
     monkeypatch.setattr(vf, "ProcessPoolExecutor", counting)
     monkeypatch.setattr(vf, "PARALLEL_MIN_FILES", 8)
-    monkeypatch.setattr(vf, "default_workers", lambda: 2)
+    monkeypatch.setattr(vf, "usable_cores", lambda: 2)
     for k in range(8):
         _save(tmp_path / f"data/a/{k}.png", _grey(k))
     assert len(ImageFolderDataset(tmp_path / "data", None, verify_cache=False)) == 8

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from ..config import DataConfig
+from ..config.keys import default_of
 from .common import DEBUG_HELP, Verb
 
 
@@ -69,6 +71,6 @@ def add_verbs(verb: Verb) -> None:
     pack.add_argument(
         "--max-bad-fraction",
         type=float,
-        default=0.01,
+        default=default_of(DataConfig, "max_bad_fraction"),
         help="the fraction of a split's images that may be unreadable (left out and named)",
     )

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from ..errors import VitkitError
+from ..transfer.paper import DEFAULT_LR
 from .common import Verb, checkpoint_name
 
 EXAMPLE = (
@@ -142,9 +143,9 @@ def add_verbs(verb: Verb) -> None:
     p.add_argument(
         "--lr",
         type=float,
-        default=0.01,
-        help="the learning rate with --no-sweep (default 0.01: the middle of the paper's "
-        "sweeps, and its VTAB rate)",
+        default=DEFAULT_LR,
+        help=f"the learning rate with --no-sweep (default {DEFAULT_LR:g}: the middle of the "
+        "paper's sweeps, and its VTAB rate)",
     )
     p.add_argument(
         "--lrs", default=None, metavar="A,B,...", help="the rates swept (default: the dataset's)"

@@ -102,6 +102,15 @@ def key(
     return dataclasses.field(default=default, metadata={"key": Key(doc, ge, gt, le, lt)})
 
 
+def default_of(section: type, name: str) -> Any:
+    """The default a section declares for its key ``name`` (``key(default, ...)``): the one
+    place a default is written, for code that takes the value outside a config."""
+    field = {f.name: f for f in dataclasses.fields(section)}[name]
+    if field.default is dataclasses.MISSING:
+        raise KeyError(f"{section.__name__}.{name} has no default")
+    return field.default
+
+
 class Section:
     """Base of the config dataclasses: validates every field from its annotation on creation.
 

@@ -257,12 +257,11 @@ class DataConfig(Section):
     )
     verify: Verify = key(
         "full",
-        doc="how much of each image file a folder's first read checks: full = PIL's verify() of "
-        "every file (and decoding until a colour image when the channels are decided); header = "
-        "verify() only, channels from the files' modes; none = the listing only, a bad file "
-        "replaced when read (needs model.in_chans). A folder's findings are cached under "
-        "$VITKIT_HOME; wds: and hf: data are checked at every start (header as full), or not "
-        "at all with none",
+        doc="how much of each image a split's first read checks: full = PIL's verify() of "
+        "every image (and decoding until a colour image when the channels are decided); header "
+        "= verify() only, channels from the images' modes; none = the listing only, a bad image "
+        "replaced when read (needs model.in_chans). The findings of a folder, of shards and of "
+        "an hf: table on disk are cached under $VITKIT_HOME, per state of the data",
     )
     max_bad_fraction: float = key(
         0.01,

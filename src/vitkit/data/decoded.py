@@ -36,12 +36,16 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ..config import DataConfig
+from ..config.keys import default_of
 from ..errors import ConfigError, DataError
 from .arrays import as_indices, renumbering
 from .codec import DECODE_ERRORS, decode, decode_crop
 from .source import ImageSource, SourceState
 from .verify import LEVELS, Findings, Level, verify_source
 
+# data.max_bad_fraction's default, for the containers built outside a run's config
+MAX_BAD_FRACTION: float = default_of(DataConfig, "max_bad_fraction")
 _NAMED_BAD = 5  # unreadable files an error names; the rest are counted
 _Images = TypeVar("_Images", bound="DecodedImages")
 
@@ -59,7 +63,7 @@ class ReadOptions:
 
     mode: str | None = "RGB"
     verify: Level = "full"
-    max_bad_fraction: float = 0.01
+    max_bad_fraction: float = MAX_BAD_FRACTION
     verify_workers: int | None = None  # None: every core this process may use; 0 or 1: serial
     verify_cache: bool = True
 

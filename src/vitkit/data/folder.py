@@ -34,7 +34,7 @@ import torch
 from ..errors import DataError, MissingFileError
 from ..files import read_regular
 from .cells import class_order
-from .decoded import DecodedImages, ReadOptions
+from .decoded import MAX_BAD_FRACTION, DecodedImages, ReadOptions
 from .source import SourceState
 from .verify import Level, listing_key
 
@@ -287,7 +287,7 @@ class ImageFolderDataset(DecodedImages):
         *,
         mode: str | None = "RGB",
         verify: bool | Level = "full",
-        max_bad_fraction: float = 0.01,
+        max_bad_fraction: float = MAX_BAD_FRACTION,
         verify_workers: int | None = None,
         verify_cache: bool = True,
     ) -> None:
@@ -354,7 +354,7 @@ def verify_image_folder(
     *,
     mode: str | None = "RGB",
     verify: bool | Level = "full",
-    max_bad_fraction: float = 0.01,
+    max_bad_fraction: float = MAX_BAD_FRACTION,
     verify_workers: int | None = None,
 ) -> dict[str | None, ImageFolderDataset]:
     """Every split of the image folder ``root`` (``folder_layout``'s), verified and cached, by

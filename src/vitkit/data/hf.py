@@ -44,7 +44,7 @@ import numpy as np
 from ..config import DataConfig, hf_is_local
 from ..errors import ConfigError, DataError, MissingExtraError, MissingFileError, VitkitError
 from .cells import CellReader, check_labels, class_order
-from .decoded import DecodedImages, ReadOptions
+from .decoded import MAX_BAD_FRACTION, DecodedImages, ReadOptions
 from .source import SourceState
 from .verify import Level
 
@@ -105,7 +105,7 @@ class HFSource:
         *,
         mode: str | None,
         verify: bool | Level = True,
-        max_bad_fraction: float = 0.01,
+        max_bad_fraction: float = MAX_BAD_FRACTION,
         verify_workers: int | None = None,
         verify_cache: bool = True,
     ) -> Any:

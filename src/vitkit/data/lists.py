@@ -21,7 +21,7 @@ from pathlib import Path
 
 from ..errors import DataError, MissingFileError
 from .cells import label_from_text
-from .decoded import DecodedImages, ReadOptions
+from .decoded import MAX_BAD_FRACTION, DecodedImages, ReadOptions
 from .folder import FolderSource
 from .source import SourceState
 from .verify import Level, listing_key
@@ -115,7 +115,7 @@ class ListImages(DecodedImages):
         *,
         mode: str | None = "RGB",
         verify: bool | Level = "full",
-        max_bad_fraction: float = 0.01,
+        max_bad_fraction: float = MAX_BAD_FRACTION,
         verify_workers: int | None = None,
         verify_cache: bool = True,
     ) -> None:

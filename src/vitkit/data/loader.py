@@ -40,6 +40,7 @@ model's step); the per-sample path loads only its own part.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, TypeAlias
@@ -51,6 +52,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from ..config import DataConfig, ModelConfig, TrainConfig, image_size_of, size_hw
 from ..errors import ConfigError, DataError
+from ..runtime.cores import usable_cores
 from . import transforms
 from .arrays import ArrayDataset
 from .decoded import DecodedImages
@@ -168,11 +170,8 @@ def default_workers() -> int:
     """Decoding workers per process when ``data.num_workers`` is not set: this machine's cores
     (those this process may use) divided among the processes on it (torchrun's
     ``LOCAL_WORLD_SIZE``), less one for the process itself."""
-    import os
-
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-    return max(0, (cores or 1) // max(local, 1) - 1)
+    return max(0, usable_cores() // max(local, 1) - 1)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -57,7 +57,7 @@ import numpy as np
 from ..errors import ConfigError, DataError, MissingFileError
 from ..files import atomic_write
 from .cells import label_from_text
-from .decoded import DecodedImages, ReadOptions
+from .decoded import MAX_BAD_FRACTION, DecodedImages, ReadOptions
 from .folder import IMAGE_SUFFIXES, SPLITS, ImageFolderDataset, folder_layout
 from .source import SourceState
 from .verify import Level
@@ -311,7 +311,7 @@ class WebDatasetShards(DecodedImages):
         *,
         mode: str | None = "RGB",
         verify: bool | Level = "full",
-        max_bad_fraction: float = 0.01,
+        max_bad_fraction: float = MAX_BAD_FRACTION,
         verify_workers: int | None = None,
         verify_cache: bool = True,
     ) -> None:
@@ -378,7 +378,7 @@ def pack_folder(
     shard_size: int,
     splits: Sequence[str] | None = None,
     seed: int = 0,
-    max_bad_fraction: float = 0.01,
+    max_bad_fraction: float = MAX_BAD_FRACTION,
 ) -> tuple[list[Packed], list[tuple[str, str]]]:
     """Write an image folder's splits as ``out/{split}-{i:06d}.tar`` shards of ``shard_size``
     samples (the last may hold fewer), and ``out/classes.txt``; returns the shards written and

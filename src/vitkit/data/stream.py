@@ -54,7 +54,7 @@ from ..config import size_hw
 from ..errors import ConfigError, DataError
 from .cells import CellReader
 from .codec import DECODE_ERRORS, decode, decode_crop
-from .decoded import count_decode_failure
+from .decoded import MAX_BAD_FRACTION, count_decode_failure
 from .loader import Augment, Batches, BatchOptions, generator, ignore_interrupts
 from .transforms import resize, to_float
 
@@ -101,7 +101,7 @@ class ParquetStream:
         label_names: dict[str, int] | None,
         cells: CellReader,
         mode: str,
-        max_bad_fraction: float = 0.01,
+        max_bad_fraction: float = MAX_BAD_FRACTION,
         shuffle_buffer: int = 1000,
     ) -> None:
         import pyarrow.parquet as pq

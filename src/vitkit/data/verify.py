@@ -78,6 +78,7 @@ import PIL
 from PIL import ImageMode
 
 from ..files import atomic_write, exclusive, home
+from ..runtime.cores import usable_cores
 from .codec import DECODE_ERRORS, open_image, rgb_array
 from .source import ImageSource, SourceState
 
@@ -223,25 +224,16 @@ def summarise(seen: Sequence[Seen], *, level: Level, decide: bool) -> Findings:
     return found
 
 
-def default_workers() -> int:
-    """The cores this process may run on."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
 def run_pass(
     source: ImageSource, *, level: Level, decide: bool, workers: int | None = None
 ) -> Findings:
     """Check every record of ``source``, serially or split across ``workers`` processes (None:
-    ``default_workers()`` when there are ``PARALLEL_MIN_FILES`` or more; 0 or 1: serially); the
+    ``usable_cores()`` when there are ``PARALLEL_MIN_FILES`` or more; 0 or 1: serially); the
     findings are the serial pass's either way."""
     assert level != "none"
     look = decide and level == "full"
     records = range(len(source.labels))
-    n = (
-        default_workers()
-        if workers is None and len(records) >= PARALLEL_MIN_FILES
-        else workers or 1
-    )
+    n = usable_cores() if workers is None and len(records) >= PARALLEL_MIN_FILES else workers or 1
     n = min(n, len(records))
     if n <= 1 or multiprocessing.current_process().daemon:
         return summarise(check_records(source, records, look), level=level, decide=decide)

@@ -1,4 +1,5 @@
 """How vitkit runs models: the process's memory allocator (``allocator``), the fast inference path
-(``inference``), a module's eval mode for a block (``mode``) and the process clock (``clock``).
+(``inference``), a module's eval mode for a block (``mode``), the process clock (``clock``) and
+the cores it may use (``cores``).
 Nothing here changes what a model's weights compute. Imports only torch, so every part of vitkit
 may use it."""

@@ -276,14 +276,14 @@ def test_a_given_mode_decodes_nothing_and_says_so(tmp_path: Path, decodes: list[
         3,
         "3 channels: mode='RGB' was given",
     )
-    grey = ImageFolderDataset(tmp_path, "train", mode="L", verify=False)
+    grey = ImageFolderDataset(tmp_path, "train", mode="L", verify="none")
     assert (grey.channels, grey.channels_reason) == (1, "1 channel: mode='L' was given")
     assert decodes == []
     with pytest.raises(
         ConfigError,
         match=r"mode=None decides the channels while verifying every image: expected verify=.full.",
     ):
-        ImageFolderDataset(tmp_path, "train", mode=None, verify=False)
+        ImageFolderDataset(tmp_path, "train", mode=None, verify="none")
     with pytest.raises(ConfigError, match=r"mode='RGBA' is not valid: expected 'RGB', 'L' or None"):
         ImageFolderDataset(tmp_path, "train", mode="RGBA")
 
@@ -324,7 +324,7 @@ def test_skipped_names_every_dropped_file_and_each_gets_a_warning(tmp_path: Path
     assert "a/bad.png" in messages[0] and "1 skipped so far" in messages[0]
     assert "b/bad.jpg" in messages[1] and "2 skipped so far" in messages[1]
     assert len(ds) == 18 and ds.subset([0, 1]).skipped == ds.skipped
-    assert ImageFolderDataset(tmp_path, "train", verify=False, mode="L").skipped == []
+    assert ImageFolderDataset(tmp_path, "train", verify="none", mode="L").skipped == []
 
 
 def test_too_many_bad_files_name_the_first_five_and_count_the_rest(tmp_path: Path) -> None:

@@ -232,9 +232,9 @@ def test_classnames_txt_beside_shards_names_the_classes_as_the_clip_benchmark_la
     (clip / "test" / "0.tar").write_bytes((shards / "val-000000.tar").read_bytes())
     (clip / "train" / "0.tar").write_bytes((shards / "train-000000.tar").read_bytes())
     (clip / "classnames.txt").write_text("azure\nlime\ncrimson\n")
-    assert WebDatasetShards(clip, "test", verify=False).classes == ["azure", "lime", "crimson"]
+    assert WebDatasetShards(clip, "test", verify="none").classes == ["azure", "lime", "crimson"]
     (clip / "classes.json").write_text('["b", "g", "r"]')
-    assert WebDatasetShards(clip, "test", verify=False).classes == ["b", "g", "r"]
+    assert WebDatasetShards(clip, "test", verify="none").classes == ["b", "g", "r"]
 
 
 def test_the_split_of_a_shard_is_a_word_of_its_name(tmp_path: Path) -> None:
@@ -612,13 +612,13 @@ def test_a_cut_shard_and_a_hostile_label_are_one_line_errors(
         hostile = _shard(tmp_path / f"h{len(label)}" / "train-0.tar",
                          {"a.png": png, "a.cls": label.encode()})  # fmt: skip
         with pytest.raises(DataError, match=rf"a\.cls {why}"):
-            WebDatasetShards(hostile.parent, "train", verify=False)
+            WebDatasetShards(hostile.parent, "train", verify="none")
 
     named = _shard(tmp_path / "named" / "train-0.tar", {"a.png": png, "a.cls": b"3"})
     (named.parent / "classes.txt").write_text("cat\ndog\n")
     with pytest.raises(DataError, match=r"train-0.tar: a.cls holds the label 3, and the classes "
                        r"file of .* names 2: expected labels from 0 to 1"):  # fmt: skip
-        WebDatasetShards(named.parent, "train", verify=False)
+        WebDatasetShards(named.parent, "train", verify="none")
 
     from vitkit.config import DataConfig
     from vitkit.data.hf import open_hf

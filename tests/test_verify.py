@@ -380,8 +380,8 @@ def test_none_opens_nothing_and_replaces_a_bad_file_when_it_is_read(
     with pytest.warns(UnreadableImageWarning, match=r"1.png failed to decode"):
         image, _ = ds[1]
     assert image.shape == (3, 6, 5)
-    assert ImageFolderDataset(root, None, verify=False).verify == "none"
-    assert _quiet(root, None, verify=True, max_bad_fraction=0.5).verify == "full"
+    with pytest.raises(ConfigError, match=r"^verify=True is not valid: expected one of 'full'"):
+        ImageFolderDataset(root, None, verify=True)  # type: ignore[arg-type]
 
 
 def test_levels_and_workers_are_checked(tmp_path: Path) -> None:

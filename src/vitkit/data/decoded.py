@@ -73,7 +73,7 @@ class ReadOptions:
         if self.verify not in LEVELS:
             raise ConfigError(
                 f"verify={self.verify!r} is not valid: expected one of "
-                f"{', '.join(map(repr, LEVELS))} (or True for 'full', False for 'none')"
+                f"{', '.join(map(repr, LEVELS))}"
             )
         if self.mode is None and self.verify == "none":
             raise ConfigError(
@@ -90,20 +90,6 @@ class ReadOptions:
             raise ConfigError(
                 f"verify_workers={workers!r} is not valid: expected None or an integer >= 0"
             )
-
-    @classmethod
-    def of(
-        cls,
-        *,
-        mode: str | None,
-        verify: bool | str,
-        max_bad_fraction: float,
-        verify_workers: int | None = None,
-        verify_cache: bool = True,
-    ) -> ReadOptions:
-        """The options, with ``verify`` True read as 'full' and False as 'none'."""
-        level = ("full" if verify else "none") if isinstance(verify, bool) else verify
-        return cls(mode, level, max_bad_fraction, verify_workers, verify_cache)  # type: ignore[arg-type]
 
 
 def skip_unreadable(

@@ -263,13 +263,13 @@ class ImageFolderDataset(DecodedImages):
     ``verify`` is how much of each file is checked at construction (for runs, the config key
     ``data.verify``):
 
-    - ``'full'`` (or ``True``): ``verify()`` every file, and with ``mode=None`` decode until the
+    - ``'full'``: ``verify()`` every file, and with ``mode=None`` decode until the
       first colour image, as above.
     - ``'header'``: ``verify()`` every file; with ``mode=None`` the channels come from the files'
       PIL modes alone, nothing decoded: 1 when every file has a one-channel mode, else 3 (a grey
       image stored as RGB counts as colour). With a given ``mode`` it is the same pass as
       ``'full'``.
-    - ``'none'`` (or ``False``): the listing only, for trees too large to open twice; a file that
+    - ``'none'``: the listing only, for trees too large to open twice; a file that
       fails to decode is replaced when it is read. Needs a given ``mode``.
 
     The findings of a pass are cached (``verify_cache=False``: not read, not written) and a pass
@@ -286,18 +286,12 @@ class ImageFolderDataset(DecodedImages):
         split: str | None = "train",
         *,
         mode: str | None = "RGB",
-        verify: bool | Level = "full",
+        verify: Level = "full",
         max_bad_fraction: float = MAX_BAD_FRACTION,
         verify_workers: int | None = None,
         verify_cache: bool = True,
     ) -> None:
-        options = ReadOptions.of(
-            mode=mode,
-            verify=verify,
-            max_bad_fraction=max_bad_fraction,
-            verify_workers=verify_workers,
-            verify_cache=verify_cache,
-        )
+        options = ReadOptions(mode, verify, max_bad_fraction, verify_workers, verify_cache)
         self.root = Path(root)
         self.split = split
         if split is None:
@@ -353,7 +347,7 @@ def verify_image_folder(
     root: str | os.PathLike,
     *,
     mode: str | None = "RGB",
-    verify: bool | Level = "full",
+    verify: Level = "full",
     max_bad_fraction: float = MAX_BAD_FRACTION,
     verify_workers: int | None = None,
 ) -> dict[str | None, ImageFolderDataset]:

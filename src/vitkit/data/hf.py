@@ -104,7 +104,7 @@ class HFSource:
         split: str,
         *,
         mode: str | None,
-        verify: bool | Level = True,
+        verify: Level = "full",
         max_bad_fraction: float = MAX_BAD_FRACTION,
         verify_workers: int | None = None,
         verify_cache: bool = True,
@@ -128,13 +128,7 @@ class HFSource:
                 mode=mode or "RGB",  # a stream is not read ahead to decide (stream.py)
                 max_bad_fraction=max_bad_fraction,
             )
-        options = ReadOptions.of(
-            mode=mode,
-            verify=verify,
-            max_bad_fraction=max_bad_fraction,
-            verify_workers=verify_workers,
-            verify_cache=verify_cache,
-        )
+        options = ReadOptions(mode, verify, max_bad_fraction, verify_workers, verify_cache)
         return HFImages(
             self.tables[split],
             self.labels[split],

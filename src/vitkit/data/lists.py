@@ -114,18 +114,12 @@ class ListImages(DecodedImages):
         list_name: str,
         *,
         mode: str | None = "RGB",
-        verify: bool | Level = "full",
+        verify: Level = "full",
         max_bad_fraction: float = MAX_BAD_FRACTION,
         verify_workers: int | None = None,
         verify_cache: bool = True,
     ) -> None:
-        options = ReadOptions.of(
-            mode=mode,
-            verify=verify,
-            max_bad_fraction=max_bad_fraction,
-            verify_workers=verify_workers,
-            verify_cache=verify_cache,
-        )
+        options = ReadOptions(mode, verify, max_bad_fraction, verify_workers, verify_cache)
         self.task_dir = Path(task_dir)
         if not self.task_dir.is_dir():
             raise MissingFileError(

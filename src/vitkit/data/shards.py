@@ -310,18 +310,12 @@ class WebDatasetShards(DecodedImages):
         split: str = "train",
         *,
         mode: str | None = "RGB",
-        verify: bool | Level = "full",
+        verify: Level = "full",
         max_bad_fraction: float = MAX_BAD_FRACTION,
         verify_workers: int | None = None,
         verify_cache: bool = True,
     ) -> None:
-        options = ReadOptions.of(
-            mode=mode,
-            verify=verify,
-            max_bad_fraction=max_bad_fraction,
-            verify_workers=verify_workers,
-            verify_cache=verify_cache,
-        )
+        options = ReadOptions(mode, verify, max_bad_fraction, verify_workers, verify_cache)
         layout = shard_layout(root)
         if split not in layout.splits:
             raise DataError(

@@ -19,11 +19,14 @@ from PIL import Image
 README = Path(__file__).parent.parent / "README.md"
 BLOCK = re.compile(r"^(?P<marker>[^\n]*)\n```(?P<lang>\w*)\n(?P<body>.*?)\n```", re.M | re.S)
 RUN, SKIP = "<!-- readme-test -->", re.compile(r"^<!-- readme-test: not run \(.+\) -->$")
-# `vitkit` in the README's shell blocks: the same command, with two steps of training
+# how the README's first block puts `vitkit` (and the venv's `python`) on the PATH; every block
+# runs after it, as in a user's shell
+ACTIVATE = "source .venv/bin/activate"
+# `vitkit` in the README's shell blocks: the venv's command, with two steps of training
 TINY = """vitkit() {
   case "$1" in
-    train|finetune) "$VITKIT_PYTHON" -m vitkit "$@" --set train.duration=2st --no-progress ;;
-    *) "$VITKIT_PYTHON" -m vitkit "$@" ;;
+    train|finetune) command vitkit "$@" --set train.duration=2st --no-progress ;;
+    *) command vitkit "$@" ;;
   esac
 }
 set -euo pipefail
@@ -46,6 +49,11 @@ def test_every_block_is_run_or_says_why_not() -> None:
     assert len(found) >= 4
     for marker, _, body in found:
         assert marker == RUN or SKIP.match(marker), f"unmarked README block:\n{body}"
+
+
+def test_the_first_block_puts_vitkit_on_the_path() -> None:
+    _, _, first = blocks()[0]
+    assert "make test" in first and ACTIVATE in first
 
 
 def _folder(root: Path, classes: int = 3, per_class: int = 12) -> None:
@@ -86,10 +94,20 @@ def test_the_user_journey_runs_as_written(tmp_path: Path) -> None:
     _folder(tmp_path / "digits")
     (tmp_path / "photos").mkdir()
     Image.open(tmp_path / "digits" / "digit_1" / "0.png").save(tmp_path / "photos" / "a.png")
+    # `.venv` as the README builds it: this interpreter's venv (the clone's `.venv` under make test)
+    assert sys.prefix != sys.base_prefix, "the README's blocks run in a venv: run pytest in one"
+    (tmp_path / ".venv").symlink_to(sys.prefix, target_is_directory=True)
+    venv_bin = str(Path(sys.prefix) / "bin")
+    outside = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
     server = FileServer(_official_bucket())
     env = {
-        **os.environ,
-        "VITKIT_PYTHON": sys.executable,
+        **outside,
+        # `vitkit` is on the PATH only once the venv is activated, as for a new user
+        "PATH": os.pathsep.join(p for p in outside["PATH"].split(os.pathsep) if p != venv_bin),
+        # this tree's code, whichever tree the venv's editable install names
+        "PYTHONPATH": os.pathsep.join(
+            filter(None, [str(Path(__file__).parents[1] / "src"), outside.get("PYTHONPATH")])
+        ),
         "VITKIT_HOME": str(tmp_path / "cache"),  # and the bucket is the local server
         "VITKIT_VIT_MODELS_URL": server.url("/vit_models"),
     }
@@ -97,10 +115,10 @@ def test_the_user_journey_runs_as_written(tmp_path: Path) -> None:
         if marker != RUN:
             continue
         if lang == "bash":
-            command = ["bash", "-c", TINY + code]
+            command = ["bash", "-c", f"{ACTIVATE}\n{TINY}{code}"]
         else:
             assert lang == "python", lang
-            command = [sys.executable, "-c", code]
+            command = ["bash", "-c", f'{ACTIVATE}\nexec python -c "$1"', "python", code]
         # transformers reads local folders here: the Hub is off limits (not vitkit's bucket)
         hub_off = {"HF_HUB_OFFLINE": "1"} if "transformers" in code else {}
         proc = subprocess.run(

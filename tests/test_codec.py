@@ -223,6 +223,26 @@ def test_a_channels_last_crop_resizes_to_the_same_pixels() -> None:
     assert resize(view, (37, 53)).is_contiguous()  # even when nothing is resized
 
 
+@pytest.mark.parametrize("interpolation", ["bilinear", "bicubic"])
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.float32, torch.float16, torch.int16])
+@pytest.mark.parametrize("antialias", [True, False])
+def test_resize_gives_torchvisions_pixels(
+    interpolation: str, dtype: torch.dtype, antialias: bool
+) -> None:
+    """vitkit's resize is torchvision's (not imported, for start-up), in every layout it meets:
+    an image, a channels-last view, a batch, an empty batch; shrinking and enlarging."""
+    g = torch.Generator().manual_seed(0)
+    hwc = torch.randint(0, 256, (37, 53, 3), generator=g).to(dtype)
+    batch = torch.randint(0, 256, (4, 3, 37, 53), generator=g).to(dtype)
+    mode = getattr(TF.InterpolationMode, interpolation.upper())
+    for images in (hwc.permute(2, 0, 1), hwc.permute(2, 0, 1).contiguous(), batch, batch[:0]):
+        for size in ((20, 20), (24, 80), (9, 64)):
+            got = resize(images, size, interpolation=interpolation, antialias=antialias)
+            expected = TF.resize(images, list(size), interpolation=mode, antialias=antialias)
+            assert got.dtype == dtype and got.shape == expected.shape
+            assert torch.equal(got, expected), (images.shape, size)
+
+
 def test_a_flip_without_padding_is_the_gathers_flip() -> None:
     images = torch.randint(0, 256, (9, 2, 4, 5), dtype=torch.uint8)
     for flip in (True, False):

@@ -19,6 +19,7 @@ Two paths: in-memory uint8 batches (B, C, H, W) of one size (``random_crop_flip`
 from __future__ import annotations
 
 import math
+import platform
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,16 +28,13 @@ import torch
 import torch.nn.functional as F
 from PIL import Image, ImageOps
 from torch import Tensor
-from torchvision.transforms import v2
-from torchvision.transforms.v2 import functional as TF
 
 from ..config import from_dict, image_size_of, to_dict
 from ..errors import ConfigError, DataError
 
-_INTERPOLATION = {
-    "bilinear": TF.InterpolationMode.BILINEAR,
-    "bicubic": TF.InterpolationMode.BICUBIC,
-}
+# torchvision is imported only by ``rand_augment``: importing it imports torch._dynamo (through
+# torchvision.ops), seconds of every command's start (benchmarks/RESULTS.md, issue 27 item 6).
+_INTERPOLATION = ("bilinear", "bicubic")
 # Each normalisation as (mean, std) on pixels scaled to [0, 1], the same on every channel:
 # (x / 255 - 0.5) / 0.5 is (x - 127.5) / 127.5. Other tools (HF, ONNX consumers) read it this way.
 NORMALIZATIONS: dict[str, tuple[float, float]] = {"minus_one_to_one": (0.5, 0.5)}
@@ -156,10 +154,51 @@ def resize(
         )
     hw = _pair(size)
     if list(images.shape[-2:]) != hw:
-        images = TF.resize(
-            images, hw, interpolation=_INTERPOLATION[interpolation], antialias=antialias
-        )
+        images = _interpolate(images, hw, interpolation, antialias)
     return images.contiguous()  # a channels-last view (pil_to_tensor's) leaves as (C, H, W)
+
+
+def _interpolate(images: Tensor, hw: list[int], mode: str, antialias: bool) -> Tensor:
+    """torchvision's ``resize_image`` (0.29) for bilinear and bicubic, the same pixels (a test
+    compares them): uint8 is resized natively where torch has the fast kernel (bicubic; bilinear
+    on AVX2, AVX-512 or ARM CPUs), otherwise in float32 and rounded back."""
+    shape, numel = images.shape, images.numel()
+    C, H, W = shape[-3:]
+    if numel == 0:
+        return images.reshape(*shape[:-3], C, *hw)
+    x = images.reshape(-1, C, H, W)  # (B, C, H, W)
+    if (
+        x.is_contiguous(memory_format=torch.channels_last)
+        and x.shape[0] == 1
+        and numel != x.stride(0)
+    ):
+        # one channels-last image: restride so interpolate allocates its output channels last
+        # too (pytorch issue 68430), the memory torch's uint8 kernel is fast on
+        x = x.as_strided((1, C, H, W), (numel, *x.stride()[1:]))
+    native = x.dtype in (torch.float32, torch.float64) or (
+        x.dtype == torch.uint8 and x.device.type == "cpu" and _native_uint8(mode)
+    )
+    out = F.interpolate(
+        x if native else x.float(), size=hw, mode=mode, align_corners=False, antialias=antialias
+    )
+    if not native:
+        if mode == "bicubic" and images.dtype == torch.uint8:
+            out = out.clamp_(0, 255)
+        if not images.dtype.is_floating_point:
+            out = out.round_()
+        out = out.to(images.dtype)
+    return out.reshape(*shape[:-3], C, *hw)  # (..., C, S_h, S_w)
+
+
+def _native_uint8(mode: str) -> bool:
+    """Whether torch resizes uint8 directly on this CPU (torchvision's rule: its bilinear kernel
+    is slower than float32's without AVX2)."""
+    if mode == "bicubic":
+        return True
+    return torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512") or platform.machine() in (
+        "aarch64",
+        "arm64",
+    )
 
 
 def center_resize(image: Tensor, size: int | tuple[int, int], *, antialias: bool = True) -> Tensor:
@@ -254,6 +293,8 @@ def rand_augment(
     torchvision draws from the global RNG, so we fork it and seed the fork from ``generator``:
     the result depends only on ``generator``, and the caller's global RNG state is left untouched.
     """
+    from torchvision.transforms import v2
+
     seed = int(torch.randint(0, 2**62, (1,), generator=generator))
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import json
 import logging
 import signal
 import time
@@ -66,6 +65,7 @@ from ..runtime.clock import process_seconds
 from . import distributed, precision
 from .banner import banner
 from .cadence import Cadence
+from .metrics_log import METRICS_FILE, MetricsLog
 from .objectives import MaskedPatchPrediction, Objective, evaluate_mpp
 from .optim import build_optimizer, learning_rate, set_learning_rate
 from .report import write_report
@@ -409,7 +409,7 @@ def _train(
             best = -1.0  # the next evaluation writes best/, which the end of the run reads
         earlier_s = state.seconds - process_seconds()  # the run's clock goes on from there
     if main:
-        truncate_metrics(run_dir / "metrics.jsonl", step)
+        truncate_metrics(run_dir / METRICS_FILE, step)
         for line in banner(
             run, data, model, device=device, cadence=cadence, run_dir=run_dir, step=step
         ):
@@ -419,8 +419,7 @@ def _train(
     if len(classes) == run.model.num_classes:  # not an mpp run's head, sized apart from the data
         extra["class_names"] = classes  # what the head's outputs are, as reading checks
 
-    def run_seconds() -> float:
-        return earlier_s + process_seconds()
+    metrics = MetricsLog(run_dir, main=main, earlier_s=earlier_s)
 
     def evaluate_now(
         model: VisionTransformer | ResNetClassifier, batches: Batches, split: Images
@@ -465,21 +464,6 @@ def _train(
                     autocast=autocast,
                 )
         return result
-
-    board = _tensorboard(run_dir) if main else None
-
-    def write(record: dict[str, Any]) -> None:
-        if not main:
-            return
-        record["time_s"] = round(process_seconds(), 2)
-        record["run_s"] = round(run_seconds(), 2)
-        with open(run_dir / "metrics.jsonl", "a") as f:
-            f.write(json.dumps(record) + "\n")
-        if board is not None:
-            prefix = record.get("split", "train")
-            for key, value in record.items():
-                if isinstance(value, float):
-                    board.add_scalar(f"{prefix}/{key}", value, record["step"])
 
     # ---- the loop
     # micro-batches across epochs, on the device: each moved there while the previous computes
@@ -551,19 +535,19 @@ def _train(
                     "accuracy": accuracy_sum / window.n,
                     "images_per_s": window.images / max(elapsed, 1e-9),
                 }
-                write(record)
-                bar.log(record, total=cadence.total_steps, minutes=run_seconds() / 60)
+                metrics.write(record)
+                bar.log(record, total=cadence.total_steps, minutes=metrics.run_seconds() / 60)
                 window = _Window()
             if cadence.eval(step):
                 started = time.perf_counter()
                 result = evaluate_now(averaged, evaluation, data.val)
                 window.t += time.perf_counter() - started  # images/s counts training only
-                write({"step": step, "split": split, **_scalars(result)})
+                metrics.write({"step": step, "split": split, **_scalars(result)})
                 one_view = result.get("accuracy_one_view")
                 bar.write(
                     f"step {step}: {split} {what} {result['accuracy']:.4f}"
                     + ("" if one_view is None else f" (with its mirror; {one_view:.4f} without)")
-                    + f" ({run_seconds() / 60:.1f} min)"
+                    + f" ({metrics.run_seconds() / 60:.1f} min)"
                 )
                 if result["accuracy"] > best:  # the same result in every process
                     best = result["accuracy"]
@@ -573,7 +557,7 @@ def _train(
             if cadence.save(step) or stopping:  # every process gathers, rank 0 writes
                 weights = distributed.model_state(model)
                 state = TrainState.capture(
-                    live, step=step, best=best, window=window.sums(), seconds=run_seconds()
+                    live, step=step, best=best, window=window.sums(), seconds=metrics.run_seconds()
                 )
                 if main:
                     save_checkpoint(
@@ -596,18 +580,11 @@ def _train(
                 save_best(run_dir, model.cfg, weights, extra)
         tested = _best_model(run_dir, run, device)
         result = {"split": "test", **evaluate_now(tested, final_test, data.test), "best": best}
-        if not _logged(run_dir, step, "test"):  # a finished run re-evaluated: logged once
-            write({"step": step, "split": "test", **_scalars(result)})
+        if not metrics.logged(step, "test"):  # a finished run re-evaluated: logged once
+            metrics.write({"step": step, "split": "test", **_scalars(result)})
     if main:
         write_report(run_dir, result, classes)
     return result
-
-
-def _logged(run_dir: Path, step: int, split: str) -> bool:
-    """Whether metrics.jsonl has a record of ``split`` at ``step``."""
-    path = run_dir / "metrics.jsonl"
-    lines = path.read_text().splitlines() if path.is_file() else []
-    return any(r.get("step") == step and r.get("split") == split for r in map(json.loads, lines))
 
 
 def _best_model(
@@ -674,15 +651,6 @@ def _scalars(result: dict[str, Any]) -> dict[str, float]:
         for shots, acc in per_shots.items():
             out[f"fewshot_{name}_{shots}shot"] = acc["mean"]
     return out
-
-
-def _tensorboard(run_dir: Path) -> Any:
-    """A TensorBoard writer when tensorboard is installed (it is optional), else None."""
-    try:
-        from torch.utils.tensorboard import SummaryWriter
-    except ImportError:
-        return None
-    return SummaryWriter(str(run_dir / "tensorboard"))
 
 
 class _NoBar:

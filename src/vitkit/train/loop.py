@@ -45,18 +45,16 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..config import RunConfig, data_names
-from ..data import Batches, Preprocess
+from ..config import RunConfig
+from ..data import Preprocess
 from ..data.device import on_device
 from ..data.loader import BatchOptions, derive_seed
 from ..data.run_data import (
     RESUMED,
-    Images,
     RunData,
     another_order,
     batches_of,
     build_data,
-    evaluation_split,
 )
 from ..errors import ConfigError, VitkitError
 from ..files import atomic_write
@@ -65,8 +63,9 @@ from ..runtime.clock import process_seconds
 from . import distributed, precision
 from .banner import banner
 from .cadence import Cadence
+from .evaluator import Evaluator, read_fewshot_data, scalars
 from .metrics_log import METRICS_FILE, MetricsLog
-from .objectives import MaskedPatchPrediction, Objective, evaluate_mpp
+from .objectives import MaskedPatchPrediction, Objective
 from .optim import build_optimizer, learning_rate, set_learning_rate
 from .report import write_report
 from .rundir import RunLock
@@ -80,7 +79,6 @@ from .state import (
     load_checkpoint,
     remove_partial_writes,
     resumed_classes,
-    save_best,
     save_checkpoint,
     training_checkpoint,
     truncate_metrics,
@@ -340,7 +338,7 @@ def _train(
         from ..eval.fewshot import check_shots
 
         check_shots(train_set, tc.fewshot)
-    fewshot_data = _fewshot_data(run)  # {name: (train, test)}: read and checked before the run
+    fewshot_data = read_fewshot_data(run)  # {name: (train, test)}: read and checked before the run
     # the arithmetic, resolved for the device and recorded so: a resume elsewhere cannot change it
     resolved = precision.resolve(tc.precision, device)
     run = dataclasses.replace(
@@ -421,49 +419,19 @@ def _train(
 
     metrics = MetricsLog(run_dir, main=main, earlier_s=earlier_s)
 
-    def evaluate_now(
-        model: VisionTransformer | ResNetClassifier, batches: Batches, split: Images
-    ) -> dict[str, Any]:
-        """Each process evaluates its part of every batch; the sums are added up."""
-        from ..eval.fewshot import SHOTS, fewshot_model
-        from ..eval.metrics import evaluate
-
-        with distributed.unsharded(objective):  # the model is called outside the objective
-            if mpp is None:
-                result = evaluate(
-                    model,
-                    batches.epoch(0),
-                    len(classes),
-                    autocast=autocast,
-                    flip=run.data.test_flip,
-                    reduce=distributed.all_sum,
-                    gather=distributed.all_concat,
-                )
-            else:  # the colour accuracy of the chosen patches, the same patches every time
-                result = evaluate_mpp(
-                    model, mpp, batches.epoch(0), seed=tc.seed, reduce=distributed.all_sum
-                )
-            if tc.fewshot:  # whole in every process: small, and the same forward passes in all
-                result["fewshot"] = fewshot_model(
-                    model,
-                    train_set,
-                    split,  # the images evaluated: few-shot classifies them too
-                    shots=tc.fewshot,
-                    seeds=3,
-                    image_size=run.model.image_size,
-                    autocast=autocast,
-                )
-            for name, (shots_from, classified) in fewshot_data.items():  # as above
-                result.setdefault("fewshot_data", {})[name] = fewshot_model(
-                    model,
-                    shots_from,
-                    classified,
-                    shots=tc.fewshot or SHOTS,
-                    seeds=3,
-                    image_size=run.model.image_size,
-                    autocast=autocast,
-                )
-        return result
+    evaluate = Evaluator(
+        run,
+        run_dir,
+        objective=objective,
+        mpp=mpp,
+        num_classes=len(classes),
+        autocast=autocast,
+        train_set=train_set,
+        fewshot_data=fewshot_data,
+        cfg=model.cfg,
+        extra=extra,
+        best=best,
+    )
 
     # ---- the loop
     # micro-batches across epochs, on the device: each moved there while the previous computes
@@ -540,24 +508,24 @@ def _train(
                 window = _Window()
             if cadence.eval(step):
                 started = time.perf_counter()
-                result = evaluate_now(averaged, evaluation, data.val)
+                result = evaluate(averaged, evaluation, data.val)
                 window.t += time.perf_counter() - started  # images/s counts training only
-                metrics.write({"step": step, "split": split, **_scalars(result)})
+                metrics.write({"step": step, "split": split, **scalars(result)})
                 one_view = result.get("accuracy_one_view")
                 bar.write(
                     f"step {step}: {split} {what} {result['accuracy']:.4f}"
                     + ("" if one_view is None else f" (with its mirror; {one_view:.4f} without)")
                     + f" ({metrics.run_seconds() / 60:.1f} min)"
                 )
-                if result["accuracy"] > best:  # the same result in every process
-                    best = result["accuracy"]
-                    weights = distributed.model_state(averaged)  # FSDP: every process gathers
-                    if main:
-                        save_best(run_dir, model.cfg, weights, extra)
+                evaluate.keep_if_best(result, averaged)
             if cadence.save(step) or stopping:  # every process gathers, rank 0 writes
                 weights = distributed.model_state(model)
                 state = TrainState.capture(
-                    live, step=step, best=best, window=window.sums(), seconds=metrics.run_seconds()
+                    live,
+                    step=step,
+                    best=evaluate.best,
+                    window=window.sums(),
+                    seconds=metrics.run_seconds(),
                 )
                 if main:
                     save_checkpoint(
@@ -569,35 +537,20 @@ def _train(
                 raise StoppedError(stopping, step)
     bar.close()
     if not result:  # the run was already complete: evaluate its final weights
-        result = evaluate_now(averaged, evaluation, data.val)
-    result = {"split": split, **result, "best": best}
+        result = evaluate(averaged, evaluation, data.val)
+    result = {"split": split, **result, "best": evaluate.best}
     if final_test is not None:  # the test split, once, with the weights the validation chose
         assert data.test is not None  # final_test is its batches
         if not (run_dir / "best").is_dir():  # a finished checkpoint moved alone (--resume)
             log.info("no best/ in %s: the final weights are kept as the best", run_dir)
-            weights = distributed.model_state(averaged)
-            if main:
-                save_best(run_dir, model.cfg, weights, extra)
-        tested = _best_model(run_dir, run, device)
-        result = {"split": "test", **evaluate_now(tested, final_test, data.test), "best": best}
+            evaluate.save_best(averaged)
+        tested = evaluate.best_model(device)
+        result = {"split": "test", **evaluate(tested, final_test, data.test), "best": evaluate.best}
         if not metrics.logged(step, "test"):  # a finished run re-evaluated: logged once
-            metrics.write({"step": step, "split": "test", **_scalars(result)})
+            metrics.write({"step": step, "split": "test", **scalars(result)})
     if main:
         write_report(run_dir, result, classes)
     return result
-
-
-def _best_model(
-    run_dir: Path, run: RunConfig, device: torch.device
-) -> VisionTransformer | ResNetClassifier:
-    """The weights in ``best/`` (every process reads them once rank 0 has written them)."""
-    from ..io.checkpoint import load_state_dict_strict, read_ours
-
-    distributed.barrier()
-    _, weights, _ = read_ours(run_dir / "best")
-    model = build_model(run.model)
-    load_state_dict_strict(model, weights, source=str(run_dir / "best"))
-    return model.to(device).eval()
 
 
 def write_skipped(run_dir: Path, skipped: list[tuple[str, str]]) -> None:
@@ -616,41 +569,6 @@ def _check_finite(diverged: Tensor) -> None:
             f"the loss was not finite at step {first}: the run diverged (lower optim.lr, or set "
             "optim.grad_clip)"
         )
-
-
-def _fewshot_data(run: RunConfig) -> dict[str, tuple[Images, Images]]:
-    """The data of ``train.fewshot_data`` by ``data_names``: (the training images shots are
-    drawn from, every class holding enough of them; the images classified), read with the
-    model's channels as ``vitkit fewshot`` reads them."""
-    from ..eval.fewshot import SHOTS, check_shots
-
-    splits = {}
-    for name, spec in zip(data_names(run.train.fewshot_data), run.train.fewshot_data, strict=True):
-        split = evaluation_split(spec, {}, run.model, source="train.fewshot_data")
-        if split.train is None:
-            raise ConfigError(
-                f"train.fewshot_data: {split.name} has no training images to draw shots from "
-                "(a stream, or one set of images): give data with a train split and a test split"
-            )
-        check_shots(split.train, run.train.fewshot or SHOTS)
-        splits[name] = (split.train, split.dataset)
-    return splits
-
-
-def _scalars(result: dict[str, Any]) -> dict[str, float]:
-    """The numbers of an evaluation that go to metrics.jsonl: loss, accuracy, top5 (when
-    classifying), ``accuracy_one_view`` (with ``data.test_flip``: the accuracy without the mirror
-    images), ``fewshot_<k>shot`` (mean over seeds) when few-shot evaluation of the run's data is
-    on, and ``fewshot_<name>_<k>shot`` for each of ``train.fewshot_data``."""
-    out: dict[str, float] = {
-        k: result[k] for k in ("loss", "accuracy", "accuracy_one_view", "top5") if k in result
-    }
-    for shots, acc in result.get("fewshot", {}).items():
-        out[f"fewshot_{shots}shot"] = acc["mean"]
-    for name, per_shots in result.get("fewshot_data", {}).items():
-        for shots, acc in per_shots.items():
-            out[f"fewshot_{name}_{shots}shot"] = acc["mean"]
-    return out
 
 
 class _NoBar:

@@ -31,7 +31,6 @@ independently and a resume needs no per-process state.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import logging
 import signal
@@ -43,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from ..config import RunConfig
 from ..data import Preprocess
@@ -58,29 +57,24 @@ from ..data.run_data import (
 )
 from ..errors import ConfigError, VitkitError
 from ..files import atomic_write
-from ..model import ResNetClassifier, VisionTransformer, build_model
 from ..runtime.clock import process_seconds
 from . import distributed, precision
 from .banner import banner
 from .cadence import Cadence
 from .evaluator import Evaluator, read_fewshot_data, scalars
 from .metrics_log import METRICS_FILE, MetricsLog
-from .objectives import MaskedPatchPrediction, Objective
-from .optim import build_optimizer, learning_rate, set_learning_rate
+from .optim import learning_rate, set_learning_rate
+from .parts import build_parts, checkpoint_to_resume
 from .report import write_report
 from .rundir import RunLock
 from .state import (
     SKIPPED_FILE,
-    LiveRun,
     TrainState,
     WindowSums,
     check_run_dir,
-    checkpoints,
-    load_checkpoint,
     remove_partial_writes,
     resumed_classes,
     save_checkpoint,
-    training_checkpoint,
     truncate_metrics,
 )
 
@@ -198,61 +192,6 @@ def _stop_requests() -> Iterator[dict[str, int]]:
             signal.signal(s, h)
 
 
-class _Average:
-    """Polyak averaging of ``model``'s floating-point weights into ``ema``, one fused update per
-    step (5x cheaper than tensor by tensor: 1 against 6 ms a step for the Fashion-MNIST ViT); the
-    decay ramps up as (1 + step) / (10 + step) (TensorFlow's ``num_updates`` rule), so early
-    averages are not dominated by the random initial weights. Under FSDP the tensors are looked up
-    at every step (its parameters are re-registered as they are sharded and gathered)."""
-
-    def __init__(self, ema: nn.Module, model: nn.Module, decay: float, *, fixed: bool) -> None:
-        self.ema, self.model, self.decay = ema, model, decay
-        self.tensors = self._tensors() if fixed else None
-
-    def _tensors(self) -> tuple[list[Tensor], list[Tensor]]:
-        pairs = zip(self.ema.state_dict().values(), self.model.state_dict().values(), strict=True)
-        floats = [(e, p) for e, p in pairs if e.dtype.is_floating_point]
-        return [e for e, _ in floats], [p.detach() for _, p in floats]
-
-    @torch.no_grad()
-    def update(self, step: int) -> None:
-        decay = min(self.decay, (1 + step) / (10 + step))
-        averages, weights = self.tensors or self._tensors()
-        torch._foreach_lerp_(averages, weights, 1 - decay)  # e += (1 - decay) (w - e)
-
-
-def init_from_pretrained(run: RunConfig) -> VisionTransformer | ResNetClassifier:
-    """Pre-trained weights for fine-tuning [P App. B.1.1]: drop the whole head (pre-logits too),
-    attach a zero-initialised one, and 2D-interpolate the position embeddings to the new grid;
-    what was loaded and changed is logged."""
-    from ..io.api import load
-    from ..io.checkpoint import load_state_dict_strict
-
-    assert run.init_from is not None
-    model = load(run.init_from, num_heads=run.model.num_heads, posemb=run.model.posemb)
-    before = model.cfg
-    h, w = before.image_hw
-    log.info(
-        f"init     {run.init_from}: {model.num_params():,} pre-trained parameters, {h}x{w} px, "
-        f"{before.num_classes} classes"
-    )
-    if isinstance(model, VisionTransformer) and before.image_hw != run.model.image_hw:
-        model.resize_pos_embed(run.model.grid)
-        (gh, gw), (nh, nw) = before.grid, run.model.grid
-        log.info(
-            f"         position embeddings {gh}x{gw} -> {nh}x{nw} (2D interpolation, corners "
-            f"aligned) for {run.model.image_hw[0]}x{run.model.image_hw[1]} px"
-        )
-    model.reset_head(run.model.num_classes, run.model.representation_size)
-    dropped = "; pre-logits dropped" if before.representation_size is not None else ""
-    log.info(
-        f"         head replaced for {run.model.num_classes} classes, zero-initialised{dropped}"
-    )
-    fresh = build_model(run.model)  # this run's dropout etc., the pre-trained weights
-    load_state_dict_strict(fresh, model.state_dict(), source=run.init_from)
-    return fresh
-
-
 def train(
     run: RunConfig,
     run_dir: str | Path,
@@ -357,51 +296,15 @@ def _train(
         write_skipped(run_dir, data.skipped)
 
     # ---- model, objective, optimizer; resume or initialise
-    last = checkpoints(run_dir)
-    resume = last[-1] if last else None
-    if resume_from is not None and last:
-        log.info(f"--resume {resume_from} not used: {run_dir} holds checkpoints of its own")
-    elif resume_from is not None:
-        resume = training_checkpoint(resume_from, run.to_dict())
-    # built on the CPU, then moved: the initial weights are the same on every device
-    model = build_model(run.model) if resume or not run.init_from else init_from_pretrained(run)
-    model.to(device)
-    mpp = MaskedPatchPrediction(run.model).to(device) if tc.objective == "mpp" else None
-    ema = copy.deepcopy(model).eval() if tc.ema else None
-    if tc.activation_checkpointing:
-        assert isinstance(model, VisionTransformer)  # RunConfig: a ViT's option only
-        distributed.checkpoint_blocks(model.blocks)
-    objective = Objective(
-        model,
-        mpp,
-        label_smoothing=tc.label_smoothing,
-        mixup=tc.mixup,
-        forward_fn=torch.compile(model) if tc.compile else None,
-    )
-    step_fn: nn.Module = objective  # what a training step calls
-    if distributed.is_distributed():
-        blocks = getattr(model, "blocks", ())  # a ResNet is sharded as one unit
-        step_fn = distributed.parallelize(
-            objective, blocks, parallel=tc.parallel, dtype=autocast, find_unused=mpp is not None
-        )
-        if ema is not None and tc.parallel == "fsdp":  # sharded like the model: the average
-            distributed.shard(ema, getattr(ema, "blocks", ()), dtype=autocast)  # is shard-local
-    optimizer = build_optimizer(model, run.optim, mpp)  # after FSDP replaced the parameters
+    resume = checkpoint_to_resume(run_dir, resume_from, run)
+    pretrained = resume is None and run.init_from is not None
+    parts = build_parts(run, device, autocast=autocast, pretrained=pretrained)
+    model, mpp, objective, step_fn = parts.model, parts.mpp, parts.objective, parts.step_fn
+    optimizer, scaler, averaged = parts.live.optimizer, parts.live.scaler, parts.averaged
     trained = list(objective.parameters())
-    averaged = ema if ema is not None else model  # what is evaluated and kept as best
-    sharded = distributed.is_distributed() and tc.parallel == "fsdp"
-    average = (
-        _Average(ema, model, tc.ema, fixed=not sharded) if ema is not None and tc.ema else None
-    )
-    scaler = precision.scaler(resolved, device)  # fp16's gradient scaler, else None
-    live = LiveRun(
-        objective=objective, optimizer=optimizer, ema=ema, mpp=mpp, device=device, scaler=scaler
-    )
     step, best, window, earlier_s = 0, -1.0, _Window(), 0.0
     if resume is not None:
-        weights, state = load_checkpoint(resume, model.cfg)
-        distributed.load_model_state(model, weights)
-        state.restore(live)
+        state = parts.resume(resume)
         step, best, window = state.step, state.best, _Window.resumed(state.window)
         if not (run_dir / "best").is_dir():  # a checkpoint moved alone (--resume, a copy)
             best = -1.0  # the next evaluation writes best/, which the end of the run reads
@@ -482,8 +385,8 @@ def _train(
                 scaler.step(optimizer)  # skipped when the scaled gradients overflowed
                 scaler.update()
             optimizer.zero_grad(set_to_none=True)
-            if average is not None:
-                average.update(step)
+            if parts.average is not None:
+                parts.average.update(step)
             step += 1
             window.n += 1
             bar.update(1)
@@ -521,7 +424,7 @@ def _train(
             if cadence.save(step) or stopping:  # every process gathers, rank 0 writes
                 weights = distributed.model_state(model)
                 state = TrainState.capture(
-                    live,
+                    parts.live,
                     step=step,
                     best=evaluate.best,
                     window=window.sums(),

@@ -47,21 +47,17 @@ from torch import Tensor
 from ..config import RunConfig
 from ..data import Preprocess
 from ..data.device import on_device
-from ..data.loader import BatchOptions, derive_seed
+from ..data.loader import derive_seed
 from ..data.run_data import (
-    RESUMED,
     RunData,
-    another_order,
-    batches_of,
-    build_data,
 )
-from ..errors import ConfigError, VitkitError
+from ..errors import VitkitError
 from ..files import atomic_write
 from ..runtime.clock import process_seconds
 from . import distributed, precision
 from .banner import banner
-from .cadence import Cadence
-from .evaluator import Evaluator, read_fewshot_data, scalars
+from .evaluator import Evaluator, scalars
+from .inputs import read_inputs
 from .metrics_log import METRICS_FILE, MetricsLog
 from .optim import learning_rate, set_learning_rate
 from .parts import build_parts, checkpoint_to_resume
@@ -73,7 +69,6 @@ from .state import (
     WindowSums,
     check_run_dir,
     remove_partial_writes,
-    resumed_classes,
     save_checkpoint,
     truncate_metrics,
 )
@@ -229,62 +224,14 @@ def _train(
     device = distributed.resolve_device(tc.device)  # before anything is built: fails fast
 
     # ---- data: every process walks the same global batches and keeps its part of each
-    # a resumed run keeps the label order it trained with, where the data's own now differs (a
-    # folder of numbered classes was in order by name before vitkit ordered it by number)
-    recorded = resumed_classes(run_dir, resume_from)
-    if data is None:
-        data = build_data(
-            run.data, run.model, seed=tc.seed, in_chans=run.model.in_chans, class_order=recorded
-        )
-    elif recorded is not None and another_order(recorded, data.classes):
-        data = data.in_class_order(recorded, RESUMED)  # read by a protocol: its holdout as drawn
-    train_set, classes = data.train, data.classes
-    if tc.objective == "classification" and len(classes) != run.model.num_classes:
-        raise ConfigError(
-            f"model.num_classes={run.model.num_classes} but the dataset has {len(classes)} classes"
-        )
-    if tc.batch_size % world:
-        raise ConfigError(
-            f"train.batch_size={tc.batch_size} is the global batch: it must split evenly across "
-            f"the {world} processes"
-        )
-    # uint8 batches, scaled on the device; page-locked for a GPU, whose copies then overlap
-    pinned = device.type == "cuda"
-    options = BatchOptions.training(tc, run.data, run.model, shard=(rank, world), pin_memory=pinned)
-    train_batches = batches_of(train_set, options)
-    ordered = BatchOptions.evaluation(
-        run.model,
-        batch_size=tc.batch_size,  # larger starves the overlap of input and compute
-        num_workers=options.num_workers,  # data.num_workers, resolved
-        shard=(rank, world),
-        uint8=True,
-        pin_memory=pinned,
+    inputs = read_inputs(
+        run, run_dir, data=data, resume_from=resume_from, device=device, shard=(rank, world)
     )
-    evaluation = batches_of(data.val, ordered)
-    # the test split, evaluated once with the best weights, when it is not the validation split
-    final_test = (
-        batches_of(data.test, ordered) if data.test is not None and not data.val_is_test else None
-    )
-    split = "test" if data.val_is_test else "val"  # what metrics.jsonl calls the evaluations
-    steps_per_epoch = train_batches.steps_per_epoch // tc.accum_steps
-    if steps_per_epoch < 1:
-        raise ConfigError(
-            f"an epoch has {train_batches.steps_per_epoch} batches of {tc.batch_size}, fewer than "
-            f"train.accum_steps={tc.accum_steps}"
-        )
-    cadence = Cadence.from_config(tc, steps_per_epoch, run.optim.warmup)
-    if tc.fewshot:
-        from ..eval.fewshot import check_shots
-
-        check_shots(train_set, tc.fewshot)
-    fewshot_data = read_fewshot_data(run)  # {name: (train, test)}: read and checked before the run
+    run, data, cadence, split = inputs.run, inputs.data, inputs.cadence, inputs.split
+    tc, classes = run.train, data.classes
     # the arithmetic, resolved for the device and recorded so: a resume elsewhere cannot change it
     resolved = precision.resolve(tc.precision, device)
-    run = dataclasses.replace(
-        run,
-        data=dataclasses.replace(run.data, num_workers=options.num_workers),
-        train=dataclasses.replace(tc, precision=resolved),
-    )
+    run = dataclasses.replace(run, train=dataclasses.replace(tc, precision=resolved))
     tc = run.train
     precision.configure(resolved, device)
     autocast = precision.autocast_dtype(resolved)
@@ -329,8 +276,8 @@ def _train(
         mpp=mpp,
         num_classes=len(classes),
         autocast=autocast,
-        train_set=train_set,
-        fewshot_data=fewshot_data,
+        train_set=data.train,
+        fewshot_data=inputs.fewshot_data,
         cfg=model.cfg,
         extra=extra,
         best=best,
@@ -338,7 +285,7 @@ def _train(
 
     # ---- the loop
     # micro-batches across epochs, on the device: each moved there while the previous computes
-    batches = on_device(train_batches.stream(step * tc.accum_steps), device)
+    batches = on_device(inputs.train_batches.stream(step * tc.accum_steps), device)
     bar = _progress(cadence.total_steps, step, enabled=progress and main)
     if distributed.is_distributed():
         bar.write(
@@ -400,7 +347,7 @@ def _train(
                 loss_sum, accuracy_sum = window.totals()
                 record = {
                     "step": step,
-                    "epoch": step / steps_per_epoch,
+                    "epoch": step / inputs.steps_per_epoch,
                     "lr": lr,
                     "loss": loss_sum / window.n,
                     "accuracy": accuracy_sum / window.n,
@@ -411,7 +358,7 @@ def _train(
                 window = _Window()
             if cadence.eval(step):
                 started = time.perf_counter()
-                result = evaluate(averaged, evaluation, data.val)
+                result = evaluate(averaged, inputs.evaluation, data.val)
                 window.t += time.perf_counter() - started  # images/s counts training only
                 metrics.write({"step": step, "split": split, **scalars(result)})
                 one_view = result.get("accuracy_one_view")
@@ -440,15 +387,19 @@ def _train(
                 raise StoppedError(stopping, step)
     bar.close()
     if not result:  # the run was already complete: evaluate its final weights
-        result = evaluate(averaged, evaluation, data.val)
+        result = evaluate(averaged, inputs.evaluation, data.val)
     result = {"split": split, **result, "best": evaluate.best}
-    if final_test is not None:  # the test split, once, with the weights the validation chose
-        assert data.test is not None  # final_test is its batches
+    if inputs.final_test is not None:  # the test split, once, with the weights the validation chose
+        assert data.test is not None  # inputs.final_test is its batches
         if not (run_dir / "best").is_dir():  # a finished checkpoint moved alone (--resume)
             log.info("no best/ in %s: the final weights are kept as the best", run_dir)
             evaluate.save_best(averaged)
         tested = evaluate.best_model(device)
-        result = {"split": "test", **evaluate(tested, final_test, data.test), "best": evaluate.best}
+        result = {
+            "split": "test",
+            **evaluate(tested, inputs.final_test, data.test),
+            "best": evaluate.best,
+        }
         if not metrics.logged(step, "test"):  # a finished run re-evaluated: logged once
             metrics.write({"step": step, "split": "test", **scalars(result)})
     if main:

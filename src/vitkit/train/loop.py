@@ -8,6 +8,11 @@ whatever the cadence says is due (log, evaluate, save). The objective is the onl
 differs between pre-training, fine-tuning and masked patch prediction (whose mask embedding and
 head are trained and checkpointed with the run but never saved into the model's weights).
 
+The parts it is built from live beside it: ``inputs.py`` (the data, batches and cadence),
+``parts.py`` (model, EMA, objective, optimizer; the checkpoint resumed), ``evaluator.py`` (the
+evaluations and the best weights), ``metrics_log.py`` (metrics.jsonl); ``_train`` builds them
+and ``_Trainer`` runs the steps (``train_step``), the loop and the end.
+
 Evaluations run on the validation split and keep the best weights in ``best/``; a test split
 apart from it is evaluated once, at the end, with those weights (data/run_data.py says which
 split is which). A run's time (``run_s`` in metrics.jsonl) goes on across resumes; ``time_s`` is the
@@ -57,10 +62,10 @@ from ..runtime.clock import process_seconds
 from . import distributed, precision
 from .banner import banner
 from .evaluator import Evaluator, scalars
-from .inputs import read_inputs
+from .inputs import Inputs, read_inputs
 from .metrics_log import METRICS_FILE, MetricsLog
 from .optim import learning_rate, set_learning_rate
-from .parts import build_parts, checkpoint_to_resume
+from .parts import Parts, build_parts, checkpoint_to_resume
 from .report import write_report
 from .rundir import RunLock
 from .state import (
@@ -227,7 +232,7 @@ def _train(
     inputs = read_inputs(
         run, run_dir, data=data, resume_from=resume_from, device=device, shard=(rank, world)
     )
-    run, data, cadence, split = inputs.run, inputs.data, inputs.cadence, inputs.split
+    run, data, cadence = inputs.run, inputs.data, inputs.cadence
     tc, classes = run.train, data.classes
     # the arithmetic, resolved for the device and recorded so: a resume elsewhere cannot change it
     resolved = precision.resolve(tc.precision, device)
@@ -246,9 +251,6 @@ def _train(
     resume = checkpoint_to_resume(run_dir, resume_from, run)
     pretrained = resume is None and run.init_from is not None
     parts = build_parts(run, device, autocast=autocast, pretrained=pretrained)
-    model, mpp, objective, step_fn = parts.model, parts.mpp, parts.objective, parts.step_fn
-    optimizer, scaler, averaged = parts.live.optimizer, parts.live.scaler, parts.averaged
-    trained = list(objective.parameters())
     step, best, window, earlier_s = 0, -1.0, _Window(), 0.0
     if resume is not None:
         state = parts.resume(resume)
@@ -259,7 +261,7 @@ def _train(
     if main:
         truncate_metrics(run_dir / METRICS_FILE, step)
         for line in banner(
-            run, data, model, device=device, cadence=cadence, run_dir=run_dir, step=step
+            run, data, parts.model, device=device, cadence=cadence, run_dir=run_dir, step=step
         ):
             log.info(line)
     preprocess = Preprocess(image_size=run.model.image_size, in_chans=run.model.in_chans)
@@ -268,143 +270,195 @@ def _train(
         extra["class_names"] = classes  # what the head's outputs are, as reading checks
 
     metrics = MetricsLog(run_dir, main=main, earlier_s=earlier_s)
-
     evaluate = Evaluator(
         run,
         run_dir,
-        objective=objective,
-        mpp=mpp,
+        objective=parts.objective,
+        mpp=parts.mpp,
         num_classes=len(classes),
         autocast=autocast,
         train_set=data.train,
         fewshot_data=inputs.fewshot_data,
-        cfg=model.cfg,
+        cfg=parts.model.cfg,
         extra=extra,
         best=best,
     )
+    trainer = _Trainer(run, run_dir, inputs, parts, evaluate, metrics, extra, autocast)
+    step, result = trainer.loop(step, window, progress=progress and main)
+    return trainer.finish(step, result)
 
-    # ---- the loop
-    # micro-batches across epochs, on the device: each moved there while the previous computes
-    batches = on_device(inputs.train_batches.stream(step * tc.accum_steps), device)
-    bar = _progress(cadence.total_steps, step, enabled=progress and main)
-    if distributed.is_distributed():
-        bar.write(
-            f"{world} processes ({tc.parallel} on {device.type}): global batch "
-            f"{tc.batch_size * tc.accum_steps} = {world} x {tc.batch_size // world} per process x {tc.accum_steps} accumulation steps"
-        )
-    result: dict[str, Any] = {}
-    what = "masked-patch colour accuracy" if mpp is not None else "accuracy"
-    # the first step whose loss was not finite (-1: none), kept on the device: read when the
-    # host reads anyway (log and save steps, the end), never between
-    diverged = torch.full((), -1, dtype=torch.int64, device=device)
-    agreement = _Agreement(step)
-    step_fn.train()
-    with _stop_requests() as stop:
-        while step < cadence.total_steps:
-            if distributed.is_distributed():  # each process its own dropout and mixup draws
-                torch.manual_seed(derive_seed(tc.seed, rank, step))
-            lr = learning_rate(
-                step,
-                cfg=run.optim,
-                total_steps=cadence.total_steps,
-                warmup_steps=cadence.warmup_steps,
+
+@dataclass
+class _Trainer:
+    """The loop over a run's built and resumed parts (``_train`` builds them), and its end."""
+
+    run: RunConfig  # with its precision and workers resolved
+    run_dir: Path
+    inputs: Inputs
+    parts: Parts
+    evaluate: Evaluator
+    metrics: MetricsLog
+    extra: dict[str, Any]  # what checkpoints and best/ are written with
+    autocast: torch.dtype | None
+
+    def loop(self, step: int, window: _Window, *, progress: bool) -> tuple[int, dict[str, Any]]:
+        """Train from ``step`` (with the log ``window`` so far) to the end; the last step and
+        the last evaluation (empty: none was due). ``StoppedError`` after a stop request."""
+        run, tc, cadence, parts = self.run, self.run.train, self.inputs.cadence, self.parts
+        data, split, device = self.inputs.data, self.inputs.split, parts.live.device
+        rank, world, main = distributed.rank(), distributed.world_size(), distributed.is_main()
+        # micro-batches across epochs, on the device: each moved there while the previous computes
+        batches = on_device(self.inputs.train_batches.stream(step * tc.accum_steps), device)
+        bar = _progress(cadence.total_steps, step, enabled=progress)
+        if distributed.is_distributed():
+            bar.write(
+                f"{world} processes ({tc.parallel} on {device.type}): global batch "
+                f"{tc.batch_size * tc.accum_steps} = {world} x {tc.batch_size // world} per process x {tc.accum_steps} accumulation steps"
             )
-            set_learning_rate(optimizer, lr)
-            for micro in range(tc.accum_steps):
-                images, labels = next(batches)
-                # gradients are averaged over processes on the last micro-batch only (DDP)
-                with distributed.no_sync(step_fn, micro < tc.accum_steps - 1):
-                    with torch.autocast(device.type, dtype=autocast, enabled=autocast is not None):
-                        out = step_fn(images, labels)
-                    loss = out["loss"] / tc.accum_steps
-                    (loss if scaler is None else scaler.scale(loss)).backward()
-                window.add(out["loss"], out["accuracy"], tc.accum_steps)
-                window.images += labels.shape[0] * world
-                finite = torch.isfinite(out["loss"].detach())
-                diverged = torch.where(finite | (diverged >= 0), diverged, step + 1)
-            if scaler is not None:
-                scaler.unscale_(optimizer)  # the clipping below sees the true gradients
-            if run.optim.grad_clip:
-                torch.nn.utils.clip_grad_norm_(trained, run.optim.grad_clip)
-            if scaler is None:
-                optimizer.step()
-            else:
-                scaler.step(optimizer)  # skipped when the scaled gradients overflowed
-                scaler.update()
-            optimizer.zero_grad(set_to_none=True)
-            if parts.average is not None:
-                parts.average.update(step)
-            step += 1
-            window.n += 1
-            bar.update(1)
-            due = cadence.log(step) or cadence.save(step)
-            stopping = agreement.stop(step, stop["signal"], now=due)  # one's signal stops all
-            if due or stopping or cadence.eval(step):
-                _check_finite(diverged)  # never a log line, evaluation or checkpoint of NaNs
+        result: dict[str, Any] = {}
+        what = "masked-patch colour accuracy" if parts.mpp is not None else "accuracy"
+        # the first step whose loss was not finite (-1: none), kept on the device: read when the
+        # host reads anyway (log and save steps, the end), never between
+        diverged = torch.full((), -1, dtype=torch.int64, device=device)
+        agreement = _Agreement(step)
+        parts.step_fn.train()
+        with _stop_requests() as stop:
+            while step < cadence.total_steps:
+                if distributed.is_distributed():  # each process its own dropout and mixup draws
+                    torch.manual_seed(derive_seed(tc.seed, rank, step))
+                lr = learning_rate(
+                    step,
+                    cfg=run.optim,
+                    total_steps=cadence.total_steps,
+                    warmup_steps=cadence.warmup_steps,
+                )
+                diverged = self.train_step(step, lr, batches, window, diverged)
+                step += 1
+                window.n += 1
+                bar.update(1)
+                due = cadence.log(step) or cadence.save(step)
+                stopping = agreement.stop(step, stop["signal"], now=due)  # one's signal stops all
+                if due or stopping or cadence.eval(step):
+                    _check_finite(diverged)  # never a log line, evaluation or checkpoint of NaNs
 
-            if cadence.log(step):
-                elapsed = time.perf_counter() - window.t
-                loss_sum, accuracy_sum = window.totals()
-                record = {
-                    "step": step,
-                    "epoch": step / inputs.steps_per_epoch,
-                    "lr": lr,
-                    "loss": loss_sum / window.n,
-                    "accuracy": accuracy_sum / window.n,
-                    "images_per_s": window.images / max(elapsed, 1e-9),
-                }
-                metrics.write(record)
-                bar.log(record, total=cadence.total_steps, minutes=metrics.run_seconds() / 60)
-                window = _Window()
-            if cadence.eval(step):
-                started = time.perf_counter()
-                result = evaluate(averaged, inputs.evaluation, data.val)
-                window.t += time.perf_counter() - started  # images/s counts training only
-                metrics.write({"step": step, "split": split, **scalars(result)})
-                one_view = result.get("accuracy_one_view")
-                bar.write(
-                    f"step {step}: {split} {what} {result['accuracy']:.4f}"
-                    + ("" if one_view is None else f" (with its mirror; {one_view:.4f} without)")
-                    + f" ({metrics.run_seconds() / 60:.1f} min)"
-                )
-                evaluate.keep_if_best(result, averaged)
-            if cadence.save(step) or stopping:  # every process gathers, rank 0 writes
-                weights = distributed.model_state(model)
-                state = TrainState.capture(
-                    parts.live,
-                    step=step,
-                    best=evaluate.best,
-                    window=window.sums(),
-                    seconds=metrics.run_seconds(),
-                )
-                if main:
-                    save_checkpoint(
-                        run_dir, model.cfg, weights, state, extra=extra, keep_last=tc.keep_last
+                if cadence.log(step):
+                    elapsed = time.perf_counter() - window.t
+                    loss_sum, accuracy_sum = window.totals()
+                    record = {
+                        "step": step,
+                        "epoch": step / self.inputs.steps_per_epoch,
+                        "lr": lr,
+                        "loss": loss_sum / window.n,
+                        "accuracy": accuracy_sum / window.n,
+                        "images_per_s": window.images / max(elapsed, 1e-9),
+                    }
+                    self.metrics.write(record)
+                    minutes = self.metrics.run_seconds() / 60
+                    bar.log(record, total=cadence.total_steps, minutes=minutes)
+                    window = _Window()
+                if cadence.eval(step):
+                    started = time.perf_counter()
+                    result = self.evaluate(parts.averaged, self.inputs.evaluation, data.val)
+                    window.t += time.perf_counter() - started  # images/s counts training only
+                    self.metrics.write({"step": step, "split": split, **scalars(result)})
+                    one_view = result.get("accuracy_one_view")
+                    bar.write(
+                        f"step {step}: {split} {what} {result['accuracy']:.4f}"
+                        + (
+                            ""
+                            if one_view is None
+                            else f" (with its mirror; {one_view:.4f} without)"
+                        )
+                        + f" ({self.metrics.run_seconds() / 60:.1f} min)"
                     )
-                distributed.barrier()  # no process stops (or exits) before the checkpoint is whole
-            if stopping and step < cadence.total_steps:
-                bar.close()
-                raise StoppedError(stopping, step)
-    bar.close()
-    if not result:  # the run was already complete: evaluate its final weights
-        result = evaluate(averaged, inputs.evaluation, data.val)
-    result = {"split": split, **result, "best": evaluate.best}
-    if inputs.final_test is not None:  # the test split, once, with the weights the validation chose
-        assert data.test is not None  # inputs.final_test is its batches
-        if not (run_dir / "best").is_dir():  # a finished checkpoint moved alone (--resume)
-            log.info("no best/ in %s: the final weights are kept as the best", run_dir)
-            evaluate.save_best(averaged)
-        tested = evaluate.best_model(device)
-        result = {
-            "split": "test",
-            **evaluate(tested, inputs.final_test, data.test),
-            "best": evaluate.best,
-        }
-        if not metrics.logged(step, "test"):  # a finished run re-evaluated: logged once
-            metrics.write({"step": step, "split": "test", **scalars(result)})
-    if main:
-        write_report(run_dir, result, classes)
-    return result
+                    self.evaluate.keep_if_best(result, parts.averaged)
+                if cadence.save(step) or stopping:  # every process gathers, rank 0 writes
+                    weights = distributed.model_state(parts.model)
+                    state = TrainState.capture(
+                        parts.live,
+                        step=step,
+                        best=self.evaluate.best,
+                        window=window.sums(),
+                        seconds=self.metrics.run_seconds(),
+                    )
+                    if main:
+                        save_checkpoint(
+                            self.run_dir,
+                            parts.model.cfg,
+                            weights,
+                            state,
+                            extra=self.extra,
+                            keep_last=tc.keep_last,
+                        )
+                    distributed.barrier()  # no process stops (or exits) before the checkpoint is whole
+                if stopping and step < cadence.total_steps:
+                    bar.close()
+                    raise StoppedError(stopping, step)
+        bar.close()
+        return step, result
+
+    def train_step(
+        self,
+        step: int,
+        lr: float,
+        batches: Iterator[tuple[Tensor, Tensor]],
+        window: _Window,
+        diverged: Tensor,
+    ) -> Tensor:
+        """One optimizer step at learning rate ``lr``: ``train.accum_steps`` micro-batches of
+        forward/backward (their losses and accuracies added to ``window``), global-norm clipping,
+        the update, EMA. Returns ``diverged`` (the first step whose loss was not finite, -1:
+        none), updated on the device."""
+        tc, parts, autocast = self.run.train, self.parts, self.autocast
+        optimizer, scaler, step_fn = parts.live.optimizer, parts.live.scaler, parts.step_fn
+        device, world = parts.live.device, distributed.world_size()
+        set_learning_rate(optimizer, lr)
+        for micro in range(tc.accum_steps):
+            images, labels = next(batches)
+            # gradients are averaged over processes on the last micro-batch only (DDP)
+            with distributed.no_sync(step_fn, micro < tc.accum_steps - 1):
+                with torch.autocast(device.type, dtype=autocast, enabled=autocast is not None):
+                    out = step_fn(images, labels)
+                loss = out["loss"] / tc.accum_steps
+                (loss if scaler is None else scaler.scale(loss)).backward()
+            window.add(out["loss"], out["accuracy"], tc.accum_steps)
+            window.images += labels.shape[0] * world
+            finite = torch.isfinite(out["loss"].detach())
+            diverged = torch.where(finite | (diverged >= 0), diverged, step + 1)
+        if scaler is not None:
+            scaler.unscale_(optimizer)  # the clipping below sees the true gradients
+        if self.run.optim.grad_clip:
+            torch.nn.utils.clip_grad_norm_(parts.trained, self.run.optim.grad_clip)
+        if scaler is None:
+            optimizer.step()
+        else:
+            scaler.step(optimizer)  # skipped when the scaled gradients overflowed
+            scaler.update()
+        optimizer.zero_grad(set_to_none=True)
+        if parts.average is not None:
+            parts.average.update(step)
+        return diverged
+
+    def finish(self, step: int, result: dict[str, Any]) -> dict[str, Any]:
+        """The run's result (``train``), evaluated with the best weights on a test split apart
+        from the validation split, and its report."""
+        data, split, averaged = self.inputs.data, self.inputs.split, self.parts.averaged
+        if not result:  # the run was already complete: evaluate its final weights
+            result = self.evaluate(averaged, self.inputs.evaluation, data.val)
+        result = {"split": split, **result, "best": self.evaluate.best}
+        if self.inputs.final_test is not None:  # the test split, once, with the chosen weights
+            assert data.test is not None  # final_test is its batches
+            if not (self.run_dir / "best").is_dir():  # a finished checkpoint moved alone (--resume)
+                log.info("no best/ in %s: the final weights are kept as the best", self.run_dir)
+                self.evaluate.save_best(averaged)
+            tested = self.evaluate.best_model(self.parts.live.device)
+            tests = self.evaluate(tested, self.inputs.final_test, data.test)
+            result = {"split": "test", **tests, "best": self.evaluate.best}
+            if not self.metrics.logged(step, "test"):  # a finished run re-evaluated: logged once
+                self.metrics.write({"step": step, "split": "test", **scalars(result)})
+        if distributed.is_main():
+            write_report(self.run_dir, result, data.classes)
+        return result
 
 
 def write_skipped(run_dir: Path, skipped: list[tuple[str, str]]) -> None:

@@ -39,6 +39,7 @@ class Parts:
     step_fn: nn.Module  # what a training step calls: the objective, or its DDP/FSDP wrapper
     live: LiveRun  # the optimizer and scaler among what a checkpoint keeps
     average: Average | None  # updates ``ema`` after each step
+    trained: list[nn.Parameter]  # what gradient clipping sees: the objective's parameters
 
     @property
     def averaged(self) -> VisionTransformer | ResNetClassifier:
@@ -89,7 +90,8 @@ def build_parts(
     live = LiveRun(
         objective=objective, optimizer=optimizer, ema=ema, mpp=mpp, device=device, scaler=scaler
     )
-    return Parts(model, mpp, ema, objective, step_fn, live, average)
+    trained = list(objective.parameters())
+    return Parts(model, mpp, ema, objective, step_fn, live, average, trained)
 
 
 def checkpoint_to_resume(

@@ -317,3 +317,24 @@ def test_fp16_scales_the_gradients_and_resumes_exactly(tmp_path: Path) -> None:
     (resumed / "metrics.jsonl").unlink()
     train(run, resumed, progress=False)
     assert _records(resumed) == [r for r in _records(tmp_path / "full") if r["step"] > 4]
+
+
+def test_a_train_step_accumulates_updates_and_marks_divergence() -> None:
+    """``train_step`` alone: ``accum_steps`` micro-batches into the window, one update of the
+    weights, and the first step whose loss is not finite kept on the device (no host read)."""
+    from vitkit.train import loop
+    from vitkit.train.parts import build_parts
+
+    run = replace(get_recipe("smoke"), {"train.accum_steps": 2, "optim.grad_clip": 1.0})
+    parts = build_parts(run, torch.device("cpu"), autocast=None, pretrained=False)
+    # train_step reads the run and its parts only
+    trainer = loop._Trainer(run, Path(), None, parts, None, None, {}, None)
+    images, labels = torch.rand(4, 3, 16, 16), torch.tensor([0, 1, 2, 3])
+    before = [p.detach().clone() for p in parts.trained]
+    window, none = loop._Window(), torch.tensor(-1)
+    diverged = trainer.train_step(5, 1e-3, iter([(images, labels)] * 2), window, none)
+    assert int(diverged) == -1 and window.images == 8 and window.device_sums is not None
+    assert any(not torch.equal(b, p) for b, p in zip(before, parts.trained, strict=True))
+    nan = torch.full_like(images, float("nan"))
+    diverged = trainer.train_step(6, 1e-3, iter([(nan, labels)] * 2), window, diverged)
+    assert int(diverged) == 7  # steps counted from 1: the 7th is the first that diverged

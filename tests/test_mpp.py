@@ -19,8 +19,9 @@ from helpers import tiny
 from vitkit.config import ConfigError, replace
 from vitkit.model import VisionTransformer
 from vitkit.recipes import get_recipe
-from vitkit.train.loop import TIMING_KEYS, init_from_pretrained, train
+from vitkit.train.loop import TIMING_KEYS, train
 from vitkit.train.objectives import MaskedPatchPrediction, corrupt, patch_colours
+from vitkit.train.parts import init_from_pretrained
 
 
 def test_patch_colours_are_3_bit_mean_colours() -> None:

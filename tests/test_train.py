@@ -376,7 +376,7 @@ def test_non_square_run_finetunes_evaluates_and_predicts_at_another_size(tmp_pat
 def test_finetune_starts_from_pretrained_with_zero_head(tmp_path: Path) -> None:
     pre = get_recipe("smoke")
     train(pre, tmp_path / "pre", progress=False)
-    from vitkit.train.loop import init_from_pretrained
+    from vitkit.train.parts import init_from_pretrained
 
     run = get_recipe("smoke")
     import dataclasses
@@ -573,7 +573,7 @@ def test_finetune_drops_pre_logits_and_reads_other_formats(tmp_path: Path, capsy
     from helpers import randomize
     from vitkit.cli import main
     from vitkit.model.posemb import resize_grid
-    from vitkit.train.loop import init_from_pretrained
+    from vitkit.train.parts import init_from_pretrained
 
     run = get_recipe("smoke")  # 4 classes, 16 px, patch 4
     source_cfg = dataclasses.replace(run.model, num_classes=7, representation_size=16)
@@ -669,13 +669,13 @@ def test_adam_is_one_fused_kernel_outside_fsdp() -> None:
 
 @pytest.mark.parametrize("fixed", [True, False])
 def test_ema_is_polyak_averaging_with_the_ramped_decay(fixed: bool) -> None:
-    from vitkit.train.loop import _Average
+    from vitkit.train.parts import Average
 
     torch.manual_seed(0)
     model = vitkit.create_model(get_recipe("smoke").model)
     ema = vitkit.create_model(get_recipe("smoke").model)
     start = {k: v.clone() for k, v in ema.state_dict().items()}
-    average = _Average(ema, model, 0.9, fixed=fixed)
+    average = Average(ema, model, 0.9, fixed=fixed)
     for step, decay in [(0, 0.1), (100, 0.9)]:  # min(0.9, (1 + step) / (10 + step))
         with torch.no_grad():
             for p in model.parameters():

@@ -8,6 +8,11 @@ whatever the cadence says is due (log, evaluate, save). The objective is the onl
 differs between pre-training, fine-tuning and masked patch prediction (whose mask embedding and
 head are trained and checkpointed with the run but never saved into the model's weights).
 
+The parts it is built from live beside it: ``inputs.py`` (the data, batches and cadence),
+``parts.py`` (model, EMA, objective, optimizer; the checkpoint resumed), ``evaluator.py`` (the
+evaluations and the best weights), ``metrics_log.py`` (metrics.jsonl); ``_train`` builds them
+and ``_Trainer`` runs the steps (``train_step``), the loop and the end.
+
 Evaluations run on the validation split and keep the best weights in ``best/``; a test split
 apart from it is evaluated once, at the end, with those weights (data/run_data.py says which
 split is which). A run's time (``run_s`` in metrics.jsonl) goes on across resumes; ``time_s`` is the
@@ -31,9 +36,7 @@ independently and a resume needs no per-process state.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
-import json
 import logging
 import signal
 import time
@@ -44,45 +47,34 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
-from ..config import RunConfig, data_names
-from ..data import Batches, Preprocess
+from ..config import RunConfig
+from ..data import Preprocess
 from ..data.device import on_device
-from ..data.loader import BatchOptions, derive_seed
+from ..data.loader import derive_seed
 from ..data.run_data import (
-    RESUMED,
-    Images,
     RunData,
-    another_order,
-    batches_of,
-    build_data,
-    evaluation_split,
 )
-from ..errors import ConfigError, VitkitError
+from ..errors import VitkitError
 from ..files import atomic_write
-from ..model import ResNetClassifier, VisionTransformer, build_model
 from ..runtime.clock import process_seconds
 from . import distributed, precision
 from .banner import banner
-from .cadence import Cadence
-from .objectives import MaskedPatchPrediction, Objective, evaluate_mpp
-from .optim import build_optimizer, learning_rate, set_learning_rate
+from .evaluator import Evaluator, scalars
+from .inputs import Inputs, read_inputs
+from .metrics_log import METRICS_FILE, MetricsLog
+from .optim import learning_rate, set_learning_rate
+from .parts import Parts, build_parts, checkpoint_to_resume
 from .report import write_report
 from .rundir import RunLock
 from .state import (
     SKIPPED_FILE,
-    LiveRun,
     TrainState,
     WindowSums,
     check_run_dir,
-    checkpoints,
-    load_checkpoint,
     remove_partial_writes,
-    resumed_classes,
-    save_best,
     save_checkpoint,
-    training_checkpoint,
     truncate_metrics,
 )
 
@@ -200,61 +192,6 @@ def _stop_requests() -> Iterator[dict[str, int]]:
             signal.signal(s, h)
 
 
-class _Average:
-    """Polyak averaging of ``model``'s floating-point weights into ``ema``, one fused update per
-    step (5x cheaper than tensor by tensor: 1 against 6 ms a step for the Fashion-MNIST ViT); the
-    decay ramps up as (1 + step) / (10 + step) (TensorFlow's ``num_updates`` rule), so early
-    averages are not dominated by the random initial weights. Under FSDP the tensors are looked up
-    at every step (its parameters are re-registered as they are sharded and gathered)."""
-
-    def __init__(self, ema: nn.Module, model: nn.Module, decay: float, *, fixed: bool) -> None:
-        self.ema, self.model, self.decay = ema, model, decay
-        self.tensors = self._tensors() if fixed else None
-
-    def _tensors(self) -> tuple[list[Tensor], list[Tensor]]:
-        pairs = zip(self.ema.state_dict().values(), self.model.state_dict().values(), strict=True)
-        floats = [(e, p) for e, p in pairs if e.dtype.is_floating_point]
-        return [e for e, _ in floats], [p.detach() for _, p in floats]
-
-    @torch.no_grad()
-    def update(self, step: int) -> None:
-        decay = min(self.decay, (1 + step) / (10 + step))
-        averages, weights = self.tensors or self._tensors()
-        torch._foreach_lerp_(averages, weights, 1 - decay)  # e += (1 - decay) (w - e)
-
-
-def init_from_pretrained(run: RunConfig) -> VisionTransformer | ResNetClassifier:
-    """Pre-trained weights for fine-tuning [P App. B.1.1]: drop the whole head (pre-logits too),
-    attach a zero-initialised one, and 2D-interpolate the position embeddings to the new grid;
-    what was loaded and changed is logged."""
-    from ..io.api import load
-    from ..io.checkpoint import load_state_dict_strict
-
-    assert run.init_from is not None
-    model = load(run.init_from, num_heads=run.model.num_heads, posemb=run.model.posemb)
-    before = model.cfg
-    h, w = before.image_hw
-    log.info(
-        f"init     {run.init_from}: {model.num_params():,} pre-trained parameters, {h}x{w} px, "
-        f"{before.num_classes} classes"
-    )
-    if isinstance(model, VisionTransformer) and before.image_hw != run.model.image_hw:
-        model.resize_pos_embed(run.model.grid)
-        (gh, gw), (nh, nw) = before.grid, run.model.grid
-        log.info(
-            f"         position embeddings {gh}x{gw} -> {nh}x{nw} (2D interpolation, corners "
-            f"aligned) for {run.model.image_hw[0]}x{run.model.image_hw[1]} px"
-        )
-    model.reset_head(run.model.num_classes, run.model.representation_size)
-    dropped = "; pre-logits dropped" if before.representation_size is not None else ""
-    log.info(
-        f"         head replaced for {run.model.num_classes} classes, zero-initialised{dropped}"
-    )
-    fresh = build_model(run.model)  # this run's dropout etc., the pre-trained weights
-    load_state_dict_strict(fresh, model.state_dict(), source=run.init_from)
-    return fresh
-
-
 def train(
     run: RunConfig,
     run_dir: str | Path,
@@ -292,62 +229,14 @@ def _train(
     device = distributed.resolve_device(tc.device)  # before anything is built: fails fast
 
     # ---- data: every process walks the same global batches and keeps its part of each
-    # a resumed run keeps the label order it trained with, where the data's own now differs (a
-    # folder of numbered classes was in order by name before vitkit ordered it by number)
-    recorded = resumed_classes(run_dir, resume_from)
-    if data is None:
-        data = build_data(
-            run.data, run.model, seed=tc.seed, in_chans=run.model.in_chans, class_order=recorded
-        )
-    elif recorded is not None and another_order(recorded, data.classes):
-        data = data.in_class_order(recorded, RESUMED)  # read by a protocol: its holdout as drawn
-    train_set, classes = data.train, data.classes
-    if tc.objective == "classification" and len(classes) != run.model.num_classes:
-        raise ConfigError(
-            f"model.num_classes={run.model.num_classes} but the dataset has {len(classes)} classes"
-        )
-    if tc.batch_size % world:
-        raise ConfigError(
-            f"train.batch_size={tc.batch_size} is the global batch: it must split evenly across "
-            f"the {world} processes"
-        )
-    # uint8 batches, scaled on the device; page-locked for a GPU, whose copies then overlap
-    pinned = device.type == "cuda"
-    options = BatchOptions.training(tc, run.data, run.model, shard=(rank, world), pin_memory=pinned)
-    train_batches = batches_of(train_set, options)
-    ordered = BatchOptions.evaluation(
-        run.model,
-        batch_size=tc.batch_size,  # larger starves the overlap of input and compute
-        num_workers=options.num_workers,  # data.num_workers, resolved
-        shard=(rank, world),
-        uint8=True,
-        pin_memory=pinned,
+    inputs = read_inputs(
+        run, run_dir, data=data, resume_from=resume_from, device=device, shard=(rank, world)
     )
-    evaluation = batches_of(data.val, ordered)
-    # the test split, evaluated once with the best weights, when it is not the validation split
-    final_test = (
-        batches_of(data.test, ordered) if data.test is not None and not data.val_is_test else None
-    )
-    split = "test" if data.val_is_test else "val"  # what metrics.jsonl calls the evaluations
-    steps_per_epoch = train_batches.steps_per_epoch // tc.accum_steps
-    if steps_per_epoch < 1:
-        raise ConfigError(
-            f"an epoch has {train_batches.steps_per_epoch} batches of {tc.batch_size}, fewer than "
-            f"train.accum_steps={tc.accum_steps}"
-        )
-    cadence = Cadence.from_config(tc, steps_per_epoch, run.optim.warmup)
-    if tc.fewshot:
-        from ..eval.fewshot import check_shots
-
-        check_shots(train_set, tc.fewshot)
-    fewshot_data = _fewshot_data(run)  # {name: (train, test)}: read and checked before the run
+    run, data, cadence = inputs.run, inputs.data, inputs.cadence
+    tc, classes = run.train, data.classes
     # the arithmetic, resolved for the device and recorded so: a resume elsewhere cannot change it
     resolved = precision.resolve(tc.precision, device)
-    run = dataclasses.replace(
-        run,
-        data=dataclasses.replace(run.data, num_workers=options.num_workers),
-        train=dataclasses.replace(tc, precision=resolved),
-    )
+    run = dataclasses.replace(run, train=dataclasses.replace(tc, precision=resolved))
     tc = run.train
     precision.configure(resolved, device)
     autocast = precision.autocast_dtype(resolved)
@@ -359,59 +248,20 @@ def _train(
         write_skipped(run_dir, data.skipped)
 
     # ---- model, objective, optimizer; resume or initialise
-    last = checkpoints(run_dir)
-    resume = last[-1] if last else None
-    if resume_from is not None and last:
-        log.info(f"--resume {resume_from} not used: {run_dir} holds checkpoints of its own")
-    elif resume_from is not None:
-        resume = training_checkpoint(resume_from, run.to_dict())
-    # built on the CPU, then moved: the initial weights are the same on every device
-    model = build_model(run.model) if resume or not run.init_from else init_from_pretrained(run)
-    model.to(device)
-    mpp = MaskedPatchPrediction(run.model).to(device) if tc.objective == "mpp" else None
-    ema = copy.deepcopy(model).eval() if tc.ema else None
-    if tc.activation_checkpointing:
-        assert isinstance(model, VisionTransformer)  # RunConfig: a ViT's option only
-        distributed.checkpoint_blocks(model.blocks)
-    objective = Objective(
-        model,
-        mpp,
-        label_smoothing=tc.label_smoothing,
-        mixup=tc.mixup,
-        forward_fn=torch.compile(model) if tc.compile else None,
-    )
-    step_fn: nn.Module = objective  # what a training step calls
-    if distributed.is_distributed():
-        blocks = getattr(model, "blocks", ())  # a ResNet is sharded as one unit
-        step_fn = distributed.parallelize(
-            objective, blocks, parallel=tc.parallel, dtype=autocast, find_unused=mpp is not None
-        )
-        if ema is not None and tc.parallel == "fsdp":  # sharded like the model: the average
-            distributed.shard(ema, getattr(ema, "blocks", ()), dtype=autocast)  # is shard-local
-    optimizer = build_optimizer(model, run.optim, mpp)  # after FSDP replaced the parameters
-    trained = list(objective.parameters())
-    averaged = ema if ema is not None else model  # what is evaluated and kept as best
-    sharded = distributed.is_distributed() and tc.parallel == "fsdp"
-    average = (
-        _Average(ema, model, tc.ema, fixed=not sharded) if ema is not None and tc.ema else None
-    )
-    scaler = precision.scaler(resolved, device)  # fp16's gradient scaler, else None
-    live = LiveRun(
-        objective=objective, optimizer=optimizer, ema=ema, mpp=mpp, device=device, scaler=scaler
-    )
+    resume = checkpoint_to_resume(run_dir, resume_from, run)
+    pretrained = resume is None and run.init_from is not None
+    parts = build_parts(run, device, autocast=autocast, pretrained=pretrained)
     step, best, window, earlier_s = 0, -1.0, _Window(), 0.0
     if resume is not None:
-        weights, state = load_checkpoint(resume, model.cfg)
-        distributed.load_model_state(model, weights)
-        state.restore(live)
+        state = parts.resume(resume)
         step, best, window = state.step, state.best, _Window.resumed(state.window)
         if not (run_dir / "best").is_dir():  # a checkpoint moved alone (--resume, a copy)
             best = -1.0  # the next evaluation writes best/, which the end of the run reads
         earlier_s = state.seconds - process_seconds()  # the run's clock goes on from there
     if main:
-        truncate_metrics(run_dir / "metrics.jsonl", step)
+        truncate_metrics(run_dir / METRICS_FILE, step)
         for line in banner(
-            run, data, model, device=device, cadence=cadence, run_dir=run_dir, step=step
+            run, data, parts.model, device=device, cadence=cadence, run_dir=run_dir, step=step
         ):
             log.info(line)
     preprocess = Preprocess(image_size=run.model.image_size, in_chans=run.model.in_chans)
@@ -419,208 +269,196 @@ def _train(
     if len(classes) == run.model.num_classes:  # not an mpp run's head, sized apart from the data
         extra["class_names"] = classes  # what the head's outputs are, as reading checks
 
-    def run_seconds() -> float:
-        return earlier_s + process_seconds()
+    metrics = MetricsLog(run_dir, main=main, earlier_s=earlier_s)
+    evaluate = Evaluator(
+        run,
+        run_dir,
+        objective=parts.objective,
+        mpp=parts.mpp,
+        num_classes=len(classes),
+        autocast=autocast,
+        train_set=data.train,
+        fewshot_data=inputs.fewshot_data,
+        cfg=parts.model.cfg,
+        extra=extra,
+        best=best,
+    )
+    trainer = _Trainer(run, run_dir, inputs, parts, evaluate, metrics, extra, autocast)
+    step, result = trainer.loop(step, window, progress=progress and main)
+    return trainer.finish(step, result)
 
-    def evaluate_now(
-        model: VisionTransformer | ResNetClassifier, batches: Batches, split: Images
-    ) -> dict[str, Any]:
-        """Each process evaluates its part of every batch; the sums are added up."""
-        from ..eval.fewshot import SHOTS, fewshot_model
-        from ..eval.metrics import evaluate
 
-        with distributed.unsharded(objective):  # the model is called outside the objective
-            if mpp is None:
-                result = evaluate(
-                    model,
-                    batches.epoch(0),
-                    len(classes),
-                    autocast=autocast,
-                    flip=run.data.test_flip,
-                    reduce=distributed.all_sum,
-                    gather=distributed.all_concat,
-                )
-            else:  # the colour accuracy of the chosen patches, the same patches every time
-                result = evaluate_mpp(
-                    model, mpp, batches.epoch(0), seed=tc.seed, reduce=distributed.all_sum
-                )
-            if tc.fewshot:  # whole in every process: small, and the same forward passes in all
-                result["fewshot"] = fewshot_model(
-                    model,
-                    train_set,
-                    split,  # the images evaluated: few-shot classifies them too
-                    shots=tc.fewshot,
-                    seeds=3,
-                    image_size=run.model.image_size,
-                    autocast=autocast,
-                )
-            for name, (shots_from, classified) in fewshot_data.items():  # as above
-                result.setdefault("fewshot_data", {})[name] = fewshot_model(
-                    model,
-                    shots_from,
-                    classified,
-                    shots=tc.fewshot or SHOTS,
-                    seeds=3,
-                    image_size=run.model.image_size,
-                    autocast=autocast,
-                )
-        return result
+@dataclass
+class _Trainer:
+    """The loop over a run's built and resumed parts (``_train`` builds them), and its end."""
 
-    board = _tensorboard(run_dir) if main else None
+    run: RunConfig  # with its precision and workers resolved
+    run_dir: Path
+    inputs: Inputs
+    parts: Parts
+    evaluate: Evaluator
+    metrics: MetricsLog
+    extra: dict[str, Any]  # what checkpoints and best/ are written with
+    autocast: torch.dtype | None
 
-    def write(record: dict[str, Any]) -> None:
-        if not main:
-            return
-        record["time_s"] = round(process_seconds(), 2)
-        record["run_s"] = round(run_seconds(), 2)
-        with open(run_dir / "metrics.jsonl", "a") as f:
-            f.write(json.dumps(record) + "\n")
-        if board is not None:
-            prefix = record.get("split", "train")
-            for key, value in record.items():
-                if isinstance(value, float):
-                    board.add_scalar(f"{prefix}/{key}", value, record["step"])
-
-    # ---- the loop
-    # micro-batches across epochs, on the device: each moved there while the previous computes
-    batches = on_device(train_batches.stream(step * tc.accum_steps), device)
-    bar = _progress(cadence.total_steps, step, enabled=progress and main)
-    if distributed.is_distributed():
-        bar.write(
-            f"{world} processes ({tc.parallel} on {device.type}): global batch "
-            f"{tc.batch_size * tc.accum_steps} = {world} x {tc.batch_size // world} per process x {tc.accum_steps} accumulation steps"
-        )
-    result: dict[str, Any] = {}
-    what = "masked-patch colour accuracy" if mpp is not None else "accuracy"
-    # the first step whose loss was not finite (-1: none), kept on the device: read when the
-    # host reads anyway (log and save steps, the end), never between
-    diverged = torch.full((), -1, dtype=torch.int64, device=device)
-    agreement = _Agreement(step)
-    step_fn.train()
-    with _stop_requests() as stop:
-        while step < cadence.total_steps:
-            if distributed.is_distributed():  # each process its own dropout and mixup draws
-                torch.manual_seed(derive_seed(tc.seed, rank, step))
-            lr = learning_rate(
-                step,
-                cfg=run.optim,
-                total_steps=cadence.total_steps,
-                warmup_steps=cadence.warmup_steps,
+    def loop(self, step: int, window: _Window, *, progress: bool) -> tuple[int, dict[str, Any]]:
+        """Train from ``step`` (with the log ``window`` so far) to the end; the last step and
+        the last evaluation (empty: none was due). ``StoppedError`` after a stop request."""
+        run, tc, cadence, parts = self.run, self.run.train, self.inputs.cadence, self.parts
+        data, split, device = self.inputs.data, self.inputs.split, parts.live.device
+        rank, world, main = distributed.rank(), distributed.world_size(), distributed.is_main()
+        # micro-batches across epochs, on the device: each moved there while the previous computes
+        batches = on_device(self.inputs.train_batches.stream(step * tc.accum_steps), device)
+        bar = _progress(cadence.total_steps, step, enabled=progress)
+        if distributed.is_distributed():
+            bar.write(
+                f"{world} processes ({tc.parallel} on {device.type}): global batch "
+                f"{tc.batch_size * tc.accum_steps} = {world} x {tc.batch_size // world} per process x {tc.accum_steps} accumulation steps"
             )
-            set_learning_rate(optimizer, lr)
-            for micro in range(tc.accum_steps):
-                images, labels = next(batches)
-                # gradients are averaged over processes on the last micro-batch only (DDP)
-                with distributed.no_sync(step_fn, micro < tc.accum_steps - 1):
-                    with torch.autocast(device.type, dtype=autocast, enabled=autocast is not None):
-                        out = step_fn(images, labels)
-                    loss = out["loss"] / tc.accum_steps
-                    (loss if scaler is None else scaler.scale(loss)).backward()
-                window.add(out["loss"], out["accuracy"], tc.accum_steps)
-                window.images += labels.shape[0] * world
-                finite = torch.isfinite(out["loss"].detach())
-                diverged = torch.where(finite | (diverged >= 0), diverged, step + 1)
-            if scaler is not None:
-                scaler.unscale_(optimizer)  # the clipping below sees the true gradients
-            if run.optim.grad_clip:
-                torch.nn.utils.clip_grad_norm_(trained, run.optim.grad_clip)
-            if scaler is None:
-                optimizer.step()
-            else:
-                scaler.step(optimizer)  # skipped when the scaled gradients overflowed
-                scaler.update()
-            optimizer.zero_grad(set_to_none=True)
-            if average is not None:
-                average.update(step)
-            step += 1
-            window.n += 1
-            bar.update(1)
-            due = cadence.log(step) or cadence.save(step)
-            stopping = agreement.stop(step, stop["signal"], now=due)  # one's signal stops all
-            if due or stopping or cadence.eval(step):
-                _check_finite(diverged)  # never a log line, evaluation or checkpoint of NaNs
+        result: dict[str, Any] = {}
+        what = "masked-patch colour accuracy" if parts.mpp is not None else "accuracy"
+        # the first step whose loss was not finite (-1: none), kept on the device: read when the
+        # host reads anyway (log and save steps, the end), never between
+        diverged = torch.full((), -1, dtype=torch.int64, device=device)
+        agreement = _Agreement(step)
+        parts.step_fn.train()
+        with _stop_requests() as stop:
+            while step < cadence.total_steps:
+                if distributed.is_distributed():  # each process its own dropout and mixup draws
+                    torch.manual_seed(derive_seed(tc.seed, rank, step))
+                lr = learning_rate(
+                    step,
+                    cfg=run.optim,
+                    total_steps=cadence.total_steps,
+                    warmup_steps=cadence.warmup_steps,
+                )
+                diverged = self.train_step(step, lr, batches, window, diverged)
+                step += 1
+                window.n += 1
+                bar.update(1)
+                due = cadence.log(step) or cadence.save(step)
+                stopping = agreement.stop(step, stop["signal"], now=due)  # one's signal stops all
+                if due or stopping or cadence.eval(step):
+                    _check_finite(diverged)  # never a log line, evaluation or checkpoint of NaNs
 
-            if cadence.log(step):
-                elapsed = time.perf_counter() - window.t
-                loss_sum, accuracy_sum = window.totals()
-                record = {
-                    "step": step,
-                    "epoch": step / steps_per_epoch,
-                    "lr": lr,
-                    "loss": loss_sum / window.n,
-                    "accuracy": accuracy_sum / window.n,
-                    "images_per_s": window.images / max(elapsed, 1e-9),
-                }
-                write(record)
-                bar.log(record, total=cadence.total_steps, minutes=run_seconds() / 60)
-                window = _Window()
-            if cadence.eval(step):
-                started = time.perf_counter()
-                result = evaluate_now(averaged, evaluation, data.val)
-                window.t += time.perf_counter() - started  # images/s counts training only
-                write({"step": step, "split": split, **_scalars(result)})
-                one_view = result.get("accuracy_one_view")
-                bar.write(
-                    f"step {step}: {split} {what} {result['accuracy']:.4f}"
-                    + ("" if one_view is None else f" (with its mirror; {one_view:.4f} without)")
-                    + f" ({run_seconds() / 60:.1f} min)"
-                )
-                if result["accuracy"] > best:  # the same result in every process
-                    best = result["accuracy"]
-                    weights = distributed.model_state(averaged)  # FSDP: every process gathers
-                    if main:
-                        save_best(run_dir, model.cfg, weights, extra)
-            if cadence.save(step) or stopping:  # every process gathers, rank 0 writes
-                weights = distributed.model_state(model)
-                state = TrainState.capture(
-                    live, step=step, best=best, window=window.sums(), seconds=run_seconds()
-                )
-                if main:
-                    save_checkpoint(
-                        run_dir, model.cfg, weights, state, extra=extra, keep_last=tc.keep_last
+                if cadence.log(step):
+                    elapsed = time.perf_counter() - window.t
+                    loss_sum, accuracy_sum = window.totals()
+                    record = {
+                        "step": step,
+                        "epoch": step / self.inputs.steps_per_epoch,
+                        "lr": lr,
+                        "loss": loss_sum / window.n,
+                        "accuracy": accuracy_sum / window.n,
+                        "images_per_s": window.images / max(elapsed, 1e-9),
+                    }
+                    self.metrics.write(record)
+                    minutes = self.metrics.run_seconds() / 60
+                    bar.log(record, total=cadence.total_steps, minutes=minutes)
+                    window = _Window()
+                if cadence.eval(step):
+                    started = time.perf_counter()
+                    result = self.evaluate(parts.averaged, self.inputs.evaluation, data.val)
+                    window.t += time.perf_counter() - started  # images/s counts training only
+                    self.metrics.write({"step": step, "split": split, **scalars(result)})
+                    one_view = result.get("accuracy_one_view")
+                    bar.write(
+                        f"step {step}: {split} {what} {result['accuracy']:.4f}"
+                        + (
+                            ""
+                            if one_view is None
+                            else f" (with its mirror; {one_view:.4f} without)"
+                        )
+                        + f" ({self.metrics.run_seconds() / 60:.1f} min)"
                     )
-                distributed.barrier()  # no process stops (or exits) before the checkpoint is whole
-            if stopping and step < cadence.total_steps:
-                bar.close()
-                raise StoppedError(stopping, step)
-    bar.close()
-    if not result:  # the run was already complete: evaluate its final weights
-        result = evaluate_now(averaged, evaluation, data.val)
-    result = {"split": split, **result, "best": best}
-    if final_test is not None:  # the test split, once, with the weights the validation chose
-        assert data.test is not None  # final_test is its batches
-        if not (run_dir / "best").is_dir():  # a finished checkpoint moved alone (--resume)
-            log.info("no best/ in %s: the final weights are kept as the best", run_dir)
-            weights = distributed.model_state(averaged)
-            if main:
-                save_best(run_dir, model.cfg, weights, extra)
-        tested = _best_model(run_dir, run, device)
-        result = {"split": "test", **evaluate_now(tested, final_test, data.test), "best": best}
-        if not _logged(run_dir, step, "test"):  # a finished run re-evaluated: logged once
-            write({"step": step, "split": "test", **_scalars(result)})
-    if main:
-        write_report(run_dir, result, classes)
-    return result
+                    self.evaluate.keep_if_best(result, parts.averaged)
+                if cadence.save(step) or stopping:  # every process gathers, rank 0 writes
+                    weights = distributed.model_state(parts.model)
+                    state = TrainState.capture(
+                        parts.live,
+                        step=step,
+                        best=self.evaluate.best,
+                        window=window.sums(),
+                        seconds=self.metrics.run_seconds(),
+                    )
+                    if main:
+                        save_checkpoint(
+                            self.run_dir,
+                            parts.model.cfg,
+                            weights,
+                            state,
+                            extra=self.extra,
+                            keep_last=tc.keep_last,
+                        )
+                    distributed.barrier()  # no process stops (or exits) before the checkpoint is whole
+                if stopping and step < cadence.total_steps:
+                    bar.close()
+                    raise StoppedError(stopping, step)
+        bar.close()
+        return step, result
 
+    def train_step(
+        self,
+        step: int,
+        lr: float,
+        batches: Iterator[tuple[Tensor, Tensor]],
+        window: _Window,
+        diverged: Tensor,
+    ) -> Tensor:
+        """One optimizer step at learning rate ``lr``: ``train.accum_steps`` micro-batches of
+        forward/backward (their losses and accuracies added to ``window``), global-norm clipping,
+        the update, EMA. Returns ``diverged`` (the first step whose loss was not finite, -1:
+        none), updated on the device."""
+        tc, parts, autocast = self.run.train, self.parts, self.autocast
+        optimizer, scaler, step_fn = parts.live.optimizer, parts.live.scaler, parts.step_fn
+        device, world = parts.live.device, distributed.world_size()
+        set_learning_rate(optimizer, lr)
+        for micro in range(tc.accum_steps):
+            images, labels = next(batches)
+            # gradients are averaged over processes on the last micro-batch only (DDP)
+            with distributed.no_sync(step_fn, micro < tc.accum_steps - 1):
+                with torch.autocast(device.type, dtype=autocast, enabled=autocast is not None):
+                    out = step_fn(images, labels)
+                loss = out["loss"] / tc.accum_steps
+                (loss if scaler is None else scaler.scale(loss)).backward()
+            window.add(out["loss"], out["accuracy"], tc.accum_steps)
+            window.images += labels.shape[0] * world
+            finite = torch.isfinite(out["loss"].detach())
+            diverged = torch.where(finite | (diverged >= 0), diverged, step + 1)
+        if scaler is not None:
+            scaler.unscale_(optimizer)  # the clipping below sees the true gradients
+        if self.run.optim.grad_clip:
+            torch.nn.utils.clip_grad_norm_(parts.trained, self.run.optim.grad_clip)
+        if scaler is None:
+            optimizer.step()
+        else:
+            scaler.step(optimizer)  # skipped when the scaled gradients overflowed
+            scaler.update()
+        optimizer.zero_grad(set_to_none=True)
+        if parts.average is not None:
+            parts.average.update(step)
+        return diverged
 
-def _logged(run_dir: Path, step: int, split: str) -> bool:
-    """Whether metrics.jsonl has a record of ``split`` at ``step``."""
-    path = run_dir / "metrics.jsonl"
-    lines = path.read_text().splitlines() if path.is_file() else []
-    return any(r.get("step") == step and r.get("split") == split for r in map(json.loads, lines))
-
-
-def _best_model(
-    run_dir: Path, run: RunConfig, device: torch.device
-) -> VisionTransformer | ResNetClassifier:
-    """The weights in ``best/`` (every process reads them once rank 0 has written them)."""
-    from ..io.checkpoint import load_state_dict_strict, read_ours
-
-    distributed.barrier()
-    _, weights, _ = read_ours(run_dir / "best")
-    model = build_model(run.model)
-    load_state_dict_strict(model, weights, source=str(run_dir / "best"))
-    return model.to(device).eval()
+    def finish(self, step: int, result: dict[str, Any]) -> dict[str, Any]:
+        """The run's result (``train``), evaluated with the best weights on a test split apart
+        from the validation split, and its report."""
+        data, split, averaged = self.inputs.data, self.inputs.split, self.parts.averaged
+        if not result:  # the run was already complete: evaluate its final weights
+            result = self.evaluate(averaged, self.inputs.evaluation, data.val)
+        result = {"split": split, **result, "best": self.evaluate.best}
+        if self.inputs.final_test is not None:  # the test split, once, with the chosen weights
+            assert data.test is not None  # final_test is its batches
+            if not (self.run_dir / "best").is_dir():  # a finished checkpoint moved alone (--resume)
+                log.info("no best/ in %s: the final weights are kept as the best", self.run_dir)
+                self.evaluate.save_best(averaged)
+            tested = self.evaluate.best_model(self.parts.live.device)
+            tests = self.evaluate(tested, self.inputs.final_test, data.test)
+            result = {"split": "test", **tests, "best": self.evaluate.best}
+            if not self.metrics.logged(step, "test"):  # a finished run re-evaluated: logged once
+                self.metrics.write({"step": step, "split": "test", **scalars(result)})
+        if distributed.is_main():
+            write_report(self.run_dir, result, data.classes)
+        return result
 
 
 def write_skipped(run_dir: Path, skipped: list[tuple[str, str]]) -> None:
@@ -639,50 +477,6 @@ def _check_finite(diverged: Tensor) -> None:
             f"the loss was not finite at step {first}: the run diverged (lower optim.lr, or set "
             "optim.grad_clip)"
         )
-
-
-def _fewshot_data(run: RunConfig) -> dict[str, tuple[Images, Images]]:
-    """The data of ``train.fewshot_data`` by ``data_names``: (the training images shots are
-    drawn from, every class holding enough of them; the images classified), read with the
-    model's channels as ``vitkit fewshot`` reads them."""
-    from ..eval.fewshot import SHOTS, check_shots
-
-    splits = {}
-    for name, spec in zip(data_names(run.train.fewshot_data), run.train.fewshot_data, strict=True):
-        split = evaluation_split(spec, {}, run.model, source="train.fewshot_data")
-        if split.train is None:
-            raise ConfigError(
-                f"train.fewshot_data: {split.name} has no training images to draw shots from "
-                "(a stream, or one set of images): give data with a train split and a test split"
-            )
-        check_shots(split.train, run.train.fewshot or SHOTS)
-        splits[name] = (split.train, split.dataset)
-    return splits
-
-
-def _scalars(result: dict[str, Any]) -> dict[str, float]:
-    """The numbers of an evaluation that go to metrics.jsonl: loss, accuracy, top5 (when
-    classifying), ``accuracy_one_view`` (with ``data.test_flip``: the accuracy without the mirror
-    images), ``fewshot_<k>shot`` (mean over seeds) when few-shot evaluation of the run's data is
-    on, and ``fewshot_<name>_<k>shot`` for each of ``train.fewshot_data``."""
-    out: dict[str, float] = {
-        k: result[k] for k in ("loss", "accuracy", "accuracy_one_view", "top5") if k in result
-    }
-    for shots, acc in result.get("fewshot", {}).items():
-        out[f"fewshot_{shots}shot"] = acc["mean"]
-    for name, per_shots in result.get("fewshot_data", {}).items():
-        for shots, acc in per_shots.items():
-            out[f"fewshot_{name}_{shots}shot"] = acc["mean"]
-    return out
-
-
-def _tensorboard(run_dir: Path) -> Any:
-    """A TensorBoard writer when tensorboard is installed (it is optional), else None."""
-    try:
-        from torch.utils.tensorboard import SummaryWriter
-    except ImportError:
-        return None
-    return SummaryWriter(str(run_dir / "tensorboard"))
 
 
 class _NoBar:

@@ -1,0 +1,165 @@
+"""The run's evaluations: the validation split on the eval cadence, keeping the best weights in
+``best/``, and the test split apart from it once at the end with those weights (train/loop.py).
+
+An evaluation is the accuracy (top-1, top-5, with ``data.test_flip`` its mirror images too) of a
+classifier, or for masked patch prediction the colour accuracy of the same chosen patches every
+time; with ``train.fewshot`` the few-shot accuracy of the run's own data [P §4.1], and of each of
+``train.fewshot_data``. Under torchrun each process evaluates its part of every batch and the
+sums are added up, so every process holds the same result (and the same ``best``); few-shot runs
+whole in every process. Rank 0 alone writes ``best/``.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..config import ModelConfig, RunConfig, data_names
+from ..data import Batches
+from ..data.run_data import Images, evaluation_split
+from ..errors import ConfigError
+from ..model import ResNetClassifier, VisionTransformer, build_model
+from . import distributed
+from .objectives import MaskedPatchPrediction, evaluate_mpp
+from .state import save_best
+
+log = logging.getLogger(__name__)
+
+Classifier = VisionTransformer | ResNetClassifier
+
+
+class Evaluator:
+    """Evaluates a model of the run on a split's batches, and keeps the best weights.
+
+    ``objective``: the training step's module (an FSDP-sharded model is gathered while it is
+    called outside it); ``train_set``: the images few-shot evaluation draws its shots from;
+    ``fewshot_data``: ``{name: (shots drawn from, images classified)}`` (``read_fewshot_data``);
+    ``cfg`` and ``extra``: what ``best/`` is written with; ``best``: the best accuracy so far
+    (a resumed run's, else -1)."""
+
+    def __init__(
+        self,
+        run: RunConfig,
+        run_dir: Path,
+        *,
+        objective: nn.Module,
+        mpp: MaskedPatchPrediction | None,
+        num_classes: int,
+        autocast: torch.dtype | None,
+        train_set: Images,
+        fewshot_data: dict[str, tuple[Images, Images]],
+        cfg: ModelConfig,
+        extra: dict[str, Any],
+        best: float = -1.0,
+    ) -> None:
+        self.run, self.run_dir, self.objective, self.mpp = run, run_dir, objective, mpp
+        self.num_classes, self.autocast = num_classes, autocast
+        self.train_set, self.fewshot_data = train_set, fewshot_data
+        self.cfg, self.extra, self.best = cfg, extra, best
+
+    def __call__(self, model: Classifier, batches: Batches, images: Images) -> dict[str, Any]:
+        """``model`` on ``batches`` (of ``images``, which few-shot classifies too)."""
+        from ..eval.fewshot import SHOTS, fewshot_model
+        from ..eval.metrics import evaluate
+
+        tc = self.run.train
+        with distributed.unsharded(self.objective):  # the model is called outside the objective
+            if self.mpp is None:
+                result = evaluate(
+                    model,
+                    batches.epoch(0),
+                    self.num_classes,
+                    autocast=self.autocast,
+                    flip=self.run.data.test_flip,
+                    reduce=distributed.all_sum,
+                    gather=distributed.all_concat,
+                )
+            else:  # the colour accuracy of the chosen patches, the same patches every time
+                result = evaluate_mpp(
+                    model, self.mpp, batches.epoch(0), seed=tc.seed, reduce=distributed.all_sum
+                )
+            if tc.fewshot:  # whole in every process: small, and the same forward passes in all
+                result["fewshot"] = fewshot_model(
+                    model,
+                    self.train_set,
+                    images,  # the images evaluated: few-shot classifies them too
+                    shots=tc.fewshot,
+                    seeds=3,
+                    image_size=self.run.model.image_size,
+                    autocast=self.autocast,
+                )
+            for name, (shots_from, classified) in self.fewshot_data.items():  # as above
+                result.setdefault("fewshot_data", {})[name] = fewshot_model(
+                    model,
+                    shots_from,
+                    classified,
+                    shots=tc.fewshot or SHOTS,
+                    seeds=3,
+                    image_size=self.run.model.image_size,
+                    autocast=self.autocast,
+                )
+        return result
+
+    def keep_if_best(self, result: dict[str, Any], model: nn.Module) -> bool:
+        """Save ``model`` to ``best/`` when ``result`` is the best accuracy yet (the same result
+        in every process: all of them gather, under FSDP); whether it was."""
+        if result["accuracy"] <= self.best:
+            return False
+        self.best = result["accuracy"]
+        self.save_best(model)
+        return True
+
+    def save_best(self, model: nn.Module) -> None:
+        """``model``'s weights to ``best/`` (every process gathers, rank 0 writes)."""
+        weights = distributed.model_state(model)
+        if distributed.is_main():
+            save_best(self.run_dir, self.cfg, weights, self.extra)
+
+    def best_model(self, device: torch.device) -> Classifier:
+        """The weights in ``best/`` (every process reads them once rank 0 has written them)."""
+        from ..io.checkpoint import load_state_dict_strict, read_ours
+
+        distributed.barrier()
+        _, weights, _ = read_ours(self.run_dir / "best")
+        model = build_model(self.run.model)
+        load_state_dict_strict(model, weights, source=str(self.run_dir / "best"))
+        return model.to(device).eval()
+
+
+def read_fewshot_data(run: RunConfig) -> dict[str, tuple[Images, Images]]:
+    """The data of ``train.fewshot_data`` by ``data_names``: (the training images shots are
+    drawn from, every class holding enough of them; the images classified), read with the
+    model's channels as ``vitkit fewshot`` reads them."""
+    from ..eval.fewshot import SHOTS, check_shots
+
+    splits = {}
+    for name, spec in zip(data_names(run.train.fewshot_data), run.train.fewshot_data, strict=True):
+        split = evaluation_split(spec, {}, run.model, source="train.fewshot_data")
+        if split.train is None:
+            raise ConfigError(
+                f"train.fewshot_data: {split.name} has no training images to draw shots from "
+                "(a stream, or one set of images): give data with a train split and a test split"
+            )
+        check_shots(split.train, run.train.fewshot or SHOTS)
+        splits[name] = (split.train, split.dataset)
+    return splits
+
+
+def scalars(result: dict[str, Any]) -> dict[str, float]:
+    """The numbers of an evaluation that go to metrics.jsonl: loss, accuracy, top5 (when
+    classifying), ``accuracy_one_view`` (with ``data.test_flip``: the accuracy without the mirror
+    images), ``fewshot_<k>shot`` (mean over seeds) when few-shot evaluation of the run's data is
+    on, and ``fewshot_<name>_<k>shot`` for each of ``train.fewshot_data``."""
+    out: dict[str, float] = {
+        k: result[k] for k in ("loss", "accuracy", "accuracy_one_view", "top5") if k in result
+    }
+    for shots, acc in result.get("fewshot", {}).items():
+        out[f"fewshot_{shots}shot"] = acc["mean"]
+    for name, per_shots in result.get("fewshot_data", {}).items():
+        for shots, acc in per_shots.items():
+            out[f"fewshot_{name}_{shots}shot"] = acc["mean"]
+    return out

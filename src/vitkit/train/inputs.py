@@ -1,0 +1,115 @@
+"""What a run reads, checked before anything is written: its datasets (a resumed run's in the
+label order it trained with), the batches every process takes its part of, the cadence in steps,
+and the data few-shot evaluation reads (``train.fewshot_data``).
+
+Every process walks the same global batches (``train.batch_size``) and keeps its ``world``-th of
+each; batches are uint8, scaled on the device, page-locked for a GPU so that their copies
+overlap compute. The validation split is what the run evaluates on its cadence; a test split
+apart from it is evaluated once at the end (``final_test``); ``split`` is what metrics.jsonl
+calls the evaluations.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ..config import RunConfig
+from ..data import Batches
+from ..data.loader import BatchOptions
+from ..data.run_data import RESUMED, Images, RunData, another_order, batches_of, build_data
+from ..errors import ConfigError
+from .cadence import Cadence
+from .evaluator import read_fewshot_data
+from .state import resumed_classes
+
+
+@dataclass
+class Inputs:
+    """A run's data and batches (``read_inputs``)."""
+
+    run: RunConfig  # with ``data.num_workers`` resolved, as the run records it
+    data: RunData
+    train_batches: Batches  # this process's part of every training batch
+    evaluation: Batches  # the validation split's, in order
+    final_test: Batches | None  # the test split's, when it is not the validation split
+    split: str  # "val", or "test" when the validation split is the test split
+    steps_per_epoch: int  # optimizer steps
+    cadence: Cadence
+    fewshot_data: dict[str, tuple[Images, Images]]  # train.fewshot_data: {name: (train, test)}
+
+
+def read_inputs(
+    run: RunConfig,
+    run_dir: Path,
+    *,
+    data: RunData | None,
+    resume_from: str | Path | None,
+    device: torch.device,
+    shard: tuple[int, int],
+) -> Inputs:
+    """The inputs of ``run`` for process ``shard`` = (rank, world) on ``device``; ``data``: the
+    datasets when the caller has read them (else ``run.data`` is read). A ``ConfigError`` when
+    the data does not fit the run."""
+    tc, world = run.train, shard[1]
+    # a resumed run keeps the label order it trained with, where the data's own now differs (a
+    # folder of numbered classes was in order by name before vitkit ordered it by number)
+    recorded = resumed_classes(run_dir, resume_from)
+    if data is None:
+        data = build_data(
+            run.data, run.model, seed=tc.seed, in_chans=run.model.in_chans, class_order=recorded
+        )
+    elif recorded is not None and another_order(recorded, data.classes):
+        data = data.in_class_order(recorded, RESUMED)  # read by a protocol: its holdout as drawn
+    if tc.objective == "classification" and len(data.classes) != run.model.num_classes:
+        raise ConfigError(
+            f"model.num_classes={run.model.num_classes} but the dataset has {len(data.classes)} "
+            "classes"
+        )
+    if tc.batch_size % world:
+        raise ConfigError(
+            f"train.batch_size={tc.batch_size} is the global batch: it must split evenly across "
+            f"the {world} processes"
+        )
+    pinned = device.type == "cuda"
+    options = BatchOptions.training(tc, run.data, run.model, shard=shard, pin_memory=pinned)
+    train_batches = batches_of(data.train, options)
+    ordered = BatchOptions.evaluation(
+        run.model,
+        batch_size=tc.batch_size,  # larger starves the overlap of input and compute
+        num_workers=options.num_workers,  # data.num_workers, resolved
+        shard=shard,
+        uint8=True,
+        pin_memory=pinned,
+    )
+    evaluation = batches_of(data.val, ordered)
+    final_test = (
+        batches_of(data.test, ordered) if data.test is not None and not data.val_is_test else None
+    )
+    steps_per_epoch = train_batches.steps_per_epoch // tc.accum_steps
+    if steps_per_epoch < 1:
+        raise ConfigError(
+            f"an epoch has {train_batches.steps_per_epoch} batches of {tc.batch_size}, fewer than "
+            f"train.accum_steps={tc.accum_steps}"
+        )
+    cadence = Cadence.from_config(tc, steps_per_epoch, run.optim.warmup)
+    if tc.fewshot:
+        from ..eval.fewshot import check_shots
+
+        check_shots(data.train, tc.fewshot)
+    return Inputs(
+        run=dataclasses.replace(
+            run, data=dataclasses.replace(run.data, num_workers=options.num_workers)
+        ),
+        data=data,
+        train_batches=train_batches,
+        evaluation=evaluation,
+        final_test=final_test,
+        split="test" if data.val_is_test else "val",
+        steps_per_epoch=steps_per_epoch,
+        cadence=cadence,
+        fewshot_data=read_fewshot_data(run),  # read and checked before the run
+    )

@@ -1,0 +1,51 @@
+"""A run's inputs on their own: the data checked against the run before anything is written,
+each process's part of the global batch, the cadence in optimizer steps, and the workers
+resolved as the run records them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from vitkit.config import ConfigError, replace
+from vitkit.data.run_data import build_data
+from vitkit.recipes import get_recipe
+from vitkit.train.inputs import read_inputs
+
+CPU = torch.device("cpu")
+
+
+def test_inputs_of_the_smoke_run(tmp_path: Path) -> None:
+    run = replace(get_recipe("smoke"), {"train.accum_steps": 2})
+    inputs = read_inputs(run, tmp_path, data=None, resume_from=None, device=CPU, shard=(1, 2))
+    assert inputs.run.data.num_workers is not None  # resolved: what the run records
+    assert inputs.data.classes and len(inputs.data.classes) == run.model.num_classes
+    images, _ = next(iter(inputs.train_batches.epoch(0)))
+    assert images.shape[0] == run.train.batch_size // 2  # this process's half of the batch
+    batches = inputs.train_batches.steps_per_epoch
+    assert inputs.steps_per_epoch == batches // 2  # optimizer steps of 2 micro-batches
+    assert inputs.cadence.total_steps == 8  # the recipe's 8st
+    assert inputs.split in ("val", "test") and inputs.fewshot_data == {}
+    assert (inputs.final_test is None) == (inputs.split == "test")
+    assert not tmp_path.joinpath("metrics.jsonl").exists()  # nothing written
+
+
+@pytest.mark.parametrize(
+    ("changes", "shard", "message"),
+    [
+        ({"model.num_classes": 5}, (0, 1), "model.num_classes=5 but the dataset has 4 classes"),
+        ({}, (0, 3), "must split evenly across the 3 processes"),
+        ({"train.accum_steps": 10**6}, (0, 1), "fewer than train.accum_steps=1000000"),
+    ],
+)
+def test_data_that_does_not_fit_the_run_is_refused(
+    tmp_path: Path, changes: dict, shard: tuple[int, int], message: str
+) -> None:
+    smoke = get_recipe("smoke")
+    data = build_data(smoke.data, smoke.model, seed=0)  # 4 classes
+    with pytest.raises(ConfigError, match=message):
+        read_inputs(
+            replace(smoke, changes), tmp_path, data=data, resume_from=None, device=CPU, shard=shard
+        )

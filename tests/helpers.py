@@ -8,6 +8,7 @@ import json
 import resource
 import shutil
 import signal
+import tarfile
 from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
@@ -176,3 +177,14 @@ def top1_predictions(checkpoint: Path, spec: str) -> tuple[list[str], torch.Tens
     result = evaluate(model, batches.epoch(0), 1000, predictions=True)
     names = [split.dataset.name_of(i) for i in range(len(split.dataset))]
     return names, result["predictions"]
+
+
+def write_tar(path: Path, members: dict[str, bytes]) -> Path:
+    """A tar file of ``members`` (name -> bytes), in order, its folder made: a test's shard."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(path, "w") as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path

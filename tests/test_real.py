@@ -6,9 +6,7 @@ that does not join is one line."""
 
 from __future__ import annotations
 
-import io
 import re
-import tarfile
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +21,7 @@ from helpers import (
     timm_real_labels,
     top1_predictions,
     val_name,
+    write_tar,
 )
 from vitkit.cli import main
 from vitkit.config import ModelConfig
@@ -133,15 +132,6 @@ def checkpoint(tmp_path_factory, shard_numbers: list[int]) -> Path:
     return _checkpoint(tmp_path_factory.mktemp("real") / "ckpt", _favoured(shard_numbers))
 
 
-def _write_shard(path: Path, members: dict[str, bytes]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(path, "w") as tar:
-        for name, data in members.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-
-
 def test_eval_real_on_shards_keyed_by_validation_names(
     checkpoint: Path, shard_numbers: list[int], tmp_path: Path, capsys
 ) -> None:
@@ -160,7 +150,7 @@ def test_eval_real_on_shards_keyed_by_validation_names(
             members[f"{key}.{'png' if i % 2 else 'jpg'}"] = png_bytes(number)
             members[f"{key}.cls"] = str((labels[number - 1] or [0])[0]).encode()
             number_of[f"{root / f'part-{part:06d}.tar'}:{key}"] = number
-        _write_shard(root / f"part-{part:06d}.tar", members)
+        write_tar(root / f"part-{part:06d}.tar", members)
     _same_as_timm(capsys, checkpoint, f"wds:{root}", number_of)
 
 
@@ -228,7 +218,7 @@ def test_names_that_do_not_join_are_one_line(
     for i, key in enumerate(["ILSVRC2012_val_00000007", "cat_001", "ILSVRC2012_val_00099999",
                              "dog_002", "ILSVRC2012_val_00000009", "x"]):  # fmt: skip
         members[f"{key}.png"], members[f"{key}.cls"] = png_bytes(i), b"3"
-    _write_shard(root / "images.tar", members)
+    write_tar(root / "images.tar", members)
     err = _one_line_error(capsys, ["eval", str(checkpoint), "--data", f"wds:{root}", "--real"])
     assert "ILSVRC2012_val_00000001 to ILSVRC2012_val_00050000" in err
     assert "4 of the 6 images" in err

@@ -21,7 +21,7 @@ import torch
 from PIL import Image
 
 import vitkit
-from helpers import stopped_copy
+from helpers import stopped_copy, write_tar
 from vitkit.cli import main
 from vitkit.config import replace
 from vitkit.data import BatchOptions, ImageFolderDataset
@@ -574,16 +574,6 @@ def test_every_user_error_is_one_line(
                     "--shard-size 0")  # fmt: skip
 
 
-def _shard(path: Path, members: dict[str, bytes]) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(path, "w") as tar:
-        for name, data in members.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return path
-
-
 def test_a_cut_shard_and_a_hostile_label_are_one_line_errors(
     shards: Path, tmp_path: Path, hf_cache: None
 ) -> None:
@@ -609,12 +599,12 @@ def test_a_cut_shard_and_a_hostile_label_are_one_line_errors(
         ("9" * 30, f"holds the label {'9' * 30}: expected a class index below"),
         ("\u0663", "holds '\u0663': expected the label, an integer >= 0 as text"),
     ]:
-        hostile = _shard(tmp_path / f"h{len(label)}" / "train-0.tar",
+        hostile = write_tar(tmp_path / f"h{len(label)}" / "train-0.tar",
                          {"a.png": png, "a.cls": label.encode()})  # fmt: skip
         with pytest.raises(DataError, match=rf"a\.cls {why}"):
             WebDatasetShards(hostile.parent, "train", verify="none")
 
-    named = _shard(tmp_path / "named" / "train-0.tar", {"a.png": png, "a.cls": b"3"})
+    named = write_tar(tmp_path / "named" / "train-0.tar", {"a.png": png, "a.cls": b"3"})
     (named.parent / "classes.txt").write_text("cat\ndog\n")
     with pytest.raises(DataError, match=r"train-0.tar: a.cls holds the label 3, and the classes "
                        r"file of .* names 2: expected labels from 0 to 1"):  # fmt: skip

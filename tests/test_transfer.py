@@ -26,6 +26,7 @@ from helpers import (
     timm_real_labels,
     top1_predictions,
     val_name,
+    write_tar,
 )
 from vitkit.cli import main
 from vitkit.errors import ConfigError
@@ -307,8 +308,6 @@ def _imagenet_shards(root: Path, numbers: list[int], label: int, renamed: int = 
     an image in each of 1000 class folders of each split), ``train-000000.tar`` 8 images of the
     class ``label``, ``val-000000.tar`` the validation images ``numbers`` keyed by their names
     (the first ``renamed`` keyed otherwise), each labelled with the first of its ReaL set."""
-    import io
-    import tarfile
 
     labels = timm_real_labels()
     root.mkdir(parents=True)
@@ -322,12 +321,10 @@ def _imagenet_shards(root: Path, numbers: list[int], label: int, renamed: int = 
         ],
     }  # fmt: skip
     for split, rows in samples.items():
-        with tarfile.open(root / f"{split}-000000.tar", "w") as tar:
-            for key, image, k in rows:
-                for name, data in ((f"{key}.png", image), (f"{key}.cls", str(k).encode())):
-                    info = tarfile.TarInfo(name)
-                    info.size = len(data)
-                    tar.addfile(info, io.BytesIO(data))
+        members = {}
+        for key, image, k in rows:
+            members |= {f"{key}.png": image, f"{key}.cls": str(k).encode()}
+        write_tar(root / f"{split}-000000.tar", members)
     return root
 
 

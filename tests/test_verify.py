@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from helpers import write_tar
 from vitkit.data import ImageFolderDataset, UnreadableImageWarning, verify_image_folder
 from vitkit.data import verify as vf
 from vitkit.errors import ConfigError
@@ -457,21 +458,14 @@ def test_only_the_listed_formats_are_opened_and_older_entries_are_verified_again
 def _as_shards(folder: Path, out: Path) -> Path:
     """The files of ``folder``'s tree (bad ones included) as one tar shard, in the listing's
     order, labelled by class folder."""
-    import tarfile
-
     from vitkit.data.folder import image_files
 
-    out.mkdir(parents=True)
     classes = sorted(d.name for d in folder.iterdir())
-    with tarfile.open(out / "train-000000.tar", "w") as tar:
-        for k, path in enumerate(image_files(folder)):
-            for name, data in (
-                (f"{k:04d}{path.suffix}", path.read_bytes()),
-                (f"{k:04d}.cls", str(classes.index(path.parent.name)).encode()),
-            ):
-                info = tarfile.TarInfo(name)
-                info.size = len(data)
-                tar.addfile(info, io.BytesIO(data))
+    members = {}
+    for k, path in enumerate(image_files(folder)):
+        members[f"{k:04d}{path.suffix}"] = path.read_bytes()
+        members[f"{k:04d}.cls"] = str(classes.index(path.parent.name)).encode()
+    write_tar(out / "train-000000.tar", members)
     return out
 
 

@@ -258,3 +258,22 @@ def test_vtab_errors_are_one_line(checkpoint: Path, release: Path, tmp_path: Pat
         assert main(["vtab", str(checkpoint), *argv]) == 2
         err = capsys.readouterr().err
         assert len(err.strip().splitlines()) == 1 and expected in err, err
+
+
+def test_a_second_vtab_on_the_same_folder_is_one_line(
+    checkpoint: Path, release: Path, tmp_path: Path, capsys
+) -> None:
+    """Two protocols writing one --out would train its runs twice at once: the second command
+    is refused in one line while the first holds the folder, as transfer's and train's are."""
+    import fcntl
+
+    from vitkit.train.rundir import LOCK_FILE
+
+    out = tmp_path / "out"
+    out.mkdir()
+    with open(out / LOCK_FILE, "a+") as held:  # another process's lock, as flock sees it
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        assert main(_vtab(checkpoint, release, out)) == 2
+    err = capsys.readouterr().err
+    assert f"run directory {out} is in use by" in err and "Traceback" not in err
+    assert not (out / "sweep").exists()

@@ -53,18 +53,21 @@ def _vtab(args: argparse.Namespace) -> None:
     out = Path(args.out) if args.out else Path("runs") / f"vtab-{_name(args.checkpoint)}"
     print(f"{len(tasks)} task(s): " + ", ".join(f"{d.task.name} ({d.spec})" for d in tasks))
     from ..train.loop import StoppedError
+    from ..train.rundir import RunLock
 
-    try:
-        result = run_vtab(
-            protocol,
-            tasks,
-            out,
-            progress=not args.no_progress,
-            said=lambda line: print(line, flush=True),
-        )
-    except StoppedError as e:
-        print(f"vitkit vtab: {e}; run the same command to resume", file=sys.stderr)
-        raise SystemExit(128 + e.signum) from None
+    out.mkdir(parents=True, exist_ok=True)
+    with RunLock(out):  # one protocol at a time in its folder, as transfer's
+        try:
+            result = run_vtab(
+                protocol,
+                tasks,
+                out,
+                progress=not args.no_progress,
+                said=lambda line: print(line, flush=True),
+            )
+        except StoppedError as e:
+            print(f"vitkit vtab: {e}; run the same command to resume", file=sys.stderr)
+            raise SystemExit(128 + e.signum) from None
     if args.json:
         print(json.dumps(result, indent=1))
         return

@@ -412,9 +412,17 @@ class TrainConfig(Section):
         ge=0,
         le=2**63 - 1,  # torch.manual_seed takes a 64-bit integer; numpy's seeds are non-negative
     )
-    log_every: Duration = key("50st", doc="how often to log the training loss")
-    eval_every: Duration = key("1ep", doc="how often to evaluate (and keep the best weights)")
-    save_every: Duration = key("1ep", doc="how often to write a resumable checkpoint")
+    log_every: Duration = key(
+        "50st", doc="how often to log the training loss, and at the end (0st: at the end only)"
+    )
+    eval_every: Duration = key(
+        "1ep",
+        doc="how often to evaluate (and keep the best weights), and at the end (0st: at the end only)",
+    )
+    save_every: Duration = key(
+        "1ep",
+        doc="how often to write a resumable checkpoint, and at the end (0st: at the end only)",
+    )
     keep_last: int = key(2, doc="resumable checkpoints kept", ge=1)
     objective: Objective = key(
         "classification",

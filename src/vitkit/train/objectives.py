@@ -39,7 +39,8 @@ def classification(
     device's global RNG, which checkpoints save, so a resumed run draws the same."""
     lam: float | Tensor = 1.0
     if mixup > 0:  # drawn on the device, so that no step waits for the host
-        alpha = torch.tensor(mixup, device=images.device)
+        # filled there: torch.tensor(mixup, device=...) would copy from the host and wait for it
+        alpha = torch.full((), mixup, device=images.device)
         # validate_args=False: the check of alpha would read it on the host at every step
         lam = torch.distributions.Beta(alpha, alpha, validate_args=False).sample()  # ()
         perm = torch.randperm(images.shape[0], device=images.device)

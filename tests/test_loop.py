@@ -24,7 +24,8 @@ CPU_SIDE = ("vitkit.data", "torch.utils.data", "torch.optim")
 
 def _counting(monkeypatch) -> Counter:
     """Count host reads made inside the training loop (``vitkit.train.loop`` on the stack), by
-    the module and line that asked, leaving out ``CPU_SIDE``."""
+    the module and line that asked, leaving out ``CPU_SIDE``; and tensors made from host values
+    on a device (``torch.tensor(x, device=...)``), a copy that CUDA waits for."""
     seen: Counter = Counter()
 
     def wrap(name: str):
@@ -46,6 +47,23 @@ def _counting(monkeypatch) -> Counter:
 
     for name in HOST_READS:
         monkeypatch.setattr(torch.Tensor, name, wrap(name))
+
+    def copying(original):
+        def make(*args, **kwargs):  # host values copied to the run's device: CUDA waits for it
+            if kwargs.get("device") is not None:
+                frame = sys._getframe(1)
+                f = frame
+                while f is not None:
+                    if f.f_globals.get("__name__") == "vitkit.train.loop":
+                        seen[f"{frame.f_globals.get('__name__', '')}:{frame.f_lineno}"] += 1
+                        break
+                    f = f.f_back
+            return original(*args, **kwargs)
+
+        return make
+
+    for name in ("tensor", "as_tensor"):
+        monkeypatch.setattr(torch, name, copying(getattr(torch, name)))
     return seen
 
 
@@ -71,7 +89,8 @@ def _quiet_run(device: str) -> RunConfig:
 def test_steps_that_do_not_log_read_nothing_on_the_host(tmp_path: Path, monkeypatch) -> None:
     """Classification with accumulation, clipping, EMA and mixup: a run of 8 steps reads on the
     host exactly what a run of 4 does, both logging, evaluating and saving at their last step
-    only, so the 4 steps more read nothing."""
+    only, so the 4 steps more read nothing and copy no host value to the device (mixup's
+    parameter did, once per micro-batch, until the first run on a GPU showed it)."""
     run = _quiet_run("cpu")
     counts = []
     for steps in (4, 8):

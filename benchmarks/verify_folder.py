@@ -25,13 +25,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 from vitkit.data import ImageFolderDataset
-from vitkit.data.verify import default_workers
+from vitkit.runtime.cores import usable_cores
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("folder", type=Path, help="FOLDER/train/<class>/<image>")
-    parser.add_argument("--workers", type=int, default=default_workers())
+    parser.add_argument("--workers", type=int, default=usable_cores())
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--mode", choices=["RGB", "L", "none"], default="RGB")
     args = parser.parse_args(argv)

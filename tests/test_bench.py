@@ -163,3 +163,21 @@ def test_onnxruntime_contender_times_the_exported_graph(bench) -> None:
     assert [r.contender for r in rows] == ["onnxruntime"]
     assert rows[0].max_abs_diff <= 1e-4 and rows[0].seconds[0] > 0
     assert bench.measure(subject, "train", "fp32", 3, ["onnxruntime"], device=cpu, **common) == []
+
+
+def test_every_benchmark_script_imports(monkeypatch) -> None:
+    """Each script of benchmarks/ loads (its imports name what vitkit still has) without running:
+    benchmarks/verify_folder.py imported a function that had moved, and nothing noticed."""
+    import importlib.util
+    import sys
+
+    monkeypatch.syspath_prepend(str(SCRIPT.parent))  # as run: a script's folder is on the path
+    for script in sorted(SCRIPT.parent.glob("*.py")):
+        name = f"bench_{script.stem}"
+        spec = importlib.util.spec_from_file_location(name, script)
+        assert spec is not None and spec.loader is not None
+        module = sys.modules[name] = importlib.util.module_from_spec(spec)  # dataclasses look it up
+        try:
+            spec.loader.exec_module(module)
+        finally:
+            del sys.modules[name]

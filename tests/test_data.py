@@ -508,10 +508,10 @@ def test_batch_options_from_the_config_sections() -> None:
     """A run's training batches take the train, data and model sections' values; its evaluation
     batches the model's resolution, in order and unaugmented."""
     from vitkit.config import replace
-    from vitkit.data.loader import default_workers
     from vitkit.recipes import get_recipe
 
     keys = {"data.flip": True, "data.crop_padding": 3, "data.rand_augment": True}
+    keys |= {"data.num_workers": 3}
     run = replace(get_recipe("smoke"), {**keys, "train.seed": 7, "model.image_size": (8, 12)})
     options = BatchOptions.training(run.train, run.data, run.model, shard=(1, 2))
     assert options == BatchOptions(
@@ -522,7 +522,7 @@ def test_batch_options_from_the_config_sections() -> None:
         crop_padding=3,
         flip=True,
         rand_augment=True,
-        num_workers=default_workers() if run.data.num_workers is None else run.data.num_workers,
+        num_workers=3,
         shard=(1, 2),
         uint8=True,
     )

@@ -17,7 +17,8 @@ import vitkit
 from helpers import stopped_copy
 from vitkit.config import ConfigError, replace
 from vitkit.recipes import get_recipe
-from vitkit.train.distributed import backend, choose_device, resolve_device
+from vitkit.runtime.machine import choose_device
+from vitkit.train.distributed import backend, resolve_device
 from vitkit.train.loop import TIMING_KEYS, train
 
 CUDA = torch.cuda.is_available()

@@ -1,6 +1,5 @@
 """A run's inputs on their own: the data checked against the run before anything is written,
-each process's part of the global batch, the cadence in optimizer steps, and the workers
-resolved as the run records them."""
+each process's part of the global batch, the cadence in optimizer steps."""
 
 from __future__ import annotations
 
@@ -12,15 +11,16 @@ import torch
 from vitkit.config import ConfigError, replace
 from vitkit.data.run_data import build_data
 from vitkit.recipes import get_recipe
+from vitkit.runtime.machine import resolved
 from vitkit.train.inputs import read_inputs
 
 CPU = torch.device("cpu")
 
 
 def test_inputs_of_the_smoke_run(tmp_path: Path) -> None:
-    run = replace(get_recipe("smoke"), {"train.accum_steps": 2})
+    run = resolved(replace(get_recipe("smoke"), {"train.accum_steps": 2}), CPU)
     inputs = read_inputs(run, tmp_path, data=None, resume_from=None, device=CPU, shard=(1, 2))
-    assert inputs.run.data.num_workers is not None  # resolved: what the run records
+    assert inputs.train_batches.num_workers == run.data.num_workers
     assert inputs.data.classes and len(inputs.data.classes) == run.model.num_classes
     images, _ = next(iter(inputs.train_batches.epoch(0)))
     assert images.shape[0] == run.train.batch_size // 2  # this process's half of the batch
@@ -36,7 +36,7 @@ def test_inputs_of_the_smoke_run(tmp_path: Path) -> None:
     ("changes", "shard", "message"),
     [
         ({"model.num_classes": 5}, (0, 1), "model.num_classes=5 but the dataset has 4 classes"),
-        ({}, (0, 3), "must split evenly across the 3 processes"),
+        ({}, (0, 3), "does not split evenly across 3 processes: train.batch_size is the global"),
         ({"train.accum_steps": 10**6}, (0, 1), "fewer than train.accum_steps=1000000"),
     ],
 )
@@ -47,5 +47,10 @@ def test_data_that_does_not_fit_the_run_is_refused(
     data = build_data(smoke.data, smoke.model, seed=0)  # 4 classes
     with pytest.raises(ConfigError, match=message):
         read_inputs(
-            replace(smoke, changes), tmp_path, data=data, resume_from=None, device=CPU, shard=shard
+            resolved(replace(smoke, changes), CPU),
+            tmp_path,
+            data=data,
+            resume_from=None,
+            device=CPU,
+            shard=shard,
         )

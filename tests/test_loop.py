@@ -276,18 +276,18 @@ def test_workers_leave_ctrl_c_to_the_main_process_however_started(
         next(stream)
 
 
-def test_default_workers_divide_the_cores_among_the_processes(monkeypatch) -> None:
+def test_loader_workers_divide_the_cores_among_the_processes(monkeypatch) -> None:
     import os
 
-    from vitkit.data.loader import default_workers
+    from vitkit.runtime.machine import loader_workers
 
     monkeypatch.setattr(os, "sched_getaffinity", lambda _: set(range(16)))
     monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
-    assert default_workers() == 15
+    assert loader_workers() == 15
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
-    assert default_workers() == 3
+    assert loader_workers() == 3
     monkeypatch.setattr(os, "sched_getaffinity", lambda _: {0})
-    assert default_workers() == 0
+    assert loader_workers() == 0
 
 
 def _records(run_dir: Path) -> list[dict]:

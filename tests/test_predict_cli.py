@@ -151,12 +151,13 @@ def test_device_argument(checkpoint: str, images: Path, capsys) -> None:
     assert main(["predict", checkpoint, str(images / "more"), "--device", "cpu"]) == 0
     assert len(capsys.readouterr().out.splitlines()) == 4
     gpu = torch.cuda.is_available()
-    assert resolve_device("auto") == torch.device("cuda" if gpu else "cpu")
+    assert resolve_device("auto") == torch.device("cuda", 0) if gpu else torch.device("cpu")
     assert resolve_device("cpu") == torch.device("cpu")
-    with pytest.raises(VitkitError, match="--device 'tpu': expected one of auto, cpu, cuda"):
+    with pytest.raises(VitkitError, match="--device tpu is not valid: expected one of auto, cpu, cuda"):
         resolve_device("tpu")
     if not gpu:
         assert main(["predict", checkpoint, str(images / "more"), "--device", "cuda"]) == 2
         err = capsys.readouterr().err
-        assert err.startswith("vitkit predict: error: --device cuda: expected a GPU")
+        assert err.startswith("vitkit predict: error: --device cuda but PyTorch finds no GPU")
+        assert "or use --device cpu" in err
         assert len(err.splitlines()) == 1

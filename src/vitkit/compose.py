@@ -47,6 +47,8 @@ from .presets import get_config, resolve_name
 from .recipes import Recipe, find_recipe
 
 if TYPE_CHECKING:
+    import torch
+
     from .data.run_data import RunData
 
 # The model keys a recipe keeps when --model (or a checkpoint) supplies the architecture.
@@ -341,11 +343,24 @@ def as_recorded(composed: Composed, run_dir: Path) -> Composed:
     return dataclasses.replace(recorded, fixed=recorded.fixed | set(keep))
 
 
+def on_this_machine(composed: Composed) -> tuple[Composed, torch.device]:
+    """The values ``composed`` leaves to the machine (``runtime.machine.decide``: the precision
+    of ``auto``, the workers of none), decided for this process's device, each with its origin;
+    and that device. Imports torch."""
+    from .runtime import machine
+
+    device = machine.this_device(composed.run.train.device)
+    for key, (value, origin) in machine.decide(composed.run, device).items():
+        composed = composed.with_values({key: value}, origin)
+    return composed, device
+
+
 def read_data(
     composed: Composed, run_dir: Path, *, world: int = 1, build: DataBuilder | None = None
 ) -> tuple[Composed, RunData]:
     """The data of the run ``composed`` asks for in ``run_dir`` (``as_recorded``), read by
-    ``build`` (None: ``build_data``), and the config ``adapt``-ed to it: what ``vitkit train``,
+    ``build`` (None: ``build_data``), and the config ``adapt``-ed to it and decided for this
+    machine (``on_this_machine``): what ``vitkit train``,
     ``vitkit transfer`` and ``vitkit vtab`` train on. Imports torch (the data's readers)."""
     from .data.run_data import build_data
 
@@ -362,6 +377,7 @@ def read_data(
         train_size=len(data.train),
         world=world,
     )
+    composed, _ = on_this_machine(composed)
     return composed, data
 
 

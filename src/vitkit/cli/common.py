@@ -11,8 +11,9 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, get_args
 
+from ..config import Device
 from ..errors import MissingFileError, VitkitError
 
 if TYPE_CHECKING:
@@ -29,8 +30,6 @@ FAST_HELP = (
 )
 
 DEBUG_HELP = "show the traceback of any error (also VITKIT_DEBUG=1)"
-
-DEVICES = ("auto", "cpu", "cuda")
 
 
 class Verb(Protocol):
@@ -119,7 +118,7 @@ def add_device_argument(parser: argparse.ArgumentParser) -> None:
     """``--device auto|cpu|cuda`` on a verb's parser; ``resolve_device`` turns it into a device."""
     parser.add_argument(
         "--device",
-        choices=DEVICES,
+        choices=get_args(Device),
         default="auto",
         help="where the model runs (auto: CUDA when torch sees a GPU, else the CPU)",
     )
@@ -137,31 +136,22 @@ def add_workers_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def resolve_workers(workers: int | None) -> int:
-    """``--workers``: the number given, else one per core less one (``default_workers``)."""
-    from ..data.loader import default_workers
+    """``--workers``: the number given, else this machine's (``runtime.machine.loader_workers``)."""
+    from ..runtime.machine import loader_workers
 
     if workers is None:
-        return default_workers()
+        return loader_workers()
     if workers < 0:
         raise VitkitError(f"--workers {workers}: expected a number >= 0")
     return workers
 
 
 def resolve_device(name: str) -> torch.device:
-    """The device ``--device`` names: ``auto`` is CUDA when torch sees a GPU, else the CPU;
-    ``cuda`` without one is an error."""
-    import torch
+    """The device ``--device`` names (``runtime.machine.choose_device``): ``auto`` is CUDA when
+    torch sees a GPU, else the CPU; ``cuda`` without one is an error."""
+    from ..runtime.machine import this_device
 
-    if name not in DEVICES:
-        raise VitkitError(f"--device {name!r}: expected one of {', '.join(DEVICES)}")
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise VitkitError(
-            "--device cuda: expected a GPU that torch can use, found none "
-            "(torch.cuda.is_available() is False); use --device cpu"
-        )
-    return torch.device(name)
+    return this_device(name, setting="--device")  # type: ignore[arg-type]  # checked there
 
 
 def image_inputs(inputs: Sequence[str]) -> list[Path]:

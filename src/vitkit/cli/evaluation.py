@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..config.fewshot import L2, PREPROCESSINGS, SAMPLINGS, SEEDS, SHOTS
 from ..errors import VitkitError
 from .common import (
     FAST_HELP,
@@ -501,20 +502,24 @@ def add_verbs(verb: Verb) -> None:
         "table; shots are drawn from its train split. " + DATA_HELP,
     )
     p.add_argument("--data-dir", default=None, help=argparse.SUPPRESS)  # deprecated: --data
-    p.add_argument("--shots", default="1,5,10,25", help="examples per class, comma-separated")
-    p.add_argument("--seeds", type=int, default=3, help="random subsets averaged per shot count")
-    p.add_argument("--l2", type=float, default=2.0**10, help="ridge strength (big_vision: 2^10)")
+    p.add_argument(
+        "--shots", default=",".join(map(str, SHOTS)), help="examples per class, comma-separated"
+    )
+    p.add_argument(
+        "--seeds", type=int, default=SEEDS, help="random subsets averaged per shot count"
+    )
+    p.add_argument("--l2", type=float, default=L2, help="ridge strength (big_vision: 2^10)")
     p.add_argument(
         "--sampling",
-        choices=("vitkit", "big_vision"),
-        default="vitkit",
+        choices=SAMPLINGS,
+        default=SAMPLINGS[0],
         help="how each seed's subset of a class is drawn: vitkit (a torch generator, as "
         "train.fewshot) or big_vision (np.random.default_rng(seed).permutation per class)",
     )
     p.add_argument(
         "--preprocess",
-        choices=("resize", "big_vision"),
-        default="resize",
+        choices=PREPROCESSINGS,
+        default=PREPROCESSINGS[0],
         help="resize: the whole image resized to the model's resolution; big_vision: its "
         "resize(256)|central_crop(224), at the model's resolution S resized to S*8/7, centre S",
     )

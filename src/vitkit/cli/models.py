@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
+from ..config import Posemb
 from ..errors import VitkitError
 from .common import Verb, image_size_arg, resolution
 
@@ -216,7 +217,7 @@ def add_verbs(verb: Verb) -> None:
     )
     p.add_argument(
         "--posemb",
-        choices=("learn", "sincos2d", "none"),
+        choices=get_args(Posemb),
         default=None,
         help="big_vision fixed posemb",
     )

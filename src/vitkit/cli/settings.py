@@ -1,14 +1,16 @@
 """``vitkit config``: every setting with its type, value, allowed values, origin and
-documentation, as a run with the same arguments would choose it, without training. The settings
-are checked before torch is imported; then the data's listing is read (classes, training images)
-as a run would read it."""
+documentation, as a run with the same arguments would choose it on this machine, without
+training. The settings are checked before torch is imported; then the data's listing is read
+(classes, training images) as a run would read it, and what the config leaves to the machine
+(the device, the precision of ``auto``, the decoding workers) is decided as a run here would."""
 
 from __future__ import annotations
 
 import argparse
 import fnmatch
-from typing import Any
+from typing import Any, get_args
 
+from ..config import Objective
 from ..errors import VitkitError
 from .common import Verb
 
@@ -26,8 +28,16 @@ def _show(value: Any) -> str:
 
 
 def _config(args: argparse.Namespace) -> None:
-    from ..compose import Request, adapt, check_run_data_exists, compose, default_run_dir, flat
-    from ..config import RunConfig
+    from ..compose import (
+        Request,
+        adapt,
+        check_run_data_exists,
+        compose,
+        default_run_dir,
+        flat,
+        on_this_machine,
+    )
+    from ..config import ConfigError, RunConfig
     from ..config.keys import explain, field_hint
 
     request = Request(
@@ -45,6 +55,11 @@ def _config(args: argparse.Namespace) -> None:
 
     classes, train_size, what = peek_data(composed.run.data, composed.run.model)
     composed = adapt(composed, num_classes=classes, channels=None, train_size=train_size)
+    try:  # what a run would use here: its device, and what the config leaves to the machine
+        composed, device = on_this_machine(composed)
+        here = f"on this machine: {device}"
+    except ConfigError as e:  # a run here would stop with this line; the config is still shown
+        here = f"a run here would stop: {e}"
     values = flat(composed.run.to_dict())  # a section that is none is one value: model.resnet
     pattern = args.key
     rows = [
@@ -64,6 +79,8 @@ def _config(args: argparse.Namespace) -> None:
         grey = name == "model.in_chans" and composed.run.data.source.kind == "folder"
         if grey and name not in composed.fixed:
             origin = "the data: 1 if every training image is greyscale, else 3, decided when a run verifies them"
+        if name == "train.device":
+            origin += f"; {here}"
         print(f"{name} = {_show(values[name])}    ({origin})")
         print(f"    {explain(hint, spec)}")
         if spec is not None:
@@ -82,6 +99,4 @@ def add_verbs(verb: Verb) -> None:
     p.add_argument("--data", default=None, metavar="SPEC", help="the data, as train's --data")
     p.add_argument("--model", default=None, metavar="PRESET", help="a preset, as train's --model")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="settings, as train's --set")
-    p.add_argument(
-        "--objective", choices=("classification", "mpp"), default=None, help=argparse.SUPPRESS
-    )
+    p.add_argument("--objective", choices=get_args(Objective), default=None, help=argparse.SUPPRESS)

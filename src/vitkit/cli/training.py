@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, get_args
 
+from ..config import Objective
 from ..errors import VitkitError
 from .common import NPROC_HELP, Verb, log_to_stdout
 
@@ -95,9 +96,9 @@ def _train(args: argparse.Namespace) -> None:
     request, composed = _compose(args)
     run_dir = Path(args.run_dir) if args.run_dir else default_run_dir(request, composed)
     if args.nproc is not None:
-        from ..train import distributed
+        from ..runtime.machine import launched
 
-        if distributed.launched():
+        if launched():
             raise VitkitError("--nproc starts torchrun: leave it out of a command torchrun runs")
         _torchrun(args.nproc, args.argv, args.parse)
     main = os.environ.get("RANK", "0") == "0"  # the process that reports (torchrun's rank 0)
@@ -287,7 +288,7 @@ def add_verbs(verb: Verb) -> None:
     _run_arguments(p, finetune=False, example=example)
     p.add_argument(
         "--objective",
-        choices=("classification", "mpp"),
+        choices=get_args(Objective),
         default=None,
         help="mpp: masked patch prediction [P 4.6] on the recipe's images, labels unused "
         "(same as --set train.objective=mpp, label smoothing and mixup off)",

@@ -40,7 +40,6 @@ model's step); the per-sample path loads only its own part.
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, TypeAlias
@@ -52,7 +51,6 @@ from torch.utils.data import DataLoader, Dataset
 
 from ..config import DataConfig, ModelConfig, TrainConfig, image_size_of, size_hw
 from ..errors import ConfigError, DataError
-from ..runtime.cores import usable_cores
 from . import transforms
 from .arrays import ArrayDataset
 from .decoded import DecodedImages
@@ -166,14 +164,6 @@ def ignore_interrupts(_worker: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def default_workers() -> int:
-    """Decoding workers per process when ``data.num_workers`` is not set: this machine's cores
-    (those this process may use) divided among the processes on it (torchrun's
-    ``LOCAL_WORLD_SIZE``), less one for the process itself."""
-    local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-    return max(0, usable_cores() // max(local, 1) - 1)
-
-
 @dataclass(frozen=True, kw_only=True)
 class BatchOptions:
     """How a dataset is batched: the one set of options of ``Batches`` and ``StreamBatches``.
@@ -236,8 +226,11 @@ class BatchOptions:
             )
         if batch_size < world or (self.train and batch_size % world):
             raise ConfigError(
-                f"batch_size={batch_size} does not split "
-                f"{'evenly ' if self.train else ''}across {world} processes"
+                f"batch_size={batch_size} does not split evenly across {world} processes: "
+                f"train.batch_size is the global batch, expected a multiple of {world}"
+                if self.train
+                else f"batch_size={batch_size} does not split across {world} processes: "
+                f"expected at least {world}"
             )
 
     @property
@@ -256,8 +249,10 @@ class BatchOptions:
         pin_memory: bool = False,
     ) -> BatchOptions:
         """A run's training batches: ``train.batch_size`` (the global batch) and ``train.seed``;
-        ``data``'s augmentation and decoding workers (none set: ``default_workers()``); at
-        ``model.image_size``; uint8, scaled on the device (``to_input``)."""
+        ``data``'s augmentation and decoding workers (decided: ``runtime.machine.resolved``);
+        at ``model.image_size``; uint8, scaled on the device (``to_input``)."""
+        if data.num_workers is None:
+            raise ValueError("data.num_workers is decided when the run starts (machine.resolved)")
         return cls(
             batch_size=train.batch_size,
             train=True,
@@ -267,7 +262,7 @@ class BatchOptions:
             flip=data.flip,
             inception_crop=data.inception_crop,
             rand_augment=data.rand_augment,
-            num_workers=default_workers() if data.num_workers is None else data.num_workers,
+            num_workers=data.num_workers,
             shard=shard,
             uint8=True,
             pin_memory=pin_memory,

@@ -37,7 +37,7 @@ import logging
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, get_args
+from typing import Any
 
 import numpy as np
 import torch
@@ -45,6 +45,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..config import size_hw
+from ..config.fewshot import L2, PREPROCESSINGS, SAMPLINGS, SEEDS, SHOTS, Preprocessing, Sampling
 from ..data import BatchOptions, subset
 from ..data.device import to_input
 from ..data.run_data import Images, batches_of
@@ -56,17 +57,10 @@ from .metrics import model_device
 
 log = logging.getLogger(__name__)
 
-SHOTS = (1, 5, 10, 25)
-L2 = 2.0**10
 BIAS_CONSTANT = 100.0  # large, so the bias weight pays almost nothing to the L2 penalty
 STD_EPS = 1e-5
 # big_vision's few-shot preprocessing, resize(256)|central_crop(224): the crop is 7/8 of the resize
 RESIZE_OF_CROP = 256 / 224
-
-Sampling = Literal["vitkit", "big_vision"]
-Preprocessing = Literal["resize", "big_vision"]
-SAMPLINGS: tuple[str, ...] = get_args(Sampling)
-PREPROCESSINGS: tuple[str, ...] = get_args(Preprocessing)
 
 
 @torch.inference_mode()
@@ -301,7 +295,7 @@ def fewshot_evaluate(
     *,
     num_classes: int,
     shots: Sequence[int] = SHOTS,
-    seeds: int = 3,
+    seeds: int = SEEDS,
     l2: float = L2,
     sampling: Sampling = "vitkit",
 ) -> dict[int, dict]:
@@ -364,7 +358,7 @@ def fewshot_model(
     test_set: Images,
     *,
     shots: Sequence[int] = SHOTS,
-    seeds: int = 3,
+    seeds: int = SEEDS,
     l2: float = L2,
     image_size: int | tuple[int, int] | None,
     batch_size: int = 256,

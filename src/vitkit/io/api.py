@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 from torch import Tensor, nn
 
-from ..config import ModelConfig, image_size_of, size_hw
+from ..config import ModelConfig, Posemb, image_size_of, size_hw
 from ..errors import ConfigError, MissingFileError
 from ..model import ResNetClassifier, VisionTransformer
 from .checkpoint import (
@@ -147,7 +147,7 @@ def load(
     *,
     image_size: int | tuple[int, int] | None = None,
     num_heads: int | None = None,
-    posemb: Literal["learn", "sincos2d", "none"] | None = None,
+    posemb: Posemb | None = None,
 ) -> VisionTransformer | ResNetClassifier:
     """Build the model a checkpoint implies and load its weights strictly; returns it in eval mode.
 
@@ -171,7 +171,7 @@ def load_with_extra(
     *,
     image_size: int | tuple[int, int] | None = None,
     num_heads: int | None = None,
-    posemb: Literal["learn", "sincos2d", "none"] | None = None,
+    posemb: Posemb | None = None,
 ) -> tuple[VisionTransformer | ResNetClassifier, dict[str, Any]]:
     """``load``'s model and the checkpoint's extra metadata (``read``'s: ``class_names``,
     ``preprocess``, ...), from one read of it. With ``image_size``, a recorded ``preprocess``

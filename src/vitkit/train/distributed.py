@@ -1,34 +1,16 @@
 """Data parallelism on PyTorch's own stack: torchrun's process group, DDP or FSDP2, and checkpoints
 that do not depend on how many processes wrote them (docs/DISTRIBUTED.md).
 
-The paper trained on TPU pods with a global batch of 4096 [P §4.1]; here the same mathematics runs
-on any number of processes launched by ``torchrun``: every process computes the gradient of its
-part of the global batch and the wrapper averages them. ``train.parallel`` picks the wrapper:
-
-- ``ddp``: ``DistributedDataParallel`` keeps a whole replica per process and all-reduces the
-  gradients (models that fit one device: training ViT-B/16 needs ~1.4 GB of weights and
-  optimizer state, plus activations).
-- ``fsdp``: FSDP2's ``fully_shard`` on each transformer block, then on the root, shards
-  parameters, gradients and optimizer state: a process holds 1/world of them and gathers one
-  block's weights at a time (ViT-L, ViT-H). ``train.precision`` bf16 (or fp16) adds a ``MixedPrecisionPolicy`` (bf16
-  compute, fp32 gradient reduction).
-
-Checkpoints hold *full* state dicts, gathered to rank 0 and offloaded to CPU
-(``get_model_state_dict`` / ``get_optimizer_state_dict`` with ``full_state_dict=True``), written
-in the single-process format (``model.safetensors`` + ``state.pt`` with the optimizer's integer
-parameter ids). Why not ``torch.distributed.checkpoint``'s sharded files: a checkpoint must stay
-one format that every vitkit reader takes (``vitkit.load``, ``eval``, ``finetune``, a
-single-process resume) and that resumes on any number of processes, DDP or FSDP. The price is a
-gather through rank 0's CPU memory at each save, 12 bytes per parameter (weights and Adam's two
-moments): 7.6 GB for ViT-H, acceptable up to the paper's largest model; sharded files are the
-way past that.
-
-Devices (``train.device``): ``auto`` computes on CUDA when PyTorch sees a GPU, else on the CPU.
-Under torchrun each process takes GPU ``LOCAL_RANK`` and the process group is NCCL's (collectives
-of CUDA tensors); on CPUs it is gloo's. A single process uses GPU 0 (``CUDA_VISIBLE_DEVICES``
-picks another). Every collective waits at most ``VITKIT_DIST_TIMEOUT`` seconds (default 300): a
-process that died or hangs ends the job with an error naming the timeout instead of hanging
-forever.
+Every process computes the gradient of its part of the global batch [P §4.1: 4096 on TPU pods]
+and the wrapper (``train.parallel``) averages them: ``ddp`` keeps a replica per process and
+all-reduces gradients; ``fsdp`` (FSDP2's ``fully_shard`` per block, then the root) shards
+parameters, gradients and optimizer state, with a ``MixedPrecisionPolicy`` under bf16/fp16 (low
+precision compute, fp32 reduction). Checkpoints hold full state dicts gathered to rank 0 on the
+CPU, in the single-process format, so every reader takes them and they resume on any number of
+processes (why not sharded files: docs/DISTRIBUTED.md). The process group is NCCL's between
+GPUs (GPU ``LOCAL_RANK`` each: ``runtime.machine``), gloo's between CPUs; every collective waits
+at most ``VITKIT_DIST_TIMEOUT`` seconds (default 300), so a dead or hung peer ends the job with
+an error instead of a hang.
 """
 
 from __future__ import annotations
@@ -45,17 +27,13 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 from ..errors import ConfigError
+from ..runtime.machine import launched, this_device
 
 if TYPE_CHECKING:
     from ..config import Device, Parallel
 
 TIMEOUT_ENV = "VITKIT_DIST_TIMEOUT"
 DEFAULT_TIMEOUT_S = 300
-
-
-def launched() -> bool:
-    """Whether this process was started by torchrun (which sets RANK and WORLD_SIZE)."""
-    return "RANK" in os.environ and "WORLD_SIZE" in os.environ
 
 
 def timeout_s() -> float:
@@ -70,31 +48,10 @@ def timeout_s() -> float:
     return value
 
 
-def choose_device(requested: Device, *, gpus: int, local_rank: int | None) -> torch.device:
-    """The device ``train.device`` names, given the number of GPUs PyTorch sees and torchrun's
-    ``LOCAL_RANK`` (``None`` without torchrun): one GPU per process of a node, GPU 0 alone."""
-    if requested == "cpu" or (requested == "auto" and gpus == 0):
-        return torch.device("cpu")
-    if gpus == 0:
-        raise ConfigError(
-            "train.device='cuda' but PyTorch finds no GPU (torch.cuda.is_available() is False): "
-            "expected a CUDA build of PyTorch and a visible GPU, or use train.device='cpu'"
-        )
-    index = local_rank or 0
-    if index >= gpus:
-        raise ConfigError(
-            f"LOCAL_RANK={index} but PyTorch sees {gpus} GPU(s): expected one GPU per process "
-            f"(at most {gpus} processes per node), or train.device='cpu'"
-        )
-    return torch.device("cuda", index)
-
-
 def resolve_device(requested: Device) -> torch.device:
-    """This process's device (``choose_device``); a GPU becomes the current CUDA device, which
-    NCCL and every CUDA call without an index use."""
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    local_rank = int(os.environ.get("LOCAL_RANK", "0")) if launched() else None
-    device = choose_device(requested, gpus=gpus, local_rank=local_rank)
+    """This process's device (``runtime.machine.this_device``); a GPU becomes the current CUDA
+    device, which NCCL and every CUDA call without an index use."""
+    device = this_device(requested)
     if device.type == "cuda":
         torch.cuda.set_device(device)
     return device

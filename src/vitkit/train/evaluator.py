@@ -63,7 +63,8 @@ class Evaluator:
 
     def __call__(self, model: Classifier, batches: Batches, images: Images) -> dict[str, Any]:
         """``model`` on ``batches`` (of ``images``, which few-shot classifies too)."""
-        from ..eval.fewshot import SHOTS, fewshot_model
+        from ..config.fewshot import SEEDS, SHOTS
+        from ..eval.fewshot import fewshot_model
         from ..eval.metrics import evaluate
 
         tc = self.run.train
@@ -88,7 +89,7 @@ class Evaluator:
                     self.train_set,
                     images,  # the images evaluated: few-shot classifies them too
                     shots=tc.fewshot,
-                    seeds=3,
+                    seeds=SEEDS,
                     image_size=self.run.model.image_size,
                     autocast=self.autocast,
                 )
@@ -98,7 +99,7 @@ class Evaluator:
                     shots_from,
                     classified,
                     shots=tc.fewshot or SHOTS,
-                    seeds=3,
+                    seeds=SEEDS,
                     image_size=self.run.model.image_size,
                     autocast=self.autocast,
                 )
@@ -134,7 +135,8 @@ def read_fewshot_data(run: RunConfig) -> dict[str, tuple[Images, Images]]:
     """The data of ``train.fewshot_data`` by ``data_names``: (the training images shots are
     drawn from, every class holding enough of them; the images classified), read with the
     model's channels as ``vitkit fewshot`` reads them."""
-    from ..eval.fewshot import SHOTS, check_shots
+    from ..config.fewshot import SHOTS
+    from ..eval.fewshot import check_shots
 
     splits = {}
     for name, spec in zip(data_names(run.train.fewshot_data), run.train.fewshot_data, strict=True):

@@ -11,7 +11,6 @@ calls the evaluations.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,7 +30,6 @@ from .state import resumed_classes
 class Inputs:
     """A run's data and batches (``read_inputs``)."""
 
-    run: RunConfig  # with ``data.num_workers`` resolved, as the run records it
     data: RunData
     train_batches: Batches  # this process's part of every training batch
     evaluation: Batches  # the validation split's, in order
@@ -51,10 +49,11 @@ def read_inputs(
     device: torch.device,
     shard: tuple[int, int],
 ) -> Inputs:
-    """The inputs of ``run`` for process ``shard`` = (rank, world) on ``device``; ``data``: the
-    datasets when the caller has read them (else ``run.data`` is read). A ``ConfigError`` when
-    the data does not fit the run."""
-    tc, world = run.train, shard[1]
+    """The inputs of ``run`` (decided for this machine: ``runtime.machine.resolved``) for
+    process ``shard`` = (rank, world) on ``device``; ``data``: the datasets when the caller has
+    read them (else ``run.data`` is read). A ``ConfigError`` when the data does not fit the run
+    (a global batch that does not split across the processes: ``BatchOptions``)."""
+    tc = run.train
     # a resumed run keeps the label order it trained with, where the data's own now differs (a
     # folder of numbered classes was in order by name before vitkit ordered it by number)
     recorded = resumed_classes(run_dir, resume_from)
@@ -69,18 +68,13 @@ def read_inputs(
             f"model.num_classes={run.model.num_classes} but the dataset has {len(data.classes)} "
             "classes"
         )
-    if tc.batch_size % world:
-        raise ConfigError(
-            f"train.batch_size={tc.batch_size} is the global batch: it must split evenly across "
-            f"the {world} processes"
-        )
     pinned = device.type == "cuda"
     options = BatchOptions.training(tc, run.data, run.model, shard=shard, pin_memory=pinned)
     train_batches = batches_of(data.train, options)
     ordered = BatchOptions.evaluation(
         run.model,
         batch_size=tc.batch_size,  # larger starves the overlap of input and compute
-        num_workers=options.num_workers,  # data.num_workers, resolved
+        num_workers=options.num_workers,
         shard=shard,
         uint8=True,
         pin_memory=pinned,
@@ -101,9 +95,6 @@ def read_inputs(
 
         check_shots(data.train, tc.fewshot)
     return Inputs(
-        run=dataclasses.replace(
-            run, data=dataclasses.replace(run.data, num_workers=options.num_workers)
-        ),
         data=data,
         train_batches=train_batches,
         evaluation=evaluation,

@@ -36,7 +36,6 @@ independently and a resume needs no per-process state.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import signal
 import time
@@ -58,6 +57,7 @@ from ..data.run_data import (
 )
 from ..errors import VitkitError
 from ..files import atomic_write
+from ..runtime import machine
 from ..runtime.clock import process_seconds
 from . import distributed, precision
 from .banner import banner
@@ -227,19 +227,18 @@ def _train(
     torch.manual_seed(tc.seed)  # the same initial weights in every process
     rank, world, main = distributed.rank(), distributed.world_size(), distributed.is_main()
     device = distributed.resolve_device(tc.device)  # before anything is built: fails fast
+    # what the config leaves to this machine (a command line's run arrives decided), recorded
+    # so: a resume elsewhere cannot change its arithmetic
+    run = machine.resolved(run, device)
+    tc = run.train
 
     # ---- data: every process walks the same global batches and keeps its part of each
     inputs = read_inputs(
         run, run_dir, data=data, resume_from=resume_from, device=device, shard=(rank, world)
     )
-    run, data, cadence = inputs.run, inputs.data, inputs.cadence
-    tc, classes = run.train, data.classes
-    # the arithmetic, resolved for the device and recorded so: a resume elsewhere cannot change it
-    resolved = precision.resolve(tc.precision, device)
-    run = dataclasses.replace(run, train=dataclasses.replace(tc, precision=resolved))
-    tc = run.train
-    precision.configure(resolved, device)
-    autocast = precision.autocast_dtype(resolved)
+    data, cadence, classes = inputs.data, inputs.cadence, inputs.data.classes
+    precision.configure(tc.precision, device)
+    autocast = precision.autocast_dtype(tc.precision)
     run_dir.mkdir(parents=True, exist_ok=True)  # only once the run is known to be valid
     lock.take()  # before anything in it is read or changed (a run started at once stops here)
     check_run_dir(run_dir, run.to_dict(), write=main)  # every process checks: all fail alike

@@ -1,12 +1,8 @@
-"""The arithmetic a run computes in: ``train.precision`` resolved for the device.
-
-``auto`` is bf16 autocast with TF32 matmuls on CUDA (the kind of arithmetic the GPUs the paper's
-models train on do best: bf16 keeps fp32's range, so no loss scaling), and fp32 elsewhere (a
-CPU's bf16 is slower than its fp32 on most machines); it is resolved when the run starts and the
-resolved value is what the run's config records, so that a resume elsewhere cannot silently
-compute differently. ``fp16`` adds a gradient scaler (fp16's range is too narrow for small
-gradients), whose state checkpoints keep. TF32 is allowed for the fp32 parts of a mixed-precision
-run on CUDA, and never in an ``fp32`` run.
+"""The arithmetic a run computes in, once ``train.precision`` is resolved for its device
+(``runtime.machine``: ``auto`` is bf16 on CUDA, fp32 elsewhere, recorded so that a resume
+elsewhere cannot silently compute differently): the autocast dtype, TF32 for the fp32 parts of a
+mixed-precision run on CUDA (never in an ``fp32`` run), and fp16's gradient scaler (fp16's range is
+too narrow for small gradients), whose state checkpoints keep.
 """
 
 from __future__ import annotations
@@ -15,16 +11,7 @@ from typing import Any
 
 import torch
 
-from ..config import Precision
-
 AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
-
-
-def resolve(precision: Precision, device: torch.device) -> Precision:
-    """``precision`` with ``auto`` made concrete for ``device``."""
-    if precision != "auto":
-        return precision
-    return "bf16" if device.type == "cuda" else "fp32"
 
 
 def autocast_dtype(precision: str) -> torch.dtype | None:

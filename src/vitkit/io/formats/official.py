@@ -52,13 +52,13 @@ import re
 import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, get_args
 
 import numpy as np
 import torch
 from torch import nn
 
-from ...config import Classifier, ConfigError, ModelConfig, ResNetConfig
+from ...config import Classifier, ConfigError, ModelConfig, Posemb, ResNetConfig
 from ...errors import UserFileError
 from ...files import atomic_write
 from ...model import ResNetClassifier, VisionTransformer
@@ -421,8 +421,10 @@ def _plan(
 ) -> tuple[ModelConfig, str, dict[str, _Rule]]:
     """The model that arrays of these names and shapes describe, their key prefix and the
     crosswalk, every name and shape checked: what reading needs before any array's data."""
-    if posemb not in (None, "learn", "sincos2d", "none"):
-        raise CheckpointError(f"posemb={posemb!r}: expected None, 'learn', 'sincos2d' or 'none'")
+    if posemb is not None and posemb not in get_args(Posemb):
+        raise CheckpointError(
+            f"posemb={posemb!r}: expected None or one of {', '.join(map(repr, get_args(Posemb)))}"
+        )
     w = _Arrays(shapes)
     cfg, names, scan, posemb_key = _infer(w, posemb)
     rules = _rules(cfg, names, scan, posemb_key)

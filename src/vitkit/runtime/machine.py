@@ -1,0 +1,112 @@
+"""What a run leaves to the machine it runs on, decided in one place, each value with its origin.
+
+- the device: ``train.device`` (or a command's ``--device``) ``auto`` is CUDA when PyTorch sees
+  a GPU, else the CPU; under torchrun each process takes GPU ``LOCAL_RANK``;
+- the arithmetic: ``train.precision`` ``auto`` is bf16 autocast on CUDA, fp32 elsewhere;
+- the decoding workers: ``data.num_workers`` none is this machine's cores divided among its
+  processes, less one for the process itself.
+
+``decide`` gives the values a run's config leaves open, with where each came from; the command
+line states them, ``vitkit config`` prints them, and ``config.json`` records them, so a resumed
+run keeps its precision (and takes this machine's placement).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any, get_args
+
+import torch
+
+from ..config import Device
+from ..errors import ConfigError
+from .cores import usable_cores
+
+if TYPE_CHECKING:
+    from ..config import Precision, RunConfig
+
+
+def launched() -> bool:
+    """Whether this process was started by torchrun (which sets RANK and WORLD_SIZE)."""
+    return "RANK" in os.environ and "WORLD_SIZE" in os.environ
+
+
+def local_processes() -> int:
+    """The processes of this run on this machine (torchrun's ``LOCAL_WORLD_SIZE``, else 1)."""
+    return max(int(os.environ.get("LOCAL_WORLD_SIZE", "1")), 1)
+
+
+def choose_device(
+    requested: Device, *, gpus: int, local_rank: int | None, setting: str = "train.device"
+) -> torch.device:
+    """The device ``requested`` names, given the number of GPUs PyTorch sees and torchrun's
+    ``LOCAL_RANK`` (``None`` without torchrun): one GPU per process of a node, GPU 0 alone.
+    ``setting``: what the user wrote it as, for the error (``train.device``, ``--device``)."""
+    def written(value: str) -> str:  # as the user writes it: --device cpu, train.device='cpu'
+        return f"{setting} {value}" if setting.startswith("--") else f"{setting}={value!r}"
+
+    if requested not in get_args(Device):
+        raise ConfigError(
+            f"{written(requested)} is not valid: expected one of {', '.join(get_args(Device))}"
+        )
+    if requested == "cpu" or (requested == "auto" and gpus == 0):
+        return torch.device("cpu")
+    if gpus == 0:
+        raise ConfigError(
+            f"{written('cuda')} but PyTorch finds no GPU (torch.cuda.is_available() is False): "
+            f"expected a CUDA build of PyTorch and a visible GPU, or use {written('cpu')}"
+        )
+    index = local_rank or 0
+    if index >= gpus:
+        raise ConfigError(
+            f"LOCAL_RANK={index} but PyTorch sees {gpus} GPU(s): expected one GPU per process "
+            f"(at most {gpus} processes per node), or {written('cpu')}"
+        )
+    return torch.device("cuda", index)
+
+
+def this_device(requested: Device, *, setting: str = "train.device") -> torch.device:
+    """``choose_device`` on this machine, for this process."""
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    local_rank = int(os.environ.get("LOCAL_RANK", "0")) if launched() else None
+    return choose_device(requested, gpus=gpus, local_rank=local_rank, setting=setting)
+
+
+def loader_workers() -> int:
+    """Decoding workers per process when ``data.num_workers`` is none: the cores this process
+    may use, divided among this machine's processes, less one for the process itself."""
+    return max(0, usable_cores() // local_processes() - 1)
+
+
+def precision_on(precision: Precision, device: torch.device) -> Precision:
+    """``precision`` with ``auto`` made concrete for ``device``: bf16 autocast with TF32 matmuls
+    on CUDA (bf16 keeps fp32's range: no loss scaling), fp32 elsewhere (a CPU's bf16 is slower
+    than its fp32 on most machines)."""
+    if precision != "auto":
+        return precision
+    return "bf16" if device.type == "cuda" else "fp32"
+
+
+def decide(run: RunConfig, device: torch.device) -> dict[str, tuple[Any, str]]:
+    """The values of ``run`` that are this machine's to decide (``train.precision`` auto,
+    ``data.num_workers`` none) on ``device``: dotted key -> (value, origin)."""
+    out: dict[str, tuple[Any, str]] = {}
+    if run.train.precision == "auto":
+        out["train.precision"] = (precision_on("auto", device), f"auto on {device.type}")
+    if run.data.num_workers is None:
+        local = local_processes()
+        processes = f"{local} processes" if local > 1 else "1 process"
+        out["data.num_workers"] = (
+            loader_workers(),
+            f"none on this machine: {usable_cores()} cores for {processes}, less one each",
+        )
+    return out
+
+
+def resolved(run: RunConfig, device: torch.device) -> RunConfig:
+    """``run`` with what ``decide`` decides for ``device`` (the same run when nothing is left
+    open: a run composed by the command line arrives decided)."""
+    from ..config import replace
+
+    values = {key: value for key, (value, _) in decide(run, device).items()}
+    return replace(run, values) if values else run

@@ -327,11 +327,11 @@ def decode_crop(
         return resized_crop(pixels, (top, left, h, w), out_hw)
     # Both paths low-pass the crop below the output's Nyquist frequency, with different filters
     # (the DCT's, then the bilinear antialiasing kernel, against the bilinear kernel alone): they
-    # agree on the picture and differ at its finest detail (tests/test_decode.py bounds it).
+    # agree on the picture and differ at its finest detail (tests/test_codec.py bounds it).
     # The box in reduced pixels is fractional: PIL resamples exactly that region (antialiased
     # bilinear, the filter torch's uint8 resize reproduces). Rounding it to whole pixels instead
     # moves its edges by up to s / 2 original pixels, which measured as 2-3x the difference to
-    # the full path (tests/test_decode.py). A reversed axis of ceil(L / s) reduced pixels starts
+    # the full path (tests/test_codec.py). A reversed axis of ceil(L / s) reduced pixels starts
     # ceil(L / s) - L / s of a pixel earlier than the stored axis it mirrors.
     rows_reversed, columns_reversed = _reversed_axes(orientation)
     dy = math.ceil(height / s) - height / s if rows_reversed else 0.0

@@ -1,20 +1,19 @@
 """Checking a source's images once: the pass, split across processes, and its cache.
 
 A pass (``decoded.DecodedImages`` decides what to make of it): ``level='full'`` opens every image
-with PIL (as one of ``codec.FORMATS``) and runs ``verify()``, and when the channels are to be
-decided decodes images in order until the first colour one (``grey_kind``); ``'header'`` decides
-them from PIL's modes alone; ``'none'`` is no pass (a bad image is replaced when it is read).
-A source of ``PARALLEL_MIN_FILES`` images or more is checked in contiguous chunks by worker
-processes (forked on Linux, else spawned; serial inside a daemonic process); ``summarise`` replays
-their reports so that kept and skipped images and the decision equal the serial pass's, index for
-index (the loader's determinism needs the indices).
+with PIL (as one of ``codec.FORMATS``), runs ``verify()``, and to decide the channels decodes
+images in order until the first colour one (``grey_kind``); ``'header'`` decides them from PIL's
+modes alone; ``'none'`` is no pass (a bad image is replaced when it is read). A source of
+``PARALLEL_MIN_FILES`` images or more is checked in contiguous chunks by worker processes;
+``summarise`` replays their reports so that the kept and skipped images and the decision are the
+serial pass's, index for index (the loader's determinism needs the indices).
 
-The cache: ``home()/verified/<name>-<hash of identity>-<level>.json``, written atomically, read
-as JSON, keyed by the source's ``SourceState`` (for a folder, the sha256 of every file's relative
-path, size and mtime in ns: ``listing_key``; a rewrite keeping both is not seen), the record
-count, the level, Pillow's version and the format's. A pass runs under a ``flock`` on
-``<entry>.lock``: processes that ask at once (torchrun ranks) wait, then read the first one's
-entry. Where ``home()`` cannot be written, the pass runs uncached, with a warning.
+The cache: ``home()/verified/<name>-<hash of identity>-<level>.json``, written atomically, read as
+JSON, keyed by the source's ``SourceState`` (a folder's: the sha256 of every file's relative path,
+size and mtime in ns, ``listing_key``; a rewrite keeping both is not seen), the record count, the
+level, Pillow's version and the format's. A pass runs under a ``flock`` on ``<entry>.lock``:
+processes that ask at once (torchrun ranks) wait, then read the first one's entry. Where
+``home()`` cannot be written, the pass runs uncached, with a warning.
 """
 
 from __future__ import annotations

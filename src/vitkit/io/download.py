@@ -1,20 +1,19 @@
 """Downloads into vitkit's cache: resumable, verified, atomic, once per machine.
 
 ``fetch(url)`` returns a local path: the cached file if it is still the one downloaded, else a
-download over HTTPS (``urllib``, with a progress bar), checked (the expected size or size range,
-the expected sha256, the publisher's md5 in ``x-goog-hash``, what the first download recorded)
-and renamed into place. ``hub_file(repo_id, filename)`` does the same through ``huggingface_hub``
-(checking the sha256 it does not); ``verify(path)`` re-checks a cached file.
+download over HTTPS (``urllib``, with a progress bar), checked (the expected size or size range
+and sha256, the publisher's md5 in ``x-goog-hash``, what the first download recorded) and renamed
+into place. ``hub_file(repo_id, filename)`` does the same through ``huggingface_hub`` (checking
+the sha256 it does not); ``verify(path)`` re-checks a cached file.
 
 The cache (``files.home()``): a named source's file ``F`` is ``weights/<source>/<path>``, a bare
 URL's ``weights/<host>/<path>``. Beside it: ``F.download.json`` (URLs, size, sha256, validator;
 it outlives ``F``, and a later download must match it), ``F.part`` and ``F.part.json`` (a
 transfer cut by the network, resumed with ``Range``/``If-Range``, never spliced across versions),
 ``F.lock`` (a ``flock``: concurrent processes download once). A file put at ``F`` by hand is used
-if it passes the checks. A link at ``F``, ``F.part`` or ``F.lock`` is refused.
-Environment: ``VITKIT_OFFLINE=1`` (or ``HF_HUB_OFFLINE=1``): cache only; ``VITKIT_<SOURCE>_URL``:
-a source's mirror; ``VITKIT_REDIRECT_HOSTS``: other hosts a redirect may go to (never https to
-http); ``HTTPS_PROXY``, ``NO_PROXY`` and the ``HF_*`` variables as their libraries read them.
+if it passes the checks; a link at ``F``, ``F.part`` or ``F.lock`` is refused. Environment:
+``VITKIT_OFFLINE=1`` (or ``HF_HUB_OFFLINE=1``): the cache only; ``VITKIT_<SOURCE>_URL``: a mirror;
+``VITKIT_REDIRECT_HOSTS``: other hosts a redirect may go to (never https to http).
 """
 
 from __future__ import annotations

@@ -1,22 +1,14 @@
 """File-system primitives that every layer writes through: vitkit's cache folder, files and
 directories written atomically, and an exclusive lock between processes.
 
-Below both ``data`` and ``io`` (it imports only ``errors``): the data wing caches its folder
-verification and writes shards with these, ``io`` its checkpoints and downloads, ``train`` its
-run directories.
-
-- ``home()``: the cache folder, ``$VITKIT_HOME``, else ``$XDG_CACHE_HOME/vitkit``, else
-  ``~/.cache/vitkit`` (downloaded weights under ``weights/``, verified folders under
-  ``verified/``).
-- ``atomic_write`` and ``atomic_directory``: written under a hidden temporary name in the same
-  folder and renamed, so a reader (or a process killed at any moment) finds the old one whole or
-  the new one whole, never half of one; with the mode ``open`` gives (the umask's).
-- ``exclusive``: a ``flock`` processes take in turns (torchrun's ranks downloading or verifying
-  once); the kernel releases it when its holder dies.
-- ``read_regular``: a file's bytes, refused (an ``OSError``) unless it is a regular file, and at
-  most a given size: what a dataset names may be a FIFO, a device or ``/dev/zero``.
-- ``DISK_ERRNOS``: the errors that mean the disk failed us, which the command line reports in one
-  line naming the file.
+Below both ``data`` and ``io`` (it imports only ``errors``): ``data`` caches its verifications
+and writes shards with these, ``io`` its checkpoints and downloads, ``train`` its run directories.
+``home()`` is the cache folder (``weights/``, ``verified/``); ``atomic_write`` and
+``atomic_directory`` rename a finished temporary sibling into place, so a reader (or a process
+killed at any moment) finds the old one whole or the new one whole; ``exclusive`` is a ``flock``
+processes take in turns; ``read_regular`` reads a regular file of bounded size only (a dataset
+may name a FIFO, a device or ``/dev/zero``); ``DISK_ERRNOS`` are the errors that mean the disk
+failed us, which the command line reports in one line naming the file.
 """
 
 from __future__ import annotations

@@ -1,45 +1,19 @@
 """The one image decoder: encoded bytes (a file's, a tar member's, a table cell's) to uint8
 pixels, upright, fast.
 
-Formats. ``FORMATS`` is the list PIL may open, whatever a file is named or sniffed as: JPEG
-(with MPO, the multi-picture JPEG many phones write: its first picture), PNG, WebP, BMP, GIF (its
-first frame) and TIFF. Anything else (EPS, which would reach Ghostscript where it is installed; ICO, PSD, ...) is
-refused as unreadable, in decoding and in verification alike (``open_image``).
+``FORMATS`` is what PIL may open, whatever a file is named or sniffed as: JPEG (an MPO's first
+picture), PNG, WebP, BMP, GIF (its first frame) and TIFF; anything else is unreadable, in decoding
+and verification alike (``open_image``). Every image is turned upright by its EXIF orientation
+as ``PIL.ImageOps.exif_transpose`` turns it (as pipelines and browsers show it), so a model sees
+one picture in training, evaluation, prediction and an exported pipeline.
 
-Orientation. Phones store a photograph as the sensor saw it and say in its EXIF orientation tag
-how to turn it upright; every image here is turned upright as ``PIL.ImageOps.exif_transpose``
-turns it (what ``transformers``' pipelines and browsers show), so a model sees the same picture
-in training, evaluation, prediction and in an exported pipeline. The turn is a permutation of
-pixels (flips and transposes), exact. A JPEG's tag is read from its first EXIF segment by a small
-parser (``jpeg_orientation``, 1-2 us; PIL's ``getexif`` costs 20-50 us, 3% of a decode) that
-hands anything unusual to PIL, so the two always agree (tested).
-
-``decode(data, mode)``: PIL's pixels of the upright image (``transforms.pil_to_tensor``), faster
-for JPEGs. A baseline or progressive JPEG in YCbCr or greyscale (nearly all of them) is decoded by
-simplejpeg: libjpeg-turbo, the library PIL calls, with the same settings (accurate integer IDCT,
-fancy upsampling), but straight into a numpy array, without PIL's 4-byte-per-pixel buffer and the
-copy out of it. Measured on the 3,000 photographs of ``benchmarks/make_jpeg_folder.py`` (300-500
-px): every pixel equal to PIL's, 0.59 ms a file against PIL's 0.95 (benchmarks/RESULTS.md).
-Anything else (PNG, CMYK JPEG, ...), or every file when simplejpeg is not installed, goes through
-PIL. The tensor is a (C, H, W) view of channels-last memory, the layout the crop and the resize
-read fastest.
-
-``decode_crop(data, mode, size, ...)`` is ``transforms.inception_crop`` of ``decode``'s result,
-with the crop box drawn before decoding, on the upright image's size read from the header, with
-the same generator (the same draws, so the augmentation that follows draws what it would have).
-When the box is at least 2, 4 or 8 times the output size on both sides, the JPEG is decoded at
-1/2, 1/4 or 1/8 of its size in the DCT domain (libjpeg-turbo's scaling: the inverse DCT of each
-8x8 block's low-frequency coefficients, a low-pass filter and decimation in one step, cheaper
-than a full decode), turned upright, and the box, in reduced pixels, is resized from there (by
-PIL, which takes a fractional box); otherwise the result is exactly
-``inception_crop(decode(...))``'s. Both paths low-pass the crop below the output's Nyquist
-frequency before sampling it, with different filters (the DCT's, then the bilinear antialiasing
-kernel, against the bilinear kernel alone), so they agree on the picture and differ at its finest
-detail: on photographs (benchmarks/RESULTS.md) by 0.5-1 level on average, up to 30-50 at an
-isolated bright point (a star, a specular highlight), where a 1-pixel shift of the same crop
-moves them by 3 and 100 (``tests/test_decode.py`` bounds it). Only the power-of-two scales are
-used: libjpeg-turbo's others (3/8, 5/8, 3/4, 7/8) have no SIMD path and decode slower than a full
-decode (measured: 0.66-0.90 ms against 0.59 for the full size, 0.48 at 1/2).
+``decode(data, mode)``: PIL's pixels of the upright image, a (C, H, W) view of channels-last
+memory (what the crop and the resize read fastest). A YCbCr or greyscale JPEG is decoded by
+simplejpeg (libjpeg-turbo with PIL's settings, straight into numpy: every pixel equal to PIL's);
+anything else, or everything without simplejpeg, by PIL. ``decode_crop`` is
+``transforms.inception_crop`` of ``decode``'s result with the box drawn first (from the header's
+size, by the same generator); a JPEG whose box is 2, 4 or 8 times the output on both sides is
+decoded at that fraction in the DCT domain: close to the full path's pixels, not equal.
 """
 
 from __future__ import annotations
@@ -62,7 +36,8 @@ from torch import Tensor
 from ..config import size_hw
 from .transforms import crop_box, pil_to_array, pil_to_tensor, resized_crop, to_channels
 
-# What PIL may open (its format names); the module docstring says why a list.
+# What PIL may open (its format names): a list, as PIL would otherwise open whatever it can (EPS
+# through Ghostscript where it is installed, ICO, PSD, ...).
 FORMATS = ("JPEG", "PNG", "WEBP", "BMP", "GIF", "TIFF")  # JPEG opens MPO files too
 
 # What decoding raises for bytes that are not a readable image: PIL's errors, simplejpeg's
@@ -77,7 +52,9 @@ DECODE_ERRORS = (
     Image.DecompressionBombError,
 )
 
-REDUCTIONS = (8, 4, 2)  # libjpeg-turbo's power-of-two DCT scales, 1/8, 1/4 and 1/2
+# libjpeg-turbo's power-of-two DCT scales, 1/8, 1/4 and 1/2; its others (3/8 to 7/8) have no SIMD
+# path and decode slower than a full decode (benchmarks/RESULTS.md)
+REDUCTIONS = (8, 4, 2)
 _FAST_COLOURSPACES = ("YCbCr", "Gray")  # whose decoding by simplejpeg is PIL's, to the bit
 _ORIENTATION = 0x0112  # the EXIF tag
 
@@ -141,6 +118,8 @@ def jpeg_orientation(data: bytes) -> int | None:
     """The EXIF orientation of a JPEG from its first ``Exif`` APP1 segment, as PIL reads it: 1
     when there is none before the image data; None where the markers or the segment are anything
     but plain (PIL reads the file then)."""
+    # Our own parser: PIL's getexif costs far more, a few percent of a decode
+    # (benchmarks/RESULTS.md); anything unusual goes to PIL, so the two always agree (tested).
     at = 2  # after the start-of-image marker
     while at + 4 <= len(data):
         if data[at] != 0xFF:
@@ -346,10 +325,13 @@ def decode_crop(
     assert pixels.shape[-2:] == (math.ceil(height / s), math.ceil(width / s)), (pixels.shape, s)
     if s == 1:
         return resized_crop(pixels, (top, left, h, w), out_hw)
+    # Both paths low-pass the crop below the output's Nyquist frequency, with different filters
+    # (the DCT's, then the bilinear antialiasing kernel, against the bilinear kernel alone): they
+    # agree on the picture and differ at its finest detail (tests/test_codec.py bounds it).
     # The box in reduced pixels is fractional: PIL resamples exactly that region (antialiased
     # bilinear, the filter torch's uint8 resize reproduces). Rounding it to whole pixels instead
     # moves its edges by up to s / 2 original pixels, which measured as 2-3x the difference to
-    # the full path (tests/test_decode.py). A reversed axis of ceil(L / s) reduced pixels starts
+    # the full path (tests/test_codec.py). A reversed axis of ceil(L / s) reduced pixels starts
     # ceil(L / s) - L / s of a pixel earlier than the stored axis it mirrors.
     rows_reversed, columns_reversed = _reversed_axes(orientation)
     dy = math.ceil(height / s) - height / s if rows_reversed else 0.0

@@ -1,25 +1,17 @@
 """The one image container: whatever its source (a folder, tar shards, a Hugging Face table), a
 split's images are read by index as encoded bytes and decoded here.
 
-A source (``source.ImageSource``) numbers its images 0..n-1 (records), gives each one's label,
-name and encoded bytes, and says what state it is in (the verification cache's key).
-``DecodedImages`` does the rest, the same way for every source:
-
-- verification at construction (``verify.verify_source``: every image opened as one of
-  ``codec.FORMATS`` and checked, in parallel for a large split, cached per state of the source):
-  an unreadable image is dropped from the index with a warning naming it and listed in
-  ``skipped``, so indices stay fixed for the life of the dataset (the loader's determinism
-  depends on that); more than ``max_bad_fraction`` of the split unreadable is an error;
-- the channels: given (``mode``), or decided during verification (``mode=None``: 1 when every
-  image is greyscale, else 3; ``verify.grey_kind``);
-- decoding (``codec``): upright (EXIF orientation), whole or with the inception crop drawn
-  before decoding; an image that passes the check but fails to decode (a truncated JPEG: only a
-  full decode sees it) is replaced, deterministically, by the next one that decodes, with its own
-  label and a warning, and counts against ``max_bad_fraction`` too;
-- subsets: a view of some records, sharing the source; and a view with the classes in another
-  order (a checkpoint's recorded order).
-
-Items are (uint8 (C, H, W), int label); images keep their own size (the loader resizes them).
+A source (``source.ImageSource``) numbers its images 0..n-1 (records) and gives each one's label,
+name and encoded bytes, and its state (the verification cache's key). ``DecodedImages`` does the
+rest, the same way for every source: verification at construction (``verify.verify_source``),
+which drops an unreadable image from the index with a warning (listed in ``skipped``, indices
+fixed for the life of the dataset, as the loader's determinism needs); the channels, given
+(``mode``) or decided by verification (1 when every image is greyscale, else 3); decoding
+(``codec``: upright, whole or inception-cropped before decoding), where an image that fails to
+decode (a truncated JPEG) is replaced, deterministically, by the next one that decodes, with its
+label and a warning; and views (a subset of records; the classes in another order). More than
+``max_bad_fraction`` unreadable is an error. Items are (uint8 (C, H, W), int label), at the
+images' own sizes (the loader resizes them).
 """
 
 from __future__ import annotations

@@ -1,22 +1,15 @@
 """Images in class folders, decoded lazily: ``root/<split>/<class>/<image>`` or a single
 ``root/<class>/<image>`` tree.
 
-The layout of ImageNet-style releases and of torchvision's ``ImageFolder``: one folder per class
-(sorted names give the label order, or sorted numbers when every class folder's name is a
-number, as ImageNet-v2's ``0`` .. ``999``: ``cells.class_order``), images anywhere below it with a suffix of ``IMAGE_SUFFIXES``
-in any case (what they may hold is ``codec.FORMATS``, whatever the name). Hidden files and folders
-(``.DS_Store``, macOS ``._x.jpg`` shadows) are ignored; links are followed (a link to an image
-outside the folder is read, as torchvision's ``ImageFolder`` reads it). ``folder_layout`` tells
-the two layouts apart without opening an image.
-
-A folder is one source (``FolderSource``) of the one image container (``decoded.DecodedImages``),
-which verifies, decides the channels, decodes and replaces as it does for every source. A real
-folder's faults are unreadable images, skipped and named by verification, never a traceback: a
-dangling link, a file without read permission, an empty file, a file that is not regular (a
-FIFO named like an image is not waited on); one that disappears after the listing is replaced
-when it is read. Verifying a large folder is split across processes and cached per state of the
-folder (``vitkit.data.verify``); ``verify_image_folder`` verifies every split of a folder once,
-before the processes of a job join their group.
+The layout of ImageNet-style releases and torchvision's ``ImageFolder``: one folder per class
+(sorted names give the label order, or sorted numbers when every name is a number:
+``cells.class_order``), images anywhere below it with a suffix of ``IMAGE_SUFFIXES`` in any case.
+Hidden files and folders (``.DS_Store``, macOS ``._x.jpg``) are ignored; links are followed, as
+``ImageFolder`` follows them. ``folder_layout`` tells the two layouts apart without opening an
+image. A folder is one source (``FolderSource``) of ``decoded.DecodedImages``: its faults (a
+dangling link, no read permission, an empty file, a FIFO named like an image) are unreadable
+images, skipped and named by verification, never a traceback. ``verify_image_folder`` verifies
+every split once, before the processes of a job join their group.
 """
 
 from __future__ import annotations

@@ -1,30 +1,17 @@
 """Hugging Face datasets: ``hf:PATH`` (a ``save_to_disk`` folder, a folder of parquet files, a
 ``.parquet`` file or a glob of them) and ``hf:NAME`` (a dataset on the Hub).
 
-Why ``datasets``: it reads all three forms, and the Hub's, with one rule for their splits (file
-names such as ``train-00000-of-00004.parquet`` or ``data/test/*.parquet``; a ``save_to_disk``
-folder records its own); it converts parquet once to memory-mapped Arrow files (in its cache,
-``HF_DATASETS_CACHE``), after which row i is a lookup, not a scan, so a batch stays a function
-of (seed, epoch, step) and a killed run resumes exactly; and it runs no code from a dataset
-(since version 4 it refuses loading scripts; Arrow and parquet are data). ``pyarrow``, which it
-depends on, reads parquet footers and row groups for the stream (``data.streaming``,
-stream.py), which never converts anything.
-
 Splits: the dataset's ``train``, ``validation`` (or ``valid``, ``val``, ``dev``) and ``test``
-are vitkit's train, val and test; other splits are ignored, and ``train`` is required. A val
-or test split whose labels are all -1 (published without labels, as the Hub's imagenet-1k test
-split is) is left out with a warning, as if absent. A single
-``Dataset`` (``save_to_disk`` of one split, a parquet file or a glob) is ``train`` alone, and
-``vitkit eval`` evaluates it whole, as a folder of class folders.
-
-Columns: ``data.image_column`` (default ``image``: an ``Image`` feature, stored as bytes or as
-a path, or raw encoded bytes) and ``data.label_column`` (default ``label``). Class names: the
-label column's ``ClassLabel`` names when it is one; integers otherwise, named by their numbers
-("0" to the largest label of any split); strings are class names themselves, in a folder's
-order (``cells.class_order``: by name, or by number when every name is a number). A split with
-random access is a source of the one image container (``RowSource``, ``decoded.DecodedImages``):
-verified, decoded and replaced as a folder's images are, never decoded by ``datasets``; each row's
-stored file path (an ``Image`` cell's ``path``) is its key (``RowSource.key``).
+are vitkit's train, val and test; others are ignored, and ``train`` is required. A val or test
+split whose labels are all -1 (published unlabelled, as the Hub's imagenet-1k test) is left out
+with a warning. A single ``Dataset`` (one split, a parquet file or a glob) is ``train`` alone.
+Columns: ``data.image_column`` (default ``image``: an ``Image`` feature, as bytes or a path, or
+raw encoded bytes) and ``data.label_column`` (default ``label``). Class names: a ``ClassLabel``'s
+names; integers are named by their numbers ("0" to the largest label); strings are the names,
+in a folder's order (``cells.class_order``). A split with random access is a ``RowSource`` of
+``decoded.DecodedImages`` (verified, decoded and replaced as a folder's images, never decoded by
+``datasets``), each row keyed by its stored file path; ``data.streaming`` reads parquet row
+groups instead (``stream.py``).
 """
 
 from __future__ import annotations
@@ -60,6 +47,10 @@ HF_SPLITS = {
 _READ_ROWS = 256  # rows read at a time while verifying
 
 
+# Why ``datasets``: it reads all three forms and the Hub's with one rule for their splits; it
+# converts parquet once to memory-mapped Arrow files (``HF_DATASETS_CACHE``), after which row i is
+# a lookup, not a scan, so a batch stays a function of (seed, epoch, step); and it runs no code
+# from a dataset (since version 4 it refuses loading scripts). Its pyarrow reads the streams.
 def require_datasets() -> Any:
     """The ``datasets`` module, or the error that says which extra installs it."""
     try:

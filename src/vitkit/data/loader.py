@@ -1,40 +1,18 @@
 """Deterministic, resumable batches: what batch b of epoch e holds depends only on (seed, e, b).
 
-Training order is a permutation drawn per epoch from (seed, epoch); augmentation of batch b draws
-from a generator seeded by (seed, epoch, b) on the in-memory path, or of example i by
-(seed, epoch, i) on the per-sample path. So ``epoch(e, start=b)`` yields exactly the batches an
-uninterrupted ``epoch(e)`` yields from b on, whatever ran before and however many workers decode:
-a resumed run sees the same data as one that never stopped (DESIGN.md "Training").
+Training order is a permutation drawn per epoch from (seed, epoch); augmentation draws from
+(seed, epoch, b) per batch on the in-memory path, from (seed, epoch, i) per example on the
+per-sample path. So ``epoch(e, start=b)`` yields what an uninterrupted ``epoch(e)`` yields from b
+on, however many workers decode: a resumed run sees the same data (DESIGN.md "Training").
 
-Two paths, one set of options (``BatchOptions``, built from the config sections by
-``BatchOptions.training`` and ``BatchOptions.evaluation``):
-
-- ``ArrayDataset`` (Fashion-MNIST, CIFAR, synthetic): gather the batch's uint8 images, augment the
-  whole batch at once (``random_crop_flip`` is a single gather), scale to float, all in the main
-  process: a batch costs one gather, less than shipping its images from a worker would.
-- images read by index (``DecodedImages``: a folder, tar shards, Hugging Face rows): a
-  ``torch.utils.data.DataLoader`` over a wrapper that decodes one image, crops/resizes it to
-  ``image_size`` and augments it; workers allowed. The inception crop is drawn before decoding
-  (``DecodedImages.inception_crop``), from the same generator: a large JPEG whose box is 2-8x
-  the output is then decoded at that fraction of its size (the pixels close to the full
-  decode's, not equal: ``decode.read_crop``); otherwise the same pixels.
-
-Augmentation order on both paths: inception crop (or a plain resize to ``image_size``), then the
-padded random crop and the flip, at the output resolution; so ``crop_padding`` is in output pixels.
-
-What a batch holds: uint8 images with ``uint8=True`` (the training loop's choice: a quarter of
-the bytes to copy, scaled to [-1, 1] on the device by ``device.to_input``), else float32 images
-already scaled. With ``pin_memory`` the batches are in page-locked memory, so a copy to a GPU with
-``non_blocking=True`` does not wait for the host. The per-sample path keeps its workers alive for
-the whole ``stream`` (one ``DataLoader`` over every epoch's batches) and across the evaluations of
-one ``Batches`` (``persistent_workers``); neither changes what a batch holds, which depends on
-(seed, epoch, step) only.
-
-Data parallelism (``shard=(rank, world)``): every process walks the same batches and keeps its
-contiguous part of each, so the union over processes is exactly the batch one process would see,
-sample for sample, augmentation included. The in-memory path augments the whole batch in every
-process and then slices it (its draws are per batch; a crop and a flip cost far less than the
-model's step); the per-sample path loads only its own part.
+Two paths, one set of options (``BatchOptions``): an ``ArrayDataset`` (Fashion-MNIST, CIFAR,
+synthetic) is gathered and augmented a whole batch at once in the main process; images read by
+index (``DecodedImages``: a folder, tar shards, Hugging Face rows) go through a ``DataLoader``
+whose workers decode and augment one image each, the inception crop drawn before decoding
+(``codec.decode_crop``). Both crop (inception, or a resize to ``image_size``), then pad-crop and
+flip at the output resolution. A batch is uint8 with ``uint8=True`` (scaled on the device by
+``device.to_input``), else float32 already scaled. With ``shard=(rank, world)`` every process
+walks the same batches and keeps its contiguous part of each: the union is the one-process batch.
 """
 
 from __future__ import annotations

@@ -2,18 +2,14 @@
 reports at the end (``build_data``); the split a verb evaluates a checkpoint on
 (``evaluation_split``); and any of them as batches (``batches_of``).
 
-Three roles: ``train``; ``val``, the split that chooses the best checkpoint; ``test``, reported
-once at the end with the best weights, and never used to choose. ``data.validation='auto'``
-takes a folder's ``val/`` split, else a seeded, class-balanced holdout of ``train``
-(``data.holdout`` of every class); for Fashion-MNIST, CIFAR and synthetic images it keeps
-today's practice of the paper's figures and our recipes: their test split, evaluated during the
-run (then ``val`` is ``test``, and nothing is evaluated twice). A VTAB-1k task's sweep
-(``vtab800:DIR``) validates on val200; its final run (``vtab:DIR``: train800val200 and test) holds
-out of train as a folder without val/ does, and ``vitkit vtab`` sets ``data.validation=test`` for
-it, evaluated once at its end. Tar shards (``wds:DIR``) and
-Hugging Face datasets (``hf:PATH``) have splits as a folder has (data/shards.py, data/hf.py say
-how they are named) and are read the same way; a stream (``data.streaming``) cannot be held out
-of, so it validates on its val split, else its test split.
+Three roles: ``train``; ``val``, which chooses the best checkpoint; ``test``, reported once at the
+end with the best weights, never used to choose. ``data.validation='auto'`` takes a folder's
+``val/``, else a seeded, class-balanced holdout of ``train`` (``data.holdout`` of every class);
+Fashion-MNIST, CIFAR and synthetic images validate on their test split (the paper's figures'
+practice; then ``val`` is ``test``, evaluated once). A VTAB-1k sweep (``vtab800:DIR``) validates
+on val200; its final run (``vtab:DIR``) holds out of train, and ``vitkit vtab`` sets
+``data.validation=test`` for it. Tar shards and Hugging Face datasets have splits as a folder
+has; a stream cannot be held out of, so it validates on its val split, else its test split.
 """
 
 from __future__ import annotations

@@ -1,40 +1,17 @@
 """Images in tar shards of the webdataset layout, read by index: ``wds:DIR``.
 
-The layout [webdataset's]: each ``.tar`` holds samples as files named ``KEY.EXT``, the key being
-the member's path up to the first dot of its file name; a sample here is an image
-(``KEY.jpg``, ``.jpeg``, ``.png``, ``.webp`` or ``.bmp``) and its label (``KEY.cls``: an integer
-as text, counted from 0). Other members of a sample (``KEY.json``, ...) are ignored.
+Each uncompressed ``.tar`` holds samples as members ``KEY.EXT`` (KEY: the path up to the first
+dot of the file name): an image (``KEY.jpg``, ``.jpeg``, ``.png``, ``.webp``, ``.bmp``) and its
+label (``KEY.cls``, an integer as text, from 0); other members are ignored. A shard is split
+``train``, ``val`` or ``test`` when that word (or ``validation``) is one of the words of its path
+below DIR, cut at ``-``, ``_``, ``.`` and ``/`` (``DIR/train-000000.tar``, ``DIR/test/0003.tar``);
+when no shard names one, all are ``train``; a mix, or a shard naming two, is an error; splits
+without ``train`` are read for evaluation only. Class names: ``DIR/classes.txt`` (line k names
+label k), ``classes.json`` (a list) or ``classnames.txt`` (the CLIP benchmark's), else the label
+numbers as text.
 
-Splits are told by the shards' names (``shard_layout``): a shard belongs to split ``train``,
-``val`` or ``test`` when that word (or ``validation`` for val) is one of the words of its path
-below DIR, words being cut at ``-``, ``_``, ``.`` and ``/``: ``DIR/train-000000.tar``,
-``DIR/imagenet-val-0001.tar``, ``DIR/test/0003.tar``. When no shard names a split, every shard
-is ``train`` (a holdout validates, as for a folder's single tree); a mix of named and unnamed
-shards, or a shard naming two splits, is an error. Named splits without ``train`` (a benchmark's
-``DIR/test/*.tar``, as the CLIP benchmark publishes them) are read for evaluation; training on
-them says in one line that train shards are missing.
-
-Class names: ``DIR/classes.txt`` (line k names label k), ``DIR/classes.json`` (a list of
-names) or ``DIR/classnames.txt`` (the CLIP benchmark's layout: ``DIR/classnames.txt`` beside
-``DIR/test/0.tar``), else the label numbers as text, ``"0"`` to the largest label of any split.
-
-Why our own index on ``tarfile`` and no library. A batch must be a function of (seed, epoch,
-step), so the loader needs sample i of a shard, not the next sample of a stream. Python's
-``tarfile`` lists every member with the offset of its data (it reads the 512-byte headers and
-seeks past the data); reading sample i is then one seek and one read into the shard, with no
-decompression, which is why only uncompressed ``.tar`` files are read (a compressed tar has no
-offsets to seek to). webdataset's ``WebDataset`` is a stream (its order is the shards' and a
-shuffle buffer's, and a resumed run would see other batches); its random-access companion
-``wids`` needs a JSON descriptor listing every shard and its sample count, prints to stderr on
-every construction, checks with ``assert``, and its decoders (like webdataset's) will unpickle
-``.pyd`` and ``.pth`` members: nothing we load may run code. Both would add a dependency for what
-fifty lines of the standard library do here.
-
-Each shard's index is kept in memory for the life of the process (keyed by the file's size and
-modification time), so reading train to find the labels and reading it again for training costs
-one pass. The index is not written to disk: listing a shard reads only its headers (and the few
-bytes of each ``.cls``).
-
+Sample i is one seek and one read into its shard, from an index of member offsets read from the
+tar headers (``index_shard``), so a batch stays a function of (seed, epoch, step).
 ``pack_folder`` writes such shards from an image folder (``vitkit data pack``).
 """
 
@@ -150,6 +127,13 @@ def index_shard(path: Path) -> ShardIndex:
     return _index_shard(str(path), stat.st_size, stat.st_mtime_ns)
 
 
+# Our own index on tarfile, no library: the loader needs sample i of a shard, not the next sample
+# of a stream. tarfile lists every member with its data's offset, so sample i is one seek and one
+# read (hence uncompressed tars only). webdataset's WebDataset is a stream (a resumed run would see
+# other batches); its random-access wids needs a JSON descriptor, prints, asserts, and its decoders
+# (like webdataset's) unpickle .pyd/.pth members: nothing we load may run code. Kept in memory for
+# the process (reading train for its labels, then for training, costs one pass), never on disk:
+# listing a shard reads only its headers and the .cls members.
 @functools.cache
 def _index_shard(path: str, size: int, mtime_ns: int) -> ShardIndex:
     images: dict[str, tuple[str, int, int]] = {}  # key -> (extension, offset, size)

@@ -1,40 +1,19 @@
 """Streams: parquet files read row group by row group (``data.streaming``), in batches that are
 still a function of (seed, epoch, step).
 
-A stream reads what it needs when it needs it: nothing is converted or copied first, and memory
-holds one window of rows. It has no random access (row i of a parquet file is a read of its whole
-row group), so ``StreamBatches`` orders it by row groups, not rows:
+Nothing is converted or copied first; memory holds one window of rows. With no random access
+(row i is a read of its whole row group), ``StreamBatches`` orders the stream by row groups:
 
-- training, epoch e: the row groups of every file in an order drawn from (seed, e), cut into
-  windows of consecutive row groups holding at least ``shuffle_buffer`` rows (the last window may
-  hold fewer); each window's rows in an order drawn from (seed, e, window). Step b's batch is rows
-  b*B .. (b+1)*B - 1 of that sequence; the rest of an epoch (fewer than B rows) is dropped.
+- training, epoch e: every file's row groups in an order drawn from (seed, e), cut into windows
+  of consecutive row groups of at least ``shuffle_buffer`` rows, each window's rows in an order
+  drawn from (seed, e, window); batch b is rows b*B .. (b+1)*B - 1, the rest of an epoch dropped;
 - evaluation: files, row groups and rows in order, the last partial batch kept.
 
-Resume. The footers of the parquet files give every row group's size before anything is read, so
-the window and the row where step b starts are known: a resumed run reads that window again
-(skipping the rows before b) and goes on exactly as a run that never stopped. A stream with no
-footers to read (webdataset tars streamed, JSON lines) could only restart at the start of its
-shard; parquet, the Hub's format for datasets, never needs to, so no such fallback is written.
-What a resume costs: reading one window again. The order is set by the row groups, so
-re-writing the files (other row groups) changes it, as it would for any reader.
-
-Processes and workers. Every process (torchrun) reads the same stream, and keeps its contiguous
-part of every batch, as ``Batches`` does: the union over processes is the batch one process
-would see, so the mathematics does not change with the number of processes, nor does a resume
-with another number of them. The price is that every process reads every row's bytes (it decodes
-only its own part): on one machine the page cache serves the later readers; from the Hub, each
-process downloads the stream. Decoding and augmentation run in ``num_workers`` DataLoader
-workers, a batch's part being one work item, in order, so the workers need no shards of their
-own. Augmentation draws from (seed, epoch, position in the epoch), as ``Batches``' per-sample
-path draws from the index, and takes the inception crop before decoding as that path does (a
-large JPEG decoded at a reduced size: ``codec.decode_crop``).
-
-Channels. A stream is not read ahead: its images are read as RGB (3 channels) unless the model
-takes 1 (``model.in_chans=1``). An image that fails to decode is replaced by the next image of
-its batch that decodes (wrapping round), with its label and a warning, whichever process's part
-that image is in, so a batch stays the same for any number of processes; more than
-``max_bad_fraction`` of the stream failing is an error.
+The footers give every row group's size, so a resumed run re-reads only the window its step is in
+and goes on exactly as a run that never stopped. Every process (torchrun) reads the stream and
+decodes its contiguous part of each batch, as ``Batches`` does. Images are RGB unless
+``model.in_chans=1`` (nothing is read ahead); one that fails to decode is replaced by the next one
+of its batch that decodes, with a warning; more than ``max_bad_fraction`` failing is an error.
 """
 
 from __future__ import annotations
@@ -325,6 +304,9 @@ class StreamBatches(Batches):
         for b in range(start, self.steps_per_epoch):
             span = range(b * B, min((b + 1) * B, end))
             batch = [(position, next(rows)) for position in span]
+            # every process reads every row's bytes (the page cache serves later readers; from
+            # the Hub each downloads the stream) so that a batch does not depend on the number of
+            # processes, and a resume with another number of them needs nothing
             yield _Batch(epoch, batch, self._part(len(batch)))
 
     def _load_stream(

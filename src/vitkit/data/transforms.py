@@ -3,16 +3,13 @@
 Nothing here touches the global RNG (``rand_augment`` forks it), so the loader can seed each batch
 or sample from (seed, epoch, position) and a resumed run repeats exactly.
 
-The official pipeline [VJ input_pipeline.py; PAPER.md A4]: training takes an inception crop
-(``tf.image.sample_distorted_bounding_box`` with area (0.05, 1), aspect ratio (3/4, 4/3)) resized to
-the training resolution; evaluation resizes the whole image to that resolution (no centre crop);
-both scale pixels as (x - 127.5) / 127.5 into [-1, 1]. (The official code flips horizontally in
-some versions and not in others, so flipping is a separate switch.) ``tf.image.resize`` does not
-antialias; we do by default, which only matters when shrinking, and ``Preprocess`` records the
-choice so inference matches training.
-
-Two paths: in-memory uint8 batches (B, C, H, W) of one size (``random_crop_flip``, ``resize``,
-``to_float``), vectorised over the batch; and single images (C, H, W) of any size
+The official pipeline [VJ input_pipeline.py; PAPER.md A4]: training takes an inception crop (area
+(0.05, 1), aspect ratio (3/4, 4/3)) resized to the training resolution; evaluation resizes the
+whole image (no centre crop); both scale pixels to [-1, 1]. Flipping is a separate switch (the
+official code flips in some versions only). ``tf.image.resize`` does not antialias; we do by
+default (it matters only when shrinking), and ``Preprocess`` records the choice so that inference
+matches training. Two paths: in-memory uint8 batches (B, C, H, W) of one size, vectorised
+(``random_crop_flip``, ``resize``, ``to_float``); single images (C, H, W) of any size
 (``inception_crop``, ``center_resize``, ``rand_augment``).
 """
 

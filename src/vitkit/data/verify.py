@@ -1,60 +1,19 @@
 """Checking a source's images once: the pass, split across processes, and its cache.
 
-What a pass does (``decoded.DecodedImages`` decides what to make of it). ``level='full'``: PIL
-opens every image (as one of ``codec.FORMATS``) and runs ``verify()`` (the header and, for PNG,
-every chunk's CRC); when the channels are to be decided, the pixels are decoded too, image after
-image, until the first colour one (``grey_kind``). ``level='header'``: the same ``verify()``, and
-channels decided from the PIL modes alone (nothing decoded). ``level='none'`` is no pass at all:
-the listing is the dataset and an image that fails to decode is replaced when it is read.
+A pass (``decoded.DecodedImages`` decides what to make of it): ``level='full'`` opens every image
+with PIL (as one of ``codec.FORMATS``), runs ``verify()``, and to decide the channels decodes
+images in order until the first colour one (``grey_kind``); ``'header'`` decides them from PIL's
+modes alone; ``'none'`` is no pass (a bad image is replaced when it is read). A source of
+``PARALLEL_MIN_FILES`` images or more is checked in contiguous chunks by worker processes;
+``summarise`` replays their reports so that the kept and skipped images and the decision are the
+serial pass's, index for index (the loader's determinism needs the indices).
 
-In parallel. A source of ``PARALLEL_MIN_FILES`` images or more is cut into contiguous chunks of
-records that a pool of worker processes checks (``workers``: all the cores this process may use,
-by default), each reading its records from the source. Each chunk reports, image by image, what
-it saw (``Seen``); decoding for the channel decision stops at a chunk's first colour image, as the
-serial pass stops at the source's first. ``summarise`` then replays the serial pass over the
-reports in the records' order: an image before the source's first colour image was decoded in its
-own chunk too (its chunk had no colour image before it), so the replay sees exactly what a serial
-pass sees, and the kept images, the skipped ones and the decision are the same, index for index
-(the loader's determinism needs the indices). A decode failure after the first colour image,
-seen only by a later chunk, is ignored, as the serial pass never sees it.
-
-Processes (a ``ProcessPoolExecutor``) are forked on Linux: a forked worker starts at once with PIL,
-numpy and the source already in memory, where a spawned one imports torch again (about 3 s here,
-and a few hundred MB each) and re-runs the caller's ``__main__`` (a script without an ``if __name__
-== "__main__"`` guard would start over, or raise). The usual hazard of forking a threaded process
-(a lock held by another thread: an OpenMP pool, CUDA) does not reach the workers: they run PIL and
-numpy only, never torch, and torch's own DataLoader forks its workers the same way. Elsewhere
-(macOS, whose system libraries are not fork-safe, and Windows) processes are spawned, the source
-handed to each once. A daemonic process (a DataLoader worker) cannot have children: there the
-pass is serial.
-
-The cache. After a pass, its findings are written to ``home()/verified/<name>-<hash of the
-source's identity>-<level>.json`` (``home()`` is ``$VITKIT_HOME``, see ``vitkit.files``; the
-name and identity are the source's ``SourceState``: a folder's absolute path, the shards of a
-split, a Hugging Face dataset's split): one file per source and level, replaced when the source
-changes, written atomically, read as JSON (nothing in it is executed). It holds the skipped
-records with the stage that dropped them and why, the first colour image, the greyscale counts,
-and the key: the identity, the number of records and the digest of the source's state, with the
-level, Pillow's version (what ``verify()`` accepts can change with it) and the format's version.
-A later pass with the same key reads the entry instead of opening any image. A folder's digest
-is the sha256 of its listing, over every file's (path relative to the folder, size in bytes,
-modification time in ns) in the listing's order (``listing_key``): adding, removing, renaming,
-rewriting or touching a file changes it (a file rewritten with the same size within the file
-system's timestamp resolution would not: on ext4, xfs and btrfs that is 1 ns); it costs one
-``stat`` per file, not an open. Shards are keyed by every shard's size and modification time, a
-Hugging Face dataset by its fingerprint and its Arrow files'. The kept records are not written
-out: they are the records, which the key pins, less the skipped ones. An entry made while
-deciding the channels also serves a pass that does not decide them (its skipped images that only
-the decoding found are left out then); the other way round is a miss.
-
-Across processes (torchrun ranks, several jobs on one machine). The pass runs under an exclusive
-``flock`` on ``<entry>.lock``: the first process to ask verifies and writes the entry; the others
-wait on the lock, then read the entry. No collective operation runs meanwhile, so ranks that have
-already joined a process group wait on a lock, not on NCCL's timeout; ``verify_image_folder``
-(``vitkit.data.folder``) does the same before ``init_process_group``. Ranks on other machines
-share the work only when ``$VITKIT_HOME`` is on a file system they share that honours ``flock``
-(NFS v4 does); otherwise each machine verifies once. Where ``home()`` cannot be written, the pass
-runs without a cache, with a warning.
+The cache: ``home()/verified/<name>-<hash of identity>-<level>.json``, written atomically, read as
+JSON, keyed by the source's ``SourceState`` (a folder's: the sha256 of every file's relative path,
+size and mtime in ns, ``listing_key``; a rewrite keeping both is not seen), the record count, the
+level, Pillow's version and the format's. A pass runs under a ``flock`` on ``<entry>.lock``:
+processes that ask at once (torchrun ranks) wait, then read the first one's entry. Where
+``home()`` cannot be written, the pass runs uncached, with a warning.
 """
 
 from __future__ import annotations
@@ -197,7 +156,12 @@ class Findings:
 
 
 def summarise(seen: Sequence[Seen], *, level: Level, decide: bool) -> Findings:
-    """Replay the serial pass over per-image reports in the records' order (module docstring)."""
+    """Replay the serial pass over per-image reports in the records' order.
+
+    Each chunk decodes for the channel decision until its own first colour image, so every image
+    before the source's first colour image was decoded in its chunk too: the replay sees what a
+    serial pass sees. A decode failure after that image, seen only by a later chunk, is ignored,
+    as the serial pass never sees it."""
     found = Findings(level, decide)
     grey: Counter[str] = Counter()
     for i, s in enumerate(seen):
@@ -235,10 +199,15 @@ def run_pass(
     records = range(len(source.labels))
     n = usable_cores() if workers is None and len(records) >= PARALLEL_MIN_FILES else workers or 1
     n = min(n, len(records))
+    # a daemonic process (a DataLoader worker) cannot have children
     if n <= 1 or multiprocessing.current_process().daemon:
         return summarise(check_records(source, records, look), level=level, decide=decide)
     size = -(-len(records) // (n * _CHUNKS_PER_WORKER))  # ceil
     chunks = [records[k : k + size] for k in range(0, len(records), size)]
+    # Forked on Linux: a worker starts at once with PIL, numpy and the source in memory, where a
+    # spawned one imports torch again and re-runs the caller's unguarded ``__main__``. Forking a
+    # threaded process (OpenMP, CUDA) is safe here: the workers run PIL and numpy only, never
+    # torch, as torch's DataLoader forks its own. macOS's system libraries are not fork-safe.
     method = "fork" if sys.platform.startswith("linux") else "spawn"
     log.info(
         "verifying %d images of %s with %d %s processes", len(records), source.where, n, method
@@ -288,7 +257,7 @@ def _key(state: SourceState, records: int, level: Level) -> dict[str, Any]:
         "format": _FORMAT,
         "source": state.identity,
         "level": level,
-        "pillow": PIL.__version__,
+        "pillow": PIL.__version__,  # what verify() accepts can change with it
         "records": records,
         "digest": state.digest,
     }
@@ -357,8 +326,7 @@ def verify_source(
 ) -> Findings:
     """The findings of a pass at ``level`` over every record of ``source``: from the cache when
     it holds those of ``state`` (``source.state()``; None: no cache), else from a pass (in
-    parallel for a large source), then cached. Processes that ask at once wait for the first
-    (module docstring)."""
+    parallel for a large source), then cached. Processes that ask at once wait for the first."""
     if state is None:
         return run_pass(source, level=level, decide=decide, workers=workers)
     key = _key(state, len(source.labels), level)
@@ -377,6 +345,8 @@ def verify_source(
     with contextlib.ExitStack() as stack:
         try:
             entry.parent.mkdir(parents=True, exist_ok=True)
+            # no collective runs meanwhile: ranks that joined a group wait on this lock, not on
+            # NCCL's timeout; across machines only where $VITKIT_HOME is shared and honours flock
             stack.enter_context(
                 exclusive(entry.with_suffix(".lock"), f"verifying the images of {source.where}")
             )

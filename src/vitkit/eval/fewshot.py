@@ -1,29 +1,14 @@
 """Few-shot linear evaluation in closed form [P §4.1; big_vision evaluators/fewshot_lsr.py].
 
-The paper measures frozen representations by "solving a regularized least-squares regression
-problem that maps the (frozen) representation of a subset of training images to {-1, 1}^K target
-vectors", whose exact solution is in closed form (PAPER.md A5). We follow big_vision's evaluator:
-
-- features are the model's ``pre_logits`` (the tanh representation when the model has one,
-  otherwise the pooled, layer-normed encoding), extracted once with the model frozen;
-- for ``shots`` examples per class, drawn per seed, each feature dimension is standardised with the
-  subset's own mean and (population) std, ``(x - mean) / (std + 1e-5)``, and a constant feature of
-  value 100 is appended, so the bias it carries is almost unregularised;
-- targets are ``Y = 2 * onehot - 1`` and the ridge solution, in float64, is
-  ``W = (XᵀX + λI)⁻¹XᵀY`` when N >= D (D counting the bias column), else ``Xᵀ(XXᵀ + λI)⁻¹Y``;
-  a test image's class is the argmax of its scores ``x W``.
-
-λ is fixed at 2^10 = 1024: the paper does not say how it is chosen and big_vision uses that fixed
-constant (its eigendecomposition exists to sweep λ cheaply, which it does not use; we solve one
-Cholesky system instead). Shots (1, 5, 10, 25) and 3 seeds are big_vision's defaults. As there, the
-subsets of one seed are nested across shot counts: each class's examples are permuted once per seed
-and the first ``shots`` taken. Two ways to permute (``sampling``): ``'vitkit'`` (our default, what
-runs have recorded), one ``torch.Generator`` per seed; ``'big_vision'``, its evaluator's draws
-exactly, ``np.random.default_rng(seed).permutation`` of each class's indices in turn. Two ways to
-preprocess (``preprocess``): ``'resize'`` (default), the whole image resized to the model's
-resolution; ``'big_vision'``, its few-shot configs' ``resize(256)|central_crop(224)`` scaled to
-the model's resolution S (resized to S·8/7, then the centre S; vitkit's antialiased bilinear
-resize, where big_vision's TF resize is not antialiased)::
+The paper solves "a regularized least-squares regression problem that maps the (frozen)
+representation of a subset of training images to {-1, 1}^K target vectors" (PAPER.md A5). As
+big_vision's evaluator: features are the frozen model's ``pre_logits``; for ``shots`` examples per
+class, drawn per seed (nested across shot counts), each dimension is standardised with the
+subset's mean and std and a constant bias feature appended; the ridge solution
+``W = (XᵀX + λI)⁻¹XᵀY`` (or its dual when N < D), in float64, maps to ``Y = 2 * onehot - 1``,
+and a test image's class is the argmax of ``x W``. λ = 2^10, shots (1, 5, 10, 25), 3 seeds.
+``sampling``: ``'vitkit'`` (default) or big_vision's draws exactly; ``preprocess``: ``'resize'``
+(default, the whole image) or big_vision's ``resize(256)|central_crop(224)`` scaled::
 
     from vitkit.eval.fewshot import fewshot_model
 
@@ -60,6 +45,7 @@ log = logging.getLogger(__name__)
 BIAS_CONSTANT = 100.0  # large, so the bias weight pays almost nothing to the L2 penalty
 STD_EPS = 1e-5
 # big_vision's few-shot preprocessing, resize(256)|central_crop(224): the crop is 7/8 of the resize
+# (vitkit's resize antialiases where big_vision's TF resize does not)
 RESIZE_OF_CROP = 256 / 224
 
 

@@ -2,18 +2,13 @@
 
 Our format is a directory holding ``model.safetensors`` (timm's key layout) and ``config.json``
 (``{"format": "vitkit", "version": 1, "model": {...ModelConfig...}, ...extra}``), so a checkpoint
-rebuilds its model without the preset registry. Files and directories are written under a
-temporary name and renamed (``files.atomic_write``, ``files.atomic_directory``), so a reader never
-sees half of one.
-
-Nothing here runs code from a file: safetensors, ``np.load(allow_pickle=False)`` and
-``torch.load(weights_only=True)`` only; a pickle that holds objects is refused.
-
-Nothing a file's metadata claims is allocated before its weights agree: ``build_loaded`` checks
-the config's depth against the weights' names, then every name and shape against a shape-only
-(meta) model, and only then builds the model; an ``.npz``'s names and shapes are read from its
-members' headers (``npz_shapes``) before any array. A mismatch lists the first ``LISTED`` names of
-each kind and counts the rest.
+rebuilds its model without the preset registry; it is written atomically
+(``files.atomic_write``, ``files.atomic_directory``). Nothing here runs code from a file:
+safetensors, ``np.load(allow_pickle=False)`` and ``torch.load(weights_only=True)`` only. Nothing
+a file's metadata claims is allocated before its weights agree: ``build_loaded`` checks the
+config's depth against the weights' names, then every name and shape against a shape-only (meta)
+model, then builds it; an ``.npz``'s shapes come from its members' headers (``npz_shapes``). A
+mismatch lists the first ``LISTED`` names of each kind and counts the rest.
 """
 
 from __future__ import annotations

@@ -1,67 +1,19 @@
 """Downloads into vitkit's cache: resumable, verified, atomic, once per machine.
 
-``fetch(url)`` returns a local path for a URL: from the cache if it is there and still the file
-that was downloaded, else downloaded (HTTPS with ``urllib``, a progress bar with size, rate and
-ETA), checked (the expected size, or the range of sizes its listing allows, the expected sha256,
-the publisher's own hash where the response reports one, and what its first download recorded)
-and renamed into place. ``hub_file(repo_id, filename)`` does the same for the Hugging Face
-Hub through ``huggingface_hub`` and its own cache. ``verify(path)`` re-checks a cached file.
+``fetch(url)`` returns a local path: the cached file if it is still the one downloaded, else a
+download over HTTPS (``urllib``, with a progress bar), checked (the expected size or size range
+and sha256, the publisher's md5 in ``x-goog-hash``, what the first download recorded) and renamed
+into place. ``hub_file(repo_id, filename)`` does the same through ``huggingface_hub`` (checking
+the sha256 it does not); ``verify(path)`` re-checks a cached file.
 
-The cache
-    ``home()`` is ``$VITKIT_HOME``, else ``$XDG_CACHE_HOME/vitkit``, else ``~/.cache/vitkit``.
-    A file of a named source lives at ``home()/weights/<source>/<path>`` (``Source.cached_path``)
-    and a bare URL's at ``home()/weights/<host>/<path of the URL>`` (``cached_path``). Sources are
-    keyed by name, not host, so pointing a source at a mirror (``VITKIT_<SOURCE>_URL``) keeps its
-    cache, and a file downloaded by hand goes to the same place whichever server it came from.
-    Beside each file ``F``:
-
-    - ``F.download.json``: what was downloaded (the URL asked for and the one the bytes came
-      from after redirects, size, sha256, the response's validator, the publisher's hash if any,
-      when); its sha256 is checked at every later ``fetch`` and ``verify``. It outlives ``F``: a
-      later download (``F`` deleted) must give the same size and sha256, or is refused in one
-      line saying to delete the record to accept the new file (a file that changed at its
-      source, or a mirror that serves another one, is never taken silently).
-    - ``F.part``: an interrupted transfer, resumed with an HTTP ``Range`` request by the next
-      attempt. It is kept only after a network failure; a disk error (full disk, quota, file size
-      limit) or a failed check deletes it, so nothing half-written stays behind.
-    - ``F.part.json``: the validator of the response ``F.part`` is the start of (its strong
-      ``ETag``, else its ``Last-Modified``), sent as ``If-Range`` when resuming: a server whose
-      file changed since answers with the whole new file, which replaces the part (never a
-      splice of two versions). A part without one (the server sent neither) is not resumed: it is
-      downloaded again from the start.
-    - ``F.lock``: an exclusive ``flock`` held while downloading, so processes that ask at once
-      (torchrun ranks) download once: the others wait and then find the file cached. Lock files
-      are left in place (removing one another process may hold is a race) and are empty.
-
-    A file put at ``F`` by hand (no ``F.download.json``) is used if it matches the expected size
-    and sha256 (when given) and is recorded then. A symbolic link at ``F``, ``F.part`` or
-    ``F.lock`` is refused (one line naming it), never read or written through: whoever can write
-    into the cache must not be able to make vitkit load or overwrite a file elsewhere.
-
-Environment
-    ``VITKIT_HOME``                   the cache (above).
-    ``VITKIT_OFFLINE=1``              never touch the network: a cached file or a one-line error
-                                      naming the URL and the path a hand-downloaded copy is read
-                                      from; ``HF_HUB_OFFLINE=1`` means the same.
-    ``VITKIT_<SOURCE>_URL``           the base URL of a source (an internal mirror, a proxy):
-                                      ``<base>/<path>`` is fetched instead; ``Source.env_var``.
-    ``VITKIT_REDIRECT_HOSTS``         hosts (``host`` or ``host:port``, comma-separated; ``*``
-                                      for any) that a download may be redirected to from
-                                      another host. Redirects within the host of the URL asked
-                                      for (a source's base URL or its mirror's) are followed;
-                                      to any other host they are refused unless it is listed
-                                      (a mirror that hands out its storage's URLs needs it);
-                                      from https to http they are always refused.
-    ``HTTPS_PROXY``, ``NO_PROXY``...  honoured by ``urllib``.
-    ``HF_ENDPOINT``, ``HF_HOME``, ``HF_TOKEN``, ``HF_HUB_OFFLINE``: ``hub_file`` goes through
-                                      ``huggingface_hub``, which reads them (``HF_ENDPOINT`` is the
-                                      Hub's base URL: a mirror of the Hub works as it does there).
-
-Publishers' hashes: Google Cloud Storage (where the official ViT checkpoints are) sends
-``x-goog-hash: crc32c=...,md5=<base64>``; the md5 of the whole file is checked (crc32c is not in
-the standard library, and composite objects have no md5: then only the sha256 recorded or
-expected applies). The Hub's ETag of an LFS file is its sha256; ``huggingface_hub`` checks only
-the size, so ``hub_file`` checks the sha256.
+The cache (``files.home()``): a named source's file ``F`` is ``weights/<source>/<path>``, a bare
+URL's ``weights/<host>/<path>``. Beside it: ``F.download.json`` (URLs, size, sha256, validator;
+it outlives ``F``, and a later download must match it), ``F.part`` and ``F.part.json`` (a
+transfer cut by the network, resumed with ``Range``/``If-Range``, never spliced across versions),
+``F.lock`` (a ``flock``: concurrent processes download once). A file put at ``F`` by hand is used
+if it passes the checks; a link at ``F``, ``F.part`` or ``F.lock`` is refused. Environment:
+``VITKIT_OFFLINE=1`` (or ``HF_HUB_OFFLINE=1``): the cache only; ``VITKIT_<SOURCE>_URL``: a mirror;
+``VITKIT_REDIRECT_HOSTS``: other hosts a redirect may go to (never https to http).
 """
 
 from __future__ import annotations
@@ -105,6 +57,8 @@ _SOURCE_NAME = re.compile(r"[a-z][a-z0-9_]*")
 _TRUE = {"1", "true", "yes", "on"}
 REDIRECT_HOSTS_ENV = "VITKIT_REDIRECT_HOSTS"
 # POSIX's flag to refuse a link as the last component of a path (ELOOP); Windows has none.
+# Links in the cache are refused: whoever can write into the cache must not be able to make vitkit
+# load or overwrite a file elsewhere.
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
 
@@ -166,6 +120,8 @@ class Source:
 
     def cached_path(self, path: str) -> Path:
         """``home()/weights/<name>/<path>``, whichever base URL the file comes from."""
+        # keyed by name, not host: a mirror keeps the cache, and a file downloaded by hand goes to
+        # the same place whichever server it came from
         return home().joinpath("weights", self.name, *_safe_parts(path, self.name))
 
     def fetch(
@@ -380,6 +336,7 @@ def fetch(
             f"{url} is not in the cache and offline mode is on (VITKIT_OFFLINE or HF_HUB_OFFLINE); "
             f"a copy downloaded by hand is read from {dest}"
         )
+    # lock files stay in place, empty: removing one another process may hold is a race
     lock = _sibling(dest, LOCK_SUFFIX)
     with contextlib.ExitStack() as stack:
         try:
@@ -750,6 +707,8 @@ def _publisher_hashes(headers: Message) -> dict[str, str]:
     """The hashes a publisher reports, as hex: Google Cloud Storage's ``x-goog-hash`` md5 (sent
     as one header per hash or comma-joined, base64 of the digest; for the whole object, also in
     answer to a Range request)."""
+    # md5 only: crc32c is not in the standard library; a composite object has no md5, and then
+    # only the sha256 recorded or expected applies
     found: dict[str, str] = {}
     for value in headers.get_all("x-goog-hash") or []:
         for item in value.split(","):

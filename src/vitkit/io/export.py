@@ -1,33 +1,19 @@
 """ONNX export of a vitkit model, and its check against PyTorch.
 
-The graph takes ``images`` (B, C, H, W) float32 in [-1, 1], (H, W) the model's ``image_size``, with a
-dynamic batch B, and returns ``logits`` (B, K), or ``features`` (B, R or D), the pre-logits
-representation, for a model without a head (``num_classes == 0``). Preprocessing is the caller's,
-and the file says in its ``metadata_props`` (string values; lists as JSON) what it is, so that
-other tools need not ask vitkit::
+The graph takes ``images`` (B, C, H, W) float32 in [-1, 1] at the model's ``image_size``, B
+dynamic, and returns ``logits`` (B, K), or ``features`` (B, R or D) for a model without a head.
+Preprocessing is the caller's; the file's ``metadata_props`` (strings; lists as JSON) say what it
+is, so that other tools need not ask vitkit::
 
-    class_names     ["cat", "dog", ...]: output i is class i (only when the checkpoint names them)
-    wnids           ["n00004475", ...]: class i's WordNet synset id (only when the checkpoint
-                    records them: the ImageNet-21k heads of the pretrained registry)
-    pretrained      "ViT-B/16@in21k": the registry name of the weights' source (when recorded)
-    input_size      [H, W]: the graph's image height and width
-    channels        "3" or "1"
-    color_mode      "RGB" or "L": the PIL mode an image file is converted to
-    resize          "bilinear" or "bicubic": the whole image is resized to input_size (no crop)
-    antialias       "true" or "false": whether that resize antialiases when it shrinks
-    normalization   "minus_one_to_one": vitkit's name for the pixel scaling below
-    mean, std       one per channel, on pixels scaled to [0, 1]: input = (pixel / 255 - mean) / std
+    class_names, wnids, pretrained  class i's name and WordNet id, the weights' registry name
+                                    (each only when the checkpoint records it)
+    input_size, channels            [H, W]; "3" or "1"
+    color_mode                      "RGB" or "L": the PIL mode an image file is converted to
+    resize, antialias               "bilinear" or "bicubic" of the whole image; "true" or "false"
+    normalization, mean, std        "minus_one_to_one"; input = (pixel / 255 - mean) / std
 
-The preprocessing keys (``color_mode`` to ``std``) are the checkpoint's ``Preprocess``, or the
-official one at the model's resolution; a model whose channels are not an image file's (1 or 3)
-has none of them.
-
-We use the ``torch.export``-based exporter (``dynamo=True``), not the TorchScript one. Both give
-the same numbers here, including for ``F.scaled_dot_product_attention`` (decomposed into MatMul and
-Softmax, or the native ``Attention`` op from opset 23), but the TorchScript exporter is deprecated
-since torch 2.9 and traces Python control flow on shapes into silent constants, whereas
-``torch.export`` proves the batch dimension symbolic or refuses to export. The cost: ``onnxscript``
-as a dependency and a few seconds per export.
+The preprocessing keys (``color_mode`` on) are the checkpoint's ``Preprocess``, else the official
+one at the model's resolution; a model whose channels are not 1 or 3 has none of them.
 """
 
 from __future__ import annotations
@@ -144,6 +130,10 @@ def export_onnx(
         program = torch.onnx.export(
             model,
             (images,),
+            # torch.export, not TorchScript: the same numbers here (SDPA included), but TorchScript
+            # is deprecated since torch 2.9 and traces control flow on shapes into silent
+            # constants, where torch.export proves the batch dimension symbolic or refuses. The
+            # cost: onnxscript as a dependency, and a few seconds per export.
             dynamo=True,
             input_names=["images"],
             output_names=[output],

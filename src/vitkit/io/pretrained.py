@@ -1,50 +1,19 @@
 """Pretrained weights by name: the paper's checkpoints as the official repository publishes them.
 
 Every entry is named ``PRESET@TAG`` (``ViT-B/16@in21k``, ``ViT-B/16@in21k-in1k-384``) and records
-where its file is, what it is (architecture preset, resolution, training data, classes), the
-top-1 its source publishes, its size, and the same weights elsewhere. Nothing here is guessed:
-each list comes from a source named beside it, read from the official repository
-(google-research/vision_transformer) at commit c6de1e5 and timm (huggingface/pytorch-image-models)
-at commit aa4b5850:
+where its file is, what it is (preset, resolution, training data, classes), the top-1 and size its
+source publishes, and the timm Hub repository holding the same tensors. Nothing is guessed: each
+group's source is named beside it, read from google-research/vision_transformer at commit c6de1e5
+(``vit_jax.ipynb``'s ``gsutil ls -lh`` listings, the README) and timm at commit aa4b5850.
 
-- ``imagenet21k/`` and ``imagenet21k+imagenet2012/``: the file names and sizes listed by
-  ``gsutil ls -lh gs://vit_models/imagenet*`` in the repository's ``vit_jax.ipynb``; the
-  fine-tuned files are 384 px unless named ``-224`` (the README's changelog, 2020-10-29, which
-  gives the top-1 of the two ``-224`` files: 81.2% and 82.7%).
-- ``augreg/``: the checkpoints the README recommends (its table "trained with AugReg that have
-  the best pre-training metrics"), with its sizes and ImageNet top-1 of the 384 px fine-tunes.
-  The official ``index.csv`` that ranks every AugReg run cannot be read here (no network): the
-  README's recommendation, which is that ranking's choice, stands for it.
-- ``sam/``: the files listed by ``gsutil ls -lh gs://vit_models/sam`` in ``vit_jax.ipynb``
-  (ImageNet-1k at 224 px, as timm's configurations of two of them say). ``gsam/`` is named by the
-  README but its ViT files are listed nowhere in the repository, so it has no entries.
-- Counterparts: the timm Hub repository of a timm pretrained configuration whose ``url`` is the
-  same file (``timm/models/vision_transformer.py`` and ``vision_transformer_hybrid.py``): the same
-  tensors in timm's layout. timm's ``orig_in21k`` weights drop the original head, and the Hugging
-  Face ``google/vit-*`` repositories were converted through timm's: neither is the same file, so
-  neither is listed as one.
-
-Preprocessing: the official code resizes to the model's resolution and scales pixels to [-1, 1]
-(``Preprocess``'s default), in training and in evaluation of these checkpoints. A head's classes
-follow from the data it was trained on last (``Pretrained.classes``), never from its size alone:
-ImageNet-1k heads predict the 1,000 class names torchvision ships with its weights' metadata (the
-same sorted-synset order as TFDS's ``imagenet2012`` labels); ImageNet-21k heads predict their
-21,843 synsets' WordNet lemmas, in the order of Google's checkpoints, with each synset's id (wnid)
-beside them (``imagenet21k_classes``: a file shipped in ``io/classes/``, whose README names its
-source).
-
-Files are fetched through ``io/download.py`` into ``$VITKIT_HOME`` and checked at every load; a
-source's base URL can be changed (``VITKIT_VIT_MODELS_URL``: a mirror or proxy of
-``https://storage.googleapis.com/vit_models``). No torch import here.
-
-What pins an entry's bytes: no source here gives the official files' exact sizes or hashes (the
-listings round them; the timm Hub's LFS hashes are of its ``model.safetensors``, another file),
-so none is written here. An entry's listed size bounds its file, within the listing's rounding
-(``size_range``), checked before and after the download; the first download records the file's
-sha256, size, validator and final URL, and a later download must match them (``io/download.py``).
-With ``VITKIT_PRETRAINED_SOURCE=hub`` an entry's ``timm_revision`` pins the Hub commit; none is
-readable here, so every entry follows its repository's main branch (checked against its LFS
-sha256 by ``hub_file``).
+Preprocessing is the official one (resize, pixels to [-1, 1]: ``Preprocess``'s default). A
+head's classes follow from the data it was trained on last (``Pretrained.classes``): ImageNet-1k
+heads predict torchvision's 1,000 class names (TFDS's sorted-synset order), ImageNet-21k heads
+their 21,843 synsets' lemmas and wnids (``imagenet21k_classes``, shipped in ``io/classes/``).
+Files are fetched through ``io/download.py`` (a mirror: ``VITKIT_VIT_MODELS_URL``). No source
+gives the files' hashes, so an entry's listed size bounds its file (``size_range``) and the first
+download's sha256 pins it; with ``VITKIT_PRETRAINED_SOURCE=hub`` the Hub's LFS sha256 checks it.
+No torch import here.
 """
 
 from __future__ import annotations
@@ -100,7 +69,10 @@ class Pretrained:
     size: str  # as the source lists it ("393.69 MiB"), "" where it lists none
     source: str  # where the entry's facts were read
     top1: float | None = None  # ImageNet top-1, where the source publishes it
-    timm: str | None = None  # the timm Hub repository with the same tensors
+    # The timm Hub repository of a timm configuration whose ``url`` is this file: the same tensors
+    # in timm's layout. timm's ``orig_in21k`` weights (head dropped) and HF's ``google/vit-*``
+    # (converted through timm's) are not the same file, so neither is listed.
+    timm: str | None = None
     # The commit of ``timm`` to fetch (VITKIT_PRETRAINED_SOURCE=hub); None: its main branch. No
     # source here names one (timm's configurations name repositories, not commits).
     timm_revision: str | None = None
@@ -198,7 +170,7 @@ def _sam(preset: str, file: str, size: str, timm: str | None = None) -> Pretrain
 REGISTRY: dict[str, Pretrained] = {
     p.name: p
     for p in [
-        # imagenet21k/ (vit_jax.ipynb's listing)
+        # imagenet21k/ (vit_jax.ipynb's `gsutil ls -lh gs://vit_models/imagenet*`)
         *_original("ViT-B/16", "ViT-B_16.npz", "393.69 MiB"),
         *_original("ViT-B/32", "ViT-B_32.npz", "400.01 MiB"),
         *_original("ViT-B/8", "ViT-B_8.npz", "393.72 MiB"),
@@ -208,7 +180,8 @@ REGISTRY: dict[str, Pretrained] = {
         *_original("R50+ViT-B/16", "R50+ViT-B_16.npz", "439.85 MiB"),
         *_original("R26+ViT-B/32", "R26+ViT-B_32.npz", "450.23 MiB"),
         *_original("R50+ViT-L/32", "R50+ViT-L_32.npz", "1.31 GiB"),
-        # imagenet21k+imagenet2012/: 384 px unless -224
+        # imagenet21k+imagenet2012/ (the same listing): 384 px unless -224, and the top-1 of the
+        # two -224 files, from the README's changelog (2020-10-29)
         _fine_tuned("ViT-B/16", "ViT-B_16.npz", "331.4 MiB", 384, None),
         _fine_tuned("ViT-B/16", "ViT-B_16-224.npz", "330.29 MiB", 224, 0.812),
         _fine_tuned("ViT-B/32", "ViT-B_32.npz", "336.89 MiB", 384, None),
@@ -216,7 +189,10 @@ REGISTRY: dict[str, Pretrained] = {
         _fine_tuned("ViT-L/16", "ViT-L_16-224.npz", "1.13 GiB", 224, 0.827),
         _fine_tuned("ViT-L/32", "ViT-L_32.npz", "1.14 GiB", 384, None),
         _fine_tuned("R50+ViT-B/16", "R50+ViT-B_16.npz", "377.57 MiB", 384, None),
-        # augreg/: the README's recommended run per model, upstream and its 384 px fine-tune
+        # augreg/: the README's recommended run per model ("trained with AugReg that have the best
+        # pre-training metrics"), upstream and its 384 px fine-tune, with the README's sizes and
+        # top-1. The index.csv that ranks every run cannot be read here (no network); the README's
+        # recommendation is that ranking's choice.
         *_augreg(
             "ViT-L/16",
             "L_16-i21k-300ep-lr_0.001-aug_strong1-wd_0.1-do_0.0-sd_0.0",
@@ -298,7 +274,8 @@ REGISTRY: dict[str, Pretrained] = {
                 "timm/vit_tiny_r_s16_p8_384.augreg_in21k_ft_in1k",
             ),
         ),
-        # sam/ (vit_jax.ipynb's listing)
+        # sam/ (vit_jax.ipynb's listing; ImageNet-1k at 224 px, as timm's configurations of two
+        # of them say). gsam/ is named by the README, but its ViT files are listed nowhere.
         _sam("ViT-B/16", "ViT-B_16.npz", "330.3 MiB", "timm/vit_base_patch16_224.sam_in1k"),
         _sam("ViT-B/32", "ViT-B_32.npz", "336.61 MiB", "timm/vit_base_patch32_224.sam_in1k"),
         _sam("ViT-L/16", "ViT-L_16.npz", "1.13 GiB"),

@@ -1,26 +1,19 @@
 """The fast inference path: one call turns a model into a function of images that computes the same
-logits faster.
+logits faster (fp32 logits match eager ones to rounding: the tests hold them to 1e-4).
 
-Two ways to get there, both the same mathematics (fp32 logits match eager ones to rounding: the
-tests hold them to 1e-4, the harness reports the difference):
+Two backends, the same mathematics:
 
-- ``inductor``: TorchInductor compiles the model with *frozen* weights: the weights become constants
-  of the graph, so the compiler folds what depends on weights only and stores each linear layer's
-  weight once in the layout its matrix-product library wants (MKL's packed GEMM for fp32 on CPU,
-  oneDNN for bf16, cuBLAS on GPUs) instead of repacking it at every call as eager PyTorch does; it
-  also fuses LayerNorm, GELU, the residual adds and the bias into fewer passes over memory. The
-  price is a compilation at the first call of each input shape (tens of seconds on a CPU for
-  ViT-B/16).
-- ``onednn``: every linear layer's weight packed once for oneDNN (as ``torch.utils.mkldnn`` does),
-  the rest eager, no compilation. fp32 matrix products on CPU go through MKL in eager PyTorch and
-  in Inductor, and MKL runs a generic code path on AMD's CPUs, where oneDNN's is about twice as
-  fast (ViT-B/16 at 8.7 img/s against 4.3 on 2 EPYC cores); on Intel's, MKL is the faster
-  (``benchmarks/RESULTS.md``).
+- ``inductor``: TorchInductor compiles the model with *frozen* weights, which become constants of
+  the graph: what depends on weights only is folded, each linear layer's weight is stored once in
+  its matrix-product library's layout (eager PyTorch repacks it at every call), and LayerNorm,
+  GELU, the residual adds and the bias are fused. The price: a compilation at the first call of
+  each input shape.
+- ``onednn``: every linear layer's weight packed once for oneDNN, the rest eager, no compilation:
+  faster where MKL takes its generic path for fp32 (AMD CPUs), slower on Intel's.
 
-``backend="auto"`` measures, once, the model's widest fp32 product both ways on this machine and
-takes ``onednn`` where it is at least 1.2x faster, else ``inductor``. The returned function keeps
-the weights as they were: train the model first, optimize it last. ``vitkit predict --fast`` and
-``vitkit eval --fast`` use it.
+``backend="auto"`` measures, once, the model's widest fp32 product both ways and takes ``onednn``
+where it beats MKL by ``ONEDNN_MARGIN``, else ``inductor``. The returned function keeps the
+weights as they were: train first, optimize last. ``vitkit predict/eval --fast`` use it.
 """
 
 from __future__ import annotations

@@ -42,6 +42,7 @@ def choose_device(
     """The device ``requested`` names, given the number of GPUs PyTorch sees and torchrun's
     ``LOCAL_RANK`` (``None`` without torchrun): one GPU per process of a node, GPU 0 alone.
     ``setting``: what the user wrote it as, for the error (``train.device``, ``--device``)."""
+
     def written(value: str) -> str:  # as the user writes it: --device cpu, train.device='cpu'
         return f"{setting} {value}" if setting.startswith("--") else f"{setting}={value!r}"
 

@@ -2,36 +2,18 @@
 
 Read top to bottom: build data, model and optimizer; resume from the run directory's last
 checkpoint if there is one (else ``init_from``: pre-trained weights with a new zero head and
-resized position embeddings); then for each optimizer step: learning rate from the schedule,
-``accum_steps`` micro-batches of forward/backward, global-norm clipping, the update, EMA, and
-whatever the cadence says is due (log, evaluate, save). The objective is the only thing that
-differs between pre-training, fine-tuning and masked patch prediction (whose mask embedding and
-head are trained and checkpointed with the run but never saved into the model's weights).
+resized position embeddings); then for each optimizer step: the learning rate, ``accum_steps``
+micro-batches of forward/backward, global-norm clipping, the update, EMA, and whatever the cadence
+says is due (log, evaluate, save). Only the objective differs between pre-training, fine-tuning
+and masked patch prediction. Its parts live beside it: ``inputs.py`` (data, batches, cadence),
+``parts.py`` (model, EMA, objective, optimizer, the checkpoint resumed), ``evaluator.py``
+(evaluations, best weights), ``metrics_log.py``; ``_train`` builds them, ``_Trainer`` runs them.
 
-The parts it is built from live beside it: ``inputs.py`` (the data, batches and cadence),
-``parts.py`` (model, EMA, objective, optimizer; the checkpoint resumed), ``evaluator.py`` (the
-evaluations and the best weights), ``metrics_log.py`` (metrics.jsonl); ``_train`` builds them
-and ``_Trainer`` runs the steps (``train_step``), the loop and the end.
-
-Evaluations run on the validation split and keep the best weights in ``best/``; a test split
-apart from it is evaluated once, at the end, with those weights (data/run_data.py says which
-split is which). A run's time (``run_s`` in metrics.jsonl) goes on across resumes; ``time_s`` is the
-process's.
-
-Exact resume: batch order and augmentation are functions of (seed, epoch, batch), the global RNG
-(dropout; the GPU's too on CUDA) is saved with the checkpoint, so a run stopped at any moment and
-restarted continues step for step as if it had never stopped.
-
-Devices: the model, its EMA and the objective live on ``train.device`` (``auto``: a GPU when there
-is one, under torchrun GPU ``LOCAL_RANK``); batches are made on the CPU and moved there one at a
-time; checkpoints are written from the CPU and loaded into the model where it is.
-
-Under torchrun the same loop runs in every process (``distributed.py``): ``train.batch_size`` is
-the global batch and each process takes its part of every batch, so the gradient the optimizer
-sees is the same as in one process; logged losses and evaluations are averaged over processes;
-rank 0 alone writes metrics, progress and checkpoints; every process resumes from them. The
-global RNG (dropout, mixup) is reseeded from (seed, rank, step) at every step, so processes draw
-independently and a resume needs no per-process state.
+Contract: evaluations on the validation split keep the best weights in ``best/``; a test split is
+evaluated once, at the end, with them. A run stopped at any moment and restarted continues step
+for step (batches are functions of (seed, epoch, batch); the RNG is checkpointed). Under torchrun
+``train.batch_size`` is the global batch, each process takes its part, losses and evaluations are
+averaged, and rank 0 alone writes; the RNG is reseeded from (seed, rank, step) at every step.
 """
 
 from __future__ import annotations

@@ -2,24 +2,15 @@
 A4]: for each dataset, hold out the paper's fraction of every class of train (seeded by
 ``train.seed``), fine-tune once per learning rate of the dataset's sweep for its Table 4 steps,
 choose the rate by the holdout's top-1 at the end of its run (``sweep.choose``), fine-tune with
-that rate on all of train, and report the test split's top-1 at the end of that run (a dataset
-without a test split: its val split, as ImageNet's validation set is its test set).
+it on all of train, and report the test split's top-1 at the end (else its val split's).
 
 Every run is ``vitkit finetune --recipe finetune-paper --init-from CKPT --data SPEC`` composed
-through ``compose`` (SGD momentum 0.9, batch 512, cosine, warmup 5% of the steps, clipping at 1,
-inception crop, 384 px unless ``resolution``), with the protocol's settings set as ``--set``
-would set them, and evaluated once, at its last step (the runs that choose never see the test
-split). Layout: ``RUN_DIR/<dataset>/lr-<lr>/`` for each rate, ``RUN_DIR/<dataset>/final/``, and
-``RUN_DIR/transfer.json``, the record (``sweep.Record``) that lets a stopped protocol resume and
-that ``table`` turns into the paper's table, beside the paper's numbers for the same model
-(``paper.PAPER_RESULTS``).
-
-ImageNet's final run also reports ImageNet ReaL on the split it reports (``sweep.measure_real``).
-Its images are joined to the ReaL labels by their names before that run trains; when they do not
-join (or the model is not a 1000-class one) the row says why in one line and the protocol goes
-on, rather than failing: the top-1 is the protocol's result, ReaL a column beside it, and
-``vitkit eval RUN_DIR/<dataset>/final/best --data IMAGENET_VAL --real`` measures it later on
-images named as ImageNet's validation files.
+through ``compose``, with the protocol's settings set as ``--set`` would set them, evaluated once
+at its last step. Layout: ``RUN_DIR/<dataset>/lr-<lr>/``, ``RUN_DIR/<dataset>/final/``, and
+``RUN_DIR/transfer.json`` (``sweep.Record``: it lets a stopped protocol resume, and ``table``
+turns it into the paper's table beside ``paper.PAPER_RESULTS``). ImageNet's final run also
+reports ImageNet ReaL (``sweep.measure_real``); where its images do not join the ReaL labels the
+row says why in one line and the protocol goes on (``vitkit eval ... --real`` measures it later).
 """
 
 from __future__ import annotations

@@ -1,74 +1,21 @@
 """Hugging Face ``ViTModel`` / ``ViTForImageClassification``: weights in and out [P §3.1].
 
-Hugging Face's ViT is the paper's pure ViT with a class token and learned 1D position embeddings
-(Eq. 1-4); it stores q, k and v as three dense layers where vitkit (as timm) fuses them into one
-``qkv`` (q, k, v stacked along the output dimension). Shapes: D hidden, M mlp_dim, C channels,
-P patch, N patches, K classes, R representation (pooler) size.
+HF's ViT is the paper's pure ViT (class token, learned 1D position embeddings, Eq. 1-4) with q, k
+and v as three dense layers where vitkit (as timm) fuses them into one ``qkv``. The crosswalk of
+names is written once (``_LAYER``, :func:`_crosswalk`) and used both ways; it reads the layout
+``save_pretrained`` writes and transformers 4 holds (``encoder.layer.{i}.``) and transformers 5's
+(``layers.{i}.``); :func:`write_hf` fills whichever the installed transformers builds.
 
-The crosswalk, written once in :func:`_crosswalk` and used in both directions::
-
-    vitkit (timm layout)          Hugging Face ("vit." prefix inside ViTForImageClassification)
-    patch_embed.proj              embeddings.patch_embeddings.projection        (D, C, P, P)
-    cls_token                     embeddings.cls_token                          (1, 1, D)
-    pos_embed                     embeddings.position_embeddings                (1, 1+N, D)
-    blocks.{i}.norm1              encoder.layer.{i}.layernorm_before
-    blocks.{i}.attn.qkv           encoder.layer.{i}.attention.attention.{query,key,value}  3 x (D, D)
-    blocks.{i}.attn.proj          encoder.layer.{i}.attention.output.dense
-    blocks.{i}.norm2              encoder.layer.{i}.layernorm_after
-    blocks.{i}.mlp.fc1            encoder.layer.{i}.intermediate.dense          (M, D)
-    blocks.{i}.mlp.fc2            encoder.layer.{i}.output.dense                (D, M)
-    norm                          layernorm
-    pre_logits.fc                 pooler.dense          (ViTModel: dense + tanh on the class token)
-    head                          classifier            (ViTForImageClassification)
-
-That is the layout ``save_pretrained`` writes and transformers 4 modules use. Modules of
-transformers 5 name the same tensors ``layers.{i}.attention.{q,k,v,o}_proj`` and
-``layers.{i}.mlp.fc{1,2}`` (transformers renames them on load and back on save); both layouts are
-read, and :func:`write_hf` fills whichever the installed transformers builds.
-
-Choices:
-
-* Dropout and stochastic depth are not carried over in either direction (0 on both sides): the
-  two implementations place dropout differently, and conversion is for inference parity.
-* ``embeddings.mask_token`` (``ViTForMaskedImageModeling``, ``use_mask_token=True``) is refused
-  as an unsupported key, not dropped: strict loading drops nothing silently, and vitkit's masked
-  patch prediction [P §4.6] corrupts patches without a learned mask token. Delete the key
-  yourself if you want the encoder only.
-* HF's classifier reads the class token directly, never through the pooler, so a vitkit model
-  with pre-logits *and* a head has no Hugging Face equivalent and is refused on export.
-* Parity holds at the checkpoint's resolution; at other sizes HF interpolates position
-  embeddings bicubically, vitkit bilinearly with corners aligned (the official code's choice).
-* ``image_size`` may be a (height, width) pair on both sides, as ViTConfig allows: HF's patch
-  grid is (height / P, width / P), flattened row by row as vitkit's. A non-square model is written
-  with the pair, a square one with an int. ``patch_size`` must be square (vitkit's patches are).
-
-Beside the weights, an export carries what ``transformers.pipeline("image-classification")``
-needs to classify an image file as ``vitkit predict`` does: class names as ``id2label`` /
-``label2id`` (beside them in ``config.json``, vitkit's ``wnids``, each class's WordNet id where
-the classes are ImageNet's, and ``pretrained``, the registry name of the weights' source), and
-vitkit's ``Preprocess`` as a ``preprocessor_config.json`` that ``ViTImageProcessor`` reads: the
-whole image resized to the model's (height, width) with the same
-interpolation (``resample``, PIL's code: 2 bilinear, 3 bicubic), rescaled by 1/255 and normalised
-with the same mean and std on every channel (0.5 and 0.5 for 'minus_one_to_one'). HF's
-processors always antialias when they shrink an image (PIL's resize; torchvision's with
-``antialias=True``), so ``antialias=False`` is refused, as is a size other than the model's (HF's
-ViT takes its config's image size only). Reading a directory maps ``preprocessor_config.json``
-back to a ``Preprocess``; one that describes something else (a centre crop, ImageNet's mean and
-std, a shortest-edge resize, ...) is not carried over, with a warning.
-
-A 1-channel model reads images as PIL's 'L', ``L = 299/1000 R + 587/1000 G + 114/1000 B``
-(rounded to an integer), but the pipeline always hands its processor RGB. So a 1-channel model is
-exported as the 3-channel model whose patch-embedding kernel is the 1-channel kernel ``W`` times
-those weights: ``W_c = w_c W`` for c in R, G, B, and ``num_channels=3``. That is exact up to
-rounding: the normalisation ``n(x) = (x - 127.5) / 127.5`` is affine with the same constants on
-every channel and the weights sum to 1, so ``sum_c w_c W n(x_c) = W n(sum_c w_c x_c) = W n(L)``;
-resizing applies one linear filter to every channel, so it commutes with the weighted sum
-(bicubic's clipping to 0..255 aside). What differs is where uint8 rounding happens (PIL rounds L,
-and each resize rounds its output): about one grey level, 1/127.5 after normalisation. Read back,
-such an export is that 3-channel model.
-
-transformers is imported only inside :func:`write_hf`; reading a directory needs only JSON and
-safetensors (or a tensor-only ``pytorch_model.bin``).
+Logits agree at the checkpoint's resolution (at other sizes HF interpolates position embeddings
+bicubically, vitkit bilinearly); dropout and stochastic depth are 0 both ways. Refused, never
+dropped: ``embeddings.mask_token``, a model with both pre-logits and a head (HF's classifier skips
+the pooler), a non-square patch. ``image_size`` may be a (height, width) pair both ways.
+An export also carries the class names (``id2label``; vitkit's ``wnids`` and ``pretrained`` keys
+beside them) and vitkit's ``Preprocess`` as a ``preprocessor_config.json`` for
+``ViTImageProcessor`` (whole image resized, antialiased, one mean and std); reading maps it back,
+or warns and drops one a ``Preprocess`` cannot express. A 1-channel model is exported as the
+3-channel model that reads RGB as it reads PIL's 'L' (:func:`_rgb_from_luma`). transformers is
+imported only by :func:`write_hf`; reading needs JSON and safetensors (or a tensor-only ``.bin``).
 """
 
 from __future__ import annotations
@@ -325,6 +272,8 @@ def read_hf(
     try:
         check_state_dict(_hf_shapes(cfg, layout, prefix), state, source=source)
     except CheckpointError as e:
+        # refused, not dropped: strict loading drops nothing silently, and vitkit's masked patch
+        # prediction [P §4.6] corrupts patches without a learned mask token
         if any(k.endswith("embeddings.mask_token") for k in state):
             raise CheckpointError(
                 f"{e} | embeddings.mask_token is the masked-image-modeling token "
@@ -528,7 +477,7 @@ def _unexportable(cfg: ModelConfig) -> list[str]:
 
 def _processor_config(preprocess: Preprocess) -> dict[str, Any]:
     """``ViTImageProcessor``'s arguments for ``preprocess``, on RGB images (a 1-channel model is
-    exported with 3 channels: module docstring); a ``ConfigError`` for what they cannot express."""
+    exported with 3 channels: ``_rgb_from_luma``); a ``ConfigError`` for what they cannot express."""
     if not preprocess.antialias:
         raise ConfigError(
             "preprocess antialias=False cannot be written as a Hugging Face image processor: its "
@@ -561,7 +510,14 @@ def _rgb_from_luma(
     cfg: ModelConfig, state: Mapping[str, Tensor]
 ) -> tuple[ModelConfig, dict[str, Tensor]]:
     """The 3-channel model that reads an RGB image as the 1-channel ``cfg`` reads its PIL 'L':
-    the patch-embedding kernel spread over R, G and B by the luma weights (module docstring)."""
+    the patch-embedding kernel spread over R, G and B by the luma weights, ``W_c = w_c W``.
+
+    HF's pipeline always hands its processor RGB. This is exact up to rounding: the normalisation
+    ``n(x) = (x - 127.5) / 127.5`` is affine with the same constants on every channel and the
+    weights sum to 1, so ``sum_c w_c W n(x_c) = W n(sum_c w_c x_c) = W n(L)``; resizing applies
+    one linear filter to every channel, so it commutes with the weighted sum (bicubic's clipping
+    to 0..255 aside). What differs is where uint8 rounding happens (PIL rounds L, and each resize
+    rounds its output): about one grey level, 1/127.5 after normalisation."""
     kernel = state["patch_embed.proj.weight"]  # (D, 1, P, P)
     luma = torch.tensor(LUMA, device=kernel.device).view(1, 3, 1, 1)  # (1, 3, 1, 1)
     rgb = (kernel.float() * luma).to(kernel.dtype)  # (D, 3, P, P)
@@ -584,7 +540,7 @@ def write_hf(
     ``label2id``, ``wnids`` and ``pretrained`` the config's keys of those names; ``preprocess``
     (default: the official one at the model's resolution) becomes ``preprocessor_config.json``,
     for ``ViTImageProcessor``. A 1-channel model is written as the 3-channel model that reads RGB
-    as it reads PIL's 'L' (module docstring); a model of other than 1 or 3 channels keeps them,
+    as it reads PIL's 'L' (``_rgb_from_luma``); a model of other than 1 or 3 channels keeps them,
     and gets no image processor. A new directory appears whole
     (written beside it, then renamed); into an existing one the files are written in place.
     """
@@ -625,6 +581,8 @@ def write_hf(
         num_attention_heads=cfg.num_heads,
         intermediate_size=cfg.mlp_dim,
         hidden_act=_ACT_OUT[cfg.act],
+        # dropout is not carried over (0 both ways): the two place it differently, and
+        # conversion is for inference parity
         hidden_dropout_prob=0.0,
         attention_probs_dropout_prob=0.0,
         layer_norm_eps=cfg.layer_norm_eps,

@@ -3,46 +3,19 @@
 Shapes: P patch, C channels, W ResNet root width, D hidden, H heads, Dh = D / H, M mlp_dim,
 N patches, T = 1 + N tokens, L layers, R representation size, K classes.
 
-Two codebases wrote these files, one model under two sets of names:
+Two codebases wrote them, one model under two sets of names. vit_jax (``models_vit.py``): blocks
+``Transformer/encoderblock_{i}/`` in the released naming (``RELEASED``) or current flax's
+(``CURRENT``), the posemb (1, T, D) with a class-token slot, BiT ResNet stems for hybrids
+[PAPER.md A2], keys maybe under ``opt/target/``. big_vision (``models/vit.py``): keys under
+``params/``, current names, maybe scan-stacked (``Transformer/encoderblock/``, leading axis L),
+the posemb (1, N, D) or a fixed one when none is stored; ``MAPHead_0`` for ``classifier='map'``.
+Flax kernels are HWIO (conv), (in, out) (Dense), (D, H, Dh) for q/k/v and (H, Dh, D) for out;
+ours are timm's. The inferred config has ``act='gelu_tanh'`` and LayerNorm eps 1e-6 (Flax's).
 
-- vit_jax (google-research/vision_transformer, ``models_vit.py``, ``checkpoint.py``): blocks
-  ``Transformer/encoderblock_{i}/`` hold ``LayerNorm_0, MultiHeadDotProductAttention_1,
-  LayerNorm_2, MlpBlock_3`` in the released files (older flax numbered submodules across types)
-  or ``LayerNorm_0, MultiHeadDotProductAttention_0, LayerNorm_1, MlpBlock_0`` (current flax). The
-  learned posemb ``Transformer/posembed_input/pos_embedding`` (1, T, D) has a class-token slot.
-  Hybrids add the BiT root ``conv_root, gn_root`` and units ``block{s}/unit{u}/{conv,gn}{1,2,3}``
-  with ``conv_proj, gn_proj`` on the first unit of a stage [PAPER.md A2]. Keys may start with
-  ``opt/target/``.
-- big_vision (``models/vit.py``): keys start with ``params/``; current flax names, optionally
-  scan-stacked into ``Transformer/encoderblock/`` with a leading layer axis L. The posemb
-  ``pos_embedding`` (1, N, D) is added to the patches *before* the class token is prepended, so
-  the class token gets none: a zero slot in our (1, T, D) table is exact. No stored posemb means
-  a fixed one (big_vision's default ``sincos2d``, or what ``posemb=`` says).
-
-Flax stores conv kernels HWIO (kh, kw, in, out), Dense kernels (in, out), attention q/k/v kernels
-(D, H, Dh) and the out kernel (H, Dh, D); norms have ``scale``/``bias``. Our layout is timm's.
-Flax ``nn.gelu`` is the tanh approximation and its LayerNorm eps is 1e-6, so the inferred config
-says ``act='gelu_tanh'``. The classifier is ``token`` when there is a ``cls`` array, ``map`` when
-there is a big_vision ``MAPHead_0`` (``pool_type='map'``: ``probe`` (1, 1, D), attention
-``MultiHeadDotProductAttention_0/{query,key,value,out}``, ``LayerNorm_0``, ``MlpBlock_0``; ours
-is timm's ``attn_pool``, q from the query, kv from key and value) and ``gap`` otherwise
-(big_vision's ``pool_type='0'``, the first patch token, cannot be told from the arrays, nor can
-the later ``MAPHead(buggy=True)``, which adds the MLP to the normed probe instead).
-
-Loading is strict: every array in the file must be used and every array the inferred model needs
-must be there with the shape it needs, or one ``CheckpointError`` lists all of them. A file's
-names and shapes come from its members' headers and are checked before any array is read
-(``read_official_file``), so a small file that declares gigabytes of arrays is refused at once.
-
-Writing (``write_official``) is the reader's crosswalk run backwards, in the released vit_jax
-naming (``RELEASED`` blocks, the (1, T, D) posemb with its class slot), float32, so that Google's
-code and timm's ``.npz`` loader read the file and vitkit reads it back bit for bit. The file
-records arrays only, and its readers assume the official numerics: a learned posemb on a square
-grid (the grid is known only from the posemb's length), LayerNorm eps 1e-6, pooling by the class
-token or the mean. A model outside that (MAP head, a non-square grid, another eps, a fixed or no
-posemb, the ResNet baseline, a pruned model) is refused before anything is written. Nor does it
-record the activation: Google's code computes the tanh GELU, so a model with vitkit's default
-exact GELU is written with a warning that the file's logits will differ slightly from its own.
+Loading is strict: every array used, every needed one present with its shape, or one
+``CheckpointError`` listing all; names and shapes come from the members' headers before any array
+is read. Writing (``write_official``) runs the crosswalk backwards in the released naming,
+float32, bit for bit; what the format cannot hold is refused first (``_unwritable``).
 """
 
 from __future__ import annotations
@@ -66,6 +39,7 @@ from ...model.posemb import grid_of
 from ..checkpoint import CheckpointError, listing, npz_shapes, read_npz
 
 PREFIXES = ("", "opt/target/", "params/")  # plain / vit_jax training state / big_vision
+# The released files' naming (older flax numbered submodules across types), and current flax's.
 RELEASED = ("LayerNorm_0", "MultiHeadDotProductAttention_1", "LayerNorm_2", "MlpBlock_3")
 CURRENT = ("LayerNorm_0", "MultiHeadDotProductAttention_0", "LayerNorm_1", "MlpBlock_0")
 VIT_JAX_POSEMB = "Transformer/posembed_input/pos_embedding"  # (1, T, D): class slot included
@@ -116,6 +90,8 @@ def _out_weight(w: np.ndarray) -> np.ndarray:
 
 
 def _cls_slot(pe: np.ndarray) -> np.ndarray:
+    # big_vision adds its posemb before prepending the class token, which gets none: a zero slot
+    # in our (1, T, D) table is exact
     return np.concatenate([np.zeros_like(pe[:, :1]), pe], axis=1)  # (1, N, D) -> (1, 1+N, D)
 
 
@@ -249,6 +225,8 @@ def _infer(w: _Arrays, posemb: str | None) -> tuple[ModelConfig, tuple[str, ...]
     H = w.shape(query, 3 + stacked)[-2]  # (D, H, Dh)
     mlp_dim = w.shape(dense0, 2 + stacked)[-1]  # (D, M)
     has_map = any(k.startswith(f"{MAP_HEAD}/") for k in w.keys)
+    # big_vision's pool_type='0' (the first patch token) and MAPHead(buggy=True) (the MLP added to
+    # the normed probe) cannot be told from the arrays: read as 'gap' and 'map'
     classifier: Classifier = "token" if "cls" in w else "map" if has_map else "gap"
     map_query = f"{MAP_ATTENTION}/query/kernel"
     if classifier == "map" and map_query in w:
@@ -292,7 +270,7 @@ def _infer(w: _Arrays, posemb: str | None) -> tuple[ModelConfig, tuple[str, ...]
             classifier=classifier,
             representation_size=_width(w, "pre_logits"),
             posemb=kind,  # type: ignore[arg-type]  # a str; ModelConfig checks it is a Posemb
-            act="gelu_tanh",
+            act="gelu_tanh",  # Flax's nn.gelu is the tanh approximation
             layer_norm_eps=LAYER_NORM_EPS,
             resnet=resnet,
         )
@@ -515,7 +493,7 @@ def to_official(model: VisionTransformer | ResNetClassifier) -> dict[str, np.nda
     Dh), ``embedding/kernel`` HWIO, ...), float32: what ``write_official`` saves, and what
     ``read_official`` turns back into the same config and weights.
 
-    A ``ConfigError`` in one line lists everything the format cannot hold (module docstring).
+    A ``ConfigError`` in one line lists everything the format cannot hold (``_unwritable``).
     The activation is not among the arrays (see ``write_official``).
     """
     if not isinstance(model, (VisionTransformer, ResNetClassifier)):

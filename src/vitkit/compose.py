@@ -1,19 +1,15 @@
 """From what a command asks for to a ``RunConfig``, and where each value came from.
 
-``vitkit train --data SPEC --model PRESET [--recipe R] [--set key=value ...]``: the recipe
-supplies the hyperparameters (``scratch`` when no recipe is named); ``--model`` (or ``--set
-model=PRESET``) replaces the recipe's model section with a preset's architecture and resolution,
-keeping only the recipe's regularisation; ``--data`` (or ``--set data=SPEC``) replaces the
-recipe's dataset and keeps its augmentation; then every other ``--set`` applies, whatever its
-place on the command line. ``vitkit finetune --init-from CKPT`` takes the checkpoint's
-architecture and resolution instead of a preset, and its data when no ``--data`` is given.
-
-Some values come from the data once it has been read (``adapt``): the number of classes and the
-channels, unless set, and the settings a recipe sizes by the number of training images. Every
-value keeps its origin (``recipe scratch``, ``preset ViT-S/16``, ``--data``, ``--set``,
-``checkpoint``, ``data``), which the run states. ``read_data`` reads a run's data and adapts
-its config: the one path from a command to what ``train`` takes (``vitkit train``, ``vitkit
-transfer``). No torch import here until ``read_data`` runs.
+``vitkit train --data SPEC --model PRESET [--recipe R] [--set key=value ...]``: the recipe gives
+the hyperparameters (``scratch`` when none is named); ``--model`` replaces its model section with
+a preset's architecture and resolution, keeping the recipe's regularisation; ``--data`` replaces
+its dataset and keeps its augmentation; then every other ``--set`` applies. ``vitkit finetune
+--init-from CKPT`` takes the checkpoint's architecture (and its data when no ``--data``).
+Once the data is read (``adapt``), it decides the classes and channels unless set, and the
+settings a recipe sizes by the number of training images; then the machine decides what the
+config leaves to it (``on_this_machine``). Every value keeps its origin (``recipe scratch``,
+``preset ViT-S/16``, ``--set``, ``data``, ``auto on cuda``, ...), which the run states.
+``read_data`` is the one path from a command to what ``train`` takes. No torch import until then.
 """
 
 from __future__ import annotations

@@ -1,27 +1,15 @@
-"""Typed keys: one declaration per setting gives its type, bounds, default and documentation, and
-everything else is derived from it.
+"""Typed keys: one declaration per setting (``key(default, doc=..., ge=...)`` on a field of a
+frozen, keyword-only ``Section`` dataclass) gives its type, bounds, default and documentation,
+and everything else is derived from it: ``check`` validates a value (every ``Section`` runs it in
+``__post_init__``, so recipes and the Python API are checked like the command line), ``parse``
+reads the text of ``--set key=value`` by the field's type (true/false/yes/no/on/off/1/0, ``none``,
+``(5, 10)`` or ``5,10``, the closest spelling of a Literal's value), ``describe`` writes what is
+allowed for errors and ``vitkit config``, ``default_of`` gives a declared default to code that
+takes the value outside a config. Checks between fields stay in each class's ``__post_init__``.
 
-A config is a frozen, keyword-only dataclass whose fields are declared with :func:`key`::
-
-    @dataclass(frozen=True, kw_only=True)
-    class TrainConfig(Section):
-        SECTION: ClassVar[str] = "train"
-        batch_size: int = key(doc="the global batch", ge=1)       # required: no default
-        ema: float | None = key(None, doc="Polyak averaging", gt=0, lt=1)
-
-From the annotation and the bounds, :func:`check` validates a value (``Section.__post_init__``
-runs it on every field, so recipes and the Python API are checked like the command line),
-:func:`parse` reads a value from the text of ``--set key=value`` by the field's type (a boolean
-from true/false/yes/no/on/off/1/0 in any case, ``none`` for None, ``(5, 10)`` or ``5,10`` for a
-tuple, the closest spelling of a Literal's value), and :func:`describe` writes what is allowed
-for the error messages and ``vitkit config``. Checks between fields stay in each class's
-``__post_init__``.
-
-We write this rather than take pydantic or tyro: the configs are plain frozen
-dataclasses that the model, recipes and checkpoints already use, errors must be one line in
-vitkit's words, and the command line must check a setting before torch is imported; a library
-would add a runtime dependency and its own error format for what the annotations already say.
-No torch import here.
+Not pydantic or tyro: the configs are plain frozen dataclasses that the model, recipes and
+checkpoints already use, errors must be one line in vitkit's words, and the command line must
+check a setting before torch is imported. No torch import here.
 """
 
 from __future__ import annotations

@@ -273,3 +273,39 @@ def test_train_help_lists_the_recipes(capsys) -> None:
     for name, recipe in RECIPES.items():
         assert f"  {name}" in out and recipe.about.split()[0] in out
     assert RunConfig  # the config class the listing documents
+
+
+def test_what_the_machine_decides_has_its_origin_and_the_run_records_it(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
+    """The precision of ``auto`` and the workers of none are decided before the run, said with
+    their origin by the run and by ``vitkit config``, and recorded in config.json; running the
+    command again reads the run directory's config.json once."""
+    import json
+
+    from vitkit.cli import main
+
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    run_dir = tmp_path / "run"
+    argv = ["train", "--recipe", "smoke", "--set", "train.device=cpu", "--no-progress"]
+    argv += ["--run-dir", str(run_dir)]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "auto on cpu: train.precision='fp32'" in out
+    assert re.search(r"none on this machine: \d+ cores for 1 process, less one each: "
+                     r"data\.num_workers=\d+", out)  # fmt: skip
+    saved = json.loads((run_dir / "config.json").read_text())
+    assert saved["train"]["precision"] == "fp32" and isinstance(saved["data"]["num_workers"], int)
+    assert main(["config", "--recipe", "smoke", "train.precision"]) == 0
+    assert "train.precision = fp32    (auto on cpu)" in capsys.readouterr().out
+
+    reads: list[Path] = []
+    read_text = Path.read_text
+
+    def counted(self: Path, *args, **kwargs) -> str:
+        reads.append(self)
+        return read_text(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", counted)
+    assert main(argv) == 0  # finished: evaluated again
+    assert reads.count(run_dir / "config.json") == 1

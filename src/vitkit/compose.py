@@ -85,6 +85,8 @@ class Composed:
     recipe: Recipe
     origin: dict[str, str]
     fixed: frozenset[str] = field(default_factory=frozenset)
+    # the run directory's config.json as read (``as_recorded``), for ``train`` to check against
+    recorded: dict[str, Any] | None = None
 
     def with_values(self, values: Mapping[str, Any], origin: str) -> Composed:
         """This config with ``values`` (dotted keys) set, recorded as coming from ``origin``."""
@@ -331,12 +333,13 @@ def as_recorded(composed: Composed, run_dir: Path) -> Composed:
     if not path.is_file():
         return composed
     try:
-        saved = flat(RunConfig.from_dict(json.loads(path.read_text())).to_dict())
+        text = json.loads(path.read_text())
+        saved = flat(RunConfig.from_dict(text).to_dict())
     except (ValueError, TypeError):
-        return composed  # the loop refuses it, saying why
+        return composed  # the loop reads it again and refuses it, saying why
     keep = {k: saved[k] for k in ("model.in_chans", "data.validation") if k not in composed.fixed}
     recorded = composed.with_values(keep, str(path))
-    return dataclasses.replace(recorded, fixed=recorded.fixed | set(keep))
+    return dataclasses.replace(recorded, fixed=recorded.fixed | set(keep), recorded=text)
 
 
 def on_this_machine(composed: Composed) -> tuple[Composed, torch.device]:

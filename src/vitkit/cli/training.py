@@ -133,6 +133,7 @@ def _run(args: argparse.Namespace, composed: Composed, run_dir: Path, *, main: b
                 progress=not args.no_progress,
                 data=data,
                 resume_from=getattr(args, "resume", None),
+                recorded=composed.recorded,
             )
     except StoppedError as e:
         if main:

@@ -181,18 +181,28 @@ def train(
     progress: bool = True,
     data: RunData | None = None,
     resume_from: str | Path | None = None,
+    recorded: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Train (or resume) the run in ``run_dir``; returns the final evaluation: the best weights
     on the test split when the run has one apart from its validation split, else the last
     evaluation (``split`` says which). ``data``: the run's datasets, when the caller has read
     them already (else they are read from ``run.data``). ``resume_from``: a checkpoint
     (``checkpoints/step_N`` of another run directory) to continue from when ``run_dir`` holds
-    none of its own. Under torchrun, every process calls it inside
+    none of its own. ``recorded``: ``run_dir``'s config.json, when the caller has read it
+    (``compose.as_recorded``), so that it is read once. Under torchrun, every process calls it inside
     ``distributed.process_group()``. A process that trains in ``run_dir`` already (another
     run's, ``RunLock``) is a ``UserFileError`` naming it, before the directory is read."""
     run_dir = Path(run_dir)
     with RunLock(run_dir, enabled=distributed.is_main()) as lock:
-        return _train(run, run_dir, lock, progress=progress, data=data, resume_from=resume_from)
+        return _train(
+            run,
+            run_dir,
+            lock,
+            progress=progress,
+            data=data,
+            resume_from=resume_from,
+            recorded=recorded,
+        )
 
 
 def _train(
@@ -203,6 +213,7 @@ def _train(
     progress: bool,
     data: RunData | None,
     resume_from: str | Path | None,
+    recorded: dict[str, Any] | None,
 ) -> dict[str, Any]:
     """``train``, with ``lock`` held, or taken where the run directory is made."""
     tc = run.train
@@ -223,7 +234,8 @@ def _train(
     autocast = precision.autocast_dtype(tc.precision)
     run_dir.mkdir(parents=True, exist_ok=True)  # only once the run is known to be valid
     lock.take()  # before anything in it is read or changed (a run started at once stops here)
-    check_run_dir(run_dir, run.to_dict(), write=main)  # every process checks: all fail alike
+    # every process checks: all fail alike
+    check_run_dir(run_dir, run.to_dict(), write=main, recorded=recorded)
     if main:
         remove_partial_writes(run_dir)
         write_skipped(run_dir, data.skipped)

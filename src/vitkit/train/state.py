@@ -326,16 +326,24 @@ def refuse_changes(changed: dict[str, tuple[Any, Any]], what: str, remedy: str) 
     )
 
 
-def check_run_dir(run_dir: Path, config: dict[str, Any], *, write: bool = True) -> None:
+def check_run_dir(
+    run_dir: Path,
+    config: dict[str, Any],
+    *,
+    write: bool = True,
+    recorded: dict[str, Any] | None = None,
+) -> None:
     """A run directory belongs to one config: refuse to continue a different run in it (see
     ``config_differences``), and record the config there if ``write`` (one process of a
-    data-parallel run writes)."""
+    data-parallel run writes). ``recorded``: its ``config.json``, when the caller has read it."""
     path = run_dir / "config.json"
-    if path.is_file():
+    saved = recorded
+    if saved is None and path.is_file():
         try:
             saved = json.loads(path.read_text())
         except json.JSONDecodeError as e:
             raise CheckpointError(f"{path} is not a vitkit run config: {e}") from None
+    if saved is not None:
         refuse_changes(
             config_differences(saved, config, source=path),
             str(run_dir),

@@ -90,7 +90,9 @@ def train_run(
     # the names are joined before training: a split that cannot be measured is said now
     joined = _joined(composed, data, run_dir) if real else None
     try:
-        result = train(composed.run, run_dir, progress=progress, data=data)
+        result = train(
+            composed.run, run_dir, progress=progress, data=data, recorded=composed.recorded
+        )
     except DivergedError as e:
         return {"diverged": str(e)}, data
     out = {k: result[k] for k in ("split", "accuracy", "loss", "count")}

@@ -153,7 +153,9 @@ def test_device_argument(checkpoint: str, images: Path, capsys) -> None:
     gpu = torch.cuda.is_available()
     assert resolve_device("auto") == torch.device("cuda", 0) if gpu else torch.device("cpu")
     assert resolve_device("cpu") == torch.device("cpu")
-    with pytest.raises(VitkitError, match="--device tpu is not valid: expected one of auto, cpu, cuda"):
+    with pytest.raises(
+        VitkitError, match="--device tpu is not valid: expected one of auto, cpu, cuda"
+    ):
         resolve_device("tpu")
     if not gpu:
         assert main(["predict", checkpoint, str(images / "more"), "--device", "cuda"]) == 2

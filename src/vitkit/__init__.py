@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .config import ModelConfig, ResNetConfig
+from .config import FINETUNE_KEYS, ModelConfig, ResNetConfig
 from .errors import ConfigError
 from .presets import list_models
 from .version import __version__
@@ -99,16 +99,6 @@ def create_model(
     return VisionTransformer(cfg)
 
 
-# What pretrained weights let a caller change: the head, the resolution, the regularisation.
-_ADAPTABLE = (
-    "num_classes",
-    "image_size",
-    "dropout_rate",
-    "attention_dropout_rate",
-    "drop_path_rate",
-)
-
-
 def _pretrained(name: str, tag: bool | str, overrides: dict[str, Any]) -> VisionTransformer:
     """``create_model(name, pretrained=tag, **overrides)``: the weights, adapted as timm does."""
     import dataclasses
@@ -118,11 +108,11 @@ def _pretrained(name: str, tag: bool | str, overrides: dict[str, Any]) -> Vision
     from .io.pretrained import for_preset
     from .model import VisionTransformer
 
-    fixed = sorted(k for k in overrides if k not in _ADAPTABLE)
+    fixed = sorted(k for k in overrides if k not in FINETUNE_KEYS)
     if fixed:
         raise ConfigError(
             f"{', '.join(fixed)}: pretrained weights fix the architecture; only "
-            f"{', '.join(_ADAPTABLE)} can be given with pretrained="
+            f"{', '.join(FINETUNE_KEYS)} can be given with pretrained="
         )
     entry = for_preset(name, tag)
     model = load(entry.name, image_size=overrides.pop("image_size", None))

@@ -491,3 +491,30 @@ def test_create_model_and_finetune_take_the_same_keys(served) -> None:
         with pytest.raises(ConfigError, match="pretrained weights fix the architecture"):
             vitkit.create_model("ViT-mu/16", pretrained="test", **{key: value})
 
+
+def test_create_model_and_finetune_adapt_weights_identically(served) -> None:
+    """The same checkpoint and the same changes give bit-identical weights and the same config
+    through ``create_model(pretrained=)`` and ``finetune --init-from``."""
+    import torch
+
+    import vitkit
+    from vitkit.compose import Request, compose
+    from vitkit.train.parts import init_from_pretrained
+
+    changes = dict(
+        num_classes=5,
+        image_size=(48, 64),
+        dropout_rate=0.1,
+        attention_dropout_rate=0.05,
+        drop_path_rate=0.2,
+    )
+    created = vitkit.create_model("ViT-mu/16", pretrained="test", **changes)
+    sets = tuple(f"model.{k}={v}" for k, v in changes.items())
+    request = Request(init_from="ViT-mu/16@test", data="synthetic", sets=sets)
+    run = compose(request, checkpoint=vitkit.load("ViT-mu/16@test").cfg).run
+    tuned = init_from_pretrained(run)
+    assert created.cfg == tuned.cfg == run.model and created.training and tuned.training
+    ours, theirs = created.state_dict(), tuned.state_dict()
+    assert list(ours) == list(theirs)
+    assert all(torch.equal(ours[k], theirs[k]) for k in ours)
+    assert ours["pos_embed"].shape == (1, 1 + 3 * 4, 32) and not ours["head.weight"].any()

@@ -101,10 +101,8 @@ def create_model(
 
 def _pretrained(name: str, tag: bool | str, overrides: dict[str, Any]) -> VisionTransformer:
     """``create_model(name, pretrained=tag, **overrides)``: the weights, adapted as timm does."""
-    import dataclasses
-
+    from .io.adapt import adapt_pretrained
     from .io.api import load
-    from .io.checkpoint import load_state_dict_strict
     from .io.pretrained import for_preset
     from .model import VisionTransformer
 
@@ -115,16 +113,9 @@ def _pretrained(name: str, tag: bool | str, overrides: dict[str, Any]) -> Vision
             f"{', '.join(FINETUNE_KEYS)} can be given with pretrained="
         )
     entry = for_preset(name, tag)
-    model = load(entry.name, image_size=overrides.pop("image_size", None))
+    model = adapt_pretrained(load(entry.name), overrides, source=entry.name, as_published=True)
     assert isinstance(model, VisionTransformer)  # every registry entry is a ViT
-    classes = overrides.pop("num_classes", model.cfg.num_classes)
-    if classes != model.cfg.num_classes:
-        model.reset_head(classes)  # zero-initialised, pre-logits dropped
-    if overrides:  # dropout: the same weights in a model that drops out
-        fresh = VisionTransformer(dataclasses.replace(model.cfg, **overrides))
-        load_state_dict_strict(fresh, model.state_dict(), source=entry.name)
-        model = fresh
-    return model.train()
+    return model
 
 
 def __getattr__(name: str) -> Any:

@@ -16,7 +16,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .config import FINETUNE_KEYS, ModelConfig, ResNetConfig
+from .config import (
+    FINETUNE_KEYS,
+    Activation,
+    Classifier,
+    ImageSize,
+    ModelConfig,
+    Posemb,
+    ResNetConfig,
+)
 from .errors import ConfigError
 from .presets import list_models
 from .version import __version__
@@ -34,17 +42,17 @@ def create_model(
     name: str | ModelConfig,
     *,
     num_classes: int | None = None,
-    image_size: int | tuple[int, int] | None = None,
-    img_size: int | tuple[int, int] | None = None,
+    image_size: ImageSize | None = None,
+    img_size: ImageSize | None = None,
     patch_size: int | None = None,
     in_chans: int | None = None,
-    classifier: str | None = None,
+    classifier: Classifier | None = None,
     representation_size: int | None = _KEEP,
     dropout_rate: float | None = None,
     attention_dropout_rate: float | None = None,
     drop_path_rate: float | None = None,
-    posemb: str | None = None,
-    act: str | None = None,
+    posemb: Posemb | None = None,
+    act: Activation | None = None,
     layer_norm_eps: float | None = None,
     pretrained: bool | str = False,
 ) -> VisionTransformer:

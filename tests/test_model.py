@@ -292,6 +292,21 @@ def test_create_model_overrides_are_strict() -> None:
         vitkit.create_model("ViT-mu/16", classifier="cls")
 
 
+def test_create_model_overrides_are_typed_as_the_configs_fields() -> None:
+    """Each keyword override has its ModelConfig field's type, or None for the preset's value,
+    so a type checker refuses ``classifier="cls"`` as the config would."""
+    import inspect
+    import typing
+
+    fields = typing.get_type_hints(ModelConfig)
+    params = inspect.signature(vitkit.create_model).parameters
+    overrides = [p for p in params.values() if p.kind is p.KEYWORD_ONLY and p.name != "pretrained"]
+    assert len(overrides) == 13
+    for p in overrides:
+        field = fields["image_size" if p.name == "img_size" else p.name]
+        assert eval(p.annotation, vars(vitkit)) == field | None, p.name
+
+
 def test_create_model_takes_timms_img_size_and_patch_size() -> None:
     """timm's keywords build timm's model: the same tensors, and the same logits once timm's
     weights are loaded."""

@@ -459,3 +459,62 @@ def test_a_hub_counterpart_through_huggingface_hub(tmp_path) -> None:
         proc = subprocess.run(run, env=env, capture_output=True, text=True, timeout=300)
         assert proc.returncode == 2 and proc.stderr.count("\n") == 1
         assert "has no Hub repository with its tensors" in proc.stderr
+
+
+def test_create_model_and_finetune_take_the_same_keys(served) -> None:
+    """Both paths to pre-trained weights change the same model keys: the head, the resolution,
+    the regularisation; neither changes the architecture, representation_size included (the
+    pre-logits go with the whole head when fine-tuning [P App. B.1.1])."""
+    import vitkit
+    from vitkit.compose import Request, compose
+
+    checkpoint = vitkit.load("ViT-mu/16@test").cfg
+    adaptable = dict(
+        num_classes=5,
+        image_size=64,
+        dropout_rate=0.1,
+        attention_dropout_rate=0.1,
+        drop_path_rate=0.1,
+    )
+    fixed = dict(representation_size=16, patch_size=8, classifier="gap")
+    for key, value in {**adaptable, **fixed}.items():
+        request = Request(
+            init_from="ViT-mu/16@test", data="synthetic", sets=(f"model.{key}={value}",)
+        )
+        if key in adaptable:
+            composed = compose(request, checkpoint=checkpoint).run.model
+            created = vitkit.create_model("ViT-mu/16", pretrained="test", **{key: value})
+            assert getattr(composed, key) == getattr(created.cfg, key) == value, key
+            continue
+        with pytest.raises(ConfigError, match="fine-tuning keeps the checkpoint's architecture"):
+            compose(request, checkpoint=checkpoint)
+        with pytest.raises(ConfigError, match="pretrained weights fix the architecture"):
+            vitkit.create_model("ViT-mu/16", pretrained="test", **{key: value})
+
+
+def test_create_model_and_finetune_adapt_weights_identically(served) -> None:
+    """The same checkpoint and the same changes give bit-identical weights and the same config
+    through ``create_model(pretrained=)`` and ``finetune --init-from``."""
+    import torch
+
+    import vitkit
+    from vitkit.compose import Request, compose
+    from vitkit.train.parts import init_from_pretrained
+
+    changes = dict(
+        num_classes=5,
+        image_size=(48, 64),
+        dropout_rate=0.1,
+        attention_dropout_rate=0.05,
+        drop_path_rate=0.2,
+    )
+    created = vitkit.create_model("ViT-mu/16", pretrained="test", **changes)
+    sets = tuple(f"model.{k}={v}" for k, v in changes.items())
+    request = Request(init_from="ViT-mu/16@test", data="synthetic", sets=sets)
+    run = compose(request, checkpoint=vitkit.load("ViT-mu/16@test").cfg).run
+    tuned = init_from_pretrained(run)
+    assert created.cfg == tuned.cfg == run.model and created.training and tuned.training
+    ours, theirs = created.state_dict(), tuned.state_dict()
+    assert list(ours) == list(theirs)
+    assert all(torch.equal(ours[k], theirs[k]) for k in ours)
+    assert ours["pos_embed"].shape == (1, 1 + 3 * 4, 32) and not ours["head.weight"].any()

@@ -16,7 +16,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .config import ModelConfig, ResNetConfig
+from .config import (
+    FINETUNE_KEYS,
+    Activation,
+    Classifier,
+    ImageSize,
+    ModelConfig,
+    Posemb,
+    ResNetConfig,
+)
 from .errors import ConfigError
 from .presets import list_models
 from .version import __version__
@@ -34,17 +42,17 @@ def create_model(
     name: str | ModelConfig,
     *,
     num_classes: int | None = None,
-    image_size: int | tuple[int, int] | None = None,
-    img_size: int | tuple[int, int] | None = None,
+    image_size: ImageSize | None = None,
+    img_size: ImageSize | None = None,
     patch_size: int | None = None,
     in_chans: int | None = None,
-    classifier: str | None = None,
+    classifier: Classifier | None = None,
     representation_size: int | None = _KEEP,
     dropout_rate: float | None = None,
     attention_dropout_rate: float | None = None,
     drop_path_rate: float | None = None,
-    posemb: str | None = None,
-    act: str | None = None,
+    posemb: Posemb | None = None,
+    act: Activation | None = None,
     layer_norm_eps: float | None = None,
     pretrained: bool | str = False,
 ) -> VisionTransformer:
@@ -99,42 +107,23 @@ def create_model(
     return VisionTransformer(cfg)
 
 
-# What pretrained weights let a caller change: the head, the resolution, the regularisation.
-_ADAPTABLE = (
-    "num_classes",
-    "image_size",
-    "dropout_rate",
-    "attention_dropout_rate",
-    "drop_path_rate",
-)
-
-
 def _pretrained(name: str, tag: bool | str, overrides: dict[str, Any]) -> VisionTransformer:
     """``create_model(name, pretrained=tag, **overrides)``: the weights, adapted as timm does."""
-    import dataclasses
-
+    from .io.adapt import adapt_pretrained
     from .io.api import load
-    from .io.checkpoint import load_state_dict_strict
     from .io.pretrained import for_preset
     from .model import VisionTransformer
 
-    fixed = sorted(k for k in overrides if k not in _ADAPTABLE)
+    fixed = sorted(k for k in overrides if k not in FINETUNE_KEYS)
     if fixed:
         raise ConfigError(
             f"{', '.join(fixed)}: pretrained weights fix the architecture; only "
-            f"{', '.join(_ADAPTABLE)} can be given with pretrained="
+            f"{', '.join(FINETUNE_KEYS)} can be given with pretrained="
         )
     entry = for_preset(name, tag)
-    model = load(entry.name, image_size=overrides.pop("image_size", None))
+    model = adapt_pretrained(load(entry.name), overrides, source=entry.name, as_published=True)
     assert isinstance(model, VisionTransformer)  # every registry entry is a ViT
-    classes = overrides.pop("num_classes", model.cfg.num_classes)
-    if classes != model.cfg.num_classes:
-        model.reset_head(classes)  # zero-initialised, pre-logits dropped
-    if overrides:  # dropout: the same weights in a model that drops out
-        fresh = VisionTransformer(dataclasses.replace(model.cfg, **overrides))
-        load_state_dict_strict(fresh, model.state_dict(), source=entry.name)
-        model = fresh
-    return model.train()
+    return model
 
 
 def __getattr__(name: str) -> Any:

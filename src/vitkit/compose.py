@@ -38,6 +38,7 @@ from .config import (
     to_dict,
 )
 from .config.keys import parse, split_set, upgrade
+from .config.model import FINETUNE_KEYS, REGULARISATION
 from .errors import ConfigError, MissingFileError
 from .presets import get_config, resolve_name
 from .recipes import Recipe, find_recipe
@@ -47,10 +48,6 @@ if TYPE_CHECKING:
 
     from .data.run_data import RunData
 
-# The model keys a recipe keeps when --model (or a checkpoint) supplies the architecture.
-REGULARISATION = ("dropout_rate", "attention_dropout_rate", "drop_path_rate")
-# The model keys fine-tuning may change: the head, the resolution and the regularisation.
-FINETUNE_KEYS = ("num_classes", "image_size", "representation_size", *REGULARISATION)
 # The model keys the data decides unless they are set.
 FROM_DATA = ("model.num_classes", "model.in_chans")
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 from ..errors import ConfigError
 from .keys import from_dict, parse_set, replace, to_dict
 from .model import (
+    FINETUNE_KEYS,
+    REGULARISATION,
     Activation,
     Architecture,
     Classifier,
@@ -48,6 +50,8 @@ from .run import (
 
 __all__ = [
     "DATA_SPECS",
+    "FINETUNE_KEYS",
+    "REGULARISATION",
     "Activation",
     "Architecture",
     "Classifier",

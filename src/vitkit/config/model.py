@@ -235,3 +235,13 @@ class ModelConfig(Section):
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ModelConfig:
         return from_dict(cls, data)
+
+
+# The regularisation: what a recipe keeps when a preset or a checkpoint supplies the architecture.
+REGULARISATION = ("dropout_rate", "attention_dropout_rate", "drop_path_rate")
+# What fine-tuning may change in pre-trained weights, the one list that both `finetune
+# --init-from` and `create_model(pretrained=)` take [P App. B.1.1]: the head's classes (a new
+# zero-initialised head), the resolution (the position embeddings resized) and the
+# regularisation. Not representation_size: fine-tuning drops the pre-logits with the whole head
+# (its head is one linear layer [P §3.1]); a new width would be a new, untrained layer.
+FINETUNE_KEYS = ("num_classes", "image_size", *REGULARISATION)

@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from ..config import RunConfig
+from ..config import FINETUNE_KEYS, RunConfig
 from ..model import ResNetClassifier, VisionTransformer, build_model
 from . import distributed, precision
 from .objectives import MaskedPatchPrediction, Objective
@@ -132,10 +132,11 @@ class Average:
 
 def init_from_pretrained(run: RunConfig) -> VisionTransformer | ResNetClassifier:
     """Pre-trained weights for fine-tuning [P App. B.1.1]: drop the whole head (pre-logits too),
-    attach a zero-initialised one, and 2D-interpolate the position embeddings to the new grid;
-    what was loaded and changed is logged."""
+    attach a zero-initialised one, and 2D-interpolate the position embeddings to the new grid
+    (``io.adapt``, with ``run.model``'s ``FINETUNE_KEYS``); what was loaded and changed is
+    logged."""
+    from ..io.adapt import adapt_pretrained
     from ..io.api import load
-    from ..io.checkpoint import load_state_dict_strict
 
     assert run.init_from is not None
     model = load(run.init_from, num_heads=run.model.num_heads, posemb=run.model.posemb)
@@ -145,18 +146,16 @@ def init_from_pretrained(run: RunConfig) -> VisionTransformer | ResNetClassifier
         f"init     {run.init_from}: {model.num_params():,} pre-trained parameters, {h}x{w} px, "
         f"{before.num_classes} classes"
     )
+    changes = {k: getattr(run.model, k) for k in FINETUNE_KEYS}
+    model = adapt_pretrained(model, changes, source=run.init_from)
     if isinstance(model, VisionTransformer) and before.image_hw != run.model.image_hw:
-        model.resize_pos_embed(run.model.grid)
         (gh, gw), (nh, nw) = before.grid, run.model.grid
         log.info(
             f"         position embeddings {gh}x{gw} -> {nh}x{nw} (2D interpolation, corners "
             f"aligned) for {run.model.image_hw[0]}x{run.model.image_hw[1]} px"
         )
-    model.reset_head(run.model.num_classes, run.model.representation_size)
     dropped = "; pre-logits dropped" if before.representation_size is not None else ""
     log.info(
         f"         head replaced for {run.model.num_classes} classes, zero-initialised{dropped}"
     )
-    fresh = build_model(run.model)  # this run's dropout etc., the pre-trained weights
-    load_state_dict_strict(fresh, model.state_dict(), source=run.init_from)
-    return fresh
+    return model

@@ -284,6 +284,11 @@ def _check_finetune_keys(overrides: Mapping[str, Any], model: ModelConfig) -> No
         if section != "model" or name in FINETUNE_KEYS:
             continue
         current = flat(to_dict(model)).get(name)
+        if name == "representation_size" and value is not None:
+            raise ConfigError(
+                f"{dotted}={value!r}: fine-tuning replaces the checkpoint's head, pre-logits "
+                "included, with one zero-initialised linear layer [P §3.1]; leave it unset"
+            )
         if value != current and not (isinstance(current, list) and tuple(current) == value):
             raise ConfigError(
                 f"{dotted}={value!r}: fine-tuning keeps the checkpoint's architecture "

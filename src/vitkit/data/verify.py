@@ -31,11 +31,12 @@ from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, NamedTuple
+from typing import Any, NamedTuple, get_args
 
 import PIL
 from PIL import ImageMode
 
+from ..config.run import Verify
 from ..files import atomic_write, exclusive, home
 from ..runtime.cores import usable_cores
 from .codec import DECODE_ERRORS, open_image, rgb_array
@@ -43,8 +44,8 @@ from .source import ImageSource, SourceState
 
 log = logging.getLogger(__name__)
 
-Level = Literal["full", "header", "none"]
-LEVELS: tuple[Level, ...] = ("full", "header", "none")
+Level = Verify  # data.verify's levels, declared once in the config
+LEVELS: tuple[Level, ...] = get_args(Verify)
 PARALLEL_MIN_FILES = 2000  # below this a pool costs more than it saves
 _CHUNKS_PER_WORKER = 8  # small enough chunks that a slow one does not hold the pool up
 _FORMAT = 3  # of the cache entries: a change of what they hold or mean increments it (2: only

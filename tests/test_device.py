@@ -117,3 +117,32 @@ def test_smoke_run_on_cuda_is_finite_and_resumes(tmp_path: Path) -> None:
             assert value == (
                 pytest.approx(y[key], rel=1e-4, abs=1e-6) if key != "split" else y[key]
             )
+
+
+def test_the_machine_decides_what_the_config_leaves_open(monkeypatch) -> None:
+    """``auto`` precision is bf16 on CUDA and fp32 on the CPU, the workers of none are the cores
+    per process less one, each with its origin; a decided run comes back unchanged."""
+    import os
+
+    from vitkit.config import replace
+    from vitkit.recipes import get_recipe
+    from vitkit.runtime.machine import decide, resolved
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _: set(range(16)))
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    run = replace(get_recipe("smoke"), {"train.precision": "auto", "data.num_workers": None})
+    on_gpu = decide(run, torch.device("cuda", 1))
+    assert on_gpu["train.precision"] == ("bf16", "auto on cuda")
+    assert on_gpu["data.num_workers"] == (
+        7,
+        "none on this machine: 16 cores for 2 processes, less one each",
+    )
+    assert decide(run, torch.device("cpu"))["train.precision"] == ("fp32", "auto on cpu")
+    decided = resolved(run, torch.device("cpu"))
+    assert (decided.train.precision, decided.data.num_workers) == ("fp32", 7)
+    assert (
+        decide(decided, torch.device("cuda")) == {}
+        and resolved(decided, torch.device("cuda")) is decided
+    )
+    fixed = replace(run, {"train.precision": "fp16", "data.num_workers": 0})
+    assert resolved(fixed, torch.device("cuda")) is fixed

@@ -24,7 +24,7 @@ Schedule = Literal["cosine", "linear", "constant"]
 Objective = Literal["classification", "mpp"]
 Parallel = Literal["ddp", "fsdp"]
 Device = Literal["auto", "cpu", "cuda"]
-Validation = Literal["auto", "holdout", "test", "val_or_test"]
+Validation = Literal["auto", "holdout", "val", "test", "val_or_test"]
 ImagePaths = Literal["dataset", "any"]
 Precision = Literal["auto", "fp32", "bf16", "fp16"]
 Verify = Literal["full", "header", "none"]
@@ -273,8 +273,9 @@ class DataConfig(Section):
         "auto",
         doc="what chooses the best weights: auto = a folder's (or shards') val split, else a "
         "seeded holdout of its train split (the test split for fashion_mnist, cifar, synthetic, "
-        "and for a stream without a val split); holdout; test; val_or_test (val/, else test/: "
-        "runs written before this key)",
+        "and for a stream without a val split); holdout; val (an error without one); test; "
+        "val_or_test (val, else test: how runs written before data specs validated, kept for "
+        "them by vitkit.compat)",
     )
     holdout: float = key(
         0.1,

@@ -98,3 +98,14 @@ def test_the_old_keys_in_set_are_unknown_keys() -> None:
     for key in ("train.bf16", "data.data_dir"):
         with pytest.raises(ConfigError, match=rf"^unknown config key '{key}'"):
             parse_set(RunConfig, [f"{key}=true"])
+
+
+@pytest.mark.parametrize("verb", ["eval", "fewshot", "inspect"])
+def test_data_dir_of_the_checkpoint_verbs_is_gone(verb: str, capsys) -> None:
+    """``--data-dir`` (before ``--data``): no written file needs it; argparse's one line."""
+    from vitkit.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main([verb, "checkpoint", *(["--out", "o"] if verb == "inspect" else []), "--data-dir", "images"])  # fmt: skip
+    assert e.value.code == 2
+    assert "unrecognized arguments: --data-dir images" in capsys.readouterr().err

@@ -26,19 +26,11 @@ if TYPE_CHECKING:
     import torch
 
 
-def _data_spec(spec: str | None, data_dir: str | None) -> str | None:
-    """``--data`` (None: the checkpoint's data), checked before torch is imported, with the
-    folder of the deprecated ``--data-dir`` folded into its spec."""
+def _data_spec(spec: str | None) -> str | None:
+    """``--data`` (None: the checkpoint's data), checked before torch is imported."""
     from ..compose import check_data_exists
-    from ..config import DataConfig, data_source, normalise_data
-    from ..config.keys import upgrade
+    from ..config import normalise_data
 
-    if data_dir is not None:
-        if spec is not None and data_source(spec).kind == "folder":
-            raise VitkitError(f"--data {spec} and --data-dir {data_dir} disagree: give one")
-        folded = upgrade(DataConfig, {"dataset": spec or "fashion_mnist", "data_dir": data_dir})
-        spec = str(folded["dataset"])
-        warnings.warn(f"--data-dir is deprecated: write --data {spec}", FutureWarning, stacklevel=2)
     if spec is not None:
         spec = normalise_data(spec)
         check_data_exists(spec)
@@ -96,7 +88,7 @@ def _eval(args: argparse.Namespace) -> None:
     from ..data.run_data import batches_of
     from ..eval.metrics import evaluate
 
-    spec = _data_spec(args.data, args.data_dir)
+    spec = _data_spec(args.data)
     device = resolve_device(args.device)
     model, names, _, extra = open_checkpoint(args.checkpoint)
     split = _split(args, spec, model, extra)
@@ -257,9 +249,7 @@ def _fewshot(args: argparse.Namespace) -> None:
     if not shots or min(shots) < 1 or args.seeds < 1:
         raise VitkitError(f"--shots {args.shots} --seeds {args.seeds}: expected positive numbers")
     given = args.data or [None]  # none: the checkpoint's data
-    if args.data_dir is not None and len(given) > 1:
-        raise VitkitError("--data-dir goes with one --data: give each folder as --data DIR")
-    specs = [_data_spec(spec, args.data_dir) for spec in given]  # every one before torch
+    specs = [_data_spec(spec) for spec in given]  # every one before torch
     if len(set(specs)) < len(specs):
         raise VitkitError(f"--data names a dataset twice: {', '.join(map(str, specs))}")
     device = resolve_device(args.device)
@@ -364,7 +354,7 @@ def _inspect(args: argparse.Namespace) -> None:
         raise VitkitError(
             f"--num-images {args.num_images} --max-maps {args.max_maps}: expected positive numbers"
         )
-    spec = _data_spec(args.data, args.data_dir)
+    spec = _data_spec(args.data)
     device = resolve_device(args.device)
     model, names, preprocess, extra = open_checkpoint(args.checkpoint)
     if model.cfg.arch != "vit":
@@ -422,7 +412,6 @@ DATA_HELP = (
 
 def _data_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", default=None, metavar="SPEC", help=DATA_HELP)
-    p.add_argument("--data-dir", default=None, help=argparse.SUPPRESS)  # deprecated: --data
 
 
 def _checkpoint_and_data(p: argparse.ArgumentParser) -> None:
@@ -500,7 +489,6 @@ def add_verbs(verb: Verb) -> None:
         help="repeatable: each dataset's features are extracted once and it is one row of the "
         "table; shots are drawn from its train split. " + DATA_HELP,
     )
-    p.add_argument("--data-dir", default=None, help=argparse.SUPPRESS)  # deprecated: --data
     p.add_argument("--shots", default="1,5,10,25", help="examples per class, comma-separated")
     p.add_argument("--seeds", type=int, default=3, help="random subsets averaged per shot count")
     p.add_argument("--l2", type=float, default=2.0**10, help="ridge strength (big_vision: 2^10)")

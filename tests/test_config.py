@@ -1,11 +1,11 @@
 """Typed configs: validation and --set text derived from the annotations, one line per error
-naming the key, the value and the type; overrides are strict; old files keep loading."""
+naming the key, the value and the type; overrides are strict (the files of an earlier vitkit:
+test_compat.py)."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
-from pathlib import Path
 
 import pytest
 
@@ -22,11 +22,6 @@ from vitkit.config import (
 from vitkit.config.keys import Section, describe, fields_of, hints, spec_of, type_name
 from vitkit.presets import get_config
 from vitkit.recipes import get_recipe
-
-OLD_CONFIGS = [
-    Path(__file__).parent / "data" / "resume_v1" / "run" / "config.json",
-    Path(__file__).parent / "data" / "folder_v1" / "run" / "config.json",
-]
 
 
 def test_validation_names_field_value_and_allowed() -> None:
@@ -207,41 +202,12 @@ def test_data_specs() -> None:
             data_source(bad)
 
 
-@pytest.mark.parametrize("path", OLD_CONFIGS, ids=lambda p: p.parent.parent.name)
-def test_config_files_written_before_data_specs_load(path: Path) -> None:
-    """``data.dataset`` + ``data.data_dir`` (today's files) fold into one data spec."""
-    old = json.loads(path.read_text())
-    run = RunConfig.from_dict(old)
-    assert "data_dir" not in run.to_dict()["data"]
-    if old["data"]["dataset"] == "folder":
-        assert run.data.dataset == old["data"]["data_dir"]
-    else:
-        assert run.data.dataset == old["data"]["dataset"]
-    assert RunConfig.from_dict(run.to_dict()) == run
-    for dataset, data_dir, spec in [
-        ("cifar10", "/x", "cifar10:/x"),
-        ("fashion_mnist", None, "fashion_mnist"),
-        ("folder", "imgs", "imgs"),
-        ("synthetic", "/ignored", "synthetic"),
-    ]:
-        old_data = {**old["data"], "dataset": dataset, "data_dir": data_dir}
-        assert RunConfig.from_dict({**old, "data": old_data}).data.dataset == spec
-    # the old key in an override is read too
-    assert parse_set(RunConfig, ["data.data_dir=/y"])["data.data_dir"] == "/y"
-    assert replace(get_recipe("fmnist"), {"data.data_dir": "/y"}).data.dataset == "fashion_mnist:/y"
-
-
 def test_none_words_are_none_for_optional_strings() -> None:
-    """'none' is None where None is allowed, before a string could take the word (old command
-    lines wrote data.data_dir=None for the default folder)."""
+    """'none' is None where None is allowed, before a string could take the word."""
     assert parse_set(RunConfig, ["init_from=none", "train.ema=None"]) == {
         "init_from": None,
         "train.ema": None,
     }
-    assert (
-        replace(get_recipe("fmnist"), parse_set(RunConfig, ["data.data_dir=None"])).data.dataset
-        == "fashion_mnist"
-    )
 
 
 def test_sections_are_frozen_and_checked_on_creation() -> None:

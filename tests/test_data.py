@@ -645,3 +645,16 @@ def test_folder_batches_leave_the_global_rng_alone(folder: Path) -> None:
     for _ in batches.epoch(0):
         pass
     assert torch.equal(before, torch.get_rng_state())
+
+
+def test_validation_val_takes_the_val_split_and_is_one_line_without_one(tmp_path: Path) -> None:
+    from vitkit.config import DataConfig
+    from vitkit.data.run_data import build_data
+    from vitkit.presets import get_config
+
+    images = Path(shutil.copytree(Path(__file__).parent / "data" / "folder_v1" / "images", tmp_path / "i"))  # fmt: skip
+    model, cfg = get_config("ViT-mu/16"), DataConfig(dataset=str(images), validation="val")
+    assert build_data(cfg, model, seed=0, in_chans=3).val_name.startswith("val/ (")
+    shutil.rmtree(images / "val")
+    with pytest.raises(ConfigError, match=r"^data.validation='val' but .*/i has no val split: use"):
+        build_data(cfg, model, seed=0, in_chans=3)

@@ -19,6 +19,7 @@ SRC = Path(__file__).resolve().parent.parent / "src"
 # import each other (model and data are independent; eval and inspect too).
 LAYERS: list[set[str]] = [
     {"errors", "version"},
+    {"compat"},  # what the files an earlier vitkit wrote need to load: below config and train
     {"files", "config"},  # the file-system primitives below both data and io
     {"presets", "runtime"},
     {"recipes", "model", "data"},

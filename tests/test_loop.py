@@ -309,23 +309,6 @@ def test_precision_is_resolved_recorded_and_kept_on_resume(tmp_path: Path) -> No
     train(replace(run, {"data.num_workers": 1}), tmp_path / "a", progress=False)
 
 
-def test_old_train_bf16_reads_as_a_precision() -> None:
-    from vitkit.config.keys import parse_set
-
-    old = get_recipe("smoke").to_dict()
-    del old["train"]["precision"]
-    for bf16, precision in ((True, "bf16"), (False, "fp32")):
-        assert (
-            RunConfig.from_dict({**old, "train": {**old["train"], "bf16": bf16}}).train.precision
-            == precision
-        )
-    assert parse_set(RunConfig, ["train.bf16=yes"]) == {"train.bf16": "yes"}
-    assert (
-        replace(get_recipe("smoke"), parse_set(RunConfig, ["train.bf16=yes"])).train.precision
-        == "bf16"
-    )
-
-
 @pytest.mark.slow
 def test_fp16_scales_the_gradients_and_resumes_exactly(tmp_path: Path) -> None:
     """fp16 autocast with a gradient scaler (here on the CPU, where torch has both): its state

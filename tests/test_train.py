@@ -271,7 +271,7 @@ def test_resumes_a_checkpoint_of_the_previous_state_format(tmp_path: Path) -> No
     assert list(new) == [*old, "seconds", "scaler"]
 
 
-def test_train_state_reads_older_payloads_and_refuses_incomplete_ones(tmp_path: Path) -> None:
+def test_train_state_round_trips_and_refuses_incomplete_payloads(tmp_path: Path) -> None:
     from vitkit.errors import CheckpointError
     from vitkit.train.state import LiveRun, TrainState
 
@@ -279,22 +279,19 @@ def test_train_state_reads_older_payloads_and_refuses_incomplete_ones(tmp_path: 
     state.write(tmp_path / "state.pt")  # a round trip keeps every field
     again = TrainState.read(tmp_path / "state.pt")
     assert again.step == 2 and again.window == state.window and torch.equal(again.rng, state.rng)
-    payload = torch.load(tmp_path / "state.pt", weights_only=True)
-    for optional in ("objective", "cuda_rng"):  # fields added later: absent from older files
-        del payload[optional]
-    torch.save(payload, tmp_path / "older.pt")
-    older = TrainState.read(tmp_path / "older.pt")
-    assert older.objective is None and older.cuda_rng is None and older.step == 2
+    assert state.objective is None  # a classification run's
     masked = LiveRun(  # a masked-patch run cannot take a state without the objective's weights
         objective=torch.nn.Linear(1, 1), optimizer=None, ema=None, mpp=torch.nn.Linear(1, 1),
         device=torch.device("cpu"),
     )  # fmt: skip
     with pytest.raises(CheckpointError, match="holds no mask embedding and head"):
-        older.restore(masked)
-    del payload["rng"]
-    torch.save(payload, tmp_path / "broken.pt")
-    with pytest.raises(CheckpointError, match="not a vitkit training state: 'rng'"):
-        TrainState.read(tmp_path / "broken.pt")
+        state.restore(masked)
+    payload = torch.load(tmp_path / "state.pt", weights_only=True)
+    for field in ("rng", "objective"):  # every field but what vitkit.compat fills in
+        broken = {k: v for k, v in payload.items() if k != field}
+        torch.save(broken, tmp_path / "broken.pt")
+        with pytest.raises(CheckpointError, match=f"not a vitkit training state: '{field}'"):
+            TrainState.read(tmp_path / "broken.pt")
 
 
 def test_loss_falls_and_checkpoints_are_ours(tmp_path: Path) -> None:
@@ -445,7 +442,7 @@ def test_bad_run_inputs(tmp_path: Path, capsys) -> None:
         (["--recipe", "smoke", "--set", "optim.lrr=1"], "did you mean 'lr'"),
         (["--recipe", "smoke", "--set", "train.batch_size=100000"], "larger than the dataset"),
         (["--recipe", "smoke", "--set", "model.image_size=18"], "image_size=18 is not valid"),
-        (["--recipe", "fmnist", "--set", "data.data_dir='/nonexistent'"], "not found"),
+        (["--recipe", "fmnist", "--set", "data.dataset=fashion_mnist:/nonexistent"], "not found"),
         (
             ["--recipe", "smoke", "--set", "train.duration='infst'"],
             "train.duration='infst' is not valid",
@@ -532,7 +529,6 @@ def _tiny_run_of(name: str):
         dataclasses.replace(run, model=model),
         {
             "data.dataset": "synthetic",
-            "data.data_dir": None,
             "data.per_class": None,
             "train.duration": "2st",
             "train.batch_size": max(

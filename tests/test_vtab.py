@@ -18,7 +18,7 @@ from helpers import randomize, stopped_copy, tiny, vtab_task_folder
 from vitkit import save
 from vitkit.cli import main
 from vitkit.config import DataConfig
-from vitkit.errors import ConfigError
+from vitkit.errors import ConfigError, DataError
 from vitkit.model import VisionTransformer
 from vitkit.vtab import (
     CANDIDATES,
@@ -155,6 +155,13 @@ def test_a_task_from_any_spec_takes_1000_seeded_images_of_train_and_tests_its_te
     assert [again.val.name_of(i) for i in range(2)] == [sweep.val.name_of(i) for i in range(2)]
     other = stage_data(data, "sweep", cfg, model, seed=1)
     assert [other.val.name_of(i) for i in range(2)] != [sweep.val.name_of(i) for i in range(2)]
+    # without test/, val/ is tested, and all of train is still drawn from; without both, an error
+    (tmp_path / "pets" / "test").rename(tmp_path / "pets" / "val")
+    final = stage_data(data, "final", cfg, model, seed=0)
+    assert (len(final.train), len(final.test), final.test_name) == (10, 3, "val/ (3 images)")
+    shutil.rmtree(tmp_path / "pets" / "val")
+    with pytest.raises(DataError, match=r"pets has no test or val split: VTAB-1k evaluates its"):
+        stage_data(data, "final", cfg, model, seed=0)
 
 
 # ------------------------------------------------------------------------------ end to end

@@ -1,29 +1,17 @@
 """VTAB-1k on a checkpoint, as the paper evaluates it [P §4.1, App. B.1.1, Table 2, Fig. 2].
 
-The 19 tasks of the Visual Task Adaptation Benchmark, 1,000 training images each, in three groups
-(natural 7, specialized 4, structured 8): ``TASKS``, each with the name the prepared VTAB-1k
-folders give it, its classes, where its images come from and VTAB's split rule (train800 and
-val200 taken from the task's train and val splits, test its test split). Preprocessing is the
-paper's: resize to the model's resolution, no augmentation (the ``finetune`` recipe's).
-
-The protocol (``run_vtab``): for every candidate setting (``CANDIDATES``: a learning rate and a
-number of steps; the paper does not list its 2 x 2, these are vitkit's), fine-tune on train800 and
-evaluate val200; choose one setting for every task by the mean val200 accuracy over the tasks,
-as the paper did (``choose``; per task with ``per_task=True``); fine-tune with it on
-train800val200 and evaluate test once, at the end; report every task, the group means and the
-mean over the tasks (``summarise``). Each run is a run directory below ``out``
-(``sweep/<task>/lr<lr>-<steps>st``, ``final/<task>``), trained, resumed where it stopped or
-evaluated again by transfer's ``sweep.train_run`` on the task's data as ``stage_data`` stages
-it; a finished run's figures are kept in its ``vtab.json`` (a ``sweep.Record``) and not run
-again; ``out`` holds the runs of one protocol's settings (``sweep.check_same``). What data a
-score came from is recorded beside it (the spec and the images' encoding): the same method
-differs by about 10 points on CIFAR-100 between its original images and PNG re-encodings of
-them.
-
-A task's data is a prepared VTAB-1k folder (``vtab:DIR``, data/lists.py) or any spec vitkit
-reads (``hf:``, ``wds:``, a folder): then train800 and val200 are 80% and 20% of 1,000 images
-drawn from its train split (seeded by ``train.seed``; all of it when it holds fewer), and test is
-its test split (else its val split).
+``TASKS``: the 19 tasks (natural 7, specialized 4, structured 8), each with the prepared VTAB-1k
+release's folder name, its classes and VTAB's split rule (train800, val200, test); preprocessing
+is the ``finetune`` recipe's (resize, no augmentation). ``run_vtab`` fine-tunes every candidate
+setting (``CANDIDATES``: vitkit's, the paper lists none) on train800 and evaluates val200,
+``choose``s one setting for every task by the mean val200 accuracy (or per task), fine-tunes it
+on train800val200, evaluates test once and ``summarise``s tasks, groups and the mean. Each run
+is a run directory under ``out`` (``sweep/<task>/lr<lr>-<steps>st``, ``final/<task>``) trained,
+resumed or re-evaluated by ``transfer.sweep.train_run``; a finished run's figures stay in its
+``vtab.json`` and ``out`` holds one protocol's settings (``sweep.check_same``). A task's data is
+a prepared folder (``vtab:DIR``) or any spec (``hf:``, ``wds:``, a folder), whose train800 and
+val200 are a seeded 80/20 draw of 1,000 train images and whose test is its test split (else
+val); each score records the data it came from (``data_format``).
 """
 
 from __future__ import annotations
@@ -44,7 +32,7 @@ from .compose import Request, check_data_exists, compose
 from .config import DataConfig, ModelConfig, data_source, normalise_data
 from .data.decoded import DecodedImages
 from .data.lists import STAGES
-from .data.run_data import RunData, build_data
+from .data.run_data import RunData, build_data, split_names
 from .data.splits import subset
 from .errors import ConfigError, DataError
 from .transfer.sweep import Record, check_same, train_run
@@ -331,9 +319,20 @@ def _staged(
             f"data.streaming=True: 1,000 images are drawn from {data.spec}'s train split, which "
             "a stream cannot give: set data.streaming=False"
         )
-    whole = dataclasses.replace(cfg, dataset=data.spec, validation="val_or_test", per_class=None)
+    # all of train to draw from (never a holdout), and test, else val, to evaluate once
+    names = split_names(dataclasses.replace(cfg, dataset=data.spec))
+    if "test" not in names and "val" not in names:
+        raise DataError(f"{data.spec} has no test or val split: VTAB-1k evaluates its test split")
+    whole = dataclasses.replace(
+        cfg,
+        dataset=data.spec,
+        validation="test" if "test" in names else "val",
+        per_class=None,
+    )
     read = build_data(whole, model, seed=seed, in_chans=in_chans)
-    test = read.test if read.test is not None else read.val
+    test, named = read.val, read.val_name
+    if read.test is not None and read.test_name is not None:
+        test, named = read.test, read.test_name
     n = min(len(read.train), 1000)
     order = torch.from_numpy(np.random.default_rng(seed).permutation(len(read.train)))
     cut = round(0.8 * n)  # 800 of 1,000
@@ -342,12 +341,15 @@ def _staged(
         name = f"val200: {len(val):,} images of train, seed {seed}"
         return dataclasses.replace(read, train=train, val=val, test=None, val_name=name)
     train = subset(read.train, order[:n])
-    return dataclasses.replace(read, train=train, val=test, test=test, val_name=str(read.test_name))
+    return dataclasses.replace(
+        read, train=train, val=test, test=test, val_name=named, test_name=named
+    )
 
 
 def data_format(data: TaskData, images: Any, sample: int = 20) -> dict[str, Any]:
     """What a score's data was: the spec, how it is stored, and the encodings of the first
-    ``sample`` training images (PIL's names: PNG, JPEG)."""
+    ``sample`` training images (PIL's names: PNG, JPEG), since the same images re-encoded (as
+    PNG, say) score differently."""
     from .data.codec import DECODE_ERRORS, open_image
 
     kind = data_source(data.spec).kind

@@ -27,19 +27,11 @@ if TYPE_CHECKING:
     import torch
 
 
-def _data_spec(spec: str | None, data_dir: str | None) -> str | None:
-    """``--data`` (None: the checkpoint's data), checked before torch is imported, with the
-    folder of the deprecated ``--data-dir`` folded into its spec."""
+def _data_spec(spec: str | None) -> str | None:
+    """``--data`` (None: the checkpoint's data), checked before torch is imported."""
     from ..compose import check_data_exists
-    from ..config import DataConfig, data_source, normalise_data
-    from ..config.keys import upgrade
+    from ..config import normalise_data
 
-    if data_dir is not None:
-        if spec is not None and data_source(spec).kind == "folder":
-            raise VitkitError(f"--data {spec} and --data-dir {data_dir} disagree: give one")
-        folded = upgrade(DataConfig, {"dataset": spec or "fashion_mnist", "data_dir": data_dir})
-        spec = str(folded["dataset"])
-        warnings.warn(f"--data-dir is deprecated: write --data {spec}", FutureWarning, stacklevel=2)
     if spec is not None:
         spec = normalise_data(spec)
         check_data_exists(spec)
@@ -97,7 +89,7 @@ def _eval(args: argparse.Namespace) -> None:
     from ..data.run_data import batches_of
     from ..eval.metrics import evaluate
 
-    spec = _data_spec(args.data, args.data_dir)
+    spec = _data_spec(args.data)
     device = resolve_device(args.device)
     model, names, _, extra = open_checkpoint(args.checkpoint)
     split = _split(args, spec, model, extra)
@@ -258,9 +250,7 @@ def _fewshot(args: argparse.Namespace) -> None:
     if not shots or min(shots) < 1 or args.seeds < 1:
         raise VitkitError(f"--shots {args.shots} --seeds {args.seeds}: expected positive numbers")
     given = args.data or [None]  # none: the checkpoint's data
-    if args.data_dir is not None and len(given) > 1:
-        raise VitkitError("--data-dir goes with one --data: give each folder as --data DIR")
-    specs = [_data_spec(spec, args.data_dir) for spec in given]  # every one before torch
+    specs = [_data_spec(spec) for spec in given]  # every one before torch
     if len(set(specs)) < len(specs):
         raise VitkitError(f"--data names a dataset twice: {', '.join(map(str, specs))}")
     device = resolve_device(args.device)
@@ -365,7 +355,7 @@ def _inspect(args: argparse.Namespace) -> None:
         raise VitkitError(
             f"--num-images {args.num_images} --max-maps {args.max_maps}: expected positive numbers"
         )
-    spec = _data_spec(args.data, args.data_dir)
+    spec = _data_spec(args.data)
     device = resolve_device(args.device)
     model, names, preprocess, extra = open_checkpoint(args.checkpoint)
     if model.cfg.arch != "vit":
@@ -423,7 +413,6 @@ DATA_HELP = (
 
 def _data_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", default=None, metavar="SPEC", help=DATA_HELP)
-    p.add_argument("--data-dir", default=None, help=argparse.SUPPRESS)  # deprecated: --data
 
 
 def _checkpoint_and_data(p: argparse.ArgumentParser) -> None:
@@ -501,7 +490,6 @@ def add_verbs(verb: Verb) -> None:
         help="repeatable: each dataset's features are extracted once and it is one row of the "
         "table; shots are drawn from its train split. " + DATA_HELP,
     )
-    p.add_argument("--data-dir", default=None, help=argparse.SUPPRESS)  # deprecated: --data
     p.add_argument(
         "--shots", default=",".join(map(str, SHOTS)), help="examples per class, comma-separated"
     )

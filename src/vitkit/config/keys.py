@@ -103,8 +103,8 @@ class Section:
     """Base of the config dataclasses: validates every field from its annotation on creation.
 
     ``SECTION`` prefixes the names in error messages (``train.batch_size``); ``RENAMED`` maps a
-    key's old name to a function folding its old value into the current keys of a dict, so files
-    written before a rename keep loading (see :func:`from_dict`)."""
+    key's old name to a function folding its old value into the current keys of a dict, so the
+    files an earlier vitkit wrote keep loading (vitkit.compat; :func:`from_dict`)."""
 
     SECTION: ClassVar[str] = ""
     RENAMED: ClassVar[Mapping[str, Callable[[dict[str, Any], Any], None]]] = {}
@@ -443,7 +443,7 @@ def upgrade(cls: type, data: Mapping[str, Any]) -> dict[str, Any]:
 
 def from_dict(cls: type[Any], data: Mapping[str, Any], *, where: str = "") -> Any:
     """Build a config dataclass from a dict (JSON), strictly: unknown keys are errors with the
-    closest valid name; renamed keys are read under their old names too."""
+    closest valid name; the renamed keys of earlier files are folded in first (``upgrade``)."""
     if not isinstance(data, Mapping):
         raise ConfigError(
             f"{where or cls.__name__}: expected a mapping, found {type(data).__name__}"
@@ -481,10 +481,7 @@ def field_hint(cls: type, dotted: str) -> tuple[Any, Key | None]:
     for i, part in enumerate(parts):
         assert node is not None
         by_name = {f.name: f for f in fields_of(node)}
-        legacy = list(getattr(node, "RENAMED", {}))
         if part not in by_name:
-            if part in legacy and i == len(parts) - 1:
-                return Any, None  # an old name: its value is folded in by the section
             prefix = ".".join(parts[:i])
             where = f" under {prefix!r}" if prefix else ""
             raise ConfigError(
@@ -533,6 +530,5 @@ def parse_set(cls: type, items: list[str]) -> dict[str, Any]:
     for item in items:
         name, text = split_set(item)
         hint, spec = field_hint(cls, name)
-        # an old key's text is read as a string or none; its section folds it in
-        out[name] = parse(str | None if hint is Any else hint, text, name=name, spec=spec)
+        out[name] = parse(hint, text, name=name, spec=spec)
     return out

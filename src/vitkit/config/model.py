@@ -106,7 +106,7 @@ class ModelConfig(Section):
     ``arch='resnet'`` is the paper's CNN baseline instead of a ViT: the hybrid's BiT backbone
     (``resnet``), global average pooling and a linear head; the transformer fields are unused.
     ``image_size`` is an int (square images) or a (height, width) pair; a square pair is stored as
-    its int, so configs written before pairs existed compare equal and keep loading.
+    its int, so one size has one spelling and two configs of it compare equal.
     """
 
     SECTION: ClassVar[str] = "model"

@@ -1,8 +1,8 @@
 """A training run's configuration: the data, the optimizer, the loop [P §4.1, App. B.1].
 
 ``RunConfig`` is saved as ``config.json`` in every run directory and inside every checkpoint;
-files written by earlier versions keep loading (``RENAMED``: ``data.data_dir`` was folded into
-``data.dataset``, which names the data with a spec such as ``cifar10:DIR``). No torch import here.
+``data.dataset`` names the data with a spec such as ``cifar10:DIR``. The keys of files written by
+an earlier vitkit are folded in by vitkit.compat (``RENAMED``). No torch import here.
 """
 
 from __future__ import annotations
@@ -15,8 +15,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, Literal
 
+from ..compat import fold_bf16, fold_data_dir
 from ..errors import ConfigError
-from .keys import Kind, Section, from_dict, key, parse, upgrade
+from .keys import Kind, Section, from_dict, key, upgrade
 from .model import ModelConfig, require
 
 Optimizer = Literal["adam", "sgd", "muon"]
@@ -24,7 +25,7 @@ Schedule = Literal["cosine", "linear", "constant"]
 Objective = Literal["classification", "mpp"]
 Parallel = Literal["ddp", "fsdp"]
 Device = Literal["auto", "cpu", "cuda"]
-Validation = Literal["auto", "holdout", "test", "val_or_test"]
+Validation = Literal["auto", "holdout", "val", "test", "val_or_test"]
 ImagePaths = Literal["dataset", "any"]
 Precision = Literal["auto", "fp32", "bf16", "fp16"]
 Verify = Literal["full", "header", "none"]
@@ -201,29 +202,7 @@ def _why_not_spec(spec: str) -> str | None:
     return None
 
 
-def _valid_spec(spec: str) -> bool:
-    return _why_not_spec(spec) is None
-
-
 DataSpec = Annotated[str, Kind("data", _why_not_spec, DATA_SPECS)]
-
-
-def _fold_data_dir(data: dict[str, Any], data_dir: Any) -> None:
-    """``data.data_dir`` (before data specs): the folder of ``data.dataset``, now in its spec.
-    Such a file also predates ``data.validation``: a folder's run chose its best weights on its
-    val/ split, else its test/ split (``val_or_test``), and trained on all of train/."""
-    dataset = data.get("dataset", "fashion_mnist")
-    folder = dataset == "folder" or (
-        isinstance(dataset, str) and _valid_spec(dataset) and data_source(dataset).kind == "folder"
-    )
-    if folder:
-        data.setdefault("validation", "val_or_test")
-    if data_dir is None or not isinstance(dataset, str):
-        return  # a dataset of the wrong type is the section's one-line error
-    if folder:
-        data["dataset"] = data_dir
-    elif dataset != "synthetic":  # synthetic images ignored the folder
-        data["dataset"] = f"{dataset.partition(':')[0]}:{data_dir}"
 
 
 # ------------------------------------------------------------------------------------ sections
@@ -235,7 +214,7 @@ class DataConfig(Section):
     fine-tuning pipeline: inception crop, resize, values scaled to [-1, 1]]."""
 
     SECTION: ClassVar[str] = "data"
-    RENAMED: ClassVar[Mapping[str, Any]] = {"data_dir": _fold_data_dir}
+    RENAMED: ClassVar[Mapping[str, Any]] = {"data_dir": fold_data_dir}
 
     dataset: DataSpec = key("fashion_mnist", doc=f"what to train on: {DATA_SPECS}")
     crop_padding: int = key(0, doc="random crop after zero padding by this many pixels", ge=0)
@@ -273,8 +252,9 @@ class DataConfig(Section):
         "auto",
         doc="what chooses the best weights: auto = a folder's (or shards') val split, else a "
         "seeded holdout of its train split (the test split for fashion_mnist, cifar, synthetic, "
-        "and for a stream without a val split); holdout; test; val_or_test (val/, else test/: "
-        "runs written before this key)",
+        "and for a stream without a val split); holdout; val (an error without one); test; "
+        "val_or_test (val, else test: how runs written before data specs validated, kept for "
+        "them by vitkit.compat)",
     )
     holdout: float = key(
         0.1,
@@ -370,21 +350,12 @@ class OptimConfig(Section):
         )
 
 
-def _fold_bf16(train: dict[str, Any], bf16: Any) -> None:
-    """``train.bf16`` (before ``train.precision``): bf16 autocast, or fp32."""
-    if isinstance(bf16, str):  # an old --set line: read as the boolean it was
-        bf16 = parse(bool, bf16, name="train.bf16", spec=None)
-    if not isinstance(bf16, bool):
-        raise ConfigError(f"train.bf16={bf16!r} is not valid: expected true or false")
-    train["precision"] = "bf16" if bf16 else "fp32"
-
-
 @dataclass(frozen=True, kw_only=True)
 class TrainConfig(Section):
     """The loop: duration, batch, regularisation, precision, and the cadence of log/eval/save."""
 
     SECTION: ClassVar[str] = "train"
-    RENAMED: ClassVar[Mapping[str, Any]] = {"bf16": _fold_bf16}
+    RENAMED: ClassVar[Mapping[str, Any]] = {"bf16": fold_bf16}
 
     duration: Duration = key(doc="how long to train")
     batch_size: int = key(

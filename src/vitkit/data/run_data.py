@@ -283,6 +283,11 @@ def build_data(
         use = "test"
     elif use == "val_or_test":
         use = "val" if "val" in splits else "test"
+    if use == "val" and "val" not in splits:
+        raise ConfigError(
+            f"data.validation='val' but {source.spec} has no val split: use 'auto', 'holdout' "
+            "or 'test'"
+        )
     if cfg.streaming and (use == "holdout" or (test is None and use == "test")):
         raise ConfigError(
             f"data.validation={cfg.validation!r} but {source.spec} is streamed and has no "
@@ -356,7 +361,7 @@ def peek_data(cfg: DataConfig, model: ModelConfig) -> tuple[int, int, str]:
         classes = len(layout.classes)
         holdout = cfg.validation == "holdout" or (
             cfg.validation == "auto" and "val" not in layout.splits
-        )  # (val_or_test and test never hold out)
+        )  # (val, test and val_or_test never hold out)
         what = "listed, before verification"
     elif source.kind == "synthetic":
         train, classes, holdout, what = 32 * model.num_classes, model.num_classes, False, "made"

@@ -51,15 +51,14 @@ def time_to_accuracy(
 def best_evaluation(run_dir: Path) -> dict[str, Any] | None:
     """The first evaluation with the best accuracy (the one whose weights are in ``best/``):
     among the validation records, or the test records of a run that validates on its test split.
-    ``run_s`` is the run's time then (``time_s`` for a log written before it was kept)."""
+    ``run_s`` is the run's time then."""
     records = _records(run_dir)
     evaluations = [r for r in records if r.get("split") == "val"] or [
         r for r in records if r.get("split") == "test"
     ]
     if not evaluations:
         return None
-    best = max(evaluations, key=lambda r: r["accuracy"])  # the first of equals
-    return {**best, "run_s": best.get("run_s", best["time_s"])}
+    return max(evaluations, key=lambda r: r["accuracy"])  # the first of equals
 
 
 def write_report(run_dir: Path, result: dict[str, Any], classes: list[str]) -> list[Path]:

@@ -24,13 +24,14 @@ from __future__ import annotations
 
 import json
 import shutil
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, TypedDict
 
 import torch
 from torch import Tensor, nn
 
+from ..compat import upgrade_state
 from ..config import ModelConfig
 from ..files import atomic_directory, atomic_write
 from ..io.checkpoint import (
@@ -61,27 +62,23 @@ class LiveRun:
     scaler: Any = None  # fp16's torch.amp.GradScaler
 
 
-class _WindowCounts(TypedDict):
+class WindowSums(TypedDict):
+    """The log window's running sums (``_Window`` in loop.py), as checkpoints keep them, with
+    ``seconds``, its training time so far."""
+
     loss: float
     accuracy: float
     n: int
     images: int
-
-
-class WindowSums(_WindowCounts, total=False):
-    """The log window's running sums (``_Window`` in loop.py), as checkpoints keep them;
-    ``seconds``, its training time so far, is absent from checkpoints written before it was
-    kept."""
-
     seconds: float
 
 
 @dataclass
 class TrainState:
     """Everything a resumed run needs besides the model's weights: ``state.pt``, whose keys are
-    these fields, in this order. A field with a default may be absent from a checkpoint written
-    before it existed. ``capture`` and ``restore`` are the only places that read and write the
-    live run's objects."""
+    these fields, in this order (what an earlier vitkit did not write is filled in by
+    vitkit.compat). ``capture`` and ``restore`` are the only places that read and write the live
+    run's objects."""
 
     step: int
     best: float
@@ -89,10 +86,10 @@ class TrainState:
     ema: dict[str, Tensor] | None
     rng: Tensor
     window: WindowSums  # the running sums of the log window, so resumed logs match
-    objective: dict[str, Tensor] | None = None  # masked patch prediction's mask embedding and head
-    cuda_rng: Tensor | None = None  # the GPU's RNG (dropout, masks) when the run computes on CUDA
-    seconds: float = 0.0  # the run's time so far, summed over the processes that resumed it
-    scaler: dict[str, Any] | None = None  # fp16's gradient scaler (scale, growth tracker)
+    objective: dict[str, Tensor] | None  # masked patch prediction's mask embedding and head
+    cuda_rng: Tensor | None  # the GPU's RNG (dropout, masks) when the run computes on CUDA
+    seconds: float  # the run's time so far, summed over the processes that resumed it
+    scaler: dict[str, Any] | None  # fp16's gradient scaler (scale, growth tracker)
 
     @classmethod
     def capture(
@@ -142,12 +139,11 @@ class TrainState:
         """Read ``state.pt`` with ``torch.load(weights_only=True)``."""
         payload = torch.load(_exists(path), map_location="cpu", weights_only=True)
         try:
-            missing = [
-                f.name for f in fields(cls) if f.default is MISSING and f.name not in payload
-            ]
+            payload = upgrade_state(payload)
+            missing = [f.name for f in fields(cls) if f.name not in payload]
             if missing:
                 raise KeyError(", ".join(missing))
-            state = cls(**{f.name: payload[f.name] for f in fields(cls) if f.name in payload})
+            state = cls(**{f.name: payload[f.name] for f in fields(cls)})
             state.step, state.best = int(state.step), float(state.best)
             state.seconds = float(state.seconds)
         except (KeyError, TypeError, ValueError) as e:

@@ -155,7 +155,7 @@ def _final_validation(spec: str) -> str:
     if "test" in names:
         return "test"
     if "val" in names:
-        return "val_or_test"
+        return "val"
     raise DataError(f"{spec} has no test (or val) split to report: give data with one")
 
 

@@ -37,7 +37,7 @@ from .config import (
     replace,
     to_dict,
 )
-from .config.keys import parse, split_set, upgrade
+from .config.keys import split_set
 from .config.model import FINETUNE_KEYS, REGULARISATION
 from .errors import ConfigError, MissingFileError
 from .presets import get_config, resolve_name
@@ -187,7 +187,6 @@ def compose(
     data_origin = "--data"
     model_name, sets = _preset_or_data(request.sets, request.model, "model")
     data_spec, sets = _preset_or_data(tuple(sets), request.data, "data")
-    asked_data = data_spec
     if request.recipe is None and data_spec is None and not finetuning:
         raise ConfigError(
             "say what to train on: --data DIR (a folder of class folders), or another spec "
@@ -243,7 +242,7 @@ def compose(
     elif request.objective is not None:
         composed = composed.with_values({"train.objective": request.objective}, "--objective")
 
-    overrides = parse_set(RunConfig, _fold_renamed(sets, composed.run, asked_data))
+    overrides = parse_set(RunConfig, sets)
     if "data.dataset" in overrides:
         overrides["data.dataset"] = normalise_data(overrides["data.dataset"])
     if "train.fewshot_data" in overrides:
@@ -254,26 +253,6 @@ def compose(
         _check_finetune_keys(overrides, composed.run.model)
     fixed = set(overrides) | ({"model.in_chans"} if finetuning else set())  # the checkpoint's
     return dataclasses.replace(composed.with_values(overrides, "--set"), fixed=frozenset(fixed))
-
-
-def _fold_renamed(sets: list[str], run: RunConfig, chosen: str | None) -> list[str]:
-    """``--set`` items with the old ``data.data_dir`` folded into ``data.dataset``, as config
-    files written before data specs are read (``data.dataset=folder`` named the kind then)."""
-    given = {k: parse(str | None, v, name=k, spec=None) for k, v in map(split_set, sets)}
-    if "data.data_dir" not in given:
-        return sets
-    if chosen is not None:
-        raise ConfigError(
-            f"--data {chosen} and --set data.data_dir={given['data.data_dir']} disagree: give one "
-            "(data.data_dir is the old spelling of the data's folder)"
-        )
-    old = {
-        "dataset": given.get("data.dataset") or run.data.dataset,
-        "data_dir": given["data.data_dir"],
-    }
-    spec = upgrade(DataConfig, old)["dataset"]
-    kept = [item for item in sets if split_set(item)[0] not in ("data.dataset", "data.data_dir")]
-    return [*kept, f"data.dataset={spec}"]
 
 
 def _check_finetune_keys(overrides: Mapping[str, Any], model: ModelConfig) -> None:

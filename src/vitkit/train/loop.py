@@ -99,11 +99,9 @@ class _Window:
 
     @classmethod
     def resumed(cls, sums: WindowSums) -> _Window:
-        """The window a checkpoint saved; one saved without its seconds restarts its images."""
-        seconds = sums.get("seconds")
+        """The window a checkpoint saved (``compat.upgrade_state`` fills an older one's)."""
         window = cls(loss=sums["loss"], accuracy=sums["accuracy"], n=sums["n"])
-        if seconds is not None:
-            window.images, window.t = sums["images"], time.perf_counter() - seconds
+        window.images, window.t = sums["images"], time.perf_counter() - sums["seconds"]
         return window
 
     def add(self, loss: Tensor, accuracy: Tensor, share: int) -> None:

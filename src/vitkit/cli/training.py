@@ -204,9 +204,10 @@ def _summary(composed: Composed, result: dict[str, Any], run_dir: Path) -> list[
             + (f" (one view: {reached('accuracy_one_view')})" if flips else "")
         )
     elif best is not None:
+        into = best.get("run_s")  # absent from a log an earlier vitkit wrote
         lines.append(
-            f"best {best['split']} {what} {best['accuracy']:.4f} at step {best['step']:,}, "
-            f"{best['run_s'] / 60:.1f} min into the run"
+            f"best {best['split']} {what} {best['accuracy']:.4f} at step {best['step']:,}"
+            + ("" if into is None else f", {into / 60:.1f} min into the run")
         )
     return lines
 

@@ -17,6 +17,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from ..compat import fold_bf16, fold_data_dir
 from ..errors import ConfigError
+from .fewshot import SHOTS
 from .keys import Kind, Section, from_dict, key, upgrade
 from .model import ModelConfig, require
 
@@ -408,7 +409,7 @@ class TrainConfig(Section):
     fewshot_data: tuple[DataSpec, ...] = key(
         (),
         doc="few-shot linear evaluation at every evaluation on these data too (each one's train "
-        "and test splits, as vitkit fewshot): shots train.fewshot, else 1,5,10,25; metrics "
+        f"and test splits, as vitkit fewshot): shots train.fewshot, else {','.join(map(str, SHOTS))}; metrics "
         "fewshot_<name>_<k>shot, <name> the data's (pets for /data/pets)",
     )
     parallel: Parallel = key(

@@ -187,8 +187,8 @@ def train(
     them already (else they are read from ``run.data``). ``resume_from``: a checkpoint
     (``checkpoints/step_N`` of another run directory) to continue from when ``run_dir`` holds
     none of its own. ``recorded``: ``run_dir``'s config.json, when the caller has read it
-    (``compose.as_recorded``), so that it is read once. Under torchrun, every process calls it inside
-    ``distributed.process_group()``. A process that trains in ``run_dir`` already (another
+    (``compose.as_recorded``), so that it is read once. Under torchrun, every process calls it
+    inside ``distributed.process_group()``. A process that trains in ``run_dir`` already (another
     run's, ``RunLock``) is a ``UserFileError`` naming it, before the directory is read."""
     run_dir = Path(run_dir)
     with RunLock(run_dir, enabled=distributed.is_main()) as lock:

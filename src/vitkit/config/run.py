@@ -409,8 +409,9 @@ class TrainConfig(Section):
     fewshot_data: tuple[DataSpec, ...] = key(
         (),
         doc="few-shot linear evaluation at every evaluation on these data too (each one's train "
-        f"and test splits, as vitkit fewshot): shots train.fewshot, else {','.join(map(str, SHOTS))}; metrics "
-        "fewshot_<name>_<k>shot, <name> the data's (pets for /data/pets)",
+        "and test splits, as vitkit fewshot): shots train.fewshot, else "
+        f"{','.join(map(str, SHOTS))}; metrics fewshot_<name>_<k>shot, <name> the data's (pets "
+        "for /data/pets)",
     )
     parallel: Parallel = key(
         "ddp",

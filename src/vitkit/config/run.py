@@ -424,15 +424,31 @@ class TrainConfig(Section):
     device: Device = key(
         "auto", doc="auto: CUDA when PyTorch sees a GPU (torchrun: GPU LOCAL_RANK), else the CPU"
     )
+    cutmix: float = key(
+        0.0,
+        doc="CutMix's Beta(a, a); 0 = off. Mixup and CutMix draw per process: under torchrun "
+        "images pair within a process's part of the batch, so mixed batches depend on the "
+        "number of processes",
+        ge=0,
+    )
+    mixup_switch_prob: float = key(
+        0.5, doc="with mixup and CutMix both on, the probability of CutMix for a batch", ge=0, le=1
+    )
+    mixup_prob: float = key(
+        1.0, doc="the probability that a batch is mixed (mixup or CutMix) at all", ge=0, le=1
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
         require(
-            not (self.objective == "mpp" and (self.compile or self.mixup or self.label_smoothing)),
+            not (
+                self.objective == "mpp"
+                and (self.compile or self.mixup or self.cutmix or self.label_smoothing)
+            ),
             "train.objective",
             self.objective,
-            "'classification' when train.compile, train.mixup or train.label_smoothing is set "
-            "(they apply to classification only)",
+            "'classification' when train.compile, train.mixup, train.cutmix or "
+            "train.label_smoothing is set (they apply to classification only)",
         )
         require(
             len(set(self.fewshot)) == len(self.fewshot),

@@ -1,10 +1,10 @@
 """Training objectives: each returns ``{"loss": ..., **metrics}`` for one batch.
 
 Classification is softmax cross-entropy (the official fine-tuning loss), with optional label
-smoothing [P §4.3 tuned it on small datasets] and mixup (big_vision's plain-ViT recipe, PAPER.md
-A9). Masked patch prediction is the paper's self-supervision [P §4.6, App. B.1.2]; its mask
-embedding and prediction head live in the objective, not in the model, so the pre-trained
-backbone is saved and loaded like any other.
+smoothing [P §4.3 tuned it on small datasets], mixup (big_vision's plain-ViT recipe, PAPER.md
+A9) and CutMix (DeiT's; both in train/mixing.py). Masked patch prediction is the paper's
+self-supervision [P §4.6, App. B.1.2]; its mask embedding and prediction head live in the
+objective, not in the model, so the pre-trained backbone is saved and loaded like any other.
 
 Shapes: B batch, C channels, N patches, T tokens, D width, K classes.
 """
@@ -24,6 +24,9 @@ from ..errors import ConfigError
 from ..eval.metrics import model_device
 from ..model.vit import VisionTransformer
 from ..runtime.mode import eval_mode
+from .mixing import Mixing, draw, mix_images
+
+NO_MIXING = Mixing()
 
 
 def classification(
@@ -32,24 +35,21 @@ def classification(
     labels: Tensor,
     *,
     label_smoothing: float,
-    mixup: float = 0.0,
+    mixing: Mixing = NO_MIXING,
 ) -> dict[str, Tensor]:
-    """Cross-entropy on ``model(images)``; with ``mixup`` > 0 the batch is blended with a shuffled
-    copy of itself, weight λ ~ Beta(mixup, mixup), and so are the targets. The random draws use the
-    device's global RNG, which checkpoints save, so a resumed run draws the same."""
-    lam: float | Tensor = 1.0
-    if mixup > 0:  # drawn on the device, so that no step waits for the host
-        # filled there: torch.tensor(mixup, device=...) would copy from the host and wait for it
-        alpha = torch.full((), mixup, device=images.device)
-        # validate_args=False: the check of alpha would read it on the host at every step
-        lam = torch.distributions.Beta(alpha, alpha, validate_args=False).sample()  # ()
-        perm = torch.randperm(images.shape[0], device=images.device)
-        images = lam * images + (1 - lam) * images[perm]  # (B, C, H, W)
+    """Cross-entropy on ``model(images)``; with ``mixing`` on, the batch is mixed with a shuffled
+    copy of itself (mixup or CutMix, train/mixing.py), and so are the targets: the loss mixes the
+    two label-smoothed cross-entropies with λ, which is timm's ``SoftTargetCrossEntropy`` of its
+    ``mixup_target`` (smoothed one-hot targets mixed with λ), the loss being linear in them."""
+    mix = None
+    if mixing.on:  # drawn on the device, so that no step waits for the host
+        mix = draw(mixing, images.shape[0], images.shape[-2], images.shape[-1], images.device)
+        images = mix_images(images, mix)  # (B, C, H, W)
     logits = model(images).float()  # (B, K)
     loss = F.cross_entropy(logits, labels, label_smoothing=label_smoothing)
-    if mixup > 0:
-        loss = lam * loss + (1 - lam) * F.cross_entropy(
-            logits, labels[perm], label_smoothing=label_smoothing
+    if mix is not None:
+        loss = mix.lam * loss + (1 - mix.lam) * F.cross_entropy(
+            logits, labels[mix.perm], label_smoothing=label_smoothing
         )
     accuracy = (logits.argmax(dim=1) == labels).float().mean()
     return {"loss": loss, "accuracy": accuracy.detach()}
@@ -150,7 +150,7 @@ class Objective(nn.Module):
         mpp: MaskedPatchPrediction | None = None,
         *,
         label_smoothing: float = 0.0,
-        mixup: float = 0.0,
+        mixing: Mixing = NO_MIXING,
         forward_fn: Callable[[Tensor], Tensor] | None = None,
     ) -> None:
         super().__init__()
@@ -161,7 +161,7 @@ class Objective(nn.Module):
             classification,
             model if forward_fn is None else forward_fn,
             label_smoothing=label_smoothing,
-            mixup=mixup,
+            mixing=mixing,
         )
 
     def forward(self, images: Tensor, labels: Tensor) -> dict[str, Tensor]:

@@ -21,6 +21,7 @@ from torch import Tensor, nn
 from ..config import FINETUNE_KEYS, RunConfig
 from ..model import ResNetClassifier, VisionTransformer, build_model
 from . import distributed, precision
+from .mixing import Mixing
 from .objectives import MaskedPatchPrediction, Objective
 from .optim import build_optimizer
 from .state import LiveRun, TrainState, checkpoints, load_checkpoint, training_checkpoint
@@ -72,7 +73,7 @@ def build_parts(
         model,
         mpp,
         label_smoothing=tc.label_smoothing,
-        mixup=tc.mixup,
+        mixing=Mixing(tc.mixup, tc.cutmix, tc.mixup_switch_prob, tc.mixup_prob),
         forward_fn=torch.compile(model) if tc.compile else None,
     )
     step_fn: nn.Module = objective

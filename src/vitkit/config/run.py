@@ -293,6 +293,16 @@ class DataConfig(Section):
         "images held in memory)",
         ge=1,
     )
+    random_erase: float = key(
+        0.0,
+        doc="random erasing's probability per image (timm's --reprob, pixel mode: boxes of "
+        "N(0, 1) noise in the [-1, 1] inputs, drawn on the device); 0 = off",
+        ge=0,
+        le=1,
+    )
+    random_erase_count: int = key(
+        1, doc="random erasing: at most this many boxes per image, 1 to it (timm's --recount)", ge=1
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -497,6 +507,12 @@ class RunConfig(Section):
                 "train.ema",
                 self.train.ema,
                 "None with train.objective='mpp' (the mask embedding and head are not averaged)",
+            )
+            require(
+                not self.data.random_erase,
+                "data.random_erase",
+                self.data.random_erase,
+                "0 with train.objective='mpp' (noise would replace the patch colours it predicts)",
             )
         require(
             not (self.optim.name == "muon" and self.model.arch != "vit"),

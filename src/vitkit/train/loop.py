@@ -43,6 +43,7 @@ from ..runtime import machine
 from ..runtime.clock import process_seconds
 from . import distributed, precision
 from .banner import banner
+from .erasing import random_erase
 from .evaluator import Evaluator, scalars
 from .inputs import Inputs, read_inputs
 from .metrics_log import METRICS_FILE, MetricsLog
@@ -315,7 +316,7 @@ class _Trainer:
         parts.step_fn.train()
         with _stop_requests() as stop:
             while step < cadence.total_steps:
-                if distributed.is_distributed():  # each process its own dropout and mixup draws
+                if distributed.is_distributed():  # each process its own dropout, mixing, erasing
                     torch.manual_seed(derive_seed(tc.seed, rank, step))
                 lr = learning_rate(
                     step,
@@ -400,12 +401,14 @@ class _Trainer:
         forward/backward (their losses and accuracies added to ``window``), global-norm clipping,
         the update, EMA. Returns ``diverged`` (the first step whose loss was not finite, -1:
         none), updated on the device."""
-        tc, parts, autocast = self.run.train, self.parts, self.autocast
+        tc, dc, parts, autocast = self.run.train, self.run.data, self.parts, self.autocast
         optimizer, scaler, step_fn = parts.live.optimizer, parts.live.scaler, parts.step_fn
         device, world = parts.live.device, distributed.world_size()
         set_learning_rate(optimizer, lr)
         for micro in range(tc.accum_steps):
             images, labels = next(batches)
+            if dc.random_erase:  # on the scaled batch, before mixing
+                images = random_erase(images, prob=dc.random_erase, max_count=dc.random_erase_count)
             # gradients are averaged over processes on the last micro-batch only (DDP)
             with distributed.no_sync(step_fn, micro < tc.accum_steps - 1):
                 with torch.autocast(device.type, dtype=autocast, enabled=autocast is not None):

@@ -234,10 +234,10 @@ def compose(
     composed = Composed(run, recipe, _each_key(run, origin, f"recipe {recipe.name}"))
     if request.init_from is not None:
         composed = composed.with_values({"init_from": request.init_from}, "--init-from")
-    if request.objective == "mpp":  # self-supervised: no label smoothing, no mixup
+    if request.objective == "mpp":  # self-supervised: no label smoothing, mixing or erasing
+        off = {"train.label_smoothing": 0.0, "train.mixup": 0.0, "train.cutmix": 0.0}
         composed = composed.with_values(
-            {"train.objective": "mpp", "train.label_smoothing": 0.0, "train.mixup": 0.0},
-            "--objective mpp",
+            {"train.objective": "mpp", **off, "data.random_erase": 0.0}, "--objective mpp"
         )
     elif request.objective is not None:
         composed = composed.with_values({"train.objective": request.objective}, "--objective")

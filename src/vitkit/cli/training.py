@@ -293,7 +293,7 @@ def add_verbs(verb: Verb) -> None:
         choices=get_args(Objective),
         default=None,
         help="mpp: masked patch prediction [P 4.6] on the recipe's images, labels unused "
-        "(same as --set train.objective=mpp, label smoothing and mixup off)",
+        "(same as --set train.objective=mpp, label smoothing, mixup, CutMix and erasing off)",
     )
 
     example = "vitkit finetune --init-from runs/x/best --data photos/ --set model.image_size=64"

@@ -68,8 +68,8 @@ def _counting(monkeypatch) -> Counter:
 
 
 def _quiet_run(device: str) -> RunConfig:
-    """Classification with accumulation, clipping, EMA and mixup, logging, evaluating and saving
-    only at the last step."""
+    """Classification with accumulation, clipping, EMA, mixup and CutMix (switched, not every
+    batch) and random erasing, logging, evaluating and saving only at the last step."""
     return replace(
         get_recipe("smoke"),
         {
@@ -77,6 +77,10 @@ def _quiet_run(device: str) -> RunConfig:
             "train.batch_size": 8,
             "train.ema": 0.9,
             "train.mixup": 0.2,
+            "train.cutmix": 1.0,
+            "train.mixup_prob": 0.9,
+            "data.random_erase": 0.5,
+            "data.random_erase_count": 2,
             "optim.grad_clip": 1.0,
             "train.log_every": "1000st",
             "train.eval_every": "1000st",
@@ -87,10 +91,10 @@ def _quiet_run(device: str) -> RunConfig:
 
 
 def test_steps_that_do_not_log_read_nothing_on_the_host(tmp_path: Path, monkeypatch) -> None:
-    """Classification with accumulation, clipping, EMA and mixup: a run of 8 steps reads on the
-    host exactly what a run of 4 does, both logging, evaluating and saving at their last step
-    only, so the 4 steps more read nothing and copy no host value to the device (mixup's
-    parameter did, once per micro-batch, until the first run on a GPU showed it)."""
+    """Classification with accumulation, clipping, EMA, mixing and erasing: a run of 8 steps
+    reads on the host exactly what a run of 4 does, both logging, evaluating and saving at their
+    last step only, so the 4 steps more read nothing and copy no host value to the device
+    (mixup's parameter did, once per micro-batch, until the first run on a GPU showed it)."""
     run = _quiet_run("cpu")
     counts = []
     for steps in (4, 8):

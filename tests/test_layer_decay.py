@@ -153,8 +153,12 @@ def _group_lrs(checkpoint: Path) -> list[tuple[float, float]]:
     return [(g["lr"], g["lr_scale"]) for g in state["param_groups"]]
 
 
-def test_the_loop_scales_every_groups_lr_and_a_resume_rebuilds_the_groups(tmp_path: Path) -> None:
+def test_the_loop_scales_every_groups_lr_and_a_resume_rebuilds_the_groups(
+    tmp_path: Path, caplog
+) -> None:
     from vitkit.train.loop import train
+
+    caplog.set_level("INFO", logger="vitkit")
 
     run = replace(
         get_recipe("smoke"),
@@ -179,6 +183,7 @@ def test_the_loop_scales_every_groups_lr_and_a_resume_rebuilds_the_groups(tmp_pa
         got = _group_lrs(tmp_path / "full" / "checkpoints" / f"step_{step:08d}")
         assert [scale for _, scale in got] == expected_scales
         assert [lr_ for lr_, _ in got] == pytest.approx([lr * s for s in expected_scales])
+    assert "tools    layer decay 0.5" in caplog.text  # the banner says so
     resumed = stopped_copy(tmp_path / "full", tmp_path / "resumed", step=2)
     train(run, resumed, progress=False)
     for step in (3, 4):
@@ -221,3 +226,57 @@ def test_fsdp_groups_take_the_scaled_lr_and_resume(tmp_path: Path) -> None:
             got = _group_lrs(directory / checkpoint)
             assert [scale for _, scale in got] == scales
             assert [lr_ for lr_, _ in got] == pytest.approx([lr * s for s in scales])
+
+
+def test_config_params_prints_each_parameters_multiplier_without_weights(capsys) -> None:
+    from vitkit.cli import main
+
+    args = ["config", "--params", "--data", "synthetic", "--set", "optim.weight_decay=0.05"]
+    assert main([*args, "--model", "ViT-B/16", "--set", "optim.layer_decay=0.75"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert (
+        lines[0].startswith("152 trained tensors, 86,567,656 parameters")
+        and "layer decay 0.75" in lines[0]
+    )
+    rows = [line.split() for line in lines[2:]]
+    assert len(rows) == 152
+    for name, shape, _, scale, wd in rows:
+        assert float(scale) == pytest.approx(multiplier(name, 0.75, 12), rel=1e-5), name
+        skip = "x" not in shape or name in ("cls_token", "pos_embed")  # 1-D, or named
+        assert float(wd) == (0.0 if skip else 0.05), name
+    assert {tuple(r[2:4]) for r in rows if r[0].startswith(("norm.", "head."))} == {
+        ("12", "0.75"),
+        ("13", "1"),
+    }
+    # a ViT-H's table at once (the meta device), filtered by a glob; off: every multiplier 1
+    assert main([*args, "--model", "ViT-H/14", "blocks.31.mlp.*"]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()[2:]]
+    assert [r[0] for r in rows] == [
+        f"blocks.31.mlp.fc{i}.{w}" for i in (1, 2) for w in ("weight", "bias")
+    ]
+    assert {(r[2], r[3]) for r in rows} == {("-", "1")}
+
+
+def test_the_banner_names_the_tools_that_are_on() -> None:
+    from vitkit.train.banner import tools_on
+
+    assert tools_on(get_recipe("smoke")) == []
+    run = replace(
+        get_recipe("smoke"),
+        {
+            "optim.layer_decay": 0.75,
+            "train.mixup": 0.2,
+            "train.label_smoothing": 0.1,
+            "train.ema": 0.9999,
+            "data.rand_augment": True,
+            "model.drop_path_rate": 0.1,
+        },
+    )
+    assert tools_on(run) == [
+        "layer decay 0.75",
+        "mixup 0.2",
+        "label smoothing 0.1",
+        "EMA 0.9999",
+        "RandAugment(2, 10)",
+        "stochastic depth 0.1",
+    ]

@@ -347,7 +347,8 @@ class OptimConfig(Section):
         None,
         doc="layer-wise learning-rate decay (BEiT, MAE; timm's --layer-decay): a ViT parameter's "
         "lr is multiplied by this to the power L+1-layer, layer 0 the embedding (a hybrid's "
-        "ResNet too), block i layer i+1, the head L+1; `vitkit config --params` shows each",
+        "ResNet too), block i layer i+1, the final norm L (timm's rule), the head L+1; "
+        "`vitkit config --params` shows each parameter's",
         gt=0,
         le=1,
     )

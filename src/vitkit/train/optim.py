@@ -3,7 +3,9 @@
 Pre-training: Adam (β1 0.9, β2 0.999) with decoupled weight decay (AdamW: big_vision applies
 ``wd`` times the schedule, to kernels only) — never on biases, norms, position embedding or class
 token. Fine-tuning: SGD with momentum 0.9 and no weight decay. Both with a linear warmup, then
-cosine or linear decay (vit_jax's linear decay ends at ``linear_end=1e-5``).
+cosine or linear decay (vit_jax's linear decay ends at ``linear_end=1e-5``). Layer-wise decay
+(``optim.layer_decay``, BEiT/MAE fine-tuning, not in the paper): one group per layer and decay,
+each group's lr the schedule's times its ``lr_scale``, layers counted as timm counts them.
 
 Not in the paper: Muon (Jordan et al. 2024; ``torch.optim.Muon``), momentum updates made
 orthogonal by Newton–Schulz iterations, for the transformer blocks' weight matrices, with AdamW

@@ -414,10 +414,12 @@ def test_cadence_in_steps() -> None:
 
 
 def test_weight_decay_skips_biases_norms_posemb_cls() -> None:
-    from vitkit.train.optim import param_groups
+    from vitkit.config import OptimConfig
+    from vitkit.train.optim import param_groups, param_settings
 
     model = vitkit.create_model("ViT-mu/16", image_size=32, num_classes=3)
-    decay, no_decay = param_groups(0.1, model)
+    cfg = OptimConfig(lr=1e-3, weight_decay=0.1)
+    decay, no_decay = param_groups(param_settings(cfg, model), cfg)
     names = {id(p): n for n, p in model.named_parameters()}
     skipped = {names[id(p)] for p in no_decay["params"]}
     assert {"pos_embed", "cls_token", "norm.weight", "head.bias"} <= skipped

@@ -55,6 +55,9 @@ def _config(args: argparse.Namespace) -> None:
 
     classes, train_size, what = peek_data(composed.run.data, composed.run.model)
     composed = adapt(composed, num_classes=classes, channels=None, train_size=train_size)
+    if args.params:
+        _print_params(composed.run, args.key)
+        return
     try:  # what a run would use here: its device, and what the config leaves to the machine
         composed, device = on_this_machine(composed)
         here = f"on this machine: {device}"
@@ -87,14 +90,61 @@ def _config(args: argparse.Namespace) -> None:
             print(f"    {spec.doc}")
 
 
+def _print_params(run: Any, pattern: str | None) -> None:
+    """Each trained parameter's optimizer settings (``train.optim.param_settings``), the model
+    built on the meta device: no weights are allocated, so a ViT-H is as quick as a ViT-Ti."""
+    import torch
+
+    from ..model import build_model
+    from ..train.objectives import MaskedPatchPrediction
+    from ..train.optim import param_settings
+
+    with torch.device("meta"):
+        model = build_model(run.model)
+        objective = MaskedPatchPrediction(run.model) if run.train.objective == "mpp" else None
+    settings = param_settings(run.optim, model, *([objective] if objective is not None else []))
+    optim = run.optim
+    decay = "off" if optim.layer_decay is None else f"{optim.layer_decay:g}"
+    print(
+        f"{len(settings)} trained tensors, {sum(s.param.numel() for s in settings):,} parameters; "
+        f"optim {optim.name}, lr {optim.lr:g}, weight decay {optim.weight_decay:g}, layer decay "
+        f"{decay}: each parameter's lr is the schedule's times its multiplier"
+    )
+    rows = [
+        s
+        for s in settings
+        if not pattern or fnmatch.fnmatchcase(s.name, pattern) or s.name.startswith(pattern)
+    ]
+    if not rows:
+        raise VitkitError(f"no trained parameter matches {pattern!r}")
+    width = max(len(s.name) for s in rows)
+    print(f"{'parameter':<{width}}  {'shape':<18} layer  lr x      weight decay")
+    for s in rows:
+        layer = "-" if s.layer is None else str(s.layer)
+        shape = "x".join(map(str, s.param.shape)) or "scalar"
+        print(f"{s.name:<{width}}  {shape:<18} {layer:>5}  {s.lr_scale:<8.6g}  {s.weight_decay:g}")
+
+
 def add_verbs(verb: Verb) -> None:
     p = verb(
         "config",
         "every setting of a run: type, value, allowed values, origin and meaning (no training)",
         _config,
-        "vitkit config --data photos/ --model ViT-Ti/16 train   |   vitkit config --recipe fmnist optim.lr",
+        "vitkit config --data photos/ --model ViT-Ti/16 train   |   vitkit config --recipe fmnist optim.lr"
+        "   |   vitkit config --params --model ViT-B/16 --set optim.layer_decay=0.75",
     )
-    p.add_argument("key", nargs="?", default=None, help="a key, a section (train) or a glob (*lr*)")
+    p.add_argument(
+        "key",
+        nargs="?",
+        default=None,
+        help="a key, a section (train) or a glob (*lr*); with --params, parameter names",
+    )
+    p.add_argument(
+        "--params",
+        action="store_true",
+        help="print each trained parameter's layer, lr multiplier (optim.layer_decay) and weight "
+        "decay instead (the model built without its weights)",
+    )
     p.add_argument("--recipe", default=None, help="the recipe (default: scratch)")
     p.add_argument("--data", default=None, metavar="SPEC", help="the data, as train's --data")
     p.add_argument("--model", default=None, metavar="PRESET", help="a preset, as train's --model")

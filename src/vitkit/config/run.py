@@ -353,6 +353,15 @@ class OptimConfig(Section):
     end_lr: float = key(
         0.0, doc="the learning rate at the end (vit_jax's linear decay: 1e-5)", ge=0
     )
+    layer_decay: float | None = key(
+        None,
+        doc="layer-wise learning-rate decay (BEiT, MAE; timm's --layer-decay): a ViT parameter's "
+        "lr is multiplied by this to the power L+1-layer, layer 0 the embedding (a hybrid's "
+        "ResNet too), block i layer i+1, the final norm L (timm's rule), the head L+1; "
+        "`vitkit config --params` shows each parameter's",
+        gt=0,
+        le=1,
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -1,8 +1,10 @@
-"""What a run says when it starts: its data and splits, model, device and precision, schedule
-and directory, and whether it starts, resumes or is already finished."""
+"""What a run says when it starts: its data and splits, model, device and precision, schedule,
+the training tools that are on, and directory, and whether it starts, resumes or is already
+finished."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +28,35 @@ def _model_line(run: RunConfig, model: Any) -> str:
         f"({gh}x{gw} tokens), width {cfg.hidden_size}, {cfg.num_layers} layers, "
         f"{cfg.num_heads} heads, {cfg.classifier} pooling, {cfg.num_classes} classes"
     )
+
+
+# The training tools a run may turn on, each with the words the banner says when it is on
+# (``None``: off). A new tool is one more entry.
+TOOLS: tuple[Callable[[RunConfig], str | None], ...] = (
+    lambda r: f"layer decay {r.optim.layer_decay:g}" if r.optim.layer_decay is not None else None,
+    lambda r: f"weight decay {r.optim.weight_decay:g}" if r.optim.weight_decay else None,
+    lambda r: f"gradient clipping {r.optim.grad_clip:g}" if r.optim.grad_clip else None,
+    lambda r: f"mixup {r.train.mixup:g}" if r.train.mixup else None,
+    lambda r: f"label smoothing {r.train.label_smoothing:g}" if r.train.label_smoothing else None,
+    lambda r: f"EMA {r.train.ema:g}" if r.train.ema is not None else None,
+    lambda r: "RandAugment(2, 10)" if r.data.rand_augment else None,
+    lambda r: "inception crops" if r.data.inception_crop else None,
+    lambda r: f"random crops (padding {r.data.crop_padding})" if r.data.crop_padding else None,
+    lambda r: "flips" if r.data.flip else None,
+    lambda r: f"dropout {r.model.dropout_rate:g}" if r.model.dropout_rate else None,
+    lambda r: (
+        f"attention dropout {r.model.attention_dropout_rate:g}"
+        if r.model.attention_dropout_rate
+        else None
+    ),
+    lambda r: f"stochastic depth {r.model.drop_path_rate:g}" if r.model.drop_path_rate else None,
+)
+
+
+def tools_on(run: RunConfig) -> list[str]:
+    """The training tools ``run`` turns on (regularisation, augmentation, averaging, layer-wise
+    decay), in ``TOOLS``' order, as the banner names them."""
+    return [said for tool in TOOLS if (said := tool(run)) is not None]
 
 
 def banner(
@@ -71,6 +102,7 @@ def banner(
         f"warmup {cadence.warmup_steps} steps, {run.optim.schedule} decay; evaluation every "
         f"{cadence.eval_every} steps"
     )
+    lines.append(f"tools    {', '.join(tools_on(run)) or 'none'}")
     if step == 0:
         state = "new run"
     elif step >= cadence.total_steps:

@@ -3,7 +3,9 @@
 Pre-training: Adam (β1 0.9, β2 0.999) with decoupled weight decay (AdamW: big_vision applies
 ``wd`` times the schedule, to kernels only) — never on biases, norms, position embedding or class
 token. Fine-tuning: SGD with momentum 0.9 and no weight decay. Both with a linear warmup, then
-cosine or linear decay (vit_jax's linear decay ends at ``linear_end=1e-5``).
+cosine or linear decay (vit_jax's linear decay ends at ``linear_end=1e-5``). Layer-wise decay
+(``optim.layer_decay``, BEiT/MAE fine-tuning, not in the paper): one group per layer and decay,
+each group's lr the schedule's times its ``lr_scale``, layers counted as timm counts them.
 
 Not in the paper: Muon (Jordan et al. 2024; ``torch.optim.Muon``), momentum updates made
 orthogonal by Newton–Schulz iterations, for the transformer blocks' weight matrices, with AdamW
@@ -16,7 +18,9 @@ matrices.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, overload
 
 import torch
@@ -26,13 +30,53 @@ from ..config import OptimConfig
 from ..errors import CheckpointError, ConfigError
 
 
-def param_groups(weight_decay: float, *modules: nn.Module) -> list[dict]:
-    """Two groups: weights that decay, and the model's ``no_weight_decay()`` names that do not.
-    Further modules (an objective's own parameters) follow the same rule, or decay their >= 2-D
-    tensors when they name none."""
-    decay: list[nn.Parameter] = []
-    no_decay: list[nn.Parameter] = []
-    for module in modules:
+@dataclass(frozen=True)
+class ParamSetting:
+    """How the optimizer treats one trained parameter: its weight decay, and under layer-wise
+    decay its layer and learning-rate multiplier (``layer`` None and ``lr_scale`` 1: off)."""
+
+    name: str
+    param: nn.Parameter
+    decays: bool
+    weight_decay: float
+    layer: int | None
+    lr_scale: float
+
+
+# timm's ViT group_matcher: the stem (the embedding: a hybrid's whole ResNet is patch_embed's)
+_EMBEDDING = re.compile(r"cls_token|reg_token|pos_embed|patch_embed|norm_pre")
+_BLOCK = re.compile(r"blocks\.(\d+)\.")
+
+
+def layer_of(name: str, num_layers: int) -> int:
+    """The layer of a ViT parameter named as timm names it, as timm's ``param_groups_layer_decay``
+    counts: 0 the embedding (class token, position embedding, patch embedding and a hybrid's
+    ResNet; register tokens would be too), block i i+1, everything else (the head, pre-logits, a
+    MAP head) L+1, except the final norm (``norm``), which timm puts with the last block (L; MAE
+    and BEiT put it at L+1)."""
+    if _EMBEDDING.match(name):
+        return 0
+    if block := _BLOCK.match(name):
+        return int(block.group(1)) + 1
+    return num_layers if name.startswith("norm.") else num_layers + 1
+
+
+def param_settings(cfg: OptimConfig, model: nn.Module, *others: nn.Module) -> list[ParamSetting]:
+    """Every trained parameter (``requires_grad``; frozen ones have none) of ``model`` then of
+    ``others`` (an objective's own, named ``objective.NAME``): weight decay except on the
+    module's ``no_weight_decay()`` names (or its <= 1-D tensors when it names none); with
+    ``optim.layer_decay`` d, the lr multiplier d^(L+1-layer) (``layer_of``; an objective's mask
+    embedding is layer 0, as BEiT's mask token, the rest of it L+1)."""
+    decay = cfg.layer_decay
+    blocks = getattr(model, "blocks", None)
+    if decay is not None and not blocks:
+        raise ConfigError(
+            f"optim.layer_decay={decay} needs a ViT's transformer blocks, found none in "
+            f"{type(model).__name__}: set optim.layer_decay=none"
+        )
+    top = len(blocks) + 1 if blocks else 0  # L+1, the head's layer
+    settings = []
+    for i, module in enumerate((model, *others)):
         no_weight_decay = getattr(module, "no_weight_decay", None)
         skip = (
             no_weight_decay()
@@ -40,12 +84,48 @@ def param_groups(weight_decay: float, *modules: nn.Module) -> list[dict]:
             else {n for n, p in module.named_parameters() if p.ndim <= 1}
         )
         for name, p in module.named_parameters():
-            if p.requires_grad:
-                (no_decay if name in skip else decay).append(p)
-    return [
-        {"params": decay, "weight_decay": weight_decay},
-        {"params": no_decay, "weight_decay": 0.0},
-    ]
+            if not p.requires_grad:
+                continue
+            layer = None
+            if decay is not None:
+                own = 0 if name == "mask_token" else top
+                layer = layer_of(name, top - 1) if i == 0 else own
+            settings.append(
+                ParamSetting(
+                    name=name if i == 0 else f"objective.{name}",
+                    param=p,
+                    decays=name not in skip,
+                    weight_decay=0.0 if name in skip else cfg.weight_decay,
+                    layer=layer,
+                    lr_scale=1.0 if decay is None or layer is None else decay ** (top - layer),
+                )
+            )
+    return settings
+
+
+def param_groups(settings: list[ParamSetting], cfg: OptimConfig) -> list[dict]:
+    """The optimizer's parameter groups: without layer decay two, the parameters that decay and
+    those that do not (what every checkpoint before layer decay holds); with it one per layer and
+    decay, in the order of their first parameter (timm's), each with its ``lr_scale``, which
+    ``set_learning_rate`` multiplies the schedule's learning rate by."""
+    if cfg.layer_decay is None:
+        return [
+            {"params": [s.param for s in settings if s.decays], "weight_decay": cfg.weight_decay},
+            {"params": [s.param for s in settings if not s.decays], "weight_decay": 0.0},
+        ]
+    groups: dict[tuple[int | None, bool], dict[str, Any]] = {}
+    for s in settings:
+        group = groups.setdefault(
+            (s.layer, s.decays),
+            {
+                "params": [],
+                "weight_decay": s.weight_decay,
+                "lr_scale": s.lr_scale,
+                "lr": cfg.lr * s.lr_scale,
+            },
+        )
+        group["params"].append(s.param)
+    return list(groups.values())
 
 
 class Muon(torch.optim.Muon):
@@ -197,7 +277,8 @@ def build_optimizer(
 ) -> torch.optim.Optimizer | MuonWithAdamW:
     """The optimizer over the model's parameters, then the objective's (masked patch prediction
     owns a mask embedding and a head)."""
-    groups = param_groups(cfg.weight_decay, model, *([objective] if objective is not None else []))
+    others = [objective] if objective is not None else []
+    groups = param_groups(param_settings(cfg, model, *others), cfg)
     if cfg.name == "sgd":
         return torch.optim.SGD(groups, lr=cfg.lr, momentum=cfg.momentum)
     muon_groups: list[dict] = []
@@ -247,5 +328,7 @@ def learning_rate(step: int, *, cfg: OptimConfig, total_steps: int, warmup_steps
 
 
 def set_learning_rate(optimizer: torch.optim.Optimizer | MuonWithAdamW, lr: float) -> None:
+    """Each group's learning rate: ``lr`` times its layer-wise multiplier (``lr_scale``; none
+    without layer decay), whatever the schedule, in Muon's groups as in AdamW's."""
     for group in optimizer.param_groups:
-        group["lr"] = lr
+        group["lr"] = lr * group.get("lr_scale", 1.0)

@@ -37,6 +37,22 @@ TOOLS: tuple[Callable[[RunConfig], str | None], ...] = (
     lambda r: f"weight decay {r.optim.weight_decay:g}" if r.optim.weight_decay else None,
     lambda r: f"gradient clipping {r.optim.grad_clip:g}" if r.optim.grad_clip else None,
     lambda r: f"mixup {r.train.mixup:g}" if r.train.mixup else None,
+    lambda r: f"CutMix {r.train.cutmix:g}" if r.train.cutmix else None,
+    lambda r: (
+        f"mixup/CutMix switch {r.train.mixup_switch_prob:g}"
+        if r.train.mixup and r.train.cutmix
+        else None
+    ),
+    lambda r: (
+        f"mixing probability {r.train.mixup_prob:g}"
+        if (r.train.mixup or r.train.cutmix) and r.train.mixup_prob < 1
+        else None
+    ),
+    lambda r: (
+        f"random erasing {r.data.random_erase:g} (up to {r.data.random_erase_count})"
+        if r.data.random_erase
+        else None
+    ),
     lambda r: f"label smoothing {r.train.label_smoothing:g}" if r.train.label_smoothing else None,
     lambda r: f"EMA {r.train.ema:g}" if r.train.ema is not None else None,
     lambda r: "RandAugment(2, 10)" if r.data.rand_augment else None,

@@ -230,9 +230,10 @@ class DataConfig(Section):
     rand_augment: bool = key(False, doc="RandAugment(2, 10)")
     aug_repeats: int = key(
         1,
-        doc="repeated augmentation (DeiT's RASampler, timm's --aug-repeats): each epoch serves "
-        "about 1/r of the images r times each, differently augmented, still about the dataset's "
-        "size (1 = off; the copies' layout: data/loader.py)",
+        doc="repeated augmentation r (DeiT's RASampler, timm's --aug-repeats): an epoch keeps "
+        "about the dataset's size but serves about 1/r of its images, r times each, differently "
+        "augmented; under torchrun with r or more processes an image's copies land on different "
+        "ones (data/loader.py); 1 = off; not with data.streaming",
         ge=1,
     )
     per_class: int | None = key(None, doc="a class-balanced subset of the training set", ge=1)

@@ -13,8 +13,8 @@ whose workers decode and augment one image each, the inception crop drawn before
 flip at the output resolution. A batch is uint8 with ``uint8=True`` (scaled on the device by
 ``device.to_input``), else float32 already scaled. With ``shard=(rank, world)`` every process
 walks the same batches and keeps its contiguous part of each: the union is the one-process batch.
-Repeated augmentation (``aug_repeats=r``, DeiT's RASampler) serves the first ceil(N/r) images of
-the epoch's permutation r times each, copy-major within every batch (``repeated``).
+Repeated augmentation (``aug_repeats``, ``repeated``) serves ceil(N/r) images r times an epoch,
+copies drawn apart (their batch positions, or per sample copy k > 0 from (seed, epoch, i, k)).
 """
 
 from __future__ import annotations
@@ -69,8 +69,7 @@ def repeated(order: Tensor, repeats: int, batch_size: int) -> tuple[Tensor, Tens
     entries = torch.arange(n)
     copies = entries % repeats
     # sort by (batch, copy, entry): unique keys, below r * n**2 (int64 for any dataset)
-    rank = (entries // batch_size * repeats + copies) * n + entries
-    served = torch.argsort(rank)
+    served = torch.argsort((entries // batch_size * repeats + copies) * n + entries)
     return order[served // repeats], copies[served]
 
 

@@ -511,7 +511,7 @@ def test_batch_options_from_the_config_sections() -> None:
     from vitkit.recipes import get_recipe
 
     keys = {"data.flip": True, "data.crop_padding": 3, "data.rand_augment": True}
-    keys |= {"data.num_workers": 3}
+    keys |= {"data.num_workers": 3, "data.aug_repeats": 2}
     run = replace(get_recipe("smoke"), {**keys, "train.seed": 7, "model.image_size": (8, 12)})
     options = BatchOptions.training(run.train, run.data, run.model, shard=(1, 2))
     assert options == BatchOptions(
@@ -522,6 +522,7 @@ def test_batch_options_from_the_config_sections() -> None:
         crop_padding=3,
         flip=True,
         rand_augment=True,
+        aug_repeats=2,
         num_workers=3,
         shard=(1, 2),
         uint8=True,

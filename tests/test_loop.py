@@ -340,6 +340,23 @@ def test_fp16_scales_the_gradients_and_resumes_exactly(tmp_path: Path) -> None:
     assert _records(resumed) == [r for r in _records(tmp_path / "full") if r["step"] > 4]
 
 
+def test_repeated_augmentation_and_timms_ema_warmup_resume_exactly(tmp_path: Path) -> None:
+    """data.aug_repeats=3 (each image three times an epoch, differently augmented) and timm's EMA
+    warmup, stopped mid-epoch: the resumed run logs what an uninterrupted one does, into the next
+    epoch (``BatchOptions.training`` takes data.aug_repeats: test_data.py)."""
+    from helpers import stopped_copy
+
+    keys = {"data.crop_padding": 2, "data.flip": True, "train.ema": 0.9}
+    keys |= {"train.ema_warmup": "timm", "train.device": "cpu", "train.duration": "12st"}
+    keys |= {"train.log_every": "1st", "train.save_every": "5st", "train.keep_last": 4}
+    run = replace(get_recipe("smoke"), {**keys, "data.aug_repeats": 3})  # 8 steps an epoch
+    train(run, tmp_path / "full", progress=False)
+    resumed = stopped_copy(tmp_path / "full", tmp_path / "resumed", step=5)
+    (resumed / "metrics.jsonl").unlink()
+    train(run, resumed, progress=False)
+    assert _records(resumed) == [r for r in _records(tmp_path / "full") if r["step"] > 5]
+
+
 def test_a_train_step_accumulates_updates_and_marks_divergence() -> None:
     """``train_step`` alone: ``accum_steps`` micro-batches into the window, one update of the
     weights, and the first step whose loss is not finite kept on the device (no host read)."""

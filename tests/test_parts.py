@@ -69,3 +69,64 @@ def test_another_runs_checkpoint_must_match_the_run(tmp_path: Path) -> None:
 
     with pytest.raises(VitkitError):
         checkpoint_to_resume(tmp_path / "new", tmp_path / "no-such-checkpoint", get_recipe("smoke"))
+
+
+@pytest.mark.parametrize("warmup", ["tf", "timm", "none"])
+def test_ema_warmup_decays_by_its_rule_and_as_timm(warmup: str) -> None:
+    """train.ema_warmup's decay at step s (0 for the first update) is its formula and, for timm
+    and none, timm's own: ``ModelEmaV3.get_decay(s + 1)`` with use_warmup (gamma 1, power 2/3,
+    its defaults; timm counts updates from 1) and ``ModelEmaV2``'s constant decay (ModelEmaV3
+    without warmup copies the weights at its first update: equal from s = 1). The averages the
+    run's parts keep follow it, as timm's do on the same weights."""
+    from timm.utils.model_ema import ModelEmaV2, ModelEmaV3
+
+    from vitkit.train.parts import ema_decay
+
+    decay = 0.999
+    rule = {
+        "tf": lambda s: min(decay, (1 + s) / (10 + s)),  # TensorFlow's num_updates rule
+        "timm": lambda s: 0.0 if s == 0 else min(decay, 1 - (1 + s) ** (-2 / 3)),
+        "none": lambda s: decay,
+    }[warmup]
+    parts = build_parts(
+        replace(get_recipe("smoke"), {"train.ema": decay, "train.ema_warmup": warmup}),
+        CPU,
+        autocast=None,
+        pretrained=False,
+    )
+    assert parts.average is not None and parts.ema is not None
+    timm = {
+        "tf": None,
+        "timm": ModelEmaV3(parts.model, decay=decay, use_warmup=True),
+        "none": ModelEmaV2(parts.model, decay=decay),
+    }[warmup]
+    steps = [0, 1, 2, 3, 5, 10, 100, 1000, 10**5]
+    for s in steps:
+        assert ema_decay(warmup, decay, s) == rule(s)
+        if warmup == "timm":
+            assert ModelEmaV3(parts.model, decay=decay, use_warmup=True).get_decay(s + 1) == rule(s)
+        if warmup == "none":
+            assert ModelEmaV2(parts.model, decay=decay).decay == rule(s)
+            if s:
+                assert ModelEmaV3(parts.model, decay=decay).get_decay(s + 1) == rule(s)
+    if warmup != "none":  # the warmups ramp up to the decay
+        assert rule(1) < rule(10) < rule(1000) <= decay
+    expected = {k: v.clone() for k, v in parts.ema.state_dict().items()}
+    torch.manual_seed(0)
+    for s in range(4):
+        with torch.no_grad():
+            for p in parts.model.parameters():
+                p.add_(torch.randn_like(p))  # the model moves; the averages follow it
+        parts.average.update(s)
+        if isinstance(timm, ModelEmaV3):
+            timm.update(parts.model, step=s + 1)
+        elif timm is not None:
+            timm.update(parts.model)
+        for k, v in parts.model.state_dict().items():
+            expected[k] = rule(s) * expected[k] + (1 - rule(s)) * v
+        for k, v in parts.ema.state_dict().items():
+            torch.testing.assert_close(v, expected[k], rtol=1e-5, atol=1e-6)
+            if timm is not None:  # V3 lerps as Average does (bit for bit); V2 multiplies and adds
+                exact = isinstance(timm, ModelEmaV3)
+                tolerance = {"rtol": 0, "atol": 0} if exact else {"rtol": 1e-5, "atol": 1e-6}
+                torch.testing.assert_close(v, timm.module.state_dict()[k], **tolerance)

@@ -110,3 +110,12 @@ def test_a_stream_reads_its_row_groups_on_the_calling_thread(
     images = [_encoded(k, 16, 16, "PNG") for k in range(8)]
     assert sum(len(y) for _, y in _batches(_stream(tmp_path, images), 8).epoch(0)) == 8
     assert threaded == [False, False]  # two row groups of 4 rows
+
+
+def test_a_stream_refuses_repeated_augmentation(tmp_path: Path) -> None:
+    from vitkit.config import ConfigError
+
+    stream = _stream(tmp_path, [_encoded(k, 16, 16, "PNG") for k in range(4)])
+    options = BatchOptions(batch_size=4, train=True, image_size=8, aug_repeats=3)
+    with pytest.raises(ConfigError, match=r"^aug_repeats=3 is not valid for a stream: expected 1 "):
+        st.StreamBatches(stream, options)

@@ -25,6 +25,7 @@ Optimizer = Literal["adam", "sgd", "muon"]
 Schedule = Literal["cosine", "linear", "constant"]
 Objective = Literal["classification", "mpp"]
 Parallel = Literal["ddp", "fsdp"]
+EmaWarmup = Literal["tf", "timm", "none"]
 Device = Literal["auto", "cpu", "cuda"]
 Validation = Literal["auto", "holdout", "val", "test", "val_or_test"]
 ImagePaths = Literal["dataset", "any"]
@@ -227,6 +228,14 @@ class DataConfig(Section):
     )
     inception_crop: bool = key(False, doc="random-resized (inception) crops [P App. B.1.1]")
     rand_augment: bool = key(False, doc="RandAugment(2, 10)")
+    aug_repeats: int = key(
+        1,
+        doc="repeated augmentation r (DeiT's RASampler, timm's --aug-repeats): an epoch keeps "
+        "about the dataset's size but serves about 1/r of its images, r times each, differently "
+        "augmented; under torchrun with r or more processes an image's copies land on different "
+        "ones (data/loader.py); 1 = off; not with data.streaming",
+        ge=1,
+    )
     per_class: int | None = key(None, doc="a class-balanced subset of the training set", ge=1)
     num_workers: int | None = key(
         None,
@@ -320,6 +329,12 @@ class DataConfig(Section):
             f"False for {self.dataset} (only hf: data is streamed; the rest is read with random "
             "access)",
         )
+        require(
+            not (self.streaming and self.aug_repeats > 1),
+            "data.aug_repeats",
+            self.aug_repeats,
+            "1 with data.streaming=True (a stream's windows cannot repeat an image in one epoch)",
+        )
 
     @property
     def source(self) -> DataSource:
@@ -390,6 +405,12 @@ class TrainConfig(Section):
     mixup: float = key(0.0, doc="mixup's Beta(a, a); 0 = off", ge=0)
     ema: float | None = key(
         None, doc="Polyak averaging of the weights (the paper's 0.9999), or none", gt=0, lt=1
+    )
+    ema_warmup: EmaWarmup = key(
+        "tf",
+        doc="the EMA's decay at step s (from 0): tf = min(ema, (1+s)/(10+s)) (TensorFlow's "
+        "num_updates rule); timm = 0 at s=0, then min(ema, 1-(1+s)^(-2/3)) (timm's ModelEmaV3 "
+        "use_warmup, gamma 1, power 2/3); none = ema at every step",
     )
     precision: Precision = key(
         "auto",

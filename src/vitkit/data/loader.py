@@ -13,6 +13,8 @@ whose workers decode and augment one image each, the inception crop drawn before
 flip at the output resolution. A batch is uint8 with ``uint8=True`` (scaled on the device by
 ``device.to_input``), else float32 already scaled. With ``shard=(rank, world)`` every process
 walks the same batches and keeps its contiguous part of each: the union is the one-process batch.
+Repeated augmentation (``aug_repeats``, ``repeated``) serves ceil(N/r) images r times an epoch,
+copies drawn apart (their batch positions, or per sample copy k > 0 from (seed, epoch, i, k)).
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from .transforms import inception_crop, random_crop_flip, resize, to_float
 Indexed: TypeAlias = ArrayDataset | DecodedImages
 
 # Stream names, so the permutation and the augmentation of one epoch never share random numbers.
-_ORDER, _BATCH, _SAMPLE, _LOADER = 0, 1, 2, 3
+_ORDER, _BATCH, _SAMPLE, _LOADER, _COPY = 0, 1, 2, 3, 4
 
 
 def derive_seed(*keys: int) -> int:
@@ -50,6 +52,25 @@ def derive_seed(*keys: int) -> int:
 
 def generator(*keys: int) -> torch.Generator:
     return torch.Generator().manual_seed(derive_seed(*keys))
+
+
+def repeated(order: Tensor, repeats: int, batch_size: int) -> tuple[Tensor, Tensor]:
+    """Repeated augmentation [DeiT's RASampler; Hoffer et al. 2020]: the first ceil(N/r) images
+    of ``order`` (N,), each ``repeats`` = r times, N entries in all (the epoch keeps its length),
+    and each entry's copy number (both (N,)). Entry e is copy e % r of ``order[e // r]``; within
+    each batch of ``batch_size`` = B the entries are laid out copy-major (copy 0 of the batch's
+    images, then copy 1, ...), so an image's copies in one batch sit at least floor(B/r) apart.
+    A process keeps a contiguous part of B/world of every batch, so on ``world`` >= r processes
+    every copy lands on a different process (as DeiT spreads them over GPUs); on fewer they share
+    as evenly as the parts allow, and in one process its batch. With r not dividing B an image's
+    copies may straddle two batches; a batch that ``drop_last`` leaves out may leave the last
+    images fewer than r copies."""
+    n = len(order)
+    entries = torch.arange(n)
+    copies = entries % repeats
+    # sort by (batch, copy, entry): unique keys, below r * n**2 (int64 for any dataset)
+    served = torch.argsort((entries // batch_size * repeats + copies) * n + entries)
+    return order[served // repeats], copies[served]
 
 
 @dataclass(frozen=True)
@@ -84,8 +105,8 @@ class Augment:
 
 
 class _Transformed(Dataset):
-    """Per-sample path: item (epoch, index) -> (uint8 (C, S_h, S_w), label), augmented from its
-    own generator when training."""
+    """Per-sample path: item (epoch, index, copy) -> (uint8 (C, S_h, S_w), label), augmented
+    from its own generator when training (``copy``: which of repeated augmentation's copies)."""
 
     def __init__(
         self,
@@ -102,10 +123,12 @@ class _Transformed(Dataset):
     def __len__(self) -> int:
         return len(self.dataset)
 
-    def __getitem__(self, key: tuple[int, int]) -> tuple[Tensor, int]:
-        epoch, index = key
+    def __getitem__(self, key: tuple[int, int, int]) -> tuple[Tensor, int]:
+        epoch, index, copy = key
         if self.augment is not None:
-            g = generator(self.seed, _SAMPLE, epoch, index)
+            # copy 0 draws as every copy did before repeated augmentation: old runs resume exactly
+            keys = (_SAMPLE, epoch, index) if copy == 0 else (_COPY, epoch, index, copy)
+            g = generator(self.seed, *keys)
             cropped = self._crop_first(index, g)
             if cropped is not None:
                 return cropped
@@ -156,7 +179,9 @@ class BatchOptions:
     them on the device), else float32 in [-1, 1]; ``pin_memory`` puts every batch in
     page-locked memory (for a GPU). ``shard=(rank, world)`` serves process ``rank``'s part of
     every batch (training batches must split evenly; the last evaluation batch may leave a
-    process an empty part). ``drop_last=None``: the value of ``train``.
+    process an empty part). ``drop_last=None``: the value of ``train``. ``aug_repeats=r`` > 1
+    (training): each epoch serves about N/r images r times each, differently augmented
+    (``repeated``).
     """
 
     batch_size: int
@@ -167,6 +192,7 @@ class BatchOptions:
     flip: bool = False
     inception_crop: bool = False
     rand_augment: bool = False
+    aug_repeats: int = 1
     num_workers: int = 0
     drop_last: bool | None = None
     shard: tuple[int, int] = (0, 1)
@@ -196,6 +222,14 @@ class BatchOptions:
                 "augmentation (crop_padding, flip, inception_crop) is for training; "
                 f"found it with train=False (crop_padding={crop_padding}, flip={self.flip}, "
                 f"inception_crop={self.inception_crop})"
+            )
+        repeats = self.aug_repeats
+        if not isinstance(repeats, int) or repeats < 1:
+            raise ConfigError(f"aug_repeats={repeats!r} is not valid: expected an integer >= 1")
+        if repeats > 1 and not self.train:
+            raise ConfigError(
+                f"aug_repeats={repeats} is for training (repeated augmentation); found it with "
+                "train=False"
             )
         rank, world = self.shard
         if not 0 <= rank < world:
@@ -240,6 +274,7 @@ class BatchOptions:
             flip=data.flip,
             inception_crop=data.inception_crop,
             rand_augment=data.rand_augment,
+            aug_repeats=data.aug_repeats,
             num_workers=data.num_workers,
             shard=shard,
             uint8=True,
@@ -287,6 +322,7 @@ class Batches:
         self.shard = options.shard
         self.train = options.train
         self.seed = options.seed
+        self.repeats = options.aug_repeats
         self.image_size = options.image_size
         self.num_workers = options.num_workers
         self.uint8 = options.uint8
@@ -324,10 +360,17 @@ class Batches:
 
     def order(self, epoch: int) -> Tensor:
         """The dataset indices of ``epoch`` in the order they are served (N,)."""
+        return self._drawn(epoch)[0]
+
+    def _drawn(self, epoch: int) -> tuple[Tensor, Tensor]:
+        """``order(epoch)`` and each entry's copy number (both (N,); 0 without repeats)."""
         n = len(self.dataset)
         if not self.train:
-            return torch.arange(n)
-        return torch.randperm(n, generator=generator(self.seed, _ORDER, epoch))
+            return torch.arange(n), torch.zeros(n, dtype=torch.int64)
+        order = torch.randperm(n, generator=generator(self.seed, _ORDER, epoch))
+        if self.repeats == 1:
+            return order, torch.zeros(n, dtype=torch.int64)
+        return repeated(order, self.repeats, self.batch_size)
 
     def epoch(self, epoch: int, start: int = 0) -> Iterator[tuple[Tensor, Tensor]]:
         """Batches ``start``, ..., ``steps_per_epoch - 1`` of ``epoch``."""
@@ -352,9 +395,12 @@ class Batches:
 
     def _spans(self, epoch: int, start: int, stop: int) -> list[Tensor]:
         """The dataset indices of batches ``start``, ..., ``stop - 1`` of ``epoch``."""
-        order = self.order(epoch)
+        return self._cut(self.order(epoch), start, stop)
+
+    def _cut(self, entries: Tensor, start: int, stop: int) -> list[Tensor]:
+        """``entries`` (N,) of an epoch cut into its batches ``start``, ..., ``stop - 1``."""
         B = self.batch_size
-        return [order[b * B : (b + 1) * B] for b in range(start, stop)]
+        return [entries[b * B : (b + 1) * B] for b in range(start, stop)]
 
     def _part(self, n: int) -> slice:
         """This process's contiguous part of a batch of ``n``: parts differ by at most one."""
@@ -372,18 +418,23 @@ class Batches:
                 epoch, start = epoch + 1, 0
         yield from self._out(self._loader(self._epochs(epoch, start)), 0)
 
-    def _epochs(self, epoch: int, start: int) -> Iterator[list[list[tuple[int, int]]]]:
-        """This process's (epoch, index) keys of every batch, from batch ``start`` of ``epoch``
+    def _epochs(self, epoch: int, start: int) -> Iterator[list[list[tuple[int, int, int]]]]:
+        """This process's (epoch, index, copy) keys of every batch, from batch ``start`` of ``epoch``
         on, an epoch at a time (each epoch's permutation drawn when it is reached)."""
         while True:
             yield self._keys(epoch, start, self.steps_per_epoch)
             epoch, start = epoch + 1, 0
 
-    def _keys(self, epoch: int, start: int, stop: int) -> list[list[tuple[int, int]]]:
+    def _keys(self, epoch: int, start: int, stop: int) -> list[list[tuple[int, int, int]]]:
         """This process's part of batches ``start``..``stop - 1`` of ``epoch``, as the keys
         ``_Transformed`` loads; the empty parts of a last evaluation batch are left out."""
-        parts = [span[self._part(len(span))] for span in self._spans(epoch, start, stop)]
-        return [[(epoch, i) for i in part.tolist()] for part in parts if len(part)]
+        order, copies = (self._cut(t, start, stop) for t in self._drawn(epoch))
+        keys = []
+        for indices, copy in zip(order, copies, strict=True):
+            part = self._part(len(indices))
+            pairs = zip(indices[part].tolist(), copy[part].tolist(), strict=True)
+            keys.append([(epoch, i, c) for i, c in pairs])
+        return [part for part in keys if part]
 
     def _empty_tail(self, epoch: int) -> int:
         """How many batches of ``epoch`` leave this process nothing (only a last, partial
@@ -445,6 +496,6 @@ class _Chained:
     def __init__(self, epochs: Any) -> None:
         self.epochs = epochs
 
-    def __iter__(self) -> Iterator[list[tuple[int, int]]]:
+    def __iter__(self) -> Iterator[list[tuple[int, int, int]]]:
         for batches in self.epochs:
             yield from batches

@@ -228,6 +228,11 @@ class StreamBatches(Batches):
     batch is a function of (seed, epoch, step)), the order the module docstring describes."""
 
     def __init__(self, dataset: ParquetStream, options: BatchOptions) -> None:
+        if options.aug_repeats > 1:  # an image's copies would have to share its window
+            raise ConfigError(
+                f"aug_repeats={options.aug_repeats} is not valid for a stream: expected 1 "
+                "(repeated augmentation needs random access: data.streaming=false)"
+            )
         self.source = dataset
         self._take(options, len(dataset), type(dataset).__name__, in_memory=False)
         self._failed: set[str] = set()  # the rows that failed, each counted once however often read

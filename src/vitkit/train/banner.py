@@ -54,7 +54,13 @@ TOOLS: tuple[Callable[[RunConfig], str | None], ...] = (
         else None
     ),
     lambda r: f"label smoothing {r.train.label_smoothing:g}" if r.train.label_smoothing else None,
-    lambda r: f"EMA {r.train.ema:g}" if r.train.ema is not None else None,
+    lambda r: (
+        f"EMA {r.train.ema:g}"
+        + ("" if r.train.ema_warmup == "tf" else f" (warmup {r.train.ema_warmup})")
+        if r.train.ema is not None
+        else None
+    ),
+    lambda r: f"repeated augmentation x{r.data.aug_repeats}" if r.data.aug_repeats > 1 else None,
     lambda r: "RandAugment(2, 10)" if r.data.rand_augment else None,
     lambda r: "inception crops" if r.data.inception_crop else None,
     lambda r: f"random crops (padding {r.data.crop_padding})" if r.data.crop_padding else None,

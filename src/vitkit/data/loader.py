@@ -28,8 +28,9 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
 from ..config import DataConfig, ModelConfig, TrainConfig, image_size_of, size_hw
+from ..config.augment import AutoAugment, parse_auto_augment
 from ..errors import ConfigError, DataError
-from . import transforms
+from . import autoaugment, transforms
 from .arrays import ArrayDataset
 from .decoded import DecodedImages
 from .transforms import inception_crop, random_crop_flip, resize, to_float
@@ -61,6 +62,7 @@ class Augment:
     flip: bool
     inception_crop: bool
     rand_augment: bool = False
+    auto_augment: AutoAugment | None = None  # data.auto_augment, parsed
 
     def __call__(self, images: Tensor, g: torch.Generator) -> Tensor:
         if self.inception_crop:
@@ -73,13 +75,18 @@ class Augment:
 
     def after_crop(self, images: Tensor, g: torch.Generator) -> Tensor:
         """What follows the inception crop or the resize: the padded crop, the flip, RandAugment
-        (uint8 (B, C, S_h, S_w) at the output resolution)."""
+        or ``auto_augment`` (uint8 (B, C, S_h, S_w) at the output resolution)."""
         if self.crop_padding or self.flip:
             images = random_crop_flip(
                 images, padding=self.crop_padding, flip=self.flip, generator=g
             )
         if self.rand_augment:  # RandAugment(2, 10), as big_vision's plain-ViT recipe
             images = torch.stack([transforms.rand_augment(im, generator=g) for im in images])
+        if self.auto_augment is not None:
+            policy = self.auto_augment
+            images = torch.stack(
+                [autoaugment.auto_augment(im, policy, generator=g) for im in images]
+            )
         return images
 
 
@@ -167,6 +174,7 @@ class BatchOptions:
     flip: bool = False
     inception_crop: bool = False
     rand_augment: bool = False
+    auto_augment: str | None = None  # data.auto_augment's syntax (config/augment.py)
     num_workers: int = 0
     drop_last: bool | None = None
     shard: tuple[int, int] = (0, 1)
@@ -197,6 +205,12 @@ class BatchOptions:
                 f"found it with train=False (crop_padding={crop_padding}, flip={self.flip}, "
                 f"inception_crop={self.inception_crop})"
             )
+        if self.auto_augment is not None:
+            parse_auto_augment(self.auto_augment)
+            if self.rand_augment:
+                raise ConfigError(
+                    f"rand_augment=True and auto_augment={self.auto_augment!r}: choose one"
+                )
         rank, world = self.shard
         if not 0 <= rank < world:
             raise ConfigError(
@@ -214,7 +228,13 @@ class BatchOptions:
     @property
     def augments(self) -> bool:
         """Whether any augmentation is asked for."""
-        return bool(self.crop_padding or self.flip or self.inception_crop or self.rand_augment)
+        return bool(
+            self.crop_padding
+            or self.flip
+            or self.inception_crop
+            or self.rand_augment
+            or self.auto_augment
+        )
 
     @classmethod
     def training(
@@ -240,6 +260,7 @@ class BatchOptions:
             flip=data.flip,
             inception_crop=data.inception_crop,
             rand_augment=data.rand_augment,
+            auto_augment=data.auto_augment,
             num_workers=data.num_workers,
             shard=shard,
             uint8=True,
@@ -314,6 +335,7 @@ class Batches:
                 options.flip,
                 options.inception_crop,
                 options.rand_augment,
+                None if options.auto_augment is None else parse_auto_augment(options.auto_augment),
             )
             if options.train and (options.augments or options.image_size)
             else None

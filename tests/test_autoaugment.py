@@ -258,6 +258,33 @@ def test_batches_draw_auto_augment_from_each_position(tmp_path: Path) -> None:
         BatchOptions(batch_size=4, train=True, auto_augment="rand-m")
 
 
+def test_per_sample_batches_are_the_same_however_many_workers_decode(tmp_path: Path) -> None:
+    """Images read by index are augmented in the workers from (seed, epoch, index): the batches
+    do not depend on the number of workers, and an epoch resumed at batch 1 repeats them."""
+    from PIL import Image
+
+    from vitkit.data import Batches, BatchOptions, ImageFolderDataset
+
+    for i in range(6):
+        path = tmp_path / "train" / f"c{i % 2}" / f"{i}.png"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(image(i).permute(1, 2, 0).numpy()).save(path)
+    data = ImageFolderDataset(tmp_path, "train")
+    options = dict(batch_size=2, train=True, seed=1, image_size=24, inception_crop=True)
+    options |= dict(auto_augment="rand-m9-mstd0.5-inc1", uint8=True)
+    full = [x for x, _ in Batches(data, BatchOptions(**options)).epoch(0)]
+    workers = Batches(data, BatchOptions(**options, num_workers=2))
+    assert all(
+        torch.equal(a, b) for a, b in zip(full, [x for x, _ in workers.epoch(0)], strict=True)
+    )
+    resumed = [x for x, _ in workers.epoch(0, start=1)]
+    assert all(torch.equal(a, b) for a, b in zip(full[1:], resumed, strict=True))
+    plain = [
+        x for x, _ in Batches(data, BatchOptions(**{**options, "auto_augment": None})).epoch(0)
+    ]
+    assert not all(torch.equal(a, b) for a, b in zip(full, plain, strict=True))
+
+
 def test_a_run_with_auto_augment_resumes_exactly(tmp_path: Path) -> None:
     from helpers import stopped_copy
     from vitkit.recipes import get_recipe

@@ -2,17 +2,16 @@
 
 Every draw comes from the caller's ``torch.Generator`` (the loader's per-sample or per-batch
 one), so an image depends only on (seed, epoch, index) and a resumed run repeats exactly. A
-policy (``config.augment.AutoAugment``, parsed from ``data.auto_augment``) first draws a plan,
-a list of ``Step`` (``plan``), then applies it (``apply``). Semantics are timm's
-(timm/data/auto_augment.py) for ``rand`` [Cubuk et al. 2020] and ``original`` [Cubuk et al. 2019,
-the ImageNet policy]: its op lists (``inc``), level-to-argument rules, p 0.5 per RandAugment op,
-ops drawn with replacement, magnitude N(m, mstd) clipped to [0, mmax], a random sign for signed
-ops; and torchvision's TrivialAugmentWide [Müller & Hutter 2021] for ``trivial`` (one op of 14,
-one of 31 magnitude bins). Differences: the ops are torchvision's tensor ops (``v2.functional``),
-not PIL's (enhance ops differ by rounding; shear about the top-left corner as both do); geometry
-is always bilinear (timm draws bilinear or bicubic; torchvision's TrivialAugment is nearest);
-the fill is grey 128 everywhere (timm's for mean 0.5; torchvision fills black); posterize bits
-are clipped to [0, 8] (mmax > 10 would give timm negative bits).
+policy (``config.augment.AutoAugment``, from ``data.auto_augment``) draws a plan of ``Step``s
+(``plan``), then ``apply`` applies it. ``rand`` [Cubuk et al. 2020] and ``original`` (the ImageNet
+policy of Cubuk et al. 2019) are timm's (timm/data/auto_augment.py): its op lists (``inc``),
+level-to-argument rules, p 0.5 per RandAugment op, ops drawn with replacement, magnitudes
+N(m, mstd) clipped to [0, mmax], a random sign per signed op. ``trivial`` is torchvision's
+TrivialAugmentWide [Müller & Hutter 2021]: one op of 14, one of 31 magnitude bins. Differences:
+torchvision's tensor ops (``v2.functional``) instead of PIL's (the enhance ops round differently;
+shear about the top-left corner, as both); bilinear always (timm draws bilinear or bicubic,
+torchvision's TrivialAugment is nearest); grey fill 128 (timm's for mean 0.5; torchvision's is
+black); posterize bits clipped to [0, 8] (timm's go negative for mmax > 10).
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from ..compat import fold_bf16, fold_data_dir
 from ..errors import ConfigError
+from .augment import AUTO_AUGMENTS, why_not_auto_augment
 from .fewshot import SHOTS
 from .keys import Kind, Section, from_dict, key, upgrade
 from .model import ModelConfig, require
@@ -205,6 +206,7 @@ def _why_not_spec(spec: str) -> str | None:
 
 
 DataSpec = Annotated[str, Kind("data", _why_not_spec, DATA_SPECS)]
+AutoAugmentSpec = Annotated[str, Kind("augmentation", why_not_auto_augment, AUTO_AUGMENTS)]
 
 
 # ------------------------------------------------------------------------------------ sections
@@ -312,9 +314,23 @@ class DataConfig(Section):
     random_erase_count: int = key(
         1, doc="random erasing: at most this many boxes per image, 1 to it (timm's --recount)", ge=1
     )
+    auto_augment: AutoAugmentSpec | None = key(
+        None,
+        doc="timm's --aa strings (config/augment.py, data/autoaugment.py): rand-m9-mstd0.5-inc1 "
+        "(RandAugment: n ops, magnitude m on 0..10 with noise std mstd clipped to [0, mmax], inc "
+        "ops, each applied with p 0.5), original (AutoAugment's ImageNet policy), trivial "
+        "(TrivialAugment wide); timm's ops and magnitudes on torchvision's tensor ops: bilinear "
+        "where timm draws bilinear or bicubic, grey fill 128 (timm's for mean 0.5)",
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        require(
+            not (self.rand_augment and self.auto_augment),
+            "data.auto_augment",
+            self.auto_augment,
+            "none with data.rand_augment=True (RandAugment(2, 10)): choose one augmentation",
+        )
         require(
             not (self.inception_crop and self.crop_padding),
             "data.crop_padding",

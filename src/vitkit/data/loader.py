@@ -30,8 +30,9 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
 from ..config import DataConfig, ModelConfig, TrainConfig, image_size_of, size_hw
+from ..config.augment import AutoAugment, parse_auto_augment
 from ..errors import ConfigError, DataError
-from . import transforms
+from . import autoaugment, transforms
 from .arrays import ArrayDataset
 from .decoded import DecodedImages
 from .transforms import inception_crop, random_crop_flip, resize, to_float
@@ -82,6 +83,7 @@ class Augment:
     flip: bool
     inception_crop: bool
     rand_augment: bool = False
+    auto_augment: AutoAugment | None = None  # data.auto_augment, parsed
 
     def __call__(self, images: Tensor, g: torch.Generator) -> Tensor:
         if self.inception_crop:
@@ -94,13 +96,18 @@ class Augment:
 
     def after_crop(self, images: Tensor, g: torch.Generator) -> Tensor:
         """What follows the inception crop or the resize: the padded crop, the flip, RandAugment
-        (uint8 (B, C, S_h, S_w) at the output resolution)."""
+        or ``auto_augment`` (uint8 (B, C, S_h, S_w) at the output resolution)."""
         if self.crop_padding or self.flip:
             images = random_crop_flip(
                 images, padding=self.crop_padding, flip=self.flip, generator=g
             )
         if self.rand_augment:  # RandAugment(2, 10), as big_vision's plain-ViT recipe
             images = torch.stack([transforms.rand_augment(im, generator=g) for im in images])
+        if self.auto_augment is not None:
+            policy = self.auto_augment
+            images = torch.stack(
+                [autoaugment.auto_augment(im, policy, generator=g) for im in images]
+            )
         return images
 
 
@@ -193,6 +200,7 @@ class BatchOptions:
     inception_crop: bool = False
     rand_augment: bool = False
     aug_repeats: int = 1
+    auto_augment: str | None = None  # data.auto_augment's syntax (config/augment.py)
     num_workers: int = 0
     drop_last: bool | None = None
     shard: tuple[int, int] = (0, 1)
@@ -231,6 +239,12 @@ class BatchOptions:
                 f"aug_repeats={repeats} is for training (repeated augmentation); found it with "
                 "train=False"
             )
+        if self.auto_augment is not None:
+            parse_auto_augment(self.auto_augment)
+            if self.rand_augment:
+                raise ConfigError(
+                    f"rand_augment=True and auto_augment={self.auto_augment!r}: choose one"
+                )
         rank, world = self.shard
         if not 0 <= rank < world:
             raise ConfigError(
@@ -248,7 +262,13 @@ class BatchOptions:
     @property
     def augments(self) -> bool:
         """Whether any augmentation is asked for."""
-        return bool(self.crop_padding or self.flip or self.inception_crop or self.rand_augment)
+        return bool(
+            self.crop_padding
+            or self.flip
+            or self.inception_crop
+            or self.rand_augment
+            or self.auto_augment
+        )
 
     @classmethod
     def training(
@@ -275,6 +295,7 @@ class BatchOptions:
             inception_crop=data.inception_crop,
             rand_augment=data.rand_augment,
             aug_repeats=data.aug_repeats,
+            auto_augment=data.auto_augment,
             num_workers=data.num_workers,
             shard=shard,
             uint8=True,
@@ -350,6 +371,7 @@ class Batches:
                 options.flip,
                 options.inception_crop,
                 options.rand_augment,
+                None if options.auto_augment is None else parse_auto_augment(options.auto_augment),
             )
             if options.train and (options.augments or options.image_size)
             else None

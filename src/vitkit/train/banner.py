@@ -62,6 +62,7 @@ TOOLS: tuple[Callable[[RunConfig], str | None], ...] = (
     ),
     lambda r: f"repeated augmentation x{r.data.aug_repeats}" if r.data.aug_repeats > 1 else None,
     lambda r: "RandAugment(2, 10)" if r.data.rand_augment else None,
+    lambda r: f"augmentation policy {r.data.auto_augment}" if r.data.auto_augment else None,
     lambda r: "inception crops" if r.data.inception_crop else None,
     lambda r: f"random crops (padding {r.data.crop_padding})" if r.data.crop_padding else None,
     lambda r: "flips" if r.data.flip else None,

@@ -534,6 +534,17 @@ for _size, _level in (
     )
 
 
+def _deit_data() -> DataConfig:
+    """DeiT's images: inception crop and flip, ``rand-m9-mstd0.5-inc1``, random erasing 0.25."""
+    return DataConfig(
+        dataset="imagenet",
+        inception_crop=True,
+        flip=True,
+        auto_augment="rand-m9-mstd0.5-inc1",
+        random_erase=0.25,
+    )
+
+
 @recipe("DeiT-B: ViT-B/16 on ImageNet-1k with DeiT's augmentation (DIR: --data)")
 def deit_b() -> RunConfig:
     """DeiT-B without distillation [Touvron et al. 2021, Table 9 and its repository's main.py]:
@@ -547,14 +558,7 @@ def deit_b() -> RunConfig:
     --data IMAGENET``. Published: 81.8% ImageNet top-1 (DeiT paper, DeiT-B at 224)."""
     return RunConfig(
         model=dataclasses.replace(get_config("ViT-B/16"), drop_path_rate=0.1),
-        data=DataConfig(
-            dataset="imagenet",
-            inception_crop=True,
-            flip=True,
-            auto_augment="rand-m9-mstd0.5-inc1",
-            random_erase=0.25,
-            aug_repeats=3,
-        ),
+        data=dataclasses.replace(_deit_data(), aug_repeats=3),
         optim=OptimConfig(
             lr=5e-4 * 1024 / 512,
             weight_decay=0.05,
@@ -586,13 +590,7 @@ def finetune_layer_decay() -> RunConfig:
     MAE's pre-trained ViT-B (MAE paper, Table 3)."""
     return RunConfig(
         model=dataclasses.replace(get_config("ViT-B/16"), drop_path_rate=0.1),
-        data=DataConfig(
-            dataset="imagenet",
-            inception_crop=True,
-            flip=True,
-            auto_augment="rand-m9-mstd0.5-inc1",
-            random_erase=0.25,
-        ),
+        data=_deit_data(),  # MAE fine-tunes with DeiT's augmentation, without repeats
         optim=OptimConfig(
             lr=5e-4 * 1024 / 256,
             weight_decay=0.05,

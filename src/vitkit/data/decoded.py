@@ -22,7 +22,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import TypedDict, TypeVar
 
 import numpy as np
 import torch
@@ -44,6 +44,17 @@ _Images = TypeVar("_Images", bound="DecodedImages")
 
 class UnreadableImageWarning(UserWarning):
     """An image file was skipped because PIL cannot read it."""
+
+
+class Reading(TypedDict, total=False):
+    """``ReadOptions``' fields as the keyword arguments of a container's constructor
+    (``ImageFolderDataset(root, verify="header")``): their defaults are ``ReadOptions``'."""
+
+    mode: str | None
+    verify: Level
+    max_bad_fraction: float
+    verify_workers: int | None
+    verify_cache: bool
 
 
 @dataclass(frozen=True)

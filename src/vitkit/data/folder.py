@@ -19,7 +19,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 import torch
@@ -27,9 +27,12 @@ import torch
 from ..errors import DataError, MissingFileError
 from ..files import read_regular
 from .cells import class_order
-from .decoded import MAX_BAD_FRACTION, DecodedImages, ReadOptions
+from .decoded import DecodedImages, Reading, ReadOptions
 from .source import SourceState
-from .verify import Level, listing_key
+from .verify import listing_key
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 # The files listed as images, in any case; what they may hold is codec.FORMATS, whatever the name.
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff")
@@ -277,14 +280,9 @@ class ImageFolderDataset(DecodedImages):
         self,
         root: str | os.PathLike,
         split: str | None = "train",
-        *,
-        mode: str | None = "RGB",
-        verify: Level = "full",
-        max_bad_fraction: float = MAX_BAD_FRACTION,
-        verify_workers: int | None = None,
-        verify_cache: bool = True,
+        **reading: Unpack[Reading],
     ) -> None:
-        options = ReadOptions(mode, verify, max_bad_fraction, verify_workers, verify_cache)
+        options = ReadOptions(**reading)
         self.root = Path(root)
         self.split = split
         if split is None:
@@ -337,12 +335,7 @@ class ImageFolderDataset(DecodedImages):
 
 
 def verify_image_folder(
-    root: str | os.PathLike,
-    *,
-    mode: str | None = "RGB",
-    verify: Level = "full",
-    max_bad_fraction: float = MAX_BAD_FRACTION,
-    verify_workers: int | None = None,
+    root: str | os.PathLike, **reading: Unpack[Reading]
 ) -> dict[str | None, ImageFolderDataset]:
     """Every split of the image folder ``root`` (``folder_layout``'s), verified and cached, by
     name (a single tree is ``None``).
@@ -358,16 +351,10 @@ def verify_image_folder(
     first = "train" if "train" in layout.splits else None
 
     def read(split: str | None, split_mode: str | None) -> ImageFolderDataset:
-        return ImageFolderDataset(
-            layout.root,
-            split,
-            mode=split_mode,
-            verify=verify,
-            max_bad_fraction=max_bad_fraction,
-            verify_workers=verify_workers,
-        )
+        each: Reading = {**reading, "mode": split_mode}  # the train split's channels
+        return ImageFolderDataset(layout.root, split, **each)
 
-    datasets = {first: read(first, mode)}
+    datasets = {first: read(first, ReadOptions(**reading).mode)}
     for split in layout.splits:
         if split != first:
             datasets[split] = read(split, datasets[first].mode)

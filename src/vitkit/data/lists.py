@@ -18,13 +18,17 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import DataError, MissingFileError
 from .cells import label_from_text
-from .decoded import MAX_BAD_FRACTION, DecodedImages, ReadOptions
+from .decoded import DecodedImages, Reading, ReadOptions
 from .folder import FolderSource
 from .source import SourceState
-from .verify import Level, listing_key
+from .verify import listing_key
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 # The VTAB-1k lists, by file name.
 LISTS = ("train800", "val200", "train800val200", "test")
@@ -112,14 +116,9 @@ class ListImages(DecodedImages):
         self,
         task_dir: str | os.PathLike,
         list_name: str,
-        *,
-        mode: str | None = "RGB",
-        verify: Level = "full",
-        max_bad_fraction: float = MAX_BAD_FRACTION,
-        verify_workers: int | None = None,
-        verify_cache: bool = True,
+        **reading: Unpack[Reading],
     ) -> None:
-        options = ReadOptions(mode, verify, max_bad_fraction, verify_workers, verify_cache)
+        options = ReadOptions(**reading)
         self.task_dir = Path(task_dir)
         if not self.task_dir.is_dir():
             raise MissingFileError(

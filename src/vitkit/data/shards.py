@@ -28,16 +28,19 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..errors import ConfigError, DataError, MissingFileError
 from ..files import atomic_write
 from .cells import label_from_text
-from .decoded import MAX_BAD_FRACTION, DecodedImages, ReadOptions
+from .decoded import MAX_BAD_FRACTION, DecodedImages, Reading, ReadOptions
 from .folder import IMAGE_SUFFIXES, SPLITS, ImageFolderDataset, folder_layout
 from .source import SourceState
-from .verify import Level
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 # The words of a shard's name that make it a split's, and the split.
 SPLIT_WORDS = {"train": "train", "val": "val", "validation": "val", "test": "test"}
@@ -292,14 +295,9 @@ class WebDatasetShards(DecodedImages):
         self,
         root: str | os.PathLike,
         split: str = "train",
-        *,
-        mode: str | None = "RGB",
-        verify: Level = "full",
-        max_bad_fraction: float = MAX_BAD_FRACTION,
-        verify_workers: int | None = None,
-        verify_cache: bool = True,
+        **reading: Unpack[Reading],
     ) -> None:
-        options = ReadOptions(mode, verify, max_bad_fraction, verify_workers, verify_cache)
+        options = ReadOptions(**reading)
         layout = shard_layout(root)
         if split not in layout.splits:
             raise DataError(

@@ -280,3 +280,13 @@ def test_the_banner_names_the_tools_that_are_on() -> None:
         "RandAugment(2, 10)",
         "stochastic depth 0.1",
     ]
+
+
+def test_a_resnet_run_with_layer_decay_is_refused_before_any_data(capsys) -> None:
+    """The config refuses it in one line (vitkit config and train), as the optimizer would later."""
+    from vitkit.cli import main
+
+    assert main(["config", "--recipe", "fmnist-resnet", "--set", "optim.layer_decay=0.75"]) == 2
+    err = capsys.readouterr().err
+    assert "optim.layer_decay=0.75 is not valid: expected none for a ResNet" in err
+    assert len(err.strip().splitlines()) == 1

@@ -567,6 +567,12 @@ class RunConfig(Section):
             "'adam' for a ResNet (Muon takes the transformer blocks' weight matrices)",
         )
         require(
+            not (self.optim.layer_decay is not None and self.model.arch != "vit"),
+            "optim.layer_decay",
+            self.optim.layer_decay,
+            "none for a ResNet (layer-wise decay counts a ViT's transformer blocks)",
+        )
+        require(
             not (self.optim.name == "muon" and self.train.parallel == "fsdp"),
             "optim.name",
             self.optim.name,

@@ -1,5 +1,5 @@
-"""What every test shares: a cache folder of its own; what tests of image files share: which
-files verification decoded."""
+"""What every test shares: a cache folder of its own and a CPU counted as without native bf16;
+what tests of image files share: which files verification decoded."""
 
 from __future__ import annotations
 
@@ -16,6 +16,14 @@ def home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPat
     path = tmp_path_factory.mktemp("home")
     monkeypatch.setenv("VITKIT_HOME", str(path))
     return path
+
+
+@pytest.fixture(autouse=True)
+def cpu_without_bf16(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``auto`` precision decides as on a CPU without native bf16 (``runtime.arithmetic``), in
+    this process and its subprocesses: the figures tests assert are fp32's on every machine. A
+    test of the decision sets ``VITKIT_CPU_BF16`` itself, or removes it to read the machine."""
+    monkeypatch.setenv("VITKIT_CPU_BF16", "none")
 
 
 @pytest.fixture

@@ -291,13 +291,14 @@ def test_what_the_machine_decides_has_its_origin_and_the_run_records_it(
     argv += ["--run-dir", str(run_dir)]
     assert main(argv) == 0
     out = capsys.readouterr().out
-    assert "auto on cpu: train.precision='fp32'" in out
+    no_bf16 = "auto: this CPU has no native bf16 (neither AVX512_BF16 nor AMX-BF16)"
+    assert f"{no_bf16}: train.precision='fp32'" in out
     assert re.search(r"none on this machine: \d+ cores for 1 process, less one each: "
                      r"data\.num_workers=\d+", out)  # fmt: skip
     saved = json.loads((run_dir / "config.json").read_text())
     assert saved["train"]["precision"] == "fp32" and isinstance(saved["data"]["num_workers"], int)
     assert main(["config", "--recipe", "smoke", "train.precision"]) == 0
-    assert "train.precision = fp32    (auto on cpu)" in capsys.readouterr().out
+    assert f"train.precision = fp32    ({no_bf16})" in capsys.readouterr().out
 
     reads: list[Path] = []
     read_text = Path.read_text
@@ -309,3 +310,85 @@ def test_what_the_machine_decides_has_its_origin_and_the_run_records_it(
     monkeypatch.setattr(Path, "read_text", counted)
     assert main(argv) == 0  # finished: evaluated again
     assert reads.count(run_dir / "config.json") == 1
+
+
+def test_a_cpu_with_native_bf16_records_bf16_and_a_resume_never_decides_again(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
+    """Where ``auto`` stands for bf16 (a CPU standing in for one with AVX512_BF16, the smoke
+    model's batch counted as enough), the run says why and config.json records bf16; the same
+    command on a CPU without native bf16 resumes in bf16, as recorded, and says so."""
+    import json
+    import shutil
+
+    from helpers import stopped_copy
+    from vitkit.cli import main
+    from vitkit.runtime import arithmetic
+
+    monkeypatch.setattr(arithmetic, "MIN_GFLOP", {"train": 0.0, "infer": 0.0})
+    monkeypatch.setenv("VITKIT_CPU_BF16", "avx512_bf16")
+    full = tmp_path / "full"
+    argv = ["train", "--recipe", "smoke", "--set", "train.device=cpu", "--no-progress"]
+    assert main([*argv, "--run-dir", str(full)]) == 0
+    out = capsys.readouterr().out
+    assert re.search(
+        r"auto: this CPU has AVX512_BF16, and a forward pass of a batch is [\d.e-]+ GFLOP: "
+        r"train\.precision='bf16'",
+        out,
+    )
+    assert json.loads((full / "config.json").read_text())["train"]["precision"] == "bf16"
+    assert main(["config", "--recipe", "smoke", "train.precision"]) == 0
+    assert "train.precision = bf16    (auto: this CPU has AVX512_BF16, and" in (
+        capsys.readouterr().out
+    )
+
+    monkeypatch.setenv("VITKIT_CPU_BF16", "none")  # the run moves to a CPU without bf16
+    resumed = stopped_copy(full, tmp_path / "resumed", step=4)
+    shutil.rmtree(resumed / "best")
+    (resumed / "metrics.jsonl").unlink()
+    assert main([*argv, "--run-dir", str(resumed)]) == 0
+    said = f"recorded in {resumed / 'config.json'}: "
+    assert re.search(f"{re.escape(said)}.*train\\.precision='bf16'", capsys.readouterr().out)
+    assert json.loads((resumed / "config.json").read_text())["train"]["precision"] == "bf16"
+    after = [json.loads(line) for line in (resumed / "metrics.jsonl").read_text().splitlines()]
+    uninterrupted = [json.loads(line) for line in (full / "metrics.jsonl").read_text().splitlines()]
+    assert [r["loss"] for r in after if r["step"] > 4] == [
+        r["loss"] for r in uninterrupted if r["step"] > 4
+    ]
+
+
+def test_the_committed_runs_resume_in_fp32_on_a_cpu_with_native_bf16(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
+    """Every run directory written before ``auto`` could mean bf16 on a CPU records fp32 (as
+    ``train.bf16: false``): the command that wrote resume_v1, run again where ``auto`` would
+    now choose bf16, continues it in fp32 and logs what its code logged uninterrupted."""
+    import json
+    import shutil
+
+    from vitkit.cli import main
+    from vitkit.runtime import arithmetic
+
+    monkeypatch.setattr(arithmetic, "MIN_GFLOP", {"train": 0.0, "infer": 0.0})
+    monkeypatch.setenv("VITKIT_CPU_BF16", "amx_bf16")
+    old = Path(__file__).parent / "data" / "resume_v1"
+    run_dir = Path(shutil.copytree(old / "run", tmp_path / "run"))
+    sets = [
+        "train.duration=6st", "train.save_every=2st", "train.log_every=3st",
+        "train.eval_every=6st", "model.dropout_rate=0.1", "model.hidden_size=16",
+        "model.mlp_dim=32", "train.ema=0.9", "train.mixup=0.2", "train.keep_last=3",
+        "train.device=cpu", "data.num_workers=0",
+    ]  # fmt: skip
+    argv = ["train", "--recipe", "smoke", "--no-progress", "--run-dir", str(run_dir)]
+    assert main([*argv, *(f"--set={s}" for s in sets)]) == 0
+    said = f"recorded in {run_dir / 'config.json'}: "
+    assert re.search(f"{re.escape(said)}.*train\\.precision='fp32'", capsys.readouterr().out)
+    assert json.loads((run_dir / "config.json").read_text())["train"]["bf16"] is False
+    expected = [json.loads(line) for line in (old / "uninterrupted.jsonl").read_text().splitlines()]
+    got = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["step"], r.get("split")) for r in got] == [
+        (r["step"], r.get("split")) for r in expected
+    ]
+    for ours, theirs in zip(got, expected, strict=True):  # other CPUs may round differently
+        numbers = {k: v for k, v in theirs.items() if k != "split"}
+        assert {k: ours[k] for k in numbers} == pytest.approx(numbers, rel=1e-4)

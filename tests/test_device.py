@@ -118,29 +118,32 @@ def test_smoke_run_on_cuda_is_finite_and_resumes(tmp_path: Path) -> None:
 
 
 def test_the_machine_decides_what_the_config_leaves_open(monkeypatch) -> None:
-    """``auto`` precision is bf16 on CUDA and fp32 on the CPU, the workers of none are the cores
-    per process less one, each with its origin; a decided run comes back unchanged."""
+    """``auto`` precision is bf16 on CUDA and, on a CPU, what ``runtime.arithmetic`` decides for
+    the run's batch (here one without native bf16: fp32); the workers of none are the cores per
+    process less one, each with its origin; a decided run is left as it is."""
     import os
 
     from vitkit.config import replace
+    from vitkit.model.flops import count_flops
     from vitkit.recipes import get_recipe
-    from vitkit.runtime.machine import decide, resolved
+    from vitkit.runtime.machine import decide
 
     monkeypatch.setattr(os, "sched_getaffinity", lambda _: set(range(16)))
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
     run = replace(get_recipe("smoke"), {"train.precision": "auto", "data.num_workers": None})
-    on_gpu = decide(run, torch.device("cuda", 1))
+    flops = count_flops(run.model)
+    on_gpu = decide(run, torch.device("cuda", 1), image_flops=flops)
     assert on_gpu["train.precision"] == ("bf16", "auto on cuda")
     assert on_gpu["data.num_workers"] == (
         7,
         "none on this machine: 16 cores for 2 processes, less one each",
     )
-    assert decide(run, torch.device("cpu"))["train.precision"] == ("fp32", "auto on cpu")
-    decided = resolved(run, torch.device("cpu"))
-    assert (decided.train.precision, decided.data.num_workers) == ("fp32", 7)
-    assert (
-        decide(decided, torch.device("cuda")) == {}
-        and resolved(decided, torch.device("cuda")) is decided
+    on_cpu = decide(run, torch.device("cpu"), image_flops=flops)["train.precision"]
+    assert on_cpu == (
+        "fp32",
+        "auto: this CPU has no native bf16 (neither AVX512_BF16 nor AMX-BF16)",
     )
+    decided = replace(run, {"train.precision": "fp32", "data.num_workers": 7})
+    assert decide(decided, torch.device("cuda"), image_flops=flops) == {}
     fixed = replace(run, {"train.precision": "fp16", "data.num_workers": 0})
-    assert resolved(fixed, torch.device("cuda")) is fixed
+    assert decide(fixed, torch.device("cuda"), image_flops=flops) == {}

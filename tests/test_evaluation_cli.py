@@ -109,6 +109,58 @@ def test_inspect_cli_errors(best: str, tmp_path: Path, capsys) -> None:
     assert "--num-images 0" in capsys.readouterr().err
 
 
+def test_bf16_predictions_agree_with_fp32s(best: str) -> None:
+    """RESULTS.md's check of bf16 inference on the main job's checkpoint, on a tiny trained
+    model: bf16 and fp32 agree on top-1 for >= 99.5% of the images, and accuracy moves by
+    <= 0.1 point."""
+    import torch
+
+    from vitkit.config import DataConfig
+    from vitkit.data import BatchOptions
+    from vitkit.data.run_data import batches_of, build_data
+    from vitkit.eval.metrics import evaluate
+    from vitkit.io.api import load
+
+    model = load(best)
+    data = build_data(DataConfig(dataset="synthetic"), model.cfg, seed=0)
+    options = BatchOptions.evaluation(model.cfg, batch_size=64)
+    predicted, correct = {}, {}
+    for dtype in (None, torch.bfloat16):
+        results = [
+            evaluate(model, batches_of(images, options).epoch(0), model.cfg.num_classes,
+                     autocast=dtype, predictions=True)
+            for images in (data.train, data.test)
+        ]  # fmt: skip
+        predicted[dtype] = torch.cat([r["predictions"] for r in results])  # 160 images
+        correct[dtype] = sum(r["accuracy"] * r["count"] for r in results)
+    agree = (predicted[None] == predicted[torch.bfloat16]).double().mean().item()
+    assert len(predicted[None]) == 160
+    assert agree >= 0.995 and abs(correct[None] - correct[torch.bfloat16]) / 160 <= 0.001
+
+
+def test_eval_fewshot_and_inspect_take_a_precision(best: str, tmp_path: Path, capsys) -> None:
+    """``--precision`` of the verbs that run a checkpoint, said with its reason; bf16 gives
+    this model's figures (its predictions agree: above)."""
+    assert main(["eval", best, "--data", "synthetic", "--no-flip"]) == 0
+    fp32 = capsys.readouterr().out
+    no_bf16 = "auto: this CPU has no native bf16 (neither AVX512_BF16 nor AMX-BF16)"
+    assert f"precision fp32 ({no_bf16})" in fp32.splitlines()
+    assert main(["eval", best, "--data", "synthetic", "--no-flip", "--precision", "bf16"]) == 0
+    bf16 = capsys.readouterr().out
+    assert "precision bf16 (--precision bf16)" in bf16.splitlines()
+    top1 = [re.search(r"top-1 ([0-9.]+)", out)[1] for out in (fp32, bf16)]
+    assert top1[0] == top1[1]
+    argv = ["fewshot", best, "--data", "synthetic", "--shots", "4", "--seeds", "1"]
+    assert main([*argv, "--precision", "bf16"]) == 0
+    assert "precision bf16 (--precision bf16)" in capsys.readouterr().out.splitlines()
+    out = tmp_path / "inspect"
+    argv = ["inspect", best, "--data", "synthetic", "--out", str(out), "--max-maps", "2"]
+    assert main([*argv, "--num-images", "8", "--precision", "bf16"]) == 0
+    assert "precision bf16 (--precision bf16)" in capsys.readouterr().out.splitlines()
+    distances = json.loads((out / "attention_distance.json").read_text())
+    assert all(d > 0 for layer in distances["mean_attention_distance_px"] for d in layer)
+
+
 @pytest.mark.slow
 def test_eval_fast_prints_the_same_figures(best: str, capsys) -> None:
     assert main(["eval", best, "--data", "synthetic", "--no-flip"]) == 0

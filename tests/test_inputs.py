@@ -8,13 +8,20 @@ from pathlib import Path
 import pytest
 import torch
 
-from vitkit.config import ConfigError, replace
+from vitkit.config import ConfigError, RunConfig, replace
 from vitkit.data.run_data import build_data
+from vitkit.model.flops import count_flops
 from vitkit.recipes import get_recipe
-from vitkit.runtime.machine import resolved
+from vitkit.runtime.machine import decide
 from vitkit.train.inputs import read_inputs
 
 CPU = torch.device("cpu")
+
+
+def resolved(run: RunConfig, device: torch.device) -> RunConfig:
+    """``run`` decided for ``device``, as ``train`` decides it (runtime.machine.decide)."""
+    decided = decide(run, device, image_flops=count_flops(run.model))
+    return replace(run, {key: value for key, (value, _) in decided.items()})
 
 
 def test_inputs_of_the_smoke_run(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ uint8 batches scaled on the device with workers that stay, and the precision a d
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from collections import Counter
 from pathlib import Path
@@ -311,6 +312,31 @@ def test_precision_is_resolved_recorded_and_kept_on_resume(tmp_path: Path) -> No
     assert "--set train.precision=fp32" in str(info.value) and "\n" not in str(info.value)
     # another number of decoding workers is where the run computes, not what: it resumes
     train(replace(run, {"data.num_workers": 1}), tmp_path / "a", progress=False)
+
+
+def test_auto_is_decided_once_when_a_run_starts(tmp_path: Path, monkeypatch) -> None:
+    """A run of ``auto`` precision continues in the precision its directory records, whatever
+    ``auto`` would decide now (here bf16: a CPU standing in for one with AVX512_BF16, the smoke
+    model's batch counted as enough), and the banner says where it comes from; a new run
+    decides, and says why."""
+    from vitkit.runtime import arithmetic
+
+    run = replace(get_recipe("smoke"), {"train.device": "cpu", "data.num_workers": 0})
+    train(replace(run, {"train.duration": "4st"}), tmp_path / "a", progress=False)
+    monkeypatch.setattr(arithmetic, "MIN_GFLOP", {"train": 0.0, "infer": 0.0})
+    monkeypatch.setenv("VITKIT_CPU_BF16", "avx512_bf16")
+    said: list[str] = []
+    monkeypatch.setattr(logging.getLogger("vitkit.train.loop"), "info", said.append)
+    train(replace(run, {"train.duration": "4st"}), tmp_path / "a", progress=False)  # evaluated
+    saved = json.loads((tmp_path / "a" / "config.json").read_text())
+    assert saved["train"]["precision"] == "fp32"
+    device = next(line for line in said if line.startswith("device"))
+    assert f"fp32 (recorded in {tmp_path / 'a' / 'config.json'})" in device
+    said.clear()
+    train(run, tmp_path / "b", progress=False)
+    assert json.loads((tmp_path / "b" / "config.json").read_text())["train"]["precision"] == "bf16"
+    device = next(line for line in said if line.startswith("device"))
+    assert "bf16 autocast (auto: this CPU has AVX512_BF16, and a forward pass" in device
 
 
 @pytest.mark.slow

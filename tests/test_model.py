@@ -269,6 +269,51 @@ def test_bf16_autocast_close_to_fp32() -> None:
     assert (low.float() - ref).abs().max() < 0.05 * ref.abs().max() + 0.05
 
 
+def test_bf16_on_a_cpu_takes_the_explicit_attention_path(monkeypatch) -> None:
+    """bf16 over at most 256 tokens on a CPU computes attention as explicit products (faster
+    there than PyTorch's fused kernel: benchmarks/RESULTS.md), whose logits and gradients are as
+    close to fp32's as the fused kernel's; fp32, and longer sequences, keep the fused kernel."""
+    import torch.nn.functional as F
+
+    from vitkit.model import layers
+
+    q = torch.zeros(1, 2, 256, 8)
+    assert not layers.explicit_is_faster(q)
+    assert layers.explicit_is_faster(q.bfloat16())
+    assert not layers.explicit_is_faster(torch.zeros(1, 2, 257, 8, dtype=torch.bfloat16))
+    fused_calls = []
+    sdpa = F.scaled_dot_product_attention
+
+    def counting(*args, **kwargs):
+        fused_calls.append(args[0].dtype)
+        return sdpa(*args, **kwargs)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", counting)
+    model = randomize(VisionTransformer(tiny()), std=0.1)
+    x = torch.randn(4, 3, 32, 32)
+
+    def logits_and_grads(bf16: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        model.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            out = model(x).float()
+        out.square().mean().backward()
+        grads = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+        return out.detach(), grads
+
+    ref, ref_grads = logits_and_grads(bf16=False)
+    assert fused_calls == [torch.float32] * len(model.blocks)
+    fused_calls.clear()
+    explicit, explicit_grads = logits_and_grads(bf16=True)
+    assert fused_calls == []
+    monkeypatch.setattr(layers, "EXPLICIT_MAX_TOKENS", 0)
+    fused, fused_grads = logits_and_grads(bf16=True)
+    assert fused_calls == [torch.bfloat16] * len(model.blocks)
+    bound = 0.05 * ref.abs().max() + 0.05  # as test_bf16_autocast_close_to_fp32
+    assert (explicit - ref).abs().max() < bound and (fused - ref).abs().max() < bound
+    for grads in (explicit_grads, fused_grads):
+        assert F.cosine_similarity(grads, ref_grads, dim=0) > 0.999
+
+
 @pytest.mark.slow
 def test_torch_compile_matches_eager() -> None:
     model = randomize(VisionTransformer(tiny(num_layers=1)), std=0.1).eval()

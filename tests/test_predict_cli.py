@@ -124,7 +124,8 @@ def test_unreadable_images_are_warnings_and_exit_status_2(
         str(photos / n) for n in ("a.png", "b.JPG", "sub/c.bmp")
     ]
     assert all(len(row.split()) == 1 + 2 * 4 for row in rows)  # path, then 4 label-prob pairs
-    *warnings, error = err.splitlines()
+    precision, *warnings, error = err.splitlines()
+    assert precision.startswith("precision fp32 (auto: ")  # said where the JSON is not
     assert len(warnings) == 2  # one line per unreadable file, naming it and why
     for warning, path in zip(warnings, (broken, truncated), strict=True):
         prefix = f"vitkit: warning: cannot read image {path}: "
@@ -163,3 +164,31 @@ def test_device_argument(checkpoint: str, images: Path, capsys) -> None:
         assert err.startswith("vitkit predict: error: --device cuda but PyTorch finds no GPU")
         assert "or use --device cpu" in err
         assert len(err.splitlines()) == 1
+
+
+def test_precision_argument(checkpoint: str, images: Path, capsys, monkeypatch) -> None:
+    """``--precision``: said on stderr with its reason (stdout stays the JSON); bf16 ranks the
+    classes of these images as fp32 does; auto is fp32 on a CPU without native bf16 and bf16 on
+    one with it once the batch is large enough (here counted as enough)."""
+    from vitkit.runtime import arithmetic
+
+    status = main(["predict", checkpoint, str(images / "more"), "--json", "--device", "cpu"])
+    captured = capsys.readouterr()
+    fp32 = json.loads(captured.out)
+    assert status == 0
+    assert captured.err.splitlines()[0] == (
+        "precision fp32 (auto: this CPU has no native bf16 (neither AVX512_BF16 nor AMX-BF16))"
+    )
+    status = main(["predict", checkpoint, str(images / "more"), "--json", "--device", "cpu",
+                   "--precision", "bf16"])  # fmt: skip
+    captured = capsys.readouterr()
+    bf16 = json.loads(captured.out)
+    assert status == 0 and captured.err.splitlines()[0] == "precision bf16 (--precision bf16)"
+    assert [e["top"][0]["label"] for e in bf16] == [e["top"][0]["label"] for e in fp32]
+    for ours, theirs in zip(bf16, fp32, strict=True):  # bf16 keeps ~3 significant digits
+        assert ours["top"][0]["prob"] == pytest.approx(theirs["top"][0]["prob"], abs=0.02)
+    monkeypatch.setattr(arithmetic, "MIN_GFLOP", {"train": 0.0, "infer": 0.0})
+    monkeypatch.setenv("VITKIT_CPU_BF16", "amx_bf16")
+    assert main(["predict", checkpoint, str(images / "more"), "--device", "cpu"]) == 0
+    err = capsys.readouterr().err
+    assert err.startswith("precision bf16 (auto: this CPU has AMX-BF16, and a forward pass of ")

@@ -250,6 +250,31 @@ def test_flops_match_torch_flop_counter() -> None:
         assert count_flops(cfg) == counter.get_total_flops()
 
 
+def test_flop_count_of_the_resnet_baseline_matches_torchs_counter() -> None:
+    """``arch='resnet'``: the backbone and its linear head on the pooled features, no
+    transformer (the count sizes the work for ``auto`` precision)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from vitkit.model import build_model
+
+    cfg = ModelConfig(
+        image_size=32,
+        patch_size=1,
+        hidden_size=32,
+        num_layers=1,
+        num_heads=2,
+        mlp_dim=64,
+        num_classes=3,
+        resnet=vitkit.ResNetConfig(num_layers=(1, 1), width_factor=0.5),
+        arch="resnet",
+    )
+    model = build_model(cfg).eval()
+    counter = FlopCounterMode(display=False)
+    with counter, torch.no_grad():
+        model(torch.randn(1, 3, 32, 32))
+    assert count_flops(cfg) == counter.get_total_flops()
+
+
 def test_vit_b16_gflops() -> None:
     assert round(count_flops(get_config("ViT-B/16")) / 1e9, 1) == 35.1
 

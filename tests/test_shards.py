@@ -402,7 +402,9 @@ def test_columns_are_settings_and_labels_may_be_names(photos: Path, tmp_path: Pa
     assert main(["eval", str(run_dir / "best"), "--data", spec]) == 0
     out = capsys.readouterr().out
     assert f"on {spec}: test split (9 images)" in out
-    assert [line.split()[0] for line in out.splitlines()[2:]] == list(CLASSES)
+    lines = out.splitlines()
+    per_class = lines[next(i for i, line in enumerate(lines) if line.startswith("top-1")) + 1 :]
+    assert [line.split()[0] for line in per_class] == list(CLASSES)
 
 
 def test_a_killed_run_on_shards_resumes_as_if_never_stopped(shards: Path, tmp_path: Path) -> None:

@@ -364,6 +364,39 @@ def test_imagenet_reports_real_and_says_why_not_in_one_line(
     assert f"ilsvrc2012: ImageNet ReaL not measured: {why} (`vitkit eval" in out
 
 
+@pytest.mark.parametrize(("precision", "autocast"), [("fp32", None), ("bf16", torch.bfloat16)])
+def test_real_is_measured_in_the_runs_precision(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, precision: str, autocast: Any
+) -> None:
+    """ImageNet ReaL is measured as the run evaluates: in the precision it records (``auto``
+    decided when it started), with no flag of its own."""
+    import vitkit
+    from helpers import randomize, tiny
+    from vitkit.config import replace
+    from vitkit.data import ArrayDataset
+    from vitkit.eval import metrics
+
+    model = randomize(vitkit.create_model(tiny(num_classes=1000, image_size=16, patch_size=8)))
+    vitkit.save(model, tmp_path / "best")
+    run = replace(get_recipe("smoke"), {"train.precision": precision, "train.device": "cpu"})
+    run = replace(run, {"model": model.cfg})
+    images = ArrayDataset(
+        images=torch.randint(0, 256, (4, 3, 16, 16), dtype=torch.uint8),
+        labels=torch.zeros(4, dtype=torch.int64),
+        classes=[str(k) for k in range(1000)],
+    )
+    seen: list[Any] = []
+    evaluate = metrics.evaluate
+
+    def noting(*args: Any, **kwargs: Any) -> dict:
+        seen.append(kwargs.get("autocast"))
+        return evaluate(*args, **kwargs)
+
+    monkeypatch.setattr(metrics, "evaluate", noting)
+    real = sweep.measure_real(run, tmp_path, images, np.arange(4))
+    assert seen == [autocast] and real["counted"] + real["left_out"] == 4
+
+
 def test_the_table_of_a_summary() -> None:
     """ImageNet (a rate that diverged; ReaL measured) and a dataset of CIFAR's settings
     without a sweep, as the table prints them."""

@@ -305,11 +305,17 @@ def adapt(
     return out
 
 
+# What a run directory's config.json keeps for the runs that continue it, unless the command
+# sets it: decisions made once, by the data or the machine.
+RECORDED = ("model.in_chans", "data.validation", "train.precision")
+
+
 def as_recorded(composed: Composed, run_dir: Path) -> Composed:
     """A run directory that holds a run keeps the decisions its config records where the command
-    sets none: its channels (greyscale or not, decided once; a folder was read as RGB before
-    the data decided them) and the split that validates it (files written before
-    ``data.validation`` read as the rule of that time)."""
+    sets none (``RECORDED``): its channels (greyscale or not, decided once; a folder was read as
+    RGB before the data decided them), the split that validates it (files written before
+    ``data.validation`` read as the rule of that time) and its arithmetic (``auto`` decided once,
+    when it started: a resume does not decide again, and continues exactly)."""
     path = run_dir / "config.json"
     if not path.is_file():
         return composed
@@ -318,8 +324,13 @@ def as_recorded(composed: Composed, run_dir: Path) -> Composed:
         saved = flat(RunConfig.from_dict(text).to_dict())
     except (ValueError, TypeError):
         return composed  # the loop reads it again and refuses it, saying why
-    keep = {k: saved[k] for k in ("model.in_chans", "data.validation") if k not in composed.fixed}
-    recorded = composed.with_values(keep, str(path))
+    given = flat(composed.run.to_dict())
+    keep = {
+        k: saved[k]
+        for k in RECORDED
+        if k not in composed.fixed or (k == "train.precision" and given[k] == "auto")
+    }
+    recorded = composed.with_values(keep, f"recorded in {path}")
     return dataclasses.replace(recorded, fixed=recorded.fixed | set(keep), recorded=text)
 
 
@@ -327,10 +338,13 @@ def on_this_machine(composed: Composed) -> tuple[Composed, torch.device]:
     """The values ``composed`` leaves to the machine (``runtime.machine.decide``: the precision
     of ``auto``, the workers of none), decided for this process's device, each with its origin;
     and that device. Imports torch."""
+    from .model.flops import count_flops
     from .runtime import machine
 
     device = machine.this_device(composed.run.train.device)
-    for key, (value, origin) in machine.decide(composed.run, device).items():
+    run = composed.run
+    decided = machine.decide(run, device, image_flops=count_flops(run.model))
+    for key, (value, origin) in decided.items():
         composed = composed.with_values({key: value}, origin)
     return composed, device
 

@@ -31,6 +31,13 @@ FAST_HELP = (
 
 DEBUG_HELP = "show the traceback of any error (also VITKIT_DEBUG=1)"
 
+PRECISIONS = ("auto", "fp32", "bf16")
+PRECISION_HELP = (
+    "the arithmetic of the forward passes: auto (bf16 autocast on CUDA, and on a CPU with "
+    "native bf16 (AVX512_BF16, AMX) when a batch is large enough to gain; else fp32), fp32, or "
+    "bf16"
+)
+
 
 class Verb(Protocol):
     """Adds a verb to the command line: its name, one line of help, the function that runs it
@@ -58,13 +65,37 @@ def log_to_stdout(level: int) -> None:
         logger.propagate = False  # not twice through a root handler someone else configured
 
 
-def fast(model: Any, enabled: bool) -> Any:
-    """``model``, or its compiled inference path with ``--fast``."""
+def fast(model: Any, enabled: bool, autocast: torch.dtype | None = None) -> Any:
+    """``model``, or its compiled inference path with ``--fast`` (computing in bf16 when
+    ``autocast`` is)."""
     if not enabled:
         return model
     from ..runtime.inference import optimize_for_inference
 
-    return optimize_for_inference(model)
+    return optimize_for_inference(model, bf16=autocast is not None)
+
+
+def add_precision_argument(parser: argparse.ArgumentParser) -> None:
+    """``--precision auto|fp32|bf16`` on a verb that runs a model; ``resolve_precision`` reads
+    it."""
+    parser.add_argument("--precision", choices=PRECISIONS, default="auto", help=PRECISION_HELP)
+
+
+def resolve_precision(
+    precision: str, model: Any, batch: int, device: torch.device, *, say: Any = None
+) -> torch.dtype | None:
+    """``--precision`` made concrete for forward passes of ``batch`` images of ``model`` on
+    ``device`` (``runtime.arithmetic.inference_precision``), said in one line on ``say`` (a
+    file; None: stdout): the autocast dtype, None for fp32."""
+    import torch
+
+    from ..model.flops import count_flops
+    from ..runtime.arithmetic import inference_precision
+
+    gflop = count_flops(model.cfg) * max(batch, 1) / 1e9
+    chosen, why = inference_precision(precision, device, gflop=gflop)  # type: ignore[arg-type]  # argparse's choices
+    print(f"precision {chosen} ({why})", file=say or sys.stdout, flush=True)
+    return torch.bfloat16 if chosen == "bf16" else None
 
 
 def resolution(cfg: Any) -> str:

@@ -14,12 +14,14 @@ from .common import (
     FAST_HELP,
     Verb,
     add_device_argument,
+    add_precision_argument,
     add_workers_argument,
     fast,
     image_inputs,
     open_checkpoint,
     read_image,
     resolve_device,
+    resolve_precision,
     resolve_workers,
 )
 
@@ -106,10 +108,14 @@ def _eval(args: argparse.Namespace) -> None:
     flip = args.flip
     if flip is None:  # as the run evaluated, when the checkpoint records its run
         flip = bool(extra.get("run", {}).get("data", {}).get("test_flip", False))
+    autocast = resolve_precision(
+        args.precision, model, min(args.batch_size, len(split.dataset)), device
+    )
     result = evaluate(
-        fast(model, args.fast),
+        fast(model, args.fast, autocast),
         batches.epoch(0),
         model.cfg.num_classes,
+        autocast=autocast,
         flip=flip,
         predictions=real is not None,
     )
@@ -160,9 +166,11 @@ def _ranked(
     top: int,
     batch_size: int,
     device: torch.device,
+    autocast: torch.dtype | None = None,
 ) -> Iterator[tuple[Path, list[tuple[str, float]] | str]]:
     """Each image's ``top`` (label, probability) pairs, best first, or why it cannot be read
-    (warned too), in the order of ``paths``; ``batch_size`` images per forward pass."""
+    (warned too), in the order of ``paths``; ``batch_size`` images per forward pass, under
+    ``autocast`` (a dtype) if given."""
     import warnings
 
     import torch
@@ -181,7 +189,10 @@ def _ranked(
                 warnings.warn(f"{e}; skipped", UnreadableImageWarning, stacklevel=1)
         if images:
             x = torch.cat(list(images.values())).to(device)  # (B, C, H, W)
-            with torch.inference_mode():
+            with (
+                torch.inference_mode(),
+                torch.autocast(device.type, dtype=autocast, enabled=autocast is not None),
+            ):
                 probs = model(x).float().softmax(dim=-1)  # (B, K)
             best = probs.topk(min(top, probs.shape[-1]), dim=-1)  # (B, top) values, indices
             for path, ps, ids in zip(
@@ -194,6 +205,7 @@ def _ranked(
 
 def _predict(args: argparse.Namespace) -> None:
     import json
+    import sys
 
     if args.top < 1 or args.batch_size < 1:
         raise VitkitError(
@@ -206,14 +218,19 @@ def _predict(args: argparse.Namespace) -> None:
     wnid_of = dict(zip(names, wnids, strict=True)) if wnids else {}
     if model.cfg.num_classes < 1:
         raise VitkitError(f"{args.checkpoint} has no classifier head (num_classes=0) to predict")
+    # said on stderr: --json's stdout is the JSON alone
+    autocast = resolve_precision(
+        args.precision, model, min(args.batch_size, len(paths)), device, say=sys.stderr
+    )
     ranked = _ranked(
-        fast(model.to(device), args.fast),
+        fast(model.to(device), args.fast, autocast),
         paths,
         preprocess,
         names,
         top=args.top,
         batch_size=args.batch_size,
         device=device,
+        autocast=autocast,
     )
     width = max(len(str(p)) for p in paths) + 1  # the path column, with its colon
     entries: list[dict[str, Any]] = []
@@ -258,6 +275,7 @@ def _fewshot(args: argparse.Namespace) -> None:
     model.to(device)
     names = data_names([spec or recorded_data(extra) or "data" for spec in specs])
     rows = []
+    autocast = resolve_precision(args.precision, model, args.batch_size, device)
     for name, spec in zip(names, specs, strict=True):  # each dataset's features once
         split = _split(args, spec, model, extra, head=False)
         if split.train is None:
@@ -277,6 +295,7 @@ def _fewshot(args: argparse.Namespace) -> None:
             num_workers=resolve_workers(args.workers),
             sampling=args.sampling,
             preprocess=args.preprocess,
+            autocast=autocast,
         )
         rows.append(
             {
@@ -375,7 +394,12 @@ def _inspect(args: argparse.Namespace) -> None:
         titles = [split.classes[i] for i in labels.tolist()]
         described = f"{split.name}, each class in turn"
     model.to(device)
-    with torch.inference_mode():
+    batch = min(len(images), INSPECT_BATCH)
+    autocast = resolve_precision(args.precision, model, batch, device)
+    with (
+        torch.inference_mode(),
+        torch.autocast(device.type, dtype=autocast, enabled=autocast is not None),
+    ):
         if model.cfg.num_classes and len(names) == model.cfg.num_classes:
             predicted = model(images[: args.max_maps].to(device)).argmax(dim=1).tolist()
             titles = [f"{t} -> {names[p]}" for t, p in zip(titles, predicted, strict=False)]
@@ -385,8 +409,10 @@ def _inspect(args: argparse.Namespace) -> None:
         args.out,
         titles=titles,
         max_maps=args.max_maps,
+        batch_size=batch,
         name=args.checkpoint,
         images_from=described,
+        autocast=autocast,
     )
     print(f"wrote {len(written)} files to {args.out}; open {Path(args.out) / 'index.html'}")
 
@@ -402,6 +428,8 @@ def _classes_in_turn(labels: Any) -> Any:
         rank[members] = torch.arange(len(members))
     return torch.argsort(rank * (int(labels.max()) + 1) + labels, stable=True)
 
+
+INSPECT_BATCH = 64  # images per forward pass: one batch's attention (L x (b, H, T, T)) is held
 
 DATA_HELP = (
     "what to run on: a folder (its test/ split, else val/, or the folder itself when it holds "
@@ -444,6 +472,7 @@ def add_verbs(verb: Verb) -> None:
         'each label with its "wnid" where the checkpoint records them (ImageNet-21k heads)',
     )
     add_device_argument(p)
+    add_precision_argument(p)
     p.add_argument("--fast", action="store_true", help=FAST_HELP)
 
     p = verb(
@@ -457,6 +486,7 @@ def add_verbs(verb: Verb) -> None:
     p.add_argument("--batch-size", type=int, default=256)
     p.add_argument("--fast", action="store_true", help=FAST_HELP)
     add_device_argument(p)
+    add_precision_argument(p)
     add_workers_argument(p)
     p.add_argument(
         "--flip",
@@ -514,6 +544,7 @@ def add_verbs(verb: Verb) -> None:
     p.add_argument("--json", default=None, metavar="FILE", help="also write the results as JSON")
     p.add_argument("--batch-size", type=int, default=256)
     add_device_argument(p)
+    add_precision_argument(p)
     add_workers_argument(p)
 
     p = verb(
@@ -533,3 +564,4 @@ def add_verbs(verb: Verb) -> None:
     )
     p.add_argument("--max-maps", type=int, default=16, help="images shown with attention maps")
     add_device_argument(p)
+    add_precision_argument(p)

@@ -430,7 +430,9 @@ class TrainConfig(Section):
     )
     precision: Precision = key(
         "auto",
-        doc="auto: bf16 autocast with TF32 matmuls on CUDA, fp32 elsewhere (recorded resolved); "
+        doc="auto: bf16 autocast with TF32 matmuls on CUDA; on a CPU, bf16 autocast where it has "
+        "native bf16 (AVX512_BF16, AMX-BF16) and a batch large enough to gain from it, else fp32 "
+        "(decided when the run starts, with its reason, and recorded: a resumed run keeps it); "
         "fp32; bf16 (autocast); fp16 (autocast and a gradient scaler, for GPUs without bf16)",
     )
     compile: bool = key(False, doc="compile the training step (torch.compile)")

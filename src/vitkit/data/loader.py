@@ -281,10 +281,10 @@ class BatchOptions:
         pin_memory: bool = False,
     ) -> BatchOptions:
         """A run's training batches: ``train.batch_size`` (the global batch) and ``train.seed``;
-        ``data``'s augmentation and decoding workers (decided: ``runtime.machine.resolved``);
+        ``data``'s augmentation and decoding workers (decided: ``runtime.machine.decide``);
         at ``model.image_size``; uint8, scaled on the device (``to_input``)."""
         if data.num_workers is None:
-            raise ValueError("data.num_workers is decided when the run starts (machine.resolved)")
+            raise ValueError("data.num_workers is decided when the run starts (machine.decide)")
         return cls(
             batch_size=train.batch_size,
             train=True,

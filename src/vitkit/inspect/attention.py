@@ -15,20 +15,29 @@ from ..model import VisionTransformer
 
 
 def collect_attention(
-    model: VisionTransformer, images: Tensor, batch_size: int = 64
+    model: VisionTransformer,
+    images: Tensor,
+    batch_size: int = 64,
+    *,
+    autocast: torch.dtype | None = None,
 ) -> list[Tensor]:
     """Softmax attention weights of every layer, one (B, H, T, T) float32 CPU tensor per layer.
 
     ``images`` (B, C, H, W) are in [-1, 1]; they are fed in batches of ``batch_size`` without
-    gradients, on the model's device. The model should be in eval mode (no attention dropout).
+    gradients, on the model's device, under ``autocast`` (a dtype) if given. The model should be
+    in eval mode (no attention dropout).
     """
     if batch_size < 1:
         raise ConfigError(f"batch_size={batch_size} is not valid: expected a positive integer")
     param = next(model.parameters())
     per_layer: list[list[Tensor]] = [[] for _ in range(model.cfg.num_layers)]
-    with torch.no_grad():
+    device = param.device
+    with (
+        torch.no_grad(),
+        torch.autocast(device.type, dtype=autocast, enabled=autocast is not None),
+    ):
         for start in range(0, len(images), batch_size):
-            batch = images[start : start + batch_size].to(param.device, param.dtype)
+            batch = images[start : start + batch_size].to(device, param.dtype)
             out = model.intermediates(batch, attention=True)
             for i, chunks in enumerate(per_layer):
                 chunks.append(out[f"attn{i}"].float().cpu())  # (b, H, T, T)

@@ -76,13 +76,15 @@ def inspect_model(
     batch_size: int = 64,
     name: str | None = None,
     images_from: str | None = None,
+    autocast: torch.dtype | None = None,
 ) -> dict[str, Path]:
     """Inspect ``model`` on ``images`` (B, C, H, W) in [-1, 1] and write the figures to ``out_dir``.
 
     Mean attention distance is averaged over all ``images``; attention-rollout maps are drawn for
     the first ``max_maps`` (titled by ``titles``, e.g. class names). ``name`` labels the model in
-    ``index.html``, ``images_from`` says where the images came from. Returns the written files by
-    file name.
+    ``index.html``, ``images_from`` says where the images came from; ``autocast``: a dtype the
+    forward passes compute in (the attention weights are summed in fp32). Returns the written
+    files by file name.
     """
     cfg = model.cfg
     if images.ndim != 4 or images.shape[1] != cfg.in_chans or len(images) == 0:
@@ -167,7 +169,7 @@ def inspect_model(
     rollouts: list[Tensor] = []
     for start in range(0, len(images), batch_size):
         batch = images[start : start + batch_size]
-        attn = collect_attention(model, batch, batch_size=batch_size)
+        attn = collect_attention(model, batch, batch_size=batch_size, autocast=autocast)
         distance += len(batch) * attention_distance(
             attn, grid=grid, num_prefix=prefix, pixels_per_patch=cfg.total_stride
         )

@@ -41,6 +41,8 @@ def count_flops(cfg: ModelConfig, image_size: int | tuple[int, int] | None = Non
         backbone, h, w = _resnet_macs(cfg, h, w)
         macs += backbone
         cin = cfg.resnet.out_channels
+        if cfg.arch == "resnet":  # the CNN baseline: pooled features into one linear head
+            return 2 * (macs + cin * cfg.num_classes)
     P, D, M = cfg.patch_size, cfg.hidden_size, cfg.mlp_dim
     n = (h // P) * (w // P)  # gh * gw patches
     t = n + cfg.num_prefix_tokens

@@ -60,11 +60,28 @@ class DropPath(nn.Module):
         return f"rate={self.rate}"
 
 
+# PyTorch's fused attention for a CPU (its flash kernel) is slower in bf16 than the explicit
+# products over short sequences: forward and backward 2-10x at 17-65 tokens, 1.0-1.9x at 197
+# (ViT-*/16 at 224); around 256 tokens the two meet, and beyond, the explicit path's T x T weights
+# cost more (benchmarks/RESULTS.md, "bf16 on a CPU: attention").
+EXPLICIT_MAX_TOKENS = 256
+
+
+def explicit_is_faster(q: Tensor) -> bool:
+    """Whether attention over ``q`` (B, H, T, Dh) runs faster on the explicit path: bf16 on a
+    CPU, at most ``EXPLICIT_MAX_TOKENS`` tokens."""
+    return (
+        q.device.type == "cpu" and q.dtype == torch.bfloat16 and q.shape[-2] <= EXPLICIT_MAX_TOKENS
+    )
+
+
 class Attention(nn.Module):
     """Multi-head self-attention with a fused qkv projection [P Eq. 5-8].
 
     The default path is ``F.scaled_dot_product_attention``; ``return_attention=True`` takes the
-    explicit path (softmax(q kᵀ / √Dh) v) and also returns the weights, for inspection.
+    explicit path (softmax(q kᵀ / √Dh) v, the softmax in fp32) and also returns the weights, for
+    inspection. bf16 on a CPU over at most ``EXPLICIT_MAX_TOKENS`` tokens takes the explicit path
+    too (``explicit_is_faster``).
     """
 
     def __init__(
@@ -93,8 +110,10 @@ class Attention(nn.Module):
         q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # 3 x (B, H, T, Dh)
         drop = self.attn_drop_rate if self.training else 0.0
         weights = None
-        if return_attention:
-            weights = ((q * self.scale) @ k.transpose(-2, -1)).softmax(dim=-1)  # (B, H, T, T)
+        if return_attention or explicit_is_faster(q):
+            logits = (q * self.scale) @ k.transpose(-2, -1)  # (B, H, T, T)
+            # the softmax's sums in fp32 under bf16 autocast too (a CPU's keeps bf16 outputs)
+            weights = logits.float().softmax(dim=-1).to(q.dtype)  # (B, H, T, T)
             x = F.dropout(weights, drop, self.training) @ v  # (B, H, T, Dh)
         else:
             x = F.scaled_dot_product_attention(q, k, v, dropout_p=drop)  # (B, H, T, Dh)

@@ -2,13 +2,14 @@
 
 - the device: ``train.device`` (or a command's ``--device``) ``auto`` is CUDA when PyTorch sees
   a GPU, else the CPU; under torchrun each process takes GPU ``LOCAL_RANK``;
-- the arithmetic: ``train.precision`` ``auto`` is bf16 autocast on CUDA, fp32 elsewhere;
+- the arithmetic: ``train.precision`` ``auto`` is bf16 autocast on CUDA, and on a CPU with
+  native bf16 where the model's batch is large enough (``runtime.arithmetic``), fp32 elsewhere;
 - the decoding workers: ``data.num_workers`` none is this machine's cores divided among its
   processes, less one for the process itself.
 
 ``decide`` gives the values a run's config leaves open, with where each came from; the command
 line states them, ``vitkit config`` prints them, and ``config.json`` records them, so a resumed
-run keeps its precision (and takes this machine's placement).
+run keeps its precision (and takes this machine's placement; ``compose.as_recorded``).
 """
 
 from __future__ import annotations
@@ -20,10 +21,11 @@ import torch
 
 from ..config import Device
 from ..errors import ConfigError
+from .arithmetic import precision_on
 from .cores import usable_cores
 
 if TYPE_CHECKING:
-    from ..config import Precision, RunConfig
+    from ..config import RunConfig
 
 
 def launched() -> bool:
@@ -79,35 +81,24 @@ def loader_workers() -> int:
     return max(0, usable_cores() // local_processes() - 1)
 
 
-def precision_on(precision: Precision, device: torch.device) -> Precision:
-    """``precision`` with ``auto`` made concrete for ``device``: bf16 autocast with TF32 matmuls
-    on CUDA (bf16 keeps fp32's range: no loss scaling), fp32 elsewhere (a CPU's bf16 is slower
-    than its fp32 on most machines)."""
-    if precision != "auto":
-        return precision
-    return "bf16" if device.type == "cuda" else "fp32"
+def processes() -> int:
+    """The processes of this run (torchrun's ``WORLD_SIZE``, else 1)."""
+    return max(int(os.environ.get("WORLD_SIZE", "1")), 1) if launched() else 1
 
 
-def decide(run: RunConfig, device: torch.device) -> dict[str, tuple[Any, str]]:
+def decide(run: RunConfig, device: torch.device, *, image_flops: int) -> dict[str, tuple[Any, str]]:
     """The values of ``run`` that are this machine's to decide (``train.precision`` auto,
-    ``data.num_workers`` none) on ``device``: dotted key -> (value, origin)."""
+    ``data.num_workers`` none) on ``device``: dotted key -> (value, origin). ``image_flops``: the
+    model's forward pass of one image (``model.flops.count_flops``), which sizes the work."""
     out: dict[str, tuple[Any, str]] = {}
     if run.train.precision == "auto":
-        out["train.precision"] = (precision_on("auto", device), f"auto on {device.type}")
+        per_process = max(run.train.batch_size // processes(), 1)  # the batch of one forward pass
+        out["train.precision"] = precision_on("auto", device, gflop=image_flops * per_process / 1e9)
     if run.data.num_workers is None:
         local = local_processes()
-        processes = f"{local} processes" if local > 1 else "1 process"
+        processes_here = f"{local} processes" if local > 1 else "1 process"
         out["data.num_workers"] = (
             loader_workers(),
-            f"none on this machine: {usable_cores()} cores for {processes}, less one each",
+            f"none on this machine: {usable_cores()} cores for {processes_here}, less one each",
         )
     return out
-
-
-def resolved(run: RunConfig, device: torch.device) -> RunConfig:
-    """``run`` with what ``decide`` decides for ``device`` (the same run when nothing is left
-    open: a run composed by the command line arrives decided)."""
-    from ..config import replace
-
-    values = {key: value for key, (value, _) in decide(run, device).items()}
-    return replace(run, values) if values else run

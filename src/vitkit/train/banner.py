@@ -91,8 +91,10 @@ def banner(
     cadence: Cadence,
     run_dir: Path,
     step: int,
+    precision_why: str | None = None,
 ) -> list[str]:
-    """The lines a run logs at its start (``step``: the step it resumes from, 0 if new)."""
+    """The lines a run logs at its start (``step``: the step it resumes from, 0 if new;
+    ``precision_why``: why the precision is what it is, when ``train`` decided it)."""
     tc = run.train
     splits = f"{len(data.train):,} training images; validation: {data.val_name}; "
     splits += f"test: {data.test_name}" if data.test_name else "no test split"
@@ -109,6 +111,8 @@ def banner(
     )
     if device.type == "cuda" and tc.precision != "fp32":
         precision += ", TF32 matmuls"
+    if precision_why is not None:
+        precision += f" ({precision_why})"
     threads = f", {torch.get_num_threads()} threads" if device.type == "cpu" else ""
     compiled = ", compiled" if tc.compile else ""
     workers = run.data.num_workers

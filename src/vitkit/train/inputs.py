@@ -49,7 +49,7 @@ def read_inputs(
     device: torch.device,
     shard: tuple[int, int],
 ) -> Inputs:
-    """The inputs of ``run`` (decided for this machine: ``runtime.machine.resolved``) for
+    """The inputs of ``run`` (decided for this machine: ``runtime.machine.decide``) for
     process ``shard`` = (rank, world) on ``device``; ``data``: the datasets when the caller has
     read them (else ``run.data`` is read). A ``ConfigError`` when the data does not fit the run
     (a global batch that does not split across the processes: ``BatchOptions``)."""

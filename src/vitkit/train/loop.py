@@ -30,7 +30,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..config import RunConfig
+from ..config import RunConfig, replace
 from ..data import Preprocess
 from ..data.device import on_device
 from ..data.loader import derive_seed
@@ -39,6 +39,7 @@ from ..data.run_data import (
 )
 from ..errors import VitkitError
 from ..files import atomic_write
+from ..model.flops import count_flops
 from ..runtime import machine
 from ..runtime.clock import process_seconds
 from . import distributed, precision
@@ -56,6 +57,8 @@ from .state import (
     TrainState,
     WindowSums,
     check_run_dir,
+    recorded_config,
+    recorded_precision,
     remove_partial_writes,
     save_checkpoint,
     truncate_metrics,
@@ -221,7 +224,15 @@ def _train(
     device = distributed.resolve_device(tc.device)  # before anything is built: fails fast
     # what the config leaves to this machine (a command line's run arrives decided), recorded
     # so: a resume elsewhere cannot change its arithmetic
-    run = machine.resolved(run, device)
+    recorded = recorded if recorded is not None else recorded_config(run_dir)
+    kept = recorded_precision(recorded) if recorded is not None else None
+    precision_why = None
+    if tc.precision == "auto" and kept is not None:  # decided when the run started, never again
+        run = replace(run, {"train.precision": kept})
+        precision_why = f"recorded in {run_dir / 'config.json'}"
+    decided = machine.decide(run, device, image_flops=count_flops(run.model))
+    run = replace(run, {key: value for key, (value, _) in decided.items()}) if decided else run
+    precision_why = decided.get("train.precision", (None, precision_why))[1]
     tc = run.train
 
     # ---- data: every process walks the same global batches and keeps its part of each
@@ -253,7 +264,14 @@ def _train(
     if main:
         truncate_metrics(run_dir / METRICS_FILE, step)
         for line in banner(
-            run, data, parts.model, device=device, cadence=cadence, run_dir=run_dir, step=step
+            run,
+            data,
+            parts.model,
+            device=device,
+            cadence=cadence,
+            run_dir=run_dir,
+            step=step,
+            precision_why=precision_why,
         ):
             log.info(line)
     preprocess = Preprocess(image_size=run.model.image_size, in_chans=run.model.in_chans)

@@ -322,6 +322,28 @@ def refuse_changes(changed: dict[str, tuple[Any, Any]], what: str, remedy: str) 
     )
 
 
+def recorded_config(run_dir: Path) -> dict[str, Any] | None:
+    """The run config ``run_dir`` records (its ``config.json``, as read), None if it holds none."""
+    path = run_dir / "config.json"
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise CheckpointError(f"{path} is not a vitkit run config: {e}") from None
+
+
+def recorded_precision(saved: dict[str, Any]) -> str | None:
+    """The precision a recorded run config computes in (None where it cannot be read as one:
+    ``check_run_dir`` says why)."""
+    from ..config import ConfigError, RunConfig
+
+    try:
+        return RunConfig.from_dict(saved).train.precision
+    except (ConfigError, TypeError):
+        return None
+
+
 def check_run_dir(
     run_dir: Path,
     config: dict[str, Any],
@@ -333,12 +355,7 @@ def check_run_dir(
     ``config_differences``), and record the config there if ``write`` (one process of a
     data-parallel run writes). ``recorded``: its ``config.json``, when the caller has read it."""
     path = run_dir / "config.json"
-    saved = recorded
-    if saved is None and path.is_file():
-        try:
-            saved = json.loads(path.read_text())
-        except json.JSONDecodeError as e:
-            raise CheckpointError(f"{path} is not a vitkit run config: {e}") from None
+    saved = recorded if recorded is not None else recorded_config(run_dir)
     if saved is not None:
         refuse_changes(
             config_differences(saved, config, source=path),

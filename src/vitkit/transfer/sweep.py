@@ -130,20 +130,26 @@ def _joined(composed: Composed, data: RunData, run_dir: Path) -> np.ndarray | st
 def measure_real(run: RunConfig, run_dir: Path, images: Any, entries: np.ndarray) -> dict:
     """ImageNet ReaL accuracy of the weights ``run_dir/best`` (those its final evaluation
     reported) on ``images`` (whose label entries are ``entries``), evaluated as the run
-    evaluates (its device, batch size and ``data.test_flip``): ``accuracy``, ``counted``,
-    ``left_out`` (images with an empty label set)."""
+    evaluates (its device, precision, batch size and ``data.test_flip``): ``accuracy``,
+    ``counted``, ``left_out`` (images with an empty label set)."""
     from ..data import BatchOptions
     from ..data.run_data import batches_of
     from ..eval.metrics import evaluate
     from ..eval.real import REAL_CLASSES, real_accuracy
     from ..io.api import load
     from ..train.distributed import resolve_device
+    from ..train.precision import autocast_dtype
 
     model = load(run_dir / "best").to(resolve_device(run.train.device)).eval()
     options = BatchOptions.evaluation(run.model, batch_size=run.train.batch_size)
     batches = batches_of(images, options)
     result = evaluate(
-        model, batches.epoch(0), REAL_CLASSES, flip=run.data.test_flip, predictions=True
+        model,
+        batches.epoch(0),
+        REAL_CLASSES,
+        autocast=autocast_dtype(run.train.precision),  # the run's, decided (never auto)
+        flip=run.data.test_flip,
+        predictions=True,
     )
     real = real_accuracy(entries, result["predictions"])
     return {"accuracy": real.accuracy, "counted": real.counted, "left_out": real.left_out}

@@ -1,0 +1,215 @@
+"""Where bf16 pays on this CPU: vitkit's training step and forward pass in bf16 autocast against
+fp32, over models and batches whose forward pass spans 0.02 to 300 GFLOP, alternating, medians;
+and attention alone, PyTorch's fused kernel against the explicit products, in both precisions.
+The measurements behind ``runtime.arithmetic.MIN_GFLOP`` and ``model.layers.EXPLICIT_MAX_TOKENS``.
+
+    .venv/bin/python benchmarks/bf16_gain.py                  # the grid (about 10 minutes)
+    .venv/bin/python benchmarks/bf16_gain.py --rows fmnist:train:256 ViT-S/16:infer:1
+    .venv/bin/python benchmarks/bf16_gain.py --attention      # the attention table only
+
+A row is ``MODEL:TASK:BATCH[:compiled]``: a preset, ``fmnist`` (the main job's model) or
+``wD-S-P`` (6 layers of width D on S px images in patches of P, 3 channels, 10 classes); ``train``
+is forward, cross-entropy, backward and fused AdamW; ``infer`` a forward pass under
+``inference_mode``. Each timing is the median of ``--rounds``, fp32 and bf16 alternating (the
+order swapped every round); the ratio is the median of the per-round ratios, > 1: bf16 faster.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import statistics
+import time
+from collections.abc import Callable, Iterator, Sequence
+
+import torch
+import torch.nn.functional as F
+
+import vitkit
+from vitkit.config import ModelConfig
+from vitkit.model.flops import count_flops
+from vitkit.presets import get_config
+from vitkit.recipes import fmnist_vit
+from vitkit.runtime.arithmetic import cpu_features
+
+GRID = (
+    *("fmnist:train:4", "fmnist:train:8", "fmnist:train:16", "fmnist:train:20"),
+    *("fmnist:train:256", "fmnist:train:256:compiled"),
+    *("fmnist:infer:1", "fmnist:infer:4", "fmnist:infer:16", "fmnist:infer:24"),
+    *("fmnist:infer:32", "fmnist:infer:64", "fmnist:infer:256"),
+    *("w32-28-7:train:8", "w32-28-7:train:32", "w32-28-7:train:256"),
+    *("w64-28-7:train:8", "w64-28-7:train:48", "w64-28-7:infer:64", "w32-28-7:infer:256"),
+    *("ViT-Ti/16:train:32", "ViT-Ti/16:infer:1", "ViT-Ti/16:infer:32"),
+    *("ViT-S/16:train:32", "ViT-S/16:infer:1", "ViT-S/16:infer:32"),
+)
+# (batch, heads, tokens, head dim): the main job's, ViT-Ti/S/B/16 at 224, B/32, and around the
+# explicit path's limit of 256 tokens
+ATTENTION = (
+    (256, 4, 17, 32),
+    (32, 3, 197, 64),
+    (32, 6, 197, 64),
+    (32, 12, 197, 64),
+    (32, 12, 50, 64),
+    (16, 12, 257, 64),
+    (8, 12, 401, 64),
+    (8, 12, 577, 64),
+)
+
+
+def model_config(name: str) -> ModelConfig:
+    if name == "fmnist":
+        return fmnist_vit()
+    if name.startswith("w"):
+        width, size, patch = map(int, name[1:].split("-"))
+        return ModelConfig(
+            image_size=size,
+            patch_size=patch,
+            hidden_size=width,
+            num_layers=6,
+            num_heads=max(width // 64, 2),
+            mlp_dim=4 * width,
+            num_classes=10,
+            in_chans=3,
+        )
+    return get_config(name)
+
+
+def step(
+    cfg: ModelConfig, task: str, bf16: bool, batch: int, compiled: bool
+) -> Callable[[], object]:
+    torch.manual_seed(0)
+    model = vitkit.create_model(cfg)
+    run = torch.compile(model) if compiled else model
+    x = torch.randn(batch, cfg.in_chans, *cfg.image_hw)  # (B, C, H, W)
+    y = torch.randint(0, cfg.num_classes, (batch,))
+
+    def autocast() -> contextlib.AbstractContextManager:
+        return torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16)
+
+    if task == "infer":
+        model.eval()
+
+        def infer() -> object:
+            with torch.inference_mode(), autocast():
+                return run(x)
+
+        return infer
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+
+    def train() -> object:
+        with autocast():
+            loss = F.cross_entropy(run(x).float(), y)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return loss
+
+    return train
+
+
+def alternate(
+    fp32: Callable[[], object], bf16: Callable[[], object], rounds: int, min_time: float
+) -> tuple[float, float, list[float]]:
+    """Median seconds of each, and each round's fp32 / bf16 ratio."""
+    for f in (fp32, bf16):
+        f()
+        f()  # warm-up (and compilation)
+    start = time.perf_counter()
+    fp32()
+    iters = max(1, int(min_time / (time.perf_counter() - start)))
+    times: dict[str, list[float]] = {"fp32": [], "bf16": []}
+    ratios = []
+    for r in range(rounds):
+        order = (("fp32", fp32), ("bf16", bf16))
+        for name, f in order if r % 2 == 0 else order[::-1]:
+            start = time.perf_counter()
+            for _ in range(iters):
+                f()
+            times[name].append((time.perf_counter() - start) / iters)
+        ratios.append(times["fp32"][-1] / times["bf16"][-1])
+    return statistics.median(times["fp32"]), statistics.median(times["bf16"]), ratios
+
+
+def rows_table(rows: Sequence[str], rounds: int, min_time: float) -> Iterator[str]:
+    """The table of ``rows``, a line at a time as each is measured."""
+    yield (
+        "| model | task | batch | compiled | GFLOP a forward pass | fp32 img/s | bf16 img/s "
+        "| bf16 / fp32 | range |"
+    )
+    yield "|---|---|---|---|---|---|---|---|---|"
+    for row in rows:
+        name, task, batch_text, *rest = row.split(":")
+        batch, compiled = int(batch_text), rest == ["compiled"]
+        cfg = model_config(name)
+        fp32, bf16, ratios = alternate(
+            step(cfg, task, False, batch, compiled),
+            step(cfg, task, True, batch, compiled),
+            rounds,
+            min_time,
+        )
+        gflop = count_flops(cfg) * batch / 1e9
+        yield (
+            f"| {name} | {task} | {batch} | {'yes' if compiled else 'no'} | {gflop:.3g} "
+            f"| {batch / fp32:.1f} | {batch / bf16:.1f} | {statistics.median(ratios):.2f} "
+            f"| {min(ratios):.2f}-{max(ratios):.2f} |"
+        )
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, fused: bool) -> torch.Tensor:
+    if fused:
+        return F.scaled_dot_product_attention(q, k, v)
+    weights = ((q * q.shape[-1] ** -0.5) @ k.transpose(-2, -1)).float().softmax(-1)
+    return weights.to(q.dtype) @ v
+
+
+def attention_table(rounds: int) -> Iterator[str]:
+    """Attention alone at ``ATTENTION``'s shapes, a line at a time."""
+    yield (
+        "| batch, heads, tokens, head dim | pass | fp32 fused ms | bf16 fused ms "
+        "| bf16 explicit ms |"
+    )
+    yield "|---|---|---|---|---|"
+    for shape in ATTENTION:
+        for backward in (True, False):
+            timings = []
+            for dtype, fused in ((torch.float32, True), (torch.bfloat16, True), (torch.bfloat16, False)):  # fmt: skip
+                q, k, v = (
+                    torch.randn(*shape, dtype=dtype, requires_grad=backward) for _ in range(3)
+                )
+
+                def call(q=q, k=k, v=v, fused=fused, backward=backward) -> None:
+                    with torch.set_grad_enabled(backward):
+                        out = attention(q, k, v, fused)
+                        if backward:
+                            out.sum().backward()
+
+                call()
+                seconds = []
+                for _ in range(rounds):
+                    start = time.perf_counter()
+                    call()
+                    seconds.append(time.perf_counter() - start)
+                timings.append(1e3 * statistics.median(seconds))
+            what = "forward + backward" if backward else "forward"
+            cells = " | ".join(f"{t:.1f}" for t in timings)
+            yield f"| {', '.join(map(str, shape))} | {what} | {cells} |"
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--rows", nargs="+", default=list(GRID))
+    parser.add_argument("--attention", action="store_true", help="the attention table only")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--min-time", type=float, default=1.0, help="seconds per timing")
+    args = parser.parse_args(argv)
+    cpu = cpu_features()
+    print(f"CPU: native bf16 {cpu.native_bf16 or 'none'}; {torch.get_num_threads()} threads")
+    tables = [] if args.attention else [rows_table(args.rows, args.rounds, args.min_time)]
+    for table in [*tables, attention_table(max(args.rounds, 7))]:
+        print()
+        for line in table:
+            print(line, flush=True)
+
+
+if __name__ == "__main__":
+    main()

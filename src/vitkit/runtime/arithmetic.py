@@ -1,0 +1,117 @@
+"""The arithmetic ``auto`` precision stands for, decided from what the machine reports and the
+size of the work, with the reason said.
+
+- CUDA: bf16 autocast (TF32 for the parts that stay fp32).
+- A CPU with native bf16 (``AVX512_BF16``: AMD EPYC since Zen 4, Intel Xeons since Cooper Lake;
+  ``AMX-BF16``: Xeons since Sapphire Rapids), as PyTorch reports it: bf16 autocast when one
+  forward pass of a batch costs at least ``MIN_GFLOP`` of the task; below that, the casts and the
+  per-operation overhead cost more than the faster products save.
+- Any other CPU: fp32 (its bf16 is emulated, slower than fp32).
+
+Measured on 2 cores of an AMD EPYC Zen 4 (benchmarks/RESULTS.md, "bf16 on a CPU"): a training
+step of the Fashion-MNIST ViT is 0.96x at 0.22 GFLOP a forward pass, 1.27x at 0.56, 2.1x at 7.1;
+inference 0.93-1.04x at 0.45, 1.2-1.7x from 0.67 to 0.89, 2x at 1.8; ViT-Ti/16 at batch 1 (2.5)
+1.2x.
+
+``VITKIT_CPU_BF16`` stands in for what the CPU reports: ``none`` decides as on a CPU without
+native bf16 (the test suite's default, so that its fp32 figures hold on every machine),
+``avx512_bf16`` or ``amx_bf16`` as on one with it.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+import torch
+
+from ..errors import ConfigError
+
+if TYPE_CHECKING:
+    from ..config import Precision
+
+Task = Literal["train", "infer"]
+# The smallest forward pass (GFLOP of one batch, count_flops x batch) for which bf16 is faster
+# on a CPU with native bf16: training amortises the casts over a backward pass too.
+MIN_GFLOP: dict[Task, float] = {"train": 0.5, "infer": 1.0}
+CPU_ENV = "VITKIT_CPU_BF16"
+_OVERRIDES = ("none", "avx512_bf16", "amx_bf16")
+
+
+@dataclass(frozen=True)
+class CpuFeatures:
+    """The bf16 instructions a CPU has."""
+
+    avx512_bf16: bool = False
+    amx_bf16: bool = False
+
+    @property
+    def native_bf16(self) -> str | None:
+        """The instructions that do bf16 natively (AMX's tiles first), or None."""
+        if self.amx_bf16:
+            return "AMX-BF16"
+        return "AVX512_BF16" if self.avx512_bf16 else None
+
+
+def cpu_features() -> CpuFeatures:
+    """This machine's CPU as PyTorch reports it (``torch.cpu.get_capabilities``, or its older
+    probes), unless ``VITKIT_CPU_BF16`` stands in for it."""
+    override = os.environ.get(CPU_ENV)
+    if override is not None:
+        if override not in _OVERRIDES:
+            raise ConfigError(f"{CPU_ENV}={override!r}: expected one of {', '.join(_OVERRIDES)}")
+        return CpuFeatures(avx512_bf16=override == "avx512_bf16", amx_bf16=override == "amx_bf16")
+    capabilities = getattr(torch.cpu, "get_capabilities", None)
+    if capabilities is not None:
+        found = capabilities()
+        return CpuFeatures(
+            avx512_bf16=bool(found.get("avx512_bf16")), amx_bf16=bool(found.get("amx_bf16"))
+        )
+    avx512 = getattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)
+    amx = getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
+    return CpuFeatures(avx512_bf16=bool(avx512()), amx_bf16=bool(amx()))
+
+
+def decide_auto(
+    device: torch.device, *, task: Task, gflop: float, cpu: CpuFeatures | None = None
+) -> tuple[Precision, str]:
+    """What ``auto`` stands for on ``device`` for a forward pass of ``gflop`` (one batch), and
+    why. ``cpu``: the CPU's features (None: this machine's, ``cpu_features``)."""
+    if device.type == "cuda":
+        return "bf16", "auto on cuda"
+    if device.type != "cpu":
+        return "fp32", f"auto on {device.type}"
+    native = (cpu or cpu_features()).native_bf16
+    if native is None:
+        return "fp32", "auto: this CPU has no native bf16 (neither AVX512_BF16 nor AMX-BF16)"
+    least = MIN_GFLOP[task]
+    if gflop < least:
+        return "fp32", (
+            f"auto: this CPU has {native}, but a forward pass of a batch is {gflop:.2g} GFLOP, "
+            f"under the {least:g} from which bf16 is faster"
+        )
+    return (
+        "bf16",
+        f"auto: this CPU has {native}, and a forward pass of a batch is {gflop:.3g} GFLOP",
+    )
+
+
+def precision_on(
+    precision: Precision, device: torch.device, *, gflop: float, cpu: CpuFeatures | None = None
+) -> tuple[Precision, str]:
+    """A training run's ``precision`` made concrete for ``device`` (``auto``: ``decide_auto``
+    for a training step whose forward pass is ``gflop``), and why."""
+    if precision != "auto":
+        return precision, "set"
+    return decide_auto(device, task="train", gflop=gflop, cpu=cpu)
+
+
+def inference_precision(
+    precision: Precision, device: torch.device, *, gflop: float, cpu: CpuFeatures | None = None
+) -> tuple[Precision, str]:
+    """An inference command's ``--precision`` made concrete for ``device`` (``auto``:
+    ``decide_auto`` for a forward pass of one batch of ``gflop``), and why."""
+    if precision != "auto":
+        return precision, f"--precision {precision}"
+    return decide_auto(device, task="infer", gflop=gflop, cpu=cpu)

@@ -1,11 +1,12 @@
 """Where bf16 pays on this CPU: vitkit's training step and forward pass in bf16 autocast against
 fp32, over models and batches whose forward pass spans 0.02 to 300 GFLOP, alternating, medians;
-and attention alone, PyTorch's fused kernel against the explicit products, in both precisions.
-The measurements behind ``runtime.arithmetic.MIN_GFLOP`` and ``model.layers.EXPLICIT_MAX_TOKENS``.
+and attention, PyTorch's fused kernel against the explicit products: alone, in both precisions,
+and inside bf16 steps of the models. The measurements behind ``runtime.arithmetic.MIN_GFLOP`` and
+``model.layers.EXPLICIT_MAX_TOKENS(_FORWARD)``.
 
     .venv/bin/python benchmarks/bf16_gain.py                  # the grid (about 10 minutes)
     .venv/bin/python benchmarks/bf16_gain.py --rows fmnist:train:256 ViT-S/16:infer:1
-    .venv/bin/python benchmarks/bf16_gain.py --attention      # the attention table only
+    .venv/bin/python benchmarks/bf16_gain.py --attention      # the attention tables only
 
 A row is ``MODEL:TASK:BATCH[:compiled]``: a preset, ``fmnist`` (the main job's model) or
 ``wD-S-P`` (6 layers of width D on S px images in patches of P, 3 channels, 10 classes); ``train``
@@ -108,26 +109,26 @@ def step(
 
 
 def alternate(
-    fp32: Callable[[], object], bf16: Callable[[], object], rounds: int, min_time: float
+    a: Callable[[], object], b: Callable[[], object], rounds: int, min_time: float
 ) -> tuple[float, float, list[float]]:
-    """Median seconds of each, and each round's fp32 / bf16 ratio."""
-    for f in (fp32, bf16):
+    """Median seconds of ``a`` and of ``b``, and each round's ratio of a's time to b's."""
+    for f in (a, b):
         f()
         f()  # warm-up (and compilation)
     start = time.perf_counter()
-    fp32()
+    a()
     iters = max(1, int(min_time / (time.perf_counter() - start)))
-    times: dict[str, list[float]] = {"fp32": [], "bf16": []}
+    times: list[list[float]] = [[], []]
     ratios = []
     for r in range(rounds):
-        order = (("fp32", fp32), ("bf16", bf16))
-        for name, f in order if r % 2 == 0 else order[::-1]:
+        order = ((0, a), (1, b))
+        for i, f in order if r % 2 == 0 else order[::-1]:
             start = time.perf_counter()
             for _ in range(iters):
                 f()
-            times[name].append((time.perf_counter() - start) / iters)
-        ratios.append(times["fp32"][-1] / times["bf16"][-1])
-    return statistics.median(times["fp32"]), statistics.median(times["bf16"]), ratios
+            times[i].append((time.perf_counter() - start) / iters)
+        ratios.append(times[0][-1] / times[1][-1])
+    return statistics.median(times[0]), statistics.median(times[1]), ratios
 
 
 def rows_table(rows: Sequence[str], rounds: int, min_time: float) -> Iterator[str]:
@@ -195,17 +196,62 @@ def attention_table(rounds: int) -> Iterator[str]:
             yield f"| {', '.join(map(str, shape))} | {what} | {cells} |"
 
 
+# bf16 steps whose attention the two paths compute, in the model (MODEL:TASK:BATCH)
+PATHS = (
+    "fmnist:train:256",
+    "fmnist:infer:256",
+    "ViT-Ti/16:train:32",
+    "ViT-Ti/16:infer:32",
+    "ViT-S/16:train:32",
+    "ViT-S/16:infer:32",
+    "ViT-B/32:infer:32",
+    "ViT-B/16:infer:32",
+)
+
+
+def paths_table(rows: Sequence[str], rounds: int) -> Iterator[str]:
+    """A bf16 step of each row with attention on the explicit path and on the fused kernel,
+    alternating (``layers``' limits set to take one or the other at every length), a line at a
+    time."""
+    from vitkit.model import layers
+
+    limits = (layers.EXPLICIT_MAX_TOKENS, layers.EXPLICIT_MAX_TOKENS_FORWARD)
+
+    def take(explicit: bool | None) -> None:  # None: the limits as they are
+        most = limits if explicit is None else (10**6, 10**6) if explicit else (0, 0)
+        layers.EXPLICIT_MAX_TOKENS, layers.EXPLICIT_MAX_TOKENS_FORWARD = most
+
+    yield "| model | task | batch | tokens | explicit s | fused s | fused / explicit |"
+    yield "|---|---|---|---|---|---|---|"
+    for row in rows:
+        name, task, batch_text = row.split(":")
+        cfg = model_config(name)
+        run = step(cfg, task, True, int(batch_text), compiled=False)
+
+        def on(explicit: bool, run=run) -> Callable[[], object]:
+            return lambda: (take(explicit), run())
+
+        fused, explicit, ratios = alternate(on(False), on(True), rounds, min_time=0.0)
+        take(None)
+        tokens = cfg.grid[0] * cfg.grid[1] + cfg.num_prefix_tokens
+        yield (
+            f"| {name} | {task} | {batch_text} | {tokens} | {explicit:.3f} | {fused:.3f} "
+            f"| {statistics.median(ratios):.2f} |"
+        )
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--rows", nargs="+", default=list(GRID))
-    parser.add_argument("--attention", action="store_true", help="the attention table only")
+    parser.add_argument("--attention", action="store_true", help="the attention tables only")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--min-time", type=float, default=1.0, help="seconds per timing")
     args = parser.parse_args(argv)
     cpu = cpu_features()
     print(f"CPU: native bf16 {cpu.native_bf16 or 'none'}; {torch.get_num_threads()} threads")
     tables = [] if args.attention else [rows_table(args.rows, args.rounds, args.min_time)]
-    for table in [*tables, attention_table(max(args.rounds, 7))]:
+    tables += [attention_table(max(args.rounds, 7)), paths_table(PATHS, args.rounds)]
+    for table in tables:
         print()
         for line in table:
             print(line, flush=True)

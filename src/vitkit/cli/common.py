@@ -37,6 +37,11 @@ PRECISION_HELP = (
     "native bf16 (AVX512_BF16, AMX) when a batch is large enough to gain; else fp32), fp32, or "
     "bf16"
 )
+INT8_HELP = (
+    "; or int8 on a CPU (torchao: calibrated on the checkpoint's training images, checked "
+    "against fp32 on held-out images and refused past --int8-max-change; tens of seconds "
+    "first: worth it for many images)"
+)
 
 
 class Verb(Protocol):
@@ -75,10 +80,57 @@ def fast(model: Any, enabled: bool, autocast: torch.dtype | None = None) -> Any:
     return optimize_for_inference(model, bf16=autocast is not None)
 
 
-def add_precision_argument(parser: argparse.ArgumentParser) -> None:
-    """``--precision auto|fp32|bf16`` on a verb that runs a model; ``resolve_precision`` reads
-    it."""
-    parser.add_argument("--precision", choices=PRECISIONS, default="auto", help=PRECISION_HELP)
+def add_precision_argument(parser: argparse.ArgumentParser, *, int8: bool = False) -> None:
+    """``--precision auto|fp32|bf16`` (and ``int8`` with its settings, where ``int8``) on a verb
+    that runs a model; ``resolve_precision`` reads it, ``int8_inference`` int8."""
+    if not int8:
+        parser.add_argument("--precision", choices=PRECISIONS, default="auto", help=PRECISION_HELP)
+        return
+    from ..config.int8 import CALIBRATION, MAX_TOP1_CHANGE
+
+    parser.add_argument(
+        "--precision",
+        choices=(*PRECISIONS, "int8"),
+        default="auto",
+        help=PRECISION_HELP + INT8_HELP,
+    )
+    parser.add_argument(
+        "--int8-calibration",
+        type=int,
+        default=CALIBRATION,
+        metavar="N",
+        help="training images int8 is calibrated on",
+    )
+    parser.add_argument(
+        "--int8-max-change",
+        type=float,
+        default=MAX_TOP1_CHANGE,
+        metavar="POINTS",
+        help="the most int8 may move top-1 accuracy on held-out images before it is refused",
+    )
+
+
+def int8_inference(
+    args: argparse.Namespace, model: Any, split: Any, device: torch.device, *, say: Any = None
+) -> Any:
+    """``--precision int8``: ``model`` calibrated and checked on ``split`` (``eval.int8``),
+    said in one line on ``say`` (None: stdout)."""
+    if device.type != "cpu":
+        raise VitkitError(f"--precision int8 runs on the CPU (x86 int8 kernels): not on {device}")
+    if args.fast:
+        raise VitkitError("--fast with --precision int8: int8 is compiled already; give one")
+    from ..eval.int8 import int8_model
+
+    calibrated = int8_model(
+        model,
+        split,
+        batch_size=args.batch_size,
+        source=args.checkpoint,
+        calibration=args.int8_calibration,
+        max_change=args.int8_max_change,
+    )
+    print(calibrated.said(split), file=say or sys.stdout, flush=True)
+    return calibrated.model
 
 
 def resolve_precision(

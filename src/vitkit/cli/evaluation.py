@@ -18,6 +18,7 @@ from .common import (
     add_workers_argument,
     fast,
     image_inputs,
+    int8_inference,
     open_checkpoint,
     read_image,
     resolve_device,
@@ -108,11 +109,15 @@ def _eval(args: argparse.Namespace) -> None:
     flip = args.flip
     if flip is None:  # as the run evaluated, when the checkpoint records its run
         flip = bool(extra.get("run", {}).get("data", {}).get("test_flip", False))
-    autocast = resolve_precision(
-        args.precision, model, min(args.batch_size, len(split.dataset)), device
-    )
+    if args.precision == "int8":
+        run, autocast = int8_inference(args, model, split, device), None
+    else:
+        autocast = resolve_precision(
+            args.precision, model, min(args.batch_size, len(split.dataset)), device
+        )
+        run = fast(model, args.fast, autocast)
     result = evaluate(
-        fast(model, args.fast, autocast),
+        run,
         batches.epoch(0),
         model.cfg.num_classes,
         autocast=autocast,
@@ -218,12 +223,20 @@ def _predict(args: argparse.Namespace) -> None:
     wnid_of = dict(zip(names, wnids, strict=True)) if wnids else {}
     if model.cfg.num_classes < 1:
         raise VitkitError(f"{args.checkpoint} has no classifier head (num_classes=0) to predict")
+    model.to(device)
     # said on stderr: --json's stdout is the JSON alone
-    autocast = resolve_precision(
-        args.precision, model, min(args.batch_size, len(paths)), device, say=sys.stderr
-    )
+    if args.precision == "int8":  # calibrated on the data the checkpoint was trained on
+        from ..data.run_data import evaluation_split
+
+        split = evaluation_split(None, extra, model.cfg, source=args.checkpoint)
+        run, autocast = int8_inference(args, model, split, device, say=sys.stderr), None
+    else:
+        autocast = resolve_precision(
+            args.precision, model, min(args.batch_size, len(paths)), device, say=sys.stderr
+        )
+        run = fast(model, args.fast, autocast)
     ranked = _ranked(
-        fast(model.to(device), args.fast, autocast),
+        run,
         paths,
         preprocess,
         names,
@@ -472,7 +485,7 @@ def add_verbs(verb: Verb) -> None:
         'each label with its "wnid" where the checkpoint records them (ImageNet-21k heads)',
     )
     add_device_argument(p)
-    add_precision_argument(p)
+    add_precision_argument(p, int8=True)
     p.add_argument("--fast", action="store_true", help=FAST_HELP)
 
     p = verb(
@@ -486,7 +499,7 @@ def add_verbs(verb: Verb) -> None:
     p.add_argument("--batch-size", type=int, default=256)
     p.add_argument("--fast", action="store_true", help=FAST_HELP)
     add_device_argument(p)
-    add_precision_argument(p)
+    add_precision_argument(p, int8=True)
     add_workers_argument(p)
     p.add_argument(
         "--flip",

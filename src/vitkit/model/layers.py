@@ -61,18 +61,22 @@ class DropPath(nn.Module):
 
 
 # PyTorch's fused attention for a CPU (its flash kernel) is slower in bf16 than the explicit
-# products over short sequences: forward and backward 2-10x at 17-65 tokens, 1.0-1.9x at 197
-# (ViT-*/16 at 224); around 256 tokens the two meet, and beyond, the explicit path's T x T weights
-# cost more (benchmarks/RESULTS.md, "bf16 on a CPU: attention").
-EXPLICIT_MAX_TOKENS = 256
+# products for short sequences: its backward 2-10x at 17-65 tokens and 1.1-1.2x in a ViT-*/16
+# training step at 197, its forward 1.14x at 17 tokens (the main job's model); beyond 64 tokens its
+# forward is 5-8% the faster, and beyond 256 the explicit path's T x T weights cost more
+# (benchmarks/RESULTS.md, "bf16 on a CPU: attention").
+EXPLICIT_MAX_TOKENS = 256  # with a backward pass
+EXPLICIT_MAX_TOKENS_FORWARD = 64  # without
 
 
 def explicit_is_faster(q: Tensor) -> bool:
     """Whether attention over ``q`` (B, H, T, Dh) runs faster on the explicit path: bf16 on a
-    CPU, at most ``EXPLICIT_MAX_TOKENS`` tokens."""
-    return (
-        q.device.type == "cpu" and q.dtype == torch.bfloat16 and q.shape[-2] <= EXPLICIT_MAX_TOKENS
-    )
+    CPU, over at most ``EXPLICIT_MAX_TOKENS`` tokens where gradients flow through it, at most
+    ``EXPLICIT_MAX_TOKENS_FORWARD`` where they do not."""
+    if q.device.type != "cpu" or q.dtype != torch.bfloat16:
+        return False
+    most = EXPLICIT_MAX_TOKENS if q.requires_grad else EXPLICIT_MAX_TOKENS_FORWARD
+    return q.shape[-2] <= most
 
 
 class Attention(nn.Module):
@@ -80,8 +84,8 @@ class Attention(nn.Module):
 
     The default path is ``F.scaled_dot_product_attention``; ``return_attention=True`` takes the
     explicit path (softmax(q kᵀ / √Dh) v, the softmax in fp32) and also returns the weights, for
-    inspection. bf16 on a CPU over at most ``EXPLICIT_MAX_TOKENS`` tokens takes the explicit path
-    too (``explicit_is_faster``).
+    inspection. bf16 on a CPU over short sequences takes the explicit path too
+    (``explicit_is_faster``).
     """
 
     def __init__(

@@ -18,7 +18,6 @@ order swapped every round); the ratio is the median of the per-round ratios, > 1
 from __future__ import annotations
 
 import argparse
-import contextlib
 import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -27,6 +26,7 @@ import torch
 import torch.nn.functional as F
 
 import vitkit
+from cpu_table import infer_step, train_step
 from vitkit.config import ModelConfig
 from vitkit.model.flops import count_flops
 from vitkit.presets import get_config
@@ -84,28 +84,9 @@ def step(
     x = torch.randn(batch, cfg.in_chans, *cfg.image_hw)  # (B, C, H, W)
     y = torch.randint(0, cfg.num_classes, (batch,))
 
-    def autocast() -> contextlib.AbstractContextManager:
-        return torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16)
-
     if task == "infer":
-        model.eval()
-
-        def infer() -> object:
-            with torch.inference_mode(), autocast():
-                return run(x)
-
-        return infer
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
-
-    def train() -> object:
-        with autocast():
-            loss = F.cross_entropy(run(x).float(), y)
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        return loss
-
-    return train
+        return infer_step(run, x, bf16)
+    return train_step(run, x, y, bf16)
 
 
 def alternate(

@@ -8,10 +8,9 @@ size of the work, with the reason said.
   per-operation overhead cost more than the faster products save.
 - Any other CPU: fp32 (its bf16 is emulated, slower than fp32).
 
-Measured on 2 cores of an AMD EPYC Zen 4 (benchmarks/RESULTS.md, "bf16 on a CPU"): a training
-step of the Fashion-MNIST ViT is 0.96x at 0.22 GFLOP a forward pass, 1.27x at 0.56, 2.1x at 7.1;
-inference 0.93-1.04x at 0.45, 1.2-1.7x from 0.67 to 0.89, 2x at 1.8; ViT-Ti/16 at batch 1 (2.5)
-1.2x.
+Measured on 2 cores of an AMD EPYC Zen 4 over models and batches from 0.02 to 300 GFLOP a
+forward pass (benchmarks/RESULTS.md, "bf16 on a CPU"): every training step from 0.5 GFLOP up and
+every forward pass from 1.0 up ran faster in bf16 (1.02-2.1x), most below lost or tied.
 
 ``VITKIT_CPU_BF16`` stands in for what the CPU reports: ``none`` decides as on a CPU without
 native bf16 (the test suite's default, so that its fp32 figures hold on every machine),

@@ -5,8 +5,8 @@ products, softmax, LayerNorm and GELU stay fp32.
 
 Why this path: measured on 2 cores of an AMD EPYC Zen 4, ViT-S/16 at batch 32 ran 652 ms here
 against 840 ms for bf16 through ``optimize_for_inference`` and 936 ms for ONNX Runtime's static
-int8 (QDQ, U8S8) of the same model (benchmarks/RESULTS.md, "int8 on a CPU"). The price: a
-calibration pass in fp32 and a compilation (tens of seconds), so it pays for many images.
+int8 (QDQ, U8S8) of the same model (benchmarks/RESULTS.md, "bf16 on a CPU, and int8"). The
+price: a calibration pass in fp32 and a compilation (tens of seconds): it pays for many images.
 
 ``check_int8`` compares the quantized model with fp32 on held-out images: top-1 agreement, the
 change of top-1 accuracy and the largest change of a logit. int8 is never a default: ``auto``

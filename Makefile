@@ -12,7 +12,13 @@ FMNIST := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
 # jemalloc, which the vitkit command preloads (src/vitkit/runtime/allocator.py; Debian's package).
 JEMALLOC := /usr/lib/x86_64-linux-gnu/libjemalloc.so.2
 
-.PHONY: run test lint format venv data clean
+# The documentation's tools (the docs extra) and the browser that checks the site (Debian's).
+DOCS_STAMP := $(VENV)/.docs-installed
+CHROMEDRIVER := /usr/bin/chromedriver
+export NO_MKDOCS_2_WARNING := 1
+export DISABLE_MKDOCS_2_WARNING := true
+
+.PHONY: run test lint format venv data docs clean
 
 venv: $(STAMP)
 
@@ -39,14 +45,29 @@ run: $(STAMP) $(FMNIST) $(JEMALLOC)
 test: $(STAMP) $(FMNIST) $(JEMALLOC) lint
 	$(BIN)/python -m pytest -q
 
+$(DOCS_STAMP): $(STAMP)
+	$(BIN)/python -m pip install -q -e '.[test,docs]'
+	touch $(DOCS_STAMP)
+
+# Where Debian's chromium cannot be installed, the browser check says so in one line and is skipped.
+$(CHROMEDRIVER):
+	apt-get update -qq && apt-get install -y -qq chromium chromium-driver || echo "chromium not installed"
+
+# The site, in strict mode (a broken link, a missing page or an unresolved reference fails), with
+# the figures of a tiny run and the reference generated from the code; then checked in a browser.
+docs: $(DOCS_STAMP) $(FMNIST) $(JEMALLOC) $(CHROMEDRIVER)
+	$(BIN)/python docs/make_figures.py docs/generated
+	$(BIN)/mkdocs build --strict
+	$(BIN)/python docs/browser_check.py site --shots site-check
+
 lint: $(STAMP)
-	$(BIN)/ruff check src tests benchmarks studies
-	$(BIN)/ruff format --check src tests benchmarks studies
+	$(BIN)/ruff check src tests benchmarks studies docs
+	$(BIN)/ruff format --check src tests benchmarks studies docs
 	$(BIN)/mypy
 
 format: $(STAMP)
-	$(BIN)/ruff format src tests benchmarks studies
-	$(BIN)/ruff check --fix src tests benchmarks studies
+	$(BIN)/ruff format src tests benchmarks studies docs
+	$(BIN)/ruff check --fix src tests benchmarks studies docs
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache src/*.egg-info
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache src/*.egg-info site site-check docs/generated

@@ -1,6 +1,6 @@
 """Memory of one fp32 training step (forward, cross-entropy, backward, AdamW step) above the
 resting weights and Adam state, at two batch sizes, with and without activation checkpointing per
-block: the measured inputs of docs/DISTRIBUTED.md's memory-per-device table.
+block: the measured inputs of docs/guides/scale-out.md's memory-per-device table.
 
     .venv/bin/python benchmarks/train_memory.py                      # ViT-B/16 at 224, batches 4, 8
     .venv/bin/python benchmarks/train_memory.py --models ViT-S/16 --batch 2 4

@@ -1,4 +1,4 @@
-"""Figures of docs/REPRODUCTION.md, drawn from ``studies/results.json`` (what ``studies/run.py``
+"""Figures of docs/guides/reproduction.md, drawn from ``studies/results.json`` (what ``studies/run.py``
 measured). Run: ``python studies/plots.py``; studies with no results yet are left out."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The paper's findings reproduced small, on Fashion-MNIST (docs/REPRODUCTION.md).
+"""The paper's findings reproduced small, on Fashion-MNIST (docs/guides/reproduction.md).
 
     python studies/run.py a c e        # run what is missing of studies a, c and e
     python studies/run.py --list       # every run, its command, done or not

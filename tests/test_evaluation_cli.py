@@ -225,3 +225,32 @@ def test_eval_and_fewshot_read_a_folder_with_workers(
     assert outs["0"] == outs["2"] and "top-1" in outs["0"] and "2-shot" in outs["0"]
     assert main(["eval", best, "--data", data, "--workers", "-1"]) == 2
     assert capsys.readouterr().err.strip().endswith("--workers -1: expected a number >= 0")
+
+
+def test_inspect_titles_each_map_with_the_predicted_probability(
+    best: str, tmp_path: Path, monkeypatch
+) -> None:
+    """Each attention map is titled "true -> predicted p%", p the model's softmax probability of
+    the class it predicts for that image."""
+    import torch
+
+    import vitkit.inspect
+    from vitkit.io.api import load
+
+    seen: dict = {}
+
+    def keep(model, images, out_dir, *, titles, **kwargs) -> dict:
+        seen.update(images=images, titles=titles)
+        return {}
+
+    monkeypatch.setattr(vitkit.inspect, "inspect_model", keep)
+    argv = ["inspect", best, "--data", "synthetic", "--out", str(tmp_path), "--max-maps", "3"]
+    assert main([*argv, "--num-images", "8"]) == 0
+    with torch.no_grad():
+        probs = load(best).eval()(seen["images"][:3]).softmax(dim=1)  # (3, K)
+    assert len(seen["titles"]) == 3  # the maps drawn
+    for title, p in zip(seen["titles"], probs, strict=False):
+        true, predicted = title.split(" -> ")
+        name, share = predicted.rsplit(" ", 1)
+        assert share == f"{p.max().item():.0%}" and name == f"class_{p.argmax().item()}"
+        assert true.startswith("class_")  # the image's own class, before the arrow

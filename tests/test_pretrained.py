@@ -65,20 +65,6 @@ def test_a_listed_size_allows_one_unit_of_its_last_digit_either_side() -> None:
         listed_range("393.69 MB")
 
 
-def test_the_readme_says_what_pins_each_entry() -> None:
-    from pathlib import Path
-
-    readme = (Path(__file__).parents[1] / "README.md").read_text()
-    table = readme.split("| entry | listed size: bounds the file |")[1].split("</details>")[0]
-    rows = [line for line in table.splitlines() if line.startswith("| `")]
-    assert len(rows) == len(REGISTRY)
-    for row, entry in zip(rows, REGISTRY.values(), strict=True):
-        name, size, hub = (cell.strip() for cell in row.strip("|").split("|"))
-        assert name == f"`{entry.name}`"
-        assert size.startswith(entry.size) if entry.size else size == "none listed"
-        assert hub == (f"`{entry.timm}` (main)" if entry.timm else "none")
-
-
 def test_urls_follow_the_base_url(monkeypatch) -> None:
     entry = find("ViT-B/16@in21k")
     assert entry.url == "https://storage.googleapis.com/vit_models/imagenet21k/ViT-B_16.npz"

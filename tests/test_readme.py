@@ -1,7 +1,7 @@
-"""The README's user journey runs as written, on a folder of images the test makes, with tiny
-settings the test adds (two training steps): the README cannot drift from the code. Every code
-block of the README says whether it runs here (``<!-- readme-test -->``) or why not
-(``<!-- readme-test: not run (...) -->``)."""
+"""The user journey of the README and the guides (docs/guides/, in the site's order) runs as
+written, on a folder of images the test makes, with tiny settings the test adds (two training
+steps): the documentation cannot drift from the code. Every code block says whether it runs here
+(``<!-- docs-test -->``) or why not (``<!-- docs-test: not run (...) -->``)."""
 
 from __future__ import annotations
 
@@ -16,9 +16,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-README = Path(__file__).parent.parent / "README.md"
+ROOT = Path(__file__).parent.parent
+README = ROOT / "README.md"
 BLOCK = re.compile(r"^(?P<marker>[^\n]*)\n```(?P<lang>\w*)\n(?P<body>.*?)\n```", re.M | re.S)
-RUN, SKIP = "<!-- readme-test -->", re.compile(r"^<!-- readme-test: not run \(.+\) -->$")
+RUN, SKIP = "<!-- docs-test -->", re.compile(r"^<!-- docs-test: not run \(.+\) -->$")
 # how the README's first block puts `vitkit` (and the venv's `python`) on the PATH; every block
 # runs after it, as in a user's shell
 ACTIVATE = "source .venv/bin/activate"
@@ -33,22 +34,34 @@ set -euo pipefail
 """
 
 
-def blocks() -> list[tuple[str, str, str]]:
-    """(marker, language, code) of every fenced block of the README."""
-    return [(m["marker"], m["lang"], m["body"]) for m in BLOCK.finditer(README.read_text())]
+def documents() -> list[Path]:
+    """The README, then every guide in the order of the site's navigation (mkdocs.yml)."""
+    nav = re.findall(r"^\s+- [^:]+: (guides/\S+\.md)$", (ROOT / "mkdocs.yml").read_text(), re.M)
+    return [README, *(ROOT / "docs" / page for page in nav)]
+
+
+def blocks(path: Path = README) -> list[tuple[str, str, str]]:
+    """(marker, language, code) of every fenced block of a document."""
+    return [(m["marker"], m["lang"], m["body"]) for m in BLOCK.finditer(path.read_text())]
+
+
+def test_every_guide_is_in_the_site() -> None:
+    guides = sorted((ROOT / "docs" / "guides").glob("*.md"))
+    assert sorted(documents()[1:]) == guides
 
 
 def test_no_placeholder_is_left() -> None:
     """A figure still to be measured is written as a line of its own in capitals."""
-    text = BLOCK.sub("", README.read_text())
-    assert not re.findall(r"^[A-Z][A-Z0-9_]{3,}$", text, re.M)
+    for path in documents():
+        text = BLOCK.sub("", path.read_text())
+        assert not re.findall(r"^[A-Z][A-Z0-9_]{3,}$", text, re.M), path
 
 
 def test_every_block_is_run_or_says_why_not() -> None:
-    found = blocks()
-    assert len(found) >= 4
-    for marker, _, body in found:
-        assert marker == RUN or SKIP.match(marker), f"unmarked README block:\n{body}"
+    assert len(blocks()) >= 4
+    for path in documents():
+        for marker, _, body in blocks(path):
+            assert marker == RUN or SKIP.match(marker), f"unmarked block of {path}:\n{body}"
 
 
 def test_the_first_block_puts_vitkit_on_the_path() -> None:
@@ -111,7 +124,7 @@ def test_the_user_journey_runs_as_written(tmp_path: Path) -> None:
         "VITKIT_HOME": str(tmp_path / "cache"),  # and the bucket is the local server
         "VITKIT_VIT_MODELS_URL": server.url("/vit_models"),
     }
-    for marker, lang, code in blocks():
+    for marker, lang, code in (block for path in documents() for block in blocks(path)):
         if marker != RUN:
             continue
         if lang == "bash":

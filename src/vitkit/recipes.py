@@ -230,7 +230,7 @@ def fmnist_vit() -> ModelConfig:
 @recipe("Fashion-MNIST, the main job's ViT for 8 epochs (89.1%)")
 def fmnist() -> RunConfig:
     """A plain ViT trained from scratch on Fashion-MNIST: the model of the main job
-    (``fmnist-speed`` trains it for time to accuracy), and the base of docs/REPRODUCTION.md's
+    (``fmnist-speed`` trains it for time to accuracy), and the base of docs/guides/reproduction.md's
     studies.
 
     Command: ``vitkit train --recipe fmnist --run-dir runs/fmnist``.
@@ -323,7 +323,7 @@ FMNIST_BACKBONE = ResNetConfig(num_layers=(2, 2))  # root + 2 stages: 0.8M param
 
 @recipe("the ResNet baseline of the data-requirement study")
 def fmnist_resnet() -> RunConfig:
-    """The ResNet baseline of the data-requirement study (docs/REPRODUCTION.md (a)): the hybrid's
+    """The ResNet baseline of the data-requirement study (docs/guides/reproduction.md (a)): the hybrid's
     BiT backbone (root, 2 stages of 2 bottlenecks, GroupNorm + weight standardisation) with global
     average pooling and a linear head, 0.8M parameters like the ViT; the main job's optimizer and
     schedule (the paper trains its ResNets with Adam too, App. D.1).

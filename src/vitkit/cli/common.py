@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 NPROC_HELP = (
     "data-parallel on N processes of this machine: runs this command under torchrun "
-    "--standalone --nproc-per-node N (docs/DISTRIBUTED.md)"
+    "--standalone --nproc-per-node N (docs/guides/scale-out.md)"
 )
 
 FAST_HELP = (

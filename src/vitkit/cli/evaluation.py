@@ -414,8 +414,12 @@ def _inspect(args: argparse.Namespace) -> None:
         torch.autocast(device.type, dtype=autocast, enabled=autocast is not None),
     ):
         if model.cfg.num_classes and len(names) == model.cfg.num_classes:
-            predicted = model(images[: args.max_maps].to(device)).argmax(dim=1).tolist()
-            titles = [f"{t} -> {names[p]}" for t, p in zip(titles, predicted, strict=False)]
+            logits = model(images[: args.max_maps].to(device)).float()  # (n, K)
+            probs, predicted = logits.softmax(dim=1).max(dim=1)  # (n,), (n,)
+            titles = [
+                f"{t} -> {names[k]} {p:.0%}"
+                for t, k, p in zip(titles, predicted.tolist(), probs.tolist(), strict=False)
+            ]
     written = inspect_model(
         model,
         images,

@@ -50,7 +50,9 @@ def _describe(model: VisionTransformer, name: str | None) -> str:
 def _write_html(path: Path, heading: str, sections: list[_Section]) -> Path:
     parts = [
         "<!doctype html>",
-        '<html><head><meta charset="utf-8"><title>vitkit inspect</title>',
+        # an empty icon: a browser would otherwise ask the server for /favicon.ico, a 404
+        '<html><head><meta charset="utf-8"><link rel="icon" href="data:,">'
+        "<title>vitkit inspect</title>",
         "<style>body{font-family:sans-serif;max-width:60em;margin:auto;padding:1em}"
         "img{max-width:100%}figure{margin:2em 0}figcaption{color:#333}</style></head><body>",
         "<h1>What the Vision Transformer learned</h1>",

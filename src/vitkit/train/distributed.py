@@ -1,5 +1,5 @@
 """Data parallelism on PyTorch's own stack: torchrun's process group, DDP or FSDP2, and checkpoints
-that do not depend on how many processes wrote them (docs/DISTRIBUTED.md).
+that do not depend on how many processes wrote them (docs/guides/scale-out.md).
 
 Every process computes the gradient of its part of the global batch [P §4.1: 4096 on TPU pods]
 and the wrapper (``train.parallel``) averages them: ``ddp`` keeps a replica per process and
@@ -7,7 +7,7 @@ all-reduces gradients; ``fsdp`` (FSDP2's ``fully_shard`` per block, then the roo
 parameters, gradients and optimizer state, with a ``MixedPrecisionPolicy`` under bf16/fp16 (low
 precision compute, fp32 reduction). Checkpoints hold full state dicts gathered to rank 0 on the
 CPU, in the single-process format, so every reader takes them and they resume on any number of
-processes (why not sharded files: docs/DISTRIBUTED.md). The process group is NCCL's between
+processes (why not sharded files: docs/guides/scale-out.md). The process group is NCCL's between
 GPUs (GPU ``LOCAL_RANK`` each: ``runtime.machine``), gloo's between CPUs; every collective waits
 at most ``VITKIT_DIST_TIMEOUT`` seconds (default 300), so a dead or hung peer ends the job with
 an error instead of a hang.

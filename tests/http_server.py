@@ -3,8 +3,9 @@
 ``FileServer`` serves a dict of path -> bytes with what downloads meet in the wild: Range requests
 (206 + Content-Range, 416 past the end) and the validators that make them safe (ETag,
 Last-Modified, If-Range), redirects, extra headers per path (a publisher's ``x-goog-hash``),
-responses cut after N bytes (an interrupted transfer), a delay before each body (so that
-processes overlap), a log of every request, and HTTPS (``tls=True``, with a certificate that a
+responses cut after N bytes (an interrupted transfer), bodies without a Content-Length (ended by
+closing the connection), a delay before each body (so that processes overlap), a log of every
+request and of how much of each body went out, and HTTPS (``tls=True``, with a certificate that a
 client trusts through ``SSL_CERT_FILE=TLS_CERT``). ``FakeHub`` adds the Hugging Face Hub's
 ``/{repo_id}/resolve/{revision}/{filename}`` for ``HF_ENDPOINT``. Nothing leaves the machine::
 
@@ -34,6 +35,7 @@ Headers = list[tuple[str, str]]
 # openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 36500
 #   -subj /CN=127.0.0.1 -addext subjectAltName=IP:127.0.0.1, the key appended to the certificate.
 TLS_CERT = Path(__file__).parent / "data" / "tls" / "127.0.0.1.pem"
+_PIECE = 1 << 16  # a body is written in pieces, counted as they go out (FileServer.sent)
 
 
 @dataclass(frozen=True)
@@ -70,9 +72,12 @@ class FileServer:
     response names its file's version with, as Google Cloud Storage does: ``"etag"``, a strong
     ``ETag`` of the bytes; ``"weak-etag"``, a weak one, ``W/"..."``; ``"last-modified"``, a date
     that changes with the bytes); ``if_range`` (False: ignore If-Range, answer a Range request
-    with the current file's range even when its validator no longer matches); ``moved`` (path ->
-    URL: answer 302 to it); ``delay`` (seconds to wait before each body); ``requests`` (every
-    request, in order)."""
+    with the current file's range even when its validator no longer matches);
+    ``range_validators`` (False: a 206 names no version, neither ETag nor Last-Modified);
+    ``lengths`` (False: no Content-Length, the body ends when the connection closes, as HTTP/1.0
+    allows); ``moved`` (path -> URL: answer 302 to it); ``delay`` (seconds to wait before each
+    body); ``requests`` (every request, in order); ``sent`` (the body bytes each GET's response
+    put on the wire before it ended or the client hung up, in the order they ended)."""
 
     def __init__(self, files: Mapping[str, bytes] | None = None, *, tls: bool = False) -> None:
         self.files: dict[str, bytes] = dict(files or {})
@@ -81,9 +86,12 @@ class FileServer:
         self.ranges = True
         self.validators = ["etag", "last-modified"]
         self.if_range = True
+        self.range_validators = True
+        self.lengths = True
         self.moved: dict[str, str] = {}
         self.delay = 0.0
         self.requests: list[Seen] = []
+        self.sent: list[int] = []
         self._lock = threading.Lock()
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self._httpd.daemon_threads = True
@@ -152,6 +160,8 @@ class FileServer:
         if start >= len(data):
             return Reply(416, [("Content-Range", f"bytes */{len(data)}")])
         content_range = ("Content-Range", f"bytes {start}-{end}/{len(data)}")
+        if not self.range_validators:
+            extra = [(name, value) for name, value in extra if (name, value) not in version]
         return Reply(206, [*extra, content_range], data[start : end + 1])
 
 
@@ -174,15 +184,25 @@ def _handler(server: FileServer) -> type[BaseHTTPRequestHandler]:
             self.send_response(reply.status)
             for name, value in reply.headers:
                 self.send_header(name, value)
-            self.send_header("Content-Length", str(len(body)))  # a cut body sends less
+            if server.lengths:
+                self.send_header("Content-Length", str(len(body)))  # a cut body sends less
             self.end_headers()
             if head:
                 return
             if server.delay:
                 time.sleep(server.delay)
-            self.wfile.write(body if cut is None else body[:cut])
-            self.wfile.flush()
             self.close_connection = True
+            sent, end = 0, len(body) if cut is None else min(cut, len(body))
+            try:
+                for start in range(0, end, _PIECE):
+                    piece = body[start : min(start + _PIECE, end)]
+                    self.wfile.write(piece)
+                    sent += len(piece)
+                self.wfile.flush()
+            except (BrokenPipeError, ConnectionResetError):  # the client hung up
+                pass
+            with server._lock:
+                server.sent.append(sent)
 
         def log_message(self, format: str, *args: Any) -> None:  # quiet: tests read .requests
             pass

@@ -13,6 +13,7 @@ import random
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -178,6 +179,42 @@ def test_a_part_without_a_validator_is_started_again_not_resumed(server: FileSer
     assert ["range" in r.headers for r in server.gets(PATH)] == [False, False]
 
 
+def test_a_resume_whose_206_names_no_version_is_started_again_not_spliced(
+    server: FileServer,
+) -> None:
+    """A server that ignores If-Range and names no version in its 206 sends the new file's
+    range after the file changed: nothing says it is not the part's file, so the part is
+    discarded and the file downloaded from byte 0 (no sha256 is given to catch a splice)."""
+    server.cuts[PATH] = [100_000, 0]
+    url = server.url(PATH)
+    with pytest.raises(DownloadError, match="run again to resume"):
+        fetch(url, progress=False)
+    new = DATA[::-1]
+    server.files[PATH] = new
+    server.if_range, server.range_validators = False, False
+    path = fetch(url, progress=False)
+    assert path.read_bytes() == new
+    assert ["range" in r.headers for r in server.gets(PATH)] == [False, True, True, False]
+    assert siblings(path) == {"w.npz", "w.npz.download.json"}
+
+
+@pytest.mark.parametrize("value", ['"abc"\r\nX-Injected: 1', '"\u20ac"', "", 7])
+def test_a_saved_validator_that_is_not_printable_ascii_discards_the_part(
+    server: FileServer, value: object
+) -> None:
+    """A ``.part.json`` whose validator could not be sent as an If-Range header (CR LF,
+    non-ASCII, empty, not text): the part is deleted and the file downloaded from byte 0."""
+    url = server.url(PATH)
+    part = cached_path(url).with_name("w.npz.part")
+    part.parent.mkdir(parents=True)
+    part.write_bytes(DATA[:100_000])
+    part.with_name("w.npz.part.json").write_text(json.dumps({"header": "ETag", "value": value}))
+    path = fetch(url, sha256=SHA, progress=False)
+    assert path.read_bytes() == DATA
+    assert ["range" in r.headers for r in server.gets(PATH)] == [False]
+    assert siblings(path) == {"w.npz", "w.npz.download.json"}
+
+
 def test_an_interrupted_download_is_kept_and_the_next_call_resumes_it(server: FileServer) -> None:
     server.cuts[PATH] = [120_000, 0]  # the resume in the same call gets nothing: it gives up
     url = server.url(PATH)
@@ -262,6 +299,37 @@ def test_a_size_outside_the_listed_range_is_refused_before_the_download(
     assert f"{len(DATA)} bytes, expected {len(DATA) - 10} to {len(DATA) - 1}" in message
     assert "nothing was downloaded" in message and siblings(cached_path(url)) == set()
     path = fetch(url, size_range=(len(DATA) - 10, len(DATA)), progress=False)
+    assert path.read_bytes() == DATA
+
+
+@pytest.mark.parametrize("bound", ["size", "size_range", "recorded"])
+def test_a_body_without_content_length_is_stopped_at_the_size_bound(
+    server: FileServer, bound: str
+) -> None:
+    """A server that sends no Content-Length and more bytes than the file may have (its size,
+    its listed range, its first download's size): the transfer stops at the bound, one line,
+    nothing kept; the server could not send its whole body."""
+    big = DATA * 110  # 33 MB: more than the loopback's socket buffers hold
+    url = server.url(PATH)
+    if bound == "recorded":
+        fetch(url, progress=False).unlink()  # the record of its first download stays
+    server.files[PATH], server.lengths = big, False
+    limits = {"size": {"size": len(DATA)}, "size_range": {"size_range": (1, len(DATA))}}
+    with pytest.raises(DownloadError) as e:
+        fetch(url, progress=False, **limits.get(bound, {}))
+    message = one_line(e)
+    assert f"more than {len(DATA):,} bytes" in message and "no Content-Length" in message
+    assert siblings(cached_path(url)) <= {"w.npz.download.json"}
+    for _ in range(500):  # the server's write fails once the client has hung up
+        if len(server.sent) == len(server.gets(PATH)):
+            break
+        time.sleep(0.01)
+    assert server.sent[-1] < len(big)
+
+
+def test_a_body_without_content_length_within_the_bound_is_taken(server: FileServer) -> None:
+    server.lengths = False
+    path = fetch(server.url(PATH), sha256=SHA, size=len(DATA), progress=False)
     assert path.read_bytes() == DATA
 
 

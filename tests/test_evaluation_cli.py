@@ -254,3 +254,75 @@ def test_inspect_titles_each_map_with_the_predicted_probability(
         name, share = predicted.rsplit(" ", 1)
         assert share == f"{p.max().item():.0%}" and name == f"class_{p.argmax().item()}"
         assert true.startswith("class_")  # the image's own class, before the arrow
+
+
+def _accuracies(lines: list[str]) -> dict[str, str]:
+    """Per-class lines of ``vitkit eval`` (two spaces, a name, its top-1 or --): name -> it."""
+    return dict(line.split() for line in lines if re.fullmatch(r"  \S+ +([0-9.]+|--)", line))
+
+
+def test_eval_of_many_classes_prints_the_best_and_worst_unless_asked_for_every_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A 64-class checkpoint on a shard of 240 images of most of its classes, a quarter of them
+    labelled as it predicts them (so that its classes' top-1 differ): the 10 best and the 10
+    worst classes with images, and a line saying so; ``--per-class`` prints all 64, a class
+    without images as --."""
+    import torch
+
+    import vitkit
+    from helpers import png_bytes, top1_predictions, write_tar
+    from vitkit.config import ModelConfig
+
+    classes = [f"class{k:02d}" for k in range(64)]
+    cfg = ModelConfig(image_size=16, patch_size=8, hidden_size=16, num_layers=1, num_heads=2,
+                      mlp_dim=32, num_classes=len(classes))  # fmt: skip
+    model = vitkit.create_model(cfg)
+    with torch.no_grad():  # predictions that depend on the image, some of them right
+        model.head.weight.normal_(0, 5.0, generator=torch.Generator().manual_seed(0))
+    checkpoint = str(vitkit.save(model, tmp_path / "ckpt", class_names=classes))
+    root = tmp_path / "shards"
+    root.mkdir()
+    (root / "classes.txt").write_text("".join(f"{name}\n" for name in classes))
+    labels = [i % 60 for i in range(240)]  # none of the last 4 classes, but as predicted
+    for _ in range(2):  # the labels, then a quarter of them as the checkpoint predicts them
+        members = {}
+        for i, label in enumerate(labels):
+            members[f"{i:04d}.png"], members[f"{i:04d}.cls"] = png_bytes(i), str(label).encode()
+        write_tar(root / "images.tar", members)
+        names, predicted = top1_predictions(Path(checkpoint), f"wds:{root}")
+        by_key = dict(zip((name.rpartition(":")[2] for name in names), predicted.tolist(),
+                          strict=True))  # fmt: skip
+        labels = [by_key[f"{i:04d}"] if i < 60 else i % 60 for i in range(240)]
+    argv = ["eval", checkpoint, "--data", f"wds:{root}", "--workers", "0"]
+
+    assert main(argv) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert main([*argv, "--per-class"]) == 0
+    every = _accuracies(capsys.readouterr().out.splitlines())
+    assert list(every) == classes
+    ranked = sorted((k for k in classes if every[k] != "--"), key=lambda k: -float(every[k]))
+    assert 50 < len(ranked) < 64 and len({every[k] for k in ranked}) > 5
+
+    head = out.index(
+        f"the 10 best of the {len(ranked)} classes with images; {64 - len(ranked)} of the 64 "
+        "have none here (--per-class prints every class):"
+    )
+    best, worst = out[head + 1 : head + 11], out[head + 12 :]
+    assert out[head + 11] == "the 10 worst:" and len(worst) == 10
+    assert len(_accuracies(out)) == 20  # no other class is printed
+    assert [line.split()[0] for line in best] == ranked[:10]
+    worst_first = sorted(ranked[10:], key=lambda name: float(every[name]))
+    assert [line.split()[0] for line in worst] == worst_first[:10]
+    assert all(line == f"  {line.split()[0]:<24} {every[line.split()[0]]}" for line in best + worst)
+
+
+@pytest.mark.parametrize("count", [50, 51])
+def test_eval_prints_every_class_up_to_fifty(count: int) -> None:
+    from vitkit.cli.evaluation import _per_class
+
+    names = [f"c{k}" for k in range(count)]
+    accuracies = [k / count for k in range(count)]
+    lines = _per_class(names, accuracies, [1] * count, every=False)
+    assert len(lines) == (count if count <= 50 else 22)
+    assert len(_per_class(names, accuracies, [1] * count, every=True)) == count

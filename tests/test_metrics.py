@@ -44,6 +44,7 @@ def test_figures_match_a_direct_computation(data) -> None:
         for k in range(K)
     ]
     assert result["per_class"] == pytest.approx(per_class)
+    assert result["per_class_images"] == [labels.tolist().count(k) for k in range(K)]
     assert "accuracy_one_view" not in result
 
 
@@ -86,6 +87,7 @@ def test_reduce_sums_every_figure_over_processes(data) -> None:
         flip=True,
     )
     assert half["count"] == twice["count"] == 40
-    for key in ("accuracy", "accuracy_one_view", "top5", "confusion", "per_class"):
+    for key in ("accuracy", "accuracy_one_view", "top5", "confusion", "per_class",
+                "per_class_images"):  # fmt: skip
         assert half[key] == twice[key]
     assert half["loss"] == pytest.approx(twice["loss"], rel=1e-6)

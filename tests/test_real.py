@@ -230,3 +230,38 @@ def test_names_that_do_not_join_are_one_line(
     ten = vitkit.save(small, tmp_path / "ten")
     err = _one_line_error(capsys, ["eval", str(ten), "--data", "synthetic", "--real"])
     assert "has 10 outputs: expected 1000" in err
+
+
+def test_a_validation_image_found_twice_is_one_line(
+    checkpoint: Path, tmp_path: Path, capsys
+) -> None:
+    """The same validation image in three class folders of a shard (and another under two
+    extensions) would be counted as often as it appears: one line naming them, before the model
+    runs; and ``vitkit transfer``'s join (``real_entries_for``, as ``sweep._joined`` calls it) is
+    the same check."""
+    from vitkit.errors import DataError
+    from vitkit.eval.real import real_entries_for
+
+    root = tmp_path / "shards"
+    root.mkdir()
+    (root / "classes.txt").write_text("".join(f"class{k}\n" for k in range(1000)))
+    names = ["n1/ILSVRC2012_val_00000007.png", "n2/ILSVRC2012_val_00000007.png",
+             "ILSVRC2012_val_00000008.png", "n3/ILSVRC2012_val_00000007.png",
+             "ILSVRC2012_val_00000009.png", "x/ILSVRC2012_val_00000009_n01751748.jpg"]  # fmt: skip
+    members = {}
+    for i, name in enumerate(names):
+        key = name.rpartition(".")[0]
+        members[name], members[f"{key}.cls"] = png_bytes(i), b"3"
+    write_tar(root / "images.tar", members)
+    err = _one_line_error(capsys, ["eval", str(checkpoint), "--data", f"wds:{root}", "--real"])
+    assert "counts each validation image once, and 3 of the 6 images" in err
+    assert "'n2/ILSVRC2012_val_00000007' repeats 'n1/ILSVRC2012_val_00000007'" in err
+    assert "'x/ILSVRC2012_val_00000009_n01751748' repeats 'ILSVRC2012_val_00000009'" in err
+    assert "keep one copy of each" in err and "top-1" not in capsys.readouterr().out
+
+    from vitkit.data.run_data import evaluation_split
+
+    model = vitkit.load(checkpoint)
+    split = evaluation_split(f"wds:{root}", {}, model.cfg, source="test")
+    with pytest.raises(DataError, match="3 of the 6 images"):
+        real_entries_for(1000, split.dataset, split.name, "the fine-tuned model")

@@ -136,8 +136,37 @@ def _eval(args: argparse.Namespace) -> None:
     )
     if real is not None:
         print(_real_line(real, result["predictions"]))
-    for name, acc in zip(names, result["per_class"], strict=False):
-        print(f"  {name:<24} {acc:.4f}")
+    for line in _per_class(
+        names, result["per_class"], result["per_class_images"], every=args.per_class
+    ):
+        print(line)
+
+
+PER_CLASS_ALL = 50  # up to this many classes, eval prints every one
+PER_CLASS_ENDS = 10  # above it, the best and the worst this many (21,843 lines say nothing)
+
+
+def _per_class(
+    names: list[str], accuracies: list[float], images: list[int], *, every: bool
+) -> list[str]:
+    """What ``vitkit eval`` prints per class: every class (``every``, or up to ``PER_CLASS_ALL``
+    of them; "--" for a class without images), else a line saying what is shown, the
+    ``PER_CLASS_ENDS`` best and the as many worst of the classes with images."""
+    rows = list(zip(names, accuracies, images, strict=False))
+    if every or len(rows) <= PER_CLASS_ALL:
+        return [f"  {name:<24} {f'{acc:.4f}' if n else '--'}" for name, acc, n in rows]
+    ranked = sorted((row for row in rows if row[2]), key=lambda row: -row[1])  # ties: in order
+    best = ranked[:PER_CLASS_ENDS]
+    worst = sorted(ranked[len(best) :], key=lambda row: row[1])[:PER_CLASS_ENDS]
+    none = len(rows) - len(ranked)
+    absent = f"; {none:,} of the {len(rows):,} have none here" if none else ""
+    return [
+        f"the {len(best)} best of the {len(ranked):,} classes with images{absent} "
+        "(--per-class prints every class):",
+        *(f"  {name:<24} {acc:.4f}" for name, acc, _ in best),
+        f"the {len(worst)} worst:",
+        *(f"  {name:<24} {acc:.4f}" for name, acc, _ in worst),
+    ]
 
 
 def _real_entries(args: argparse.Namespace, model: Any, split: Any) -> Any:
@@ -518,6 +547,12 @@ def add_verbs(verb: Verb) -> None:
         help="also ImageNet ReaL accuracy (the reassessed validation labels the paper reports): "
         "images joined to their labels by file name, ILSVRC2012_val_NNNNNNNN.*, in any order or "
         "any part of the 50,000; a 1000-class model",
+    )
+    p.add_argument(
+        "--per-class",
+        action="store_true",
+        help=f"print every class's top-1 (default: every class up to {PER_CLASS_ALL} of them, "
+        f"else the {PER_CLASS_ENDS} best and the {PER_CLASS_ENDS} worst)",
     )
 
     p = verb(

@@ -33,7 +33,8 @@ def evaluate(
     predictions: bool = False,
 ) -> dict:
     """Run ``model`` over ``batches`` (float images, labels); returns loss, accuracy, top5,
-    per_class (a list of K accuracies) and confusion, computed on ``model``'s device (uint8
+    per_class (a list of K accuracies, 0 for a class without images), per_class_images (the
+    images of each class) and confusion, computed on ``model``'s device (uint8
     batches are scaled there), under ``autocast`` (a dtype) if given.
 
     ``confusion`` is sparse: the non-zero cells of the K x K matrix as ``(true, predicted,
@@ -93,6 +94,7 @@ def evaluate(
         "accuracy": sum(hits_of) / max(count, 1),
         "top5": top5_hits / max(count, 1),
         "per_class": [h / max(n, 1) for h, n in zip(hits_of, images_of, strict=True)],
+        "per_class_images": images_of,
         "confusion": confusion,
         "count": count,
         **one_view,

@@ -8,7 +8,9 @@ The labels ship with vitkit (``imagenet_real_labels.json.gz``, its source beside
 joined to a split's images by each image's own name in its source (``DecodedImages.key_of``: a
 folder's file, a shard's key, a Hugging Face row's stored path): its last part, up to the first
 dot, is ``ILSVRC2012_val_NNNNNNNN``, entry NNNNNNNN - 1 of the labels. So the validation set in
-any order, or any part of it, is evaluated; an image named otherwise is an error naming it. The
+any order, or any part of it, is evaluated; an image named otherwise is an error naming it, and
+so is a validation image found more than once (the same file in several class folders would
+count several times). The
 classes are ImageNet-1k's by index (wnids sorted: a folder of wnid class folders, ImageNet-v2's
 numbered folders, the usual checkpoints' heads).
 """
@@ -64,7 +66,7 @@ def real_entry(key: str | None) -> int | None:
 def real_entries(dataset: Any, what: str) -> np.ndarray:
     """The entry of the ReaL labels of every image of ``dataset`` (``what``: it, as messages
     name it), int64 (n,) in its order; a ``DataError`` in one line when its images are not
-    named as the ImageNet validation set's files, or have no names."""
+    named as the ImageNet validation set's files, have no names, or name one file twice."""
     if not isinstance(dataset, DecodedImages):  # images in memory, or a stream: no names
         raise DataError(
             f"ImageNet ReaL labels are joined to images by their file names, and {what} has "
@@ -83,7 +85,29 @@ def real_entries(dataset: Any, what: str) -> np.ndarray:
             f"{len(unjoined):,} of the {len(keys):,} images of {what} are named otherwise: "
             f"{shown}{more}"
         )
+    _check_once(keys, entries, what)
     return np.array(entries, dtype=np.int64)
+
+
+def _check_once(keys: list[str | None], entries: list[int | None], what: str) -> None:
+    """A ``DataError`` in one line when two images of ``what`` are the same validation image
+    (the same entry): ReaL accuracy counts each of the 50,000 once."""
+    first: dict[int | None, int] = {}
+    again = []  # (the image, the first of its entry)
+    for i, entry in enumerate(entries):
+        if entry in first:
+            again.append((i, first[entry]))
+        else:
+            first[entry] = i
+    if not again:
+        return
+    shown = ", ".join(f"{keys[i]!r} repeats {keys[j]!r}" for i, j in again[:_NAMED])
+    more = f" and {len(again) - _NAMED:,} more" if len(again) > _NAMED else ""
+    raise DataError(
+        f"ImageNet ReaL counts each validation image once, and {len(again):,} of the "
+        f"{len(keys):,} images of {what} repeat one before them (the same ILSVRC2012_val "
+        f"number): {shown}{more}; keep one copy of each"
+    )
 
 
 def real_entries_for(num_classes: int, dataset: Any, what: str, model: str) -> np.ndarray:

@@ -54,6 +54,9 @@ CHUNK = 1 << 20
 RETRIES = 3  # resumes within one fetch, each only after a transfer that made progress
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _SOURCE_NAME = re.compile(r"[a-z][a-z0-9_]*")
+# what a validator may be to be sent back in If-Range: printable ASCII (no CR LF, nothing
+# http.client would refuse to put in a header)
+_PRINTABLE = re.compile(r"[\x20-\x7e]+")
 _TRUE = {"1", "true", "yes", "on"}
 REDIRECT_HOSTS_ENV = "VITKIT_REDIRECT_HOSTS"
 # POSIX's flag to refuse a link as the last component of a path (ELOOP); Windows has none.
@@ -235,6 +238,16 @@ class _Expected:
     size_range: tuple[int, int] | None = None
     recorded: tuple[Path, dict[str, Any]] | None = None
 
+    def most(self) -> int | None:
+        """The largest size the file may have (None: nothing bounds it)."""
+        recorded = self.recorded[1].get("size") if self.recorded is not None else None
+        bounds = [
+            self.size,
+            self.size_range[1] if self.size_range is not None else None,
+            recorded if isinstance(recorded, int) else None,
+        ]
+        return min((b for b in bounds if b is not None), default=None)
+
     def problem(self, size: int, sha256: str | None = None) -> str | None:
         """Why a file of ``size`` bytes (and ``sha256``, once known) is not this one, or None."""
         if self.size is not None and size != self.size:
@@ -318,8 +331,8 @@ def fetch(
 
     ``sha256`` (hex) and ``size`` (bytes), when given, are what the file must be;
     ``size_range`` (low, high: bytes, inclusive) bounds a size known only as a listing's rounded
-    figure. Sizes are checked against the server's Content-Length before the download and
-    against the file after it. The publisher's md5 is checked too where the response reports one
+    figure. Sizes are checked against the server's Content-Length before the download (a body
+    without one is stopped at the largest size allowed) and against the file after it. The publisher's md5 is checked too where the response reports one
     (``x-goog-hash``), and a file downloaded before (its record kept) must be the same again. An
     interrupted transfer is resumed from ``dest.part`` (here, up to ``RETRIES`` times while it
     makes progress, and by the next call). ``progress`` shows a progress bar on stderr.
@@ -389,10 +402,10 @@ def _validator(headers: Message) -> _Validator | None:
     """What names this version of the file strongly enough for ``If-Range`` (RFC 9110 13.1.5):
     the ``ETag`` unless it is weak (``W/...``), else the ``Last-Modified`` date."""
     etag = (headers.get("ETag") or "").strip()
-    if etag and not etag.startswith("W/"):
+    if _PRINTABLE.fullmatch(etag) and not etag.startswith("W/"):
         return "ETag", etag
     modified = (headers.get("Last-Modified") or "").strip()
-    return ("Last-Modified", modified) if modified else None
+    return ("Last-Modified", modified) if _PRINTABLE.fullmatch(modified) else None
 
 
 def _validator_file(part: Path) -> Path:
@@ -401,7 +414,8 @@ def _validator_file(part: Path) -> Path:
 
 
 def _saved_validator(part: Path) -> _Validator | None:
-    """The validator saved beside ``part``; None if there is none or it cannot be read."""
+    """The validator saved beside ``part``; None if there is none, it cannot be read, or it is
+    not printable ASCII (it goes back to the server as a header)."""
     try:
         saved = json.loads(_validator_file(part).read_text())
         header, value = saved["header"], saved["value"]
@@ -409,7 +423,7 @@ def _saved_validator(part: Path) -> _Validator | None:
         return None
     if header not in ("ETag", "Last-Modified") or not isinstance(value, str):
         return None
-    return header, value
+    return (header, value) if _PRINTABLE.fullmatch(value) else None
 
 
 def _save_validator(part: Path, validator: _Validator | None) -> None:
@@ -427,20 +441,21 @@ def _discard(part: Path) -> None:
     _validator_file(part).unlink(missing_ok=True)
 
 
-def _resumable(url: str, part: Path, size: int | None) -> tuple[int, _Validator | None]:
+def _resumable(url: str, part: Path, most: int | None) -> tuple[int, _Validator | None]:
     """Where to continue ``part`` from, and the validator of what it holds: (0, None) to start
-    afresh, after deleting a part that cannot be continued safely."""
+    afresh, after deleting a part that cannot be continued safely (``most``: the largest size
+    the file may have)."""
     offset = status.st_size if (status := _lstat(part)) else 0
     if not offset:
         return 0, None
-    if size is not None and offset > size:  # not a prefix of this file
+    if most is not None and offset > most:  # not a prefix of this file
         _discard(part)
         return 0, None
     validator = _saved_validator(part)
     if validator is None:  # which version it is the start of is unknown: a resume could splice
         log.warning(
-            "%s: %s has no ETag or Last-Modified saved to resume it against; downloading the "
-            "file from the start",
+            "%s: %s has no ETag or Last-Modified saved (readable, printable ASCII) to resume it "
+            "against; downloading the file from the start",
             url,
             part.name,
         )
@@ -453,7 +468,7 @@ def _download(url: str, dest: Path, expected: _Expected, *, progress: bool) -> N
     part = _sibling(dest, PART_SUFFIX)
     resumes = restarts = 0
     while True:
-        offset, validator = _resumable(url, part, expected.size)
+        offset, validator = _resumable(url, part, expected.most())
         try:
             sent = _transfer(url, dest, part, offset, validator, expected, progress=progress)
             break
@@ -503,7 +518,8 @@ def _transfer(
 ) -> _Sent:
     """One request for ``url`` from byte ``offset`` (of the version ``validator`` names),
     appended to ``part``; returns what the server said about the file. A size that ``expected``
-    rules out (the server's Content-Length) is refused before anything is written."""
+    rules out (the server's Content-Length) is refused before anything is written; a body
+    without one is stopped at the largest size ``expected`` allows."""
     headers = {"User-Agent": f"vitkit/{__version__}", "Accept-Encoding": "identity"}
     if offset:
         assert validator is not None, "a part is resumed only against its validator"
@@ -550,7 +566,7 @@ def _transfer(
             response.geturl(),
         )
         f = _open_part(part, append=bool(offset))
-        received = 0
+        received, most, over = 0, expected.most(), False
         bar = tqdm(
             total=total,
             initial=offset,
@@ -565,11 +581,16 @@ def _transfer(
             if not offset:  # what the part now holds the start of, for the next resume
                 _save_validator(part, sent.validator)
             while True:
+                # one byte past the bound at most: what tells a body too long from one that fits
+                room = CHUNK if most is None else min(CHUNK, most - offset - received + 1)
                 try:
-                    chunk = response.read(CHUNK)
+                    chunk = response.read(room)
                 except (OSError, http.client.HTTPException) as e:
                     raise _InterruptedError(str(e) or type(e).__name__, received) from None
                 if not chunk:
+                    break
+                if most is not None and offset + received + len(chunk) > most:
+                    over = True
                     break
                 f.write(chunk)
                 received += len(chunk)
@@ -584,6 +605,13 @@ def _transfer(
             bar.close()
             with contextlib.suppress(OSError):
                 f.close()
+    if over:
+        _discard(part)
+        raise DownloadError(
+            f"{url} is not the file expected: the server sends more than {most:,} bytes, the "
+            "most it may have, with no Content-Length to check first; the download was stopped "
+            "there and deleted"
+        )
     if total is not None and offset + received < total:  # closed early without an error
         raise _InterruptedError(f"{offset + received} of {total} bytes", received)
     return sent
@@ -640,12 +668,18 @@ class _CheckedRedirects(HTTPRedirectHandler):
 
 
 def _same_version(validator: _Validator | None, headers: Message) -> None:
-    """A ``_RestartError`` if a 206 names another version than the part's: a server that
-    ignores ``If-Range`` sends the new file's range, and appending it would splice two files."""
+    """A ``_RestartError`` unless a 206 names the part's version: a server that ignores
+    ``If-Range`` sends the new file's range, and appending it would splice two files; one that
+    names no version may be doing just that."""
     assert validator is not None, "a part is resumed only against its validator"
     header, value = validator
     now = (headers.get(header) or "").strip()
-    if now and now != value:
+    if not now:
+        raise _RestartError(
+            f"the server's answer to the resume names no version of the file (no {header}), so "
+            "it may be another version's bytes"
+        )
+    if now != value:
         raise _RestartError(
             f"the file changed since the part was begun ({header} {value} -> {now})"
         )

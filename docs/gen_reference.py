@@ -78,10 +78,15 @@ def config_page() -> str:
     return "\n".join(lines) + "\n"
 
 
-def _arguments(parser: argparse.ArgumentParser) -> list[str]:
+def _arguments(parser: argparse.ArgumentParser, *, verb: bool = True) -> list[str]:
+    """A table of ``parser``'s arguments (a verb's: without ``--debug``, which every verb takes
+    as ``vitkit`` does)."""
     rows = ["| argument | meaning | default |", "|---|---|---|"]
+    skipped = (argparse._HelpAction, argparse._SubParsersAction)
     for action in parser._actions:  # argparse keeps its arguments only there
-        if action.help == argparse.SUPPRESS or isinstance(action, argparse._HelpAction):
+        if action.help == argparse.SUPPRESS or isinstance(action, skipped):
+            continue
+        if verb and action.option_strings == ["--debug"]:
             continue
         name = ", ".join(action.option_strings) or action.dest
         if action.choices is not None and not isinstance(action, argparse._SubParsersAction):
@@ -109,7 +114,7 @@ def cli_page() -> str:
         "--help` prints the same. Every error a user can cause is one line on stderr and exit "
         "status 2.",
         "",
-        *_arguments(parser),
+        *_arguments(parser, verb=False),
     ]
     for name, sub in verbs.choices.items():
         lines += ["", f"## `vitkit {name}`", "", _cell(sub.description or "")]

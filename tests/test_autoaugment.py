@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from vitkit.config import ConfigError, DataConfig, replace
-from vitkit.config.augment import parse_auto_augment
+from vitkit.config.augment import parse_auto_augment, why_not_new
 from vitkit.data.autoaugment import IMAGENET_POLICY, Step, apply, auto_augment, plan
 
 
@@ -69,6 +69,42 @@ def test_other_strings_are_refused_in_one_line(text: str, why: str) -> None:
         DataConfig(auto_augment=text)
     assert f"data.auto_augment={text!r} is not valid: " in str(info.value)
     assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ("rand-n" + "9" * 5000, r"has n of 5,000 digits: expected n in \[1, 16\]"),
+        ("rand-p" + "9" * 5000, r"has p=inf: expected a probability in \[0, 1\]"),
+        ("rand-m" + "9" * 5000, r"has m=inf > mmax=10"),
+    ],
+)
+def test_a_number_of_thousands_of_digits_is_refused_in_one_short_line(text: str, why: str) -> None:
+    """n of more digits than int() reads was a ValueError traceback; every such number is one
+    line that shows the string's start and its length, not all of it."""
+    with pytest.raises(ConfigError, match=why) as info:
+        DataConfig(auto_augment=text)
+    message = str(info.value)
+    assert message.startswith("data.auto_augment='rand-") and "(5,008 characters)" in message
+    assert "\n" not in message and len(message) < 400
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ("rand-n1000000000", "applies n=1,000,000,000 ops: expected n in [1, 16]"),
+        ("rand-n17-m9", "applies n=17 ops: expected n in [1, 16]"),
+        ("rand-m9-mmax101", "has mmax=101: expected mmax <= 100"),
+        ("rand-m" + "9" * 400 + "-mmax" + "9" * 400, "has mmax=inf: expected mmax <= 100"),
+    ],
+)
+def test_a_new_run_keeps_n_and_mmax_bounded(text: str, why: str) -> None:
+    """Beyond the bounds of a new run (config/keys.py ``check_new``), yet a valid string: a run
+    recorded with it before the bounds reads it and keeps it."""
+    assert DataConfig(auto_augment=text).auto_augment == text
+    assert why in str(why_not_new(text))
+    assert why_not_new("rand-n16-m100-mmax100") is None
+    assert why_not_new("original") is None and why_not_new("trivial") is None
 
 
 def test_vitkit_config_shows_the_key_and_refuses_a_bad_string_in_one_line(capsys) -> None:

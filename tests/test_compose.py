@@ -392,3 +392,67 @@ def test_the_committed_runs_resume_in_fp32_on_a_cpu_with_native_bf16(
     for ours, theirs in zip(got, expected, strict=True):  # other CPUs may round differently
         numbers = {k: v for k, v in theirs.items() if k != "split"}
         assert {k: ours[k] for k in numbers} == pytest.approx(numbers, rel=1e-4)
+
+
+# Beyond a new run's bounds, each (config/keys.py ``check_new``), and the first key it names.
+BEYOND = [
+    ("data.aug_repeats=100", "data.aug_repeats=100 is not valid: expected an integer in [1, 64]"),
+    ("data.random_erase_count=20", "data.random_erase_count=20 is not valid: expected an integer"),
+    ("data.auto_augment=rand-n20", "data.auto_augment='rand-n20' is not valid: 'rand-n20' applies"),
+]
+
+
+@pytest.mark.parametrize(("item", "line"), BEYOND)
+def test_a_new_run_beyond_a_toolbox_bound_is_refused_before_any_data_is_read(
+    tmp_path: Path, monkeypatch, capsys, item: str, line: str
+) -> None:
+    """``data.auto_augment=rand-n1000000000`` ran 94 s, then a MemoryError traceback; now every
+    count beyond its bound is one line, before the data is read or the run directory made."""
+    import vitkit.data.run_data
+    from vitkit.cli import main
+
+    def no_data(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the data was read")
+
+    monkeypatch.setattr(vitkit.data.run_data, "build_data", no_data)
+    run_dir = tmp_path / "run"
+    assert main(["train", "--recipe", "smoke", "--set", item, "--run-dir", str(run_dir)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"vitkit train: error: {line}") and err.count("\n") == 1
+    assert not run_dir.exists()
+
+
+@pytest.mark.slow
+def test_a_run_recorded_beyond_the_toolbox_bounds_resumes_as_it_began(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
+    """A run directory written before the bounds, holding values beyond them all, resumes from
+    its checkpoint with them and logs what the uninterrupted run logged; the same command in a
+    new directory is refused."""
+    import json
+
+    import vitkit.compose
+    import vitkit.train.inputs
+    from helpers import stopped_copy
+    from vitkit.cli import main
+
+    sets = [item for item, _ in BEYOND] + ["data.random_erase=0.5"]
+    argv = ["train", "--recipe", "smoke", "--no-progress", "--set", "train.duration=4st"]
+    argv += ["--set", "train.save_every=2st", *(a for s in sets for a in ("--set", s))]
+    with monkeypatch.context() as before:  # the vitkit that wrote it had no bounds
+        before.setattr(vitkit.compose, "check_new", lambda *args: None)
+        before.setattr(vitkit.train.inputs, "check_new", lambda *args: None)
+        full = tmp_path / "full"
+        assert main([*argv, "--run-dir", str(full)]) == 0
+    assert json.loads((full / "config.json").read_text())["data"]["aug_repeats"] == 100
+    resumed = stopped_copy(full, tmp_path / "resumed", step=2)
+    capsys.readouterr()
+    assert main([*argv, "--run-dir", str(resumed)]) == 0
+
+    def losses(run_dir: Path) -> list[float]:
+        rows = map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())
+        return [r["loss"] for r in rows if "loss" in r and "split" not in r and r["step"] > 2]
+
+    assert losses(resumed) == losses(full) != []
+    assert main([*argv, "--run-dir", str(tmp_path / "new")]) == 2
+    assert BEYOND[0][1] in capsys.readouterr().err

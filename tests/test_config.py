@@ -19,7 +19,15 @@ from vitkit.config import (
     parse_set,
     replace,
 )
-from vitkit.config.keys import Section, describe, fields_of, hints, spec_of, type_name
+from vitkit.config.keys import (
+    Section,
+    check_new,
+    describe,
+    fields_of,
+    hints,
+    spec_of,
+    type_name,
+)
 from vitkit.presets import get_config
 from vitkit.recipes import get_recipe
 
@@ -216,3 +224,58 @@ def test_sections_are_frozen_and_checked_on_creation() -> None:
         smoke.train.seed = 3  # type: ignore[misc]
     with pytest.raises(ConfigError, match=r"train\.keep_last=0"):
         dataclasses.replace(smoke.train, keep_last=0)
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        (
+            {"data.aug_repeats": 65},
+            "data.aug_repeats=65 is not valid: expected an integer in [1, 64]",
+        ),
+        (
+            {"data.random_erase": 0.5, "data.random_erase_count": 10**9},
+            "data.random_erase_count=1000000000 is not valid: expected an integer in [1, 16]",
+        ),
+        (
+            {"data.auto_augment": "rand-n1000000000"},
+            "data.auto_augment='rand-n1000000000' is not valid: 'rand-n1000000000' applies "
+            "n=1,000,000,000 ops: expected n in [1, 16]",
+        ),
+        (
+            {"data.auto_augment": "rand-m9-mmax101"},
+            "data.auto_augment='rand-m9-mmax101' is not valid: 'rand-m9-mmax101' has mmax=101: "
+            "expected mmax <= 100",
+        ),
+    ],
+)
+def test_a_new_run_keeps_the_toolbox_counts_bounded_and_a_recorded_run_its_own(
+    changes: dict, message: str
+) -> None:
+    """The toolbox's counts are bounded for a new run (``check_new``), in one line; a run
+    directory whose config.json records a value beyond a bound (written before it) still reads,
+    and keeps that value; any other value is a new run's."""
+    smoke = get_recipe("smoke")
+    run = replace(smoke, changes)  # a config that holds it reads
+    recorded = json.loads(json.dumps(run.to_dict()))  # as config.json holds it
+    assert RunConfig.from_dict(recorded) == run
+    check_new(run, recorded)  # the run continues as it began
+    for other in (None, smoke.to_dict()):  # no run recorded, or another value
+        with pytest.raises(ConfigError) as info:
+            check_new(run, other)
+        assert str(info.value).startswith(message), str(info.value)
+        assert "\n" not in str(info.value)
+    at_most = {"data.aug_repeats": 64, "data.random_erase_count": 16}
+    check_new(replace(smoke, {**at_most, "data.auto_augment": "rand-n16-m100-mmax100"}), None)
+
+
+def test_vitkit_config_shows_the_bounds_of_the_toolbox_counts(capsys) -> None:
+    from vitkit.cli import main
+
+    for key, bound in [
+        ("data.aug_repeats", "int: an integer in [1, 64]"),
+        ("data.random_erase_count", "int: an integer in [1, 16]"),
+        ("data.auto_augment", "n in [1, 16], m <= mmax <= 100"),
+    ]:
+        assert main(["config", "--recipe", "smoke", key]) == 0
+        assert bound in capsys.readouterr().out

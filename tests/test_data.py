@@ -365,6 +365,73 @@ def test_synthetic_is_deterministic_and_learnable() -> None:
     assert losses[-1] < 0.5 * losses[0]
 
 
+def _process_data() -> int:
+    """The bytes of this process's data (VmData: its private writable memory)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmData:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmData in /proc/self/status")
+
+
+def test_a_presets_synthetic_data_is_built_in_bounded_memory() -> None:
+    """``vitkit train --data synthetic --model ViT-S/16``: the preset's 1,000 classes at 224 px
+    are 40,000 images, which one draw at once held in float32 (19 GB a tensor: OOM-killed on a
+    24 GB machine). Built with the process's data limited to 1 GiB more than it holds
+    (RLIMIT_DATA), each image made when it is read."""
+    import resource
+
+    from vitkit.config import DataConfig
+    from vitkit.data.run_data import build_data
+    from vitkit.presets import get_config
+
+    model = get_config("ViT-S/16")
+    assert (model.num_classes, model.image_size) == (1000, 224)
+    soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
+    resource.setrlimit(resource.RLIMIT_DATA, (_process_data() + 2**30, hard))
+    try:
+        data = build_data(DataConfig(dataset="synthetic"), model, seed=0, in_chans=3)
+        image, label = data.train[1001]
+    finally:
+        resource.setrlimit(resource.RLIMIT_DATA, (soft, hard))
+    assert (len(data.train), len(data.test), data.val_is_test) == (32_000, 8_000, True)
+    assert image.shape == (3, 224, 224) and image.dtype == torch.uint8 and label == 1
+    assert torch.equal(data.train[1001][0], image)  # the same image at every read
+
+
+def test_synthetic_images_too_many_to_hold_are_made_when_read(monkeypatch) -> None:
+    """Beyond ``HELD_PIXELS`` each image is made when read, its noise drawn from (seed, index):
+    the same at every read and in every view, on its class's pattern (the held draw's), labels
+    cycling through the classes; up to it, the draw held is the one every run made before."""
+    import importlib
+
+    made = importlib.import_module("vitkit.data.synthetic")  # vitkit.data.synthetic: the function
+    kw = dict(num_classes=4, per_class=16, image_size=8, channels=3, seed=3)
+    held = made.synthetic_images(**kw)
+    assert isinstance(held, ArrayDataset) and torch.equal(held.images, synthetic(**kw).images)
+    monkeypatch.setattr(made, "HELD_PIXELS", 0)
+    lazy = made.synthetic_images(**kw)
+    assert isinstance(lazy, made.SyntheticImages) and torch.equal(lazy.labels, held.labels)
+    images = torch.stack([lazy[i][0] for i in range(len(lazy))])  # (64, 3, 8, 8)
+    assert torch.equal(images, torch.stack([lazy[i][0] for i in range(len(lazy))]))
+    assert not torch.equal(images, held.images)  # other noise
+
+    def class_means(x: torch.Tensor) -> torch.Tensor:  # image j * 4 + k is of class k
+        return x.float().view(16, 4, 3, 8, 8).mean(0)  # (4, 3, 8, 8)
+
+    # the held draw's patterns: the means of 16 images differ by the noise's (std 32 / 4 each)
+    assert (class_means(images) - class_means(held.images)).abs().mean() < 20
+    other = made.synthetic_images(**(kw | {"seed": 4}))
+    assert (class_means(images) - class_means(torch.stack([x for x, _ in other]))).abs().mean() > 40
+    view = lazy.subset(torch.tensor([5, 0, 63]))
+    assert [int(y) for y in view.labels] == [1, 0, 3]
+    assert all(torch.equal(view[j][0], images[i]) for j, i in enumerate([5, 0, 63]))
+    reordered = lazy.in_class_order(["class_3", "class_2", "class_1", "class_0"])
+    assert torch.equal(reordered[1][0], images[1]) and reordered[1][1] == 2
+    options = BatchOptions(batch_size=16, train=True, seed=0, image_size=8, flip=True, uint8=True)
+    batch, labels = next(iter(Batches(lazy, options).epoch(0)))  # read by index, as files are
+    assert batch.shape == (16, 3, 8, 8) and labels.shape == (16,)
+
+
 def test_array_dataset_validates() -> None:
     with pytest.raises(ValueError, match="uint8 tensor"):
         ArrayDataset(images=torch.zeros(2, 1, 4, 4), labels=torch.zeros(2).long(), classes=["a"])

@@ -3,6 +3,7 @@ each process's part of the global batch, the cadence in optimizer steps."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -61,3 +62,48 @@ def test_data_that_does_not_fit_the_run_is_refused(
             device=CPU,
             shard=shard,
         )
+
+
+def test_more_repeats_than_training_images_are_refused_unless_the_run_recorded_them(
+    tmp_path: Path,
+) -> None:
+    """data.aug_repeats=r serves ceil(N/r) images an epoch: with r >= N, one image N times. Once
+    the data is known (32 training images here) that is one line, unless the run directory
+    records that r (a run begun before the check continues as it began)."""
+    run = resolved(replace(get_recipe("smoke"), {"data.per_class": 8}), CPU)  # 4 classes x 8
+    data = build_data(run.data, run.model, seed=0)
+    assert len(data.train) == 32
+
+    def read(repeats: int) -> None:
+        repeated = replace(run, {"data.aug_repeats": repeats})
+        read_inputs(repeated, tmp_path, data=data, resume_from=None, device=CPU, shard=(0, 1))
+
+    read(31)  # two images an epoch
+    with pytest.raises(ConfigError) as info:
+        read(32)
+    assert str(info.value) == (
+        "data.aug_repeats=32 is not valid for 32 training images: expected fewer repeats than "
+        "images (an epoch serves ceil(N/r) images r times each; here one)"
+    )
+    recorded = replace(run, {"data.aug_repeats": 32}).to_dict()
+    (tmp_path / "config.json").write_text(json.dumps(recorded))
+    read(32)
+
+
+def test_a_run_beyond_a_new_runs_bounds_is_refused_before_its_data_is_read(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """``train`` without the command line (the Python API) keeps the bounds too, before it reads
+    the data; a run directory that records the value keeps it."""
+    import vitkit.train.inputs
+
+    def no_data(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the data was read")
+
+    monkeypatch.setattr(vitkit.train.inputs, "build_data", no_data)
+    run = resolved(replace(get_recipe("smoke"), {"data.random_erase_count": 17}), CPU)
+    with pytest.raises(ConfigError, match=r"random_erase_count=17 is not valid: .* in \[1, 16\]"):
+        read_inputs(run, tmp_path, data=None, resume_from=None, device=CPU, shard=(0, 1))
+    (tmp_path / "config.json").write_text(json.dumps(run.to_dict()))
+    with pytest.raises(AssertionError, match="the data was read"):
+        read_inputs(run, tmp_path, data=None, resume_from=None, device=CPU, shard=(0, 1))

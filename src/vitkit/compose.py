@@ -37,7 +37,7 @@ from .config import (
     replace,
     to_dict,
 )
-from .config.keys import split_set
+from .config.keys import check_new, split_set
 from .config.model import FINETUNE_KEYS, REGULARISATION
 from .errors import ConfigError, MissingFileError
 from .presets import get_config, resolve_name
@@ -360,6 +360,7 @@ def read_data(
 
     composed = as_recorded(composed, run_dir)
     run = composed.run
+    check_new(run, composed.recorded)  # a new run's bounds, before any data is read
     fixed = "model.in_chans" in composed.fixed  # else the data's channels
     data = (build or build_data)(
         run.data, run.model, seed=run.train.seed, in_chans=run.model.in_chans if fixed else None

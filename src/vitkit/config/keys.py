@@ -32,13 +32,17 @@ FALSE_WORDS = ("false", "no", "off", "0")
 
 @dataclass(frozen=True)
 class Key:
-    """A setting's documentation and numeric bounds (applied to every number of a tuple too)."""
+    """A setting's documentation and numeric bounds (applied to every number of a tuple too).
+
+    ``new_le`` is an upper bound for a new run only (``check_new``): a run directory whose
+    config.json records a larger value, written before the bound existed, keeps it."""
 
     doc: str
     ge: float | None = None
     gt: float | None = None
     le: float | None = None
     lt: float | None = None
+    new_le: float | None = None
 
     def admits(self, number: float) -> bool:
         return not (
@@ -52,6 +56,8 @@ class Key:
         """' >= 1', ' in [0, 1)', ... : the bounds as a suffix of a description."""
         low = ("[", self.ge) if self.ge is not None else ("(", self.gt)
         high = ("]", self.le) if self.le is not None else (")", self.lt)
+        if high[1] is None:
+            high = ("]", self.new_le)
         if low[1] is not None and high[1] is not None:
             return f" in {low[0]}{_num(low[1])}, {_num(high[1])}{high[0]}"
         if low[1] is not None:
@@ -69,11 +75,12 @@ def _num(x: float) -> str:
 class Kind:
     """A string with a syntax of its own (a duration, a data source): ``Annotated[str, Kind]``.
     ``why_not`` says what is wrong with a string (None: it is one); ``expected`` describes
-    them."""
+    them; ``why_not_new`` what a new run may not hold of a valid one (as ``Key.new_le``)."""
 
     name: str
     why_not: Callable[[str], str | None]
     expected: str
+    why_not_new: Callable[[str], str | None] | None = None
 
 
 def key(
@@ -84,10 +91,12 @@ def key(
     gt: float | None = None,
     le: float | None = None,
     lt: float | None = None,
+    new_le: float | None = None,
 ) -> Any:
     """A config field: its default (none: the key is required), one line of documentation, and
-    numeric bounds. Typed ``Any`` so that ``x: int = key(...)`` passes the type checker."""
-    return dataclasses.field(default=default, metadata={"key": Key(doc, ge, gt, le, lt)})
+    numeric bounds (``new_le``: for new runs, ``Key``). Typed ``Any`` so that ``x: int =
+    key(...)`` passes the type checker."""
+    return dataclasses.field(default=default, metadata={"key": Key(doc, ge, gt, le, lt, new_le)})
 
 
 def default_of(section: type, name: str) -> Any:
@@ -229,7 +238,15 @@ def check(hint: Any, value: Any, *, name: str, spec: Key | None) -> Any:
             return _check_one(member, value, spec)
         except _WrongTypeError:
             continue
-    raise ConfigError(f"{name}={value!r} is not valid: {_wanted(hint, spec, value)}")
+    raise ConfigError(f"{name}={shown(repr(value))} is not valid: {_wanted(hint, spec, value)}")
+
+
+def shown(text: str, most: int = 200) -> str:
+    """``text`` as a message shows it: whole up to ``most`` characters (a path), else its start
+    and its length (a value of thousands of digits is one short line)."""
+    if len(text) <= most:
+        return text
+    return f"{text[:100]}... ({len(text):,} characters)"
 
 
 def _wanted(hint: Any, spec: Key | None, value: Any) -> str:
@@ -338,7 +355,8 @@ def parse(hint: Any, text: str, *, name: str, spec: Key | None) -> Any:
             return _check_one(member, _parse_one(member, text.strip()), spec)
         except _WrongTypeError:
             continue
-    raise ConfigError(f"{name}={text} is not valid: {_wanted(hint, spec, _unquote(text.strip()))}")
+    why = _wanted(hint, spec, _unquote(text.strip()))
+    raise ConfigError(f"{name}={shown(text)} is not valid: {why}")
 
 
 def _unquote(text: str) -> str:
@@ -471,6 +489,61 @@ def from_dict(cls: type[Any], data: Mapping[str, Any], *, where: str = "") -> An
     if missing:
         raise ConfigError(f"{where or cls.__name__}: missing required keys {missing}")
     return cls(**kwargs)
+
+
+def recorded_as(cls: type, recorded: Mapping[str, Any] | None) -> Any | None:
+    """``recorded`` (a run directory's config.json, as read) as a config ``cls``; None without
+    one, or where it cannot be read as one (what reads the run directory says why)."""
+    if recorded is None:
+        return None
+    try:
+        return from_dict(cls, recorded)
+    except (ValueError, TypeError):  # ConfigError is a ValueError
+        return None
+
+
+def check_new(cfg: Any, recorded: Mapping[str, Any] | None) -> None:
+    """The bounds a new run keeps (``Key.new_le``, ``Kind.why_not_new``): a ``ConfigError``
+    naming the first key of ``cfg`` beyond one, unless ``recorded`` (its run directory's
+    config.json, as read) holds the same value, so that a run started before the bound existed
+    continues as it began."""
+    old = recorded_as(type(cfg), recorded)
+    for dotted, value, hint, spec in _leaves(cfg):
+        if old is not None and _value_at(old, dotted) == value:
+            continue
+        why = _why_not_new(hint, spec, value)
+        if why is not None:
+            raise ConfigError(f"{dotted}={shown(repr(value))} is not valid: {why}")
+
+
+def _leaves(cfg: Any, prefix: str = "") -> list[tuple[str, Any, Any, Key | None]]:
+    """(dotted key, value, annotation, ``Key``) of every value of ``cfg``, sections opened."""
+    out = []
+    for f in fields_of(type(cfg)):
+        value = getattr(cfg, f.name)
+        if dataclasses.is_dataclass(value):
+            out += _leaves(value, f"{prefix}{f.name}.")
+        else:
+            out.append((f"{prefix}{f.name}", value, hints(type(cfg))[f.name], spec_of(f)))
+    return out
+
+
+def _value_at(cfg: Any, dotted: str) -> Any:
+    for name in dotted.split("."):
+        cfg = getattr(cfg, name, None)
+    return cfg
+
+
+def _why_not_new(hint: Any, spec: Key | None, value: Any) -> str | None:
+    """What a new run may not hold of ``value``, a valid value of a field typed ``hint``."""
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    if number and spec is not None and spec.new_le is not None and value > spec.new_le:
+        return f"expected {describe(hint, spec)}"
+    for member in _members(hint) if isinstance(value, str) else ():
+        for kind in _split_annotated(member)[1]:
+            if isinstance(kind, Kind) and kind.why_not_new is not None:
+                return kind.why_not_new(value)
+    return None
 
 
 def field_hint(cls: type, dotted: str) -> tuple[Any, Key | None]:

@@ -17,7 +17,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from ..compat import fold_bf16, fold_data_dir
 from ..errors import ConfigError
-from .augment import AUTO_AUGMENTS, why_not_auto_augment
+from .augment import AUTO_AUGMENTS, MAX_MAGNITUDE, MAX_OPS, why_not_auto_augment, why_not_new
 from .fewshot import SHOTS
 from .keys import Kind, Section, from_dict, key, upgrade
 from .model import ModelConfig, require
@@ -206,7 +206,12 @@ def _why_not_spec(spec: str) -> str | None:
 
 
 DataSpec = Annotated[str, Kind("data", _why_not_spec, DATA_SPECS)]
-AutoAugmentSpec = Annotated[str, Kind("augmentation", why_not_auto_augment, AUTO_AUGMENTS)]
+AutoAugmentSpec = Annotated[
+    str, Kind("augmentation", why_not_auto_augment, AUTO_AUGMENTS, why_not_new=why_not_new)
+]
+# A new run's bounds on the toolbox's counts (config/keys.py ``check_new``: a run recorded
+# before them keeps its value): generous beside timm's and DeiT's values.
+MAX_AUG_REPEATS, MAX_ERASE_COUNT = 64, 16
 
 
 # ------------------------------------------------------------------------------------ sections
@@ -235,8 +240,10 @@ class DataConfig(Section):
         doc="repeated augmentation r (DeiT's RASampler, timm's --aug-repeats): an epoch keeps "
         "about the dataset's size but serves about 1/r of its images, r times each, differently "
         "augmented; under torchrun with r or more processes an image's copies land on different "
-        "ones (data/loader.py); 1 = off; not with data.streaming",
+        f"ones (data/loader.py); 1 = off; not with data.streaming; DeiT's is 3, a new run's at "
+        f"most {MAX_AUG_REPEATS} and fewer than its training images",
         ge=1,
+        new_le=MAX_AUG_REPEATS,
     )
     per_class: int | None = key(None, doc="a class-balanced subset of the training set", ge=1)
     num_workers: int | None = key(
@@ -312,13 +319,19 @@ class DataConfig(Section):
         le=1,
     )
     random_erase_count: int = key(
-        1, doc="random erasing: at most this many boxes per image, 1 to it (timm's --recount)", ge=1
+        1,
+        doc="random erasing: at most this many boxes per image, 1 to it (timm's --recount, 1 "
+        f"unless set; a new run's at most {MAX_ERASE_COUNT}: the boxes' mask is (batch, count, "
+        "H, W))",
+        ge=1,
+        new_le=MAX_ERASE_COUNT,
     )
     auto_augment: AutoAugmentSpec | None = key(
         None,
         doc="timm's --aa strings (config/augment.py, data/autoaugment.py): rand-m9-mstd0.5-inc1 "
         "(RandAugment: n ops, magnitude m on 0..10 with noise std mstd clipped to [0, mmax], inc "
-        "ops, each applied with p 0.5), original (AutoAugment's ImageNet policy), trivial "
+        f"ops, each applied with p 0.5; timm's n is 2-4, a new run's at most {MAX_OPS}, mmax at "
+        f"most {MAX_MAGNITUDE}), original (AutoAugment's ImageNet policy), trivial "
         "(TrivialAugment wide); timm's ops and magnitudes on torchvision's tensor ops: bilinear "
         "where timm draws bilinear or bicubic, grey fill 128 (timm's for mean 0.5)",
     )

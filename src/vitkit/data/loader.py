@@ -35,11 +35,12 @@ from ..errors import ConfigError, DataError
 from . import autoaugment, transforms
 from .arrays import ArrayDataset
 from .decoded import DecodedImages
+from .synthetic import SyntheticImages
 from .transforms import inception_crop, random_crop_flip, resize, to_float
 
-# What ``Batches`` reads: images held in memory, or read by index and decoded (a stream has its
-# own batches, ``stream.StreamBatches``).
-Indexed: TypeAlias = ArrayDataset | DecodedImages
+# What ``Batches`` reads: images held in memory, or read by index (decoded, or synthetic images
+# made when read); a stream has its own batches, ``stream.StreamBatches``.
+Indexed: TypeAlias = ArrayDataset | DecodedImages | SyntheticImages
 
 # Stream names, so the permutation and the augmentation of one epoch never share random numbers.
 _ORDER, _BATCH, _SAMPLE, _LOADER, _COPY = 0, 1, 2, 3, 4

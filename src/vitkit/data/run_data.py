@@ -36,14 +36,15 @@ from .shards import WebDatasetShards, shard_layout
 from .splits import balanced_subset, split_holdout, subset
 from .stream import ParquetStream, StreamBatches
 from .survey import shorter_sides
-from .synthetic import synthetic
+from .synthetic import SyntheticImages, synthetic_images
 from .verify import Level
 
 # A split of a folder, of tar shards or of a Hugging Face dataset, as read: images read by index
 # (decoded when read), or a stream.
 SplitImages: TypeAlias = DecodedImages | ParquetStream
-# Any split a run reads: those, or images held in memory (named datasets, synthetic images).
-Images: TypeAlias = ArrayDataset | SplitImages
+# Any split a run reads: those, images held in memory (named datasets, synthetic images), or
+# synthetic images made when read (too many to hold).
+Images: TypeAlias = ArrayDataset | SyntheticImages | SplitImages
 
 
 @dataclass
@@ -91,9 +92,11 @@ def _named(source: DataSource, split: str) -> ArrayDataset:
     return cifar(split, source.path, num_classes=int(source.kind[5:]))
 
 
-def _synthetic(model: ModelConfig, channels: int, seed: int) -> tuple[ArrayDataset, ArrayDataset]:
+def _synthetic(
+    model: ModelConfig, channels: int, seed: int
+) -> tuple[ArrayDataset | SyntheticImages, ArrayDataset | SyntheticImages]:
     """One draw, so both splits share the class patterns: 32 + 8 per class."""
-    data = synthetic(
+    data = synthetic_images(
         num_classes=model.num_classes,
         per_class=40,
         image_size=model.image_size,

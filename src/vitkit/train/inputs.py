@@ -13,17 +13,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from ..config import RunConfig
+from ..config.keys import check_new, recorded_as
 from ..data import Batches
 from ..data.loader import BatchOptions
 from ..data.run_data import RESUMED, Images, RunData, another_order, batches_of, build_data
 from ..errors import ConfigError
 from .cadence import Cadence
 from .evaluator import read_fewshot_data
-from .state import resumed_classes
+from .state import recorded_config, resumed_classes
 
 
 @dataclass
@@ -48,26 +50,33 @@ def read_inputs(
     resume_from: str | Path | None,
     device: torch.device,
     shard: tuple[int, int],
+    recorded: dict[str, Any] | None = None,
 ) -> Inputs:
     """The inputs of ``run`` (decided for this machine: ``runtime.machine.decide``) for
     process ``shard`` = (rank, world) on ``device``; ``data``: the datasets when the caller has
-    read them (else ``run.data`` is read). A ``ConfigError`` when the data does not fit the run
-    (a global batch that does not split across the processes: ``BatchOptions``)."""
+    read them (else ``run.data`` is read); ``recorded``: ``run_dir``'s config.json when the
+    caller has read it (else it is read here). A ``ConfigError`` when the run is beyond a new
+    run's bounds and ``run_dir`` records no run that holds them (``check_new``), or when the
+    data does not fit the run (a global batch that does not split across the processes:
+    ``BatchOptions``; more repeats than training images)."""
     tc = run.train
+    saved = recorded if recorded is not None else recorded_config(run_dir)
+    check_new(run, saved)
     # a resumed run keeps the label order it trained with, where the data's own now differs (a
     # folder of numbered classes was in order by name before vitkit ordered it by number)
-    recorded = resumed_classes(run_dir, resume_from)
+    order = resumed_classes(run_dir, resume_from)
     if data is None:
         data = build_data(
-            run.data, run.model, seed=tc.seed, in_chans=run.model.in_chans, class_order=recorded
+            run.data, run.model, seed=tc.seed, in_chans=run.model.in_chans, class_order=order
         )
-    elif recorded is not None and another_order(recorded, data.classes):
-        data = data.in_class_order(recorded, RESUMED)  # read by a protocol: its holdout as drawn
+    elif order is not None and another_order(order, data.classes):
+        data = data.in_class_order(order, RESUMED)  # read by a protocol: its holdout as drawn
     if tc.objective == "classification" and len(data.classes) != run.model.num_classes:
         raise ConfigError(
             f"model.num_classes={run.model.num_classes} but the dataset has {len(data.classes)} "
             "classes"
         )
+    _check_repeats(run, data.train, saved)
     pinned = device.type == "cuda"
     options = BatchOptions.training(tc, run.data, run.model, shard=shard, pin_memory=pinned)
     train_batches = batches_of(data.train, options)
@@ -103,4 +112,21 @@ def read_inputs(
         steps_per_epoch=steps_per_epoch,
         cadence=cadence,
         fewshot_data=read_fewshot_data(run),  # read and checked before the run
+    )
+
+
+def _check_repeats(run: RunConfig, train: Images, recorded: dict[str, Any] | None) -> None:
+    """Repeated augmentation serves ceil(N/r) images r times an epoch: r >= N would serve one
+    image all epoch long, refused unless ``recorded`` (the run directory's config.json) holds
+    that r."""
+    repeats = run.data.aug_repeats
+    if repeats == 1 or repeats < len(train):  # 1: none (a stream's length is not known ahead)
+        return
+    old = recorded_as(RunConfig, recorded)
+    if old is not None and old.data.aug_repeats == repeats:
+        return  # a run begun before this check continues as it began
+    raise ConfigError(
+        f"data.aug_repeats={repeats:,} is not valid for {len(train):,} training images: "
+        "expected fewer repeats than images (an epoch serves ceil(N/r) images r times each; "
+        "here one)"
     )

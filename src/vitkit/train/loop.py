@@ -237,7 +237,13 @@ def _train(
 
     # ---- data: every process walks the same global batches and keeps its part of each
     inputs = read_inputs(
-        run, run_dir, data=data, resume_from=resume_from, device=device, shard=(rank, world)
+        run,
+        run_dir,
+        data=data,
+        resume_from=resume_from,
+        device=device,
+        shard=(rank, world),
+        recorded=recorded,
     )
     data, cadence, classes = inputs.data, inputs.cadence, inputs.data.classes
     precision.configure(tc.precision, device)

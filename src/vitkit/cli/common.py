@@ -272,13 +272,17 @@ def image_inputs(inputs: Sequence[str]) -> list[Path]:
 
 
 def read_image(path: str | os.PathLike, preprocess: Any) -> Any:
-    """An image file -> the float tensor (1, C, H, W) the model takes, upright (EXIF)."""
+    """An image file -> the float tensor (1, C, H, W) the model takes, upright (EXIF); a file
+    that is not a readable image, holds more than ``data.max_image_bytes`` or has more than
+    ``data.max_image_pixels`` pixels (their defaults) is a ``VitkitError`` naming it."""
     from ..data import preprocess_for_inference
+    from ..data.cells import MAX_IMAGE_BYTES, read_image_file
     from ..data.codec import DECODE_ERRORS, decode
 
     try:
         # decoded now: a corrupt file is a user's error here, not a bug later
-        pixels = decode(Path(path).read_bytes(), "L" if preprocess.in_chans == 1 else "RGB")
+        data = read_image_file(path, MAX_IMAGE_BYTES)
+        pixels = decode(data, "L" if preprocess.in_chans == 1 else "RGB")
     except DECODE_ERRORS as e:
         raise VitkitError(f"cannot read image {path}: {e}") from None
     return preprocess_for_inference(pixels, preprocess)[None]

@@ -162,6 +162,34 @@ def test_images_beyond_the_byte_and_pixel_bounds_are_unreadable(
     )
 
 
+def test_a_checkpoints_preprocessing_and_class_names_are_checked_and_shown_safely(
+    images: Path, tmp_path: Path, capsys
+) -> None:
+    """A checkpoint's ``preprocess.image_size`` of 10^6 (a 3 TB resize) is one line when it is
+    read; its class names reach the terminal with escape sequences, newlines and U+202E escaped
+    (a name of megabytes is refused when read: tests/test_io.py)."""
+    names = ["\x1b[31mred", "two\nlines", "\u202eright-to-left", "plain é"]
+    model = randomize(vitkit.create_model(tiny(num_classes=4, classifier="gap")), std=0.5)
+    checkpoint = vitkit.save(model, tmp_path / "ckpt", class_names=names)
+    assert main(["predict", str(checkpoint), str(images / "more"), "--device", "cpu"]) == 0
+    rows = capsys.readouterr().out.splitlines()
+    assert len(rows) == 4  # one per image: no name broke a row
+    for row in rows:
+        assert "\x1b" not in row and "\u202e" not in row
+        for shown in ("\\x1b[31mred", "two\\nlines", "\\u202eright-to-left", "plain é"):
+            assert shown in row
+    config = json.loads((checkpoint / "config.json").read_text())
+    config["preprocess"] = {"image_size": 10**6}
+    (checkpoint / "config.json").write_text(json.dumps(config))
+    assert main(["predict", str(checkpoint), str(images / "more"), "--device", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"vitkit predict: error: {checkpoint}: preprocess image_size=1000000 for a model of "
+        "image_size=32: expected each side a multiple of the patch stride 8, at most 4 times the "
+        "model's (128 x 128)\n"
+    )
+
+
 def test_inputs_that_match_nothing_are_one_line_errors(
     checkpoint: str, images: Path, capsys
 ) -> None:

@@ -9,6 +9,7 @@ import resource
 import shutil
 import signal
 import tarfile
+import zlib
 from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
@@ -187,4 +188,29 @@ def write_tar(path: Path, members: dict[str, bytes]) -> Path:
             info = tarfile.TarInfo(name)
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+def claimed_png(width: int, height: int) -> bytes:
+    """A PNG whose header claims ``width`` x ``height`` RGB pixels and whose data holds one row:
+    about a hundred bytes that PIL opens (the size is the header's) and fails to decode, after
+    allocating the whole image, as a real PNG of that size that compresses well would be."""
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        crc = zlib.crc32(kind + body).to_bytes(4, "big")
+        return len(body).to_bytes(4, "big") + kind + body + crc
+
+    header = width.to_bytes(4, "big") + height.to_bytes(4, "big") + bytes([8, 2, 0, 0, 0])
+    row = zlib.compress(b"\0" * (1 + 3 * width))  # a filter byte, then the row's pixels
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", row) + chunk(b"IEND", b"")
+
+
+def padded_image(path: Path, size: int) -> Path:
+    """A small PNG at ``path`` followed by zeros up to ``size`` bytes, sparse on disk (PIL reads
+    the image and ignores what follows its end): a file larger than a byte bound that is
+    otherwise a readable image."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(np.full((6, 5, 3), 90, dtype=np.uint8)).save(path, "PNG")
+    with open(path, "r+b") as f:
+        f.truncate(size)
     return path

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +21,7 @@ from PIL import Image, ImageOps
 from torch.utils.data import Subset
 from torchvision.transforms.v2 import functional as TF
 
-from helpers import exif_photo
+from helpers import claimed_png, exif_photo
 from vitkit.data import Batches, BatchOptions, ImageFolderDataset, UnreadableImageWarning
 from vitkit.data import codec as dc
 from vitkit.data.codec import DECODE_ERRORS
@@ -101,6 +102,40 @@ def test_a_truncated_or_garbage_jpeg_raises_a_decode_error(tmp_path: Path, decod
     for name in ("cut.jpg", "junk.jpg"):
         with pytest.raises(DECODE_ERRORS):
             dc.decode((tmp_path / name).read_bytes())
+
+
+def test_an_image_of_more_pixels_than_the_bound_is_refused_before_decoding(
+    tmp_path: Path, decoder: str
+) -> None:
+    """``data.max_image_pixels`` (default 64 MP): an image whose header claims more is refused
+    from the header by every decoding path (a real 0.5 MB PNG of 13,000 x 13,000 cost 2.9 GB to
+    decode), with PIL's own error for it, one of ``DECODE_ERRORS``; a JPEG (simplejpeg's header or
+    PIL's) and a PNG alike, under a bound of one's own."""
+    generator = torch.Generator()
+
+    def ways(data: bytes, **bound: int) -> list[Callable[[], object]]:
+        return [
+            lambda: dc.decode(data, **bound),
+            lambda: dc.rgb_array(data, **bound),
+            lambda: dc.upright_size(data, **bound),
+            lambda: dc.decode_crop(data, "RGB", 8, generator=generator, **bound),
+        ]
+
+    assert issubclass(Image.DecompressionBombError, DECODE_ERRORS)
+    pink(3, 20, 30).save(tmp_path / "a.png")
+    jpeg = _jpeg(tmp_path / "a.jpg", pink(3, 20, 30)).read_bytes()
+    for data in (jpeg, (tmp_path / "a.png").read_bytes()):
+        assert [way() is not None for way in ways(data, max_pixels=600)] == [True] * 4  # 30 x 20
+        for way in ways(data, max_pixels=599):
+            with pytest.raises(
+                Image.DecompressionBombError,
+                match=r"^30 x 20 pixels, more than data.max_image_pixels=599 allows$",
+            ):
+                way()
+    why = r"^13,000 x 13,000 pixels, more than data.max_image_pixels=64,000,000 allows$"
+    for way in ways(claimed_png(13000, 13000)):
+        with pytest.raises(Image.DecompressionBombError, match=why):
+            way()
 
 
 @fast

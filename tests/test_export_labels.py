@@ -182,6 +182,23 @@ def test_processor_vitkit_cannot_express_is_not_carried_over(
     assert "preprocessing not carried over" in str(record.message) and why in str(record.message)
 
 
+def test_a_processors_size_is_checked_when_the_checkpoint_is_read(tmp_path: Path) -> None:
+    """Hugging Face's ``size`` of 10^6 made ``predict`` allocate 3 TB: it is checked against the
+    model when the directory is read, as our format's ``preprocess`` is, in one line naming it."""
+    from vitkit.io.api import load_with_extra
+
+    directory = vitkit.save(_model(image_size=16), tmp_path / "hf", format="hf")
+    path = directory / "preprocessor_config.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "size": 10**6}))
+    with pytest.raises(vitkit.io.CheckpointError) as info:
+        load_with_extra(directory)
+    assert str(info.value) == (
+        f"{directory}: preprocess image_size=1000000 for a model of image_size=16: expected each "
+        "side a multiple of the patch stride 8, at most 4 times the model's (64 x 64)"
+    )
+    assert main(["predict", str(directory), str(_image_file(tmp_path / "a.png"))]) == 2
+
+
 @pytest.mark.parametrize(
     ("preprocess", "match"),
     [

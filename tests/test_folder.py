@@ -17,6 +17,7 @@ import pytest
 import torch
 from PIL import Image
 
+from helpers import claimed_png, padded_image
 from vitkit.data import (
     FolderLayout,
     ImageFolderDataset,
@@ -390,6 +391,45 @@ def test_a_real_folders_faults_are_skipped_and_named(tmp_path: Path) -> None:
         )
     far = next(i for i, (p, _) in enumerate(ds.samples) if p.name == "linked.png")
     assert torch.equal(ds[far][0], torch.from_numpy(np.array(_colour(20))).permute(2, 0, 1))
+
+
+def test_images_beyond_the_byte_and_pixel_bounds_are_skipped_and_named(tmp_path: Path) -> None:
+    """``data.max_image_bytes`` and ``data.max_image_pixels`` hold for a folder as for every
+    source: a file larger than the byte bound (a readable image followed by zeros; an 8 GB one
+    was read whole, a MemoryError) is not read past the bound; an image whose header claims more
+    pixels than the bound (13,000 x 13,000 px: 2.9 GB to decode), or more than PIL allows, is
+    refused before decoding. Each is skipped and named as any unreadable image, at construction,
+    and replaced when read unverified."""
+    root = _tree(tmp_path / "data", {"a": 3, "b": 3})
+    padded_image(root / "a/padded.png", 64 * 2**20 + 1)  # sparse: nothing written past the PNG
+    (root / "b/claimed.png").write_bytes(claimed_png(13000, 13000))
+    (root / "b/bomb.png").write_bytes(claimed_png(20000, 20000))  # more than PIL's own limit
+    with pytest.warns(UnreadableImageWarning) as caught:
+        ds = ImageFolderDataset(root, None, max_bad_fraction=0.5)
+    why = {Path(path).name: reason for path, reason in ds.skipped}
+    assert sorted(why) == ["bomb.png", "claimed.png", "padded.png"] and len(caught) == 3
+    assert why["padded.png"].endswith("larger than data.max_image_bytes=67,108,864 allows")
+    assert why["claimed.png"] == (
+        "DecompressionBombError: 13,000 x 13,000 pixels, more than "
+        "data.max_image_pixels=64,000,000 allows"
+    )
+    assert why["bomb.png"].startswith("DecompressionBombError: Image size (400000000 pixels)")
+    # bounds of one's own (the run's config passes its own: tests/test_lists.py); unverified, an
+    # image beyond them is replaced when read, as one that fails to decode
+    other = _tree(tmp_path / "other", {"a": 1, "b": 1})
+    _save(other / "a/1.png", _grey(1, (7, 6)))  # 6 x 7 = 42 pixels; the others 30
+    small = ImageFolderDataset(
+        other, None, mode="L", verify="none", max_image_pixels=41, max_bad_fraction=0.5
+    )
+    with pytest.warns(UnreadableImageWarning, match=r"a/1.png failed to decode \(Decompression"
+                      r"BombError: 6 x 7 pixels, more than data.max_image_pixels=41 allows\)"):  # fmt: skip
+        image, label = small[1]
+    assert label == 1 and torch.equal(image, small[2][0])  # the next image, with its own label
+    for bound in ("max_image_bytes", "max_image_pixels"):
+        with pytest.raises(
+            ConfigError, match=rf"^{bound}=0 is not valid: expected an integer >= 1"
+        ):
+            ImageFolderDataset(root, None, **{bound: 0})
 
 
 def test_an_image_gone_after_the_listing_is_replaced_and_named(tmp_path: Path) -> None:

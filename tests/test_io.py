@@ -305,8 +305,13 @@ def test_config_that_claims_more_than_its_weights_is_refused_before_building(
         (["cat", "dog"], "2 class_names for a model with num_classes=10: expected one name per"),
         (list(range(10)), r"class_names: expected a list of 10 strings .*found \[0, 1, 2, 3, 4, 5"),
         (["cat"] * 10, r"class_names must be distinct, found \['cat'\]"),
+        (  # a name of megabytes reached the terminal as one line
+            [f"{k}" for k in range(9)] + ["x" * 1001],
+            r"class_names: class 9's name has 1,001 characters \('x{20}'...\(961 characters\)"
+            r"...'x{20}'\): expected at most 1,000$",
+        ),
     ],
-    ids=["number", "short", "numbers", "repeated"],
+    ids=["number", "short", "numbers", "repeated", "long"],
 )
 def test_recorded_class_names_are_checked_on_reading(tmp_path, names, match: str) -> None:
     vitkit.save(VisionTransformer(tiny(num_layers=1)), tmp_path)
@@ -315,6 +320,42 @@ def test_recorded_class_names_are_checked_on_reading(tmp_path, names, match: str
     with pytest.raises(CheckpointError, match=match) as err:
         read(tmp_path)
     assert str(err.value).startswith(f"{tmp_path / 'config.json'}: ")
+
+
+@pytest.mark.parametrize(
+    ("image_size", "match"),
+    [
+        (
+            10**6,
+            r"expected each side a multiple of the patch stride 8, at most 4 times the model's "
+            r"\(128 x 128\)$",
+        ),
+        (36, "a multiple of the patch stride 8"),
+        ([32, 136], r"image_size=\(32, 136\)"),
+        ("big", "image_size='big' is not valid"),
+    ],
+    ids=["terabytes", "stride", "one-side", "not-a-size"],
+)
+def test_a_recorded_preprocessing_size_is_checked_on_reading(tmp_path, image_size, match) -> None:
+    """A checkpoint's ``preprocess.image_size`` of 10^6 made ``predict`` allocate 3 TB, and 6,000
+    hung on one 32-pixel image: it is checked against the model when the checkpoint is read
+    (each side a multiple of the patch stride, at most 4 times the model's own), in one line
+    naming the checkpoint; writing one is refused the same way."""
+    from vitkit.data import Preprocess
+    from vitkit.io.api import load_with_extra
+
+    model = VisionTransformer(tiny(num_layers=1))
+    vitkit.save(model, tmp_path, preprocess=Preprocess(image_size=(32, 128)))  # 4 times: allowed
+    assert load_with_extra(tmp_path)[1]["preprocess"]["image_size"] == [32, 128]
+    meta = json.loads((tmp_path / "config.json").read_text())
+    meta["preprocess"]["image_size"] = image_size
+    (tmp_path / "config.json").write_text(json.dumps(meta))
+    with pytest.raises(CheckpointError, match=match) as err:
+        load_with_extra(tmp_path)
+    assert str(err.value).startswith(f"{tmp_path}: preprocess") and "\n" not in str(err.value)
+    if isinstance(image_size, int):
+        with pytest.raises(ConfigError, match=match):
+            vitkit.save(model, tmp_path / "again", preprocess=Preprocess(image_size=image_size))
 
 
 def test_missing_file_and_unknown_type(tmp_path) -> None:

@@ -11,7 +11,7 @@ import torch
 from PIL import Image
 
 import vitkit
-from helpers import randomize, tiny
+from helpers import claimed_png, padded_image, randomize, tiny
 from vitkit.cli import main
 from vitkit.cli.common import read_image, resolve_device
 from vitkit.data import Preprocess
@@ -132,6 +132,62 @@ def test_unreadable_images_are_warnings_and_exit_status_2(
         assert warning.startswith(prefix) and warning.endswith("; skipped")
         assert warning.removeprefix(prefix).removesuffix("; skipped")  # PIL's reason
     assert error == "vitkit predict: error: 2 of 5 images could not be read (see the warnings)"
+
+
+def test_images_beyond_the_byte_and_pixel_bounds_are_unreadable(
+    checkpoint: str, images: Path, tmp_path: Path, capsys
+) -> None:
+    """``predict`` and ``inspect --images`` read image files under the bounds every reader does
+    (``data.max_image_bytes``, ``data.max_image_pixels``, at their defaults): a file read whole
+    (an 8 GB one was a MemoryError traceback) or a header of 13,000 x 13,000 px (2.9 GB to
+    decode) is one warning naming it, as any unreadable image."""
+    padded = padded_image(images / "photos" / "padded.png", 64 * 2**20 + 1)  # sparse
+    claimed = images / "photos" / "claimed.png"
+    claimed.write_bytes(claimed_png(13000, 13000))
+    status, entries = predict_json(checkpoint, str(images / "photos"), capsys=capsys)
+    assert status == 2
+    errors = {Path(e["path"]).name: e["error"] for e in entries if "error" in e}
+    assert errors == {
+        "claimed.png": f"cannot read image {claimed}: 13,000 x 13,000 pixels, more than "
+        "data.max_image_pixels=64,000,000 allows",
+        "padded.png": f"cannot read image {padded}: larger than data.max_image_bytes=67,108,864 "
+        "allows",
+    }
+    out = tmp_path / "maps"
+    assert main(["inspect", checkpoint, "--images", str(claimed), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"vitkit inspect: error: cannot read image {claimed}: 13,000 x 13,000 pixels, more than "
+        "data.max_image_pixels=64,000,000 allows\n"
+    )
+
+
+def test_a_checkpoints_preprocessing_and_class_names_are_checked_and_shown_safely(
+    images: Path, tmp_path: Path, capsys
+) -> None:
+    """A checkpoint's ``preprocess.image_size`` of 10^6 (a 3 TB resize) is one line when it is
+    read; its class names reach the terminal with escape sequences, newlines and U+202E escaped
+    (a name of megabytes is refused when read: tests/test_io.py)."""
+    names = ["\x1b[31mred", "two\nlines", "\u202eright-to-left", "plain é"]
+    model = randomize(vitkit.create_model(tiny(num_classes=4, classifier="gap")), std=0.5)
+    checkpoint = vitkit.save(model, tmp_path / "ckpt", class_names=names)
+    assert main(["predict", str(checkpoint), str(images / "more"), "--device", "cpu"]) == 0
+    rows = capsys.readouterr().out.splitlines()
+    assert len(rows) == 4  # one per image: no name broke a row
+    for row in rows:
+        assert "\x1b" not in row and "\u202e" not in row
+        for shown in ("\\x1b[31mred", "two\\nlines", "\\u202eright-to-left", "plain é"):
+            assert shown in row
+    config = json.loads((checkpoint / "config.json").read_text())
+    config["preprocess"] = {"image_size": 10**6}
+    (checkpoint / "config.json").write_text(json.dumps(config))
+    assert main(["predict", str(checkpoint), str(images / "more"), "--device", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"vitkit predict: error: {checkpoint}: preprocess image_size=1000000 for a model of "
+        "image_size=32: expected each side a multiple of the patch stride 8, at most 4 times the "
+        "model's (128 x 128)\n"
+    )
 
 
 def test_inputs_that_match_nothing_are_one_line_errors(

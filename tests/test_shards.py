@@ -679,11 +679,102 @@ def test_an_image_cell_reads_only_files_of_its_own_dataset(tmp_path: Path, hf_ca
         open_hf(capped).dataset("train", mode="RGB")
 
 
+def test_a_cells_path_is_text_of_bounded_length_and_shown_cut(
+    tmp_path: Path, hf_cache: None
+) -> None:
+    """A cell's path with a NUL character was a ValueError traceback, and one of 10^7
+    characters made 20 MB error lines: each is an unreadable image, named in a line of bounded
+    length."""
+    import pyarrow.parquet as pq
+
+    from vitkit.config import DataConfig
+    from vitkit.data.hf import open_hf
+
+    root = tmp_path / "ds"
+    for k in range(4):
+        _save_image(root / "imgs" / f"{k}.png", k)
+    paths = ["imgs/0.png", "imgs/\0.png", "imgs/1.png", "a/" * 5_000_000 + "x.png", "imgs/2.png"]
+    paths.append("imgs/3.png")
+    features = datasets.Features(
+        {"image": datasets.Image(), "label": datasets.ClassLabel(names=["a", "b"])}
+    )
+    rows = datasets.Dataset.from_dict(
+        {"image": paths, "label": [k % 2 for k in range(len(paths))]}, features=features
+    )
+    pq.write_table(rows.data.table, root / "train.parquet")
+    spec = DataConfig(dataset=f"hf:{root / 'train.parquet'}")
+    with pytest.warns(UserWarning) as caught:
+        split = open_hf(spec).dataset("train", mode="RGB", max_bad_fraction=0.5)
+    why = dict(split.skipped)
+    assert sorted(why) == [f"{split.where} row 1", f"{split.where} row 3"]
+    assert why[f"{split.where} row 1"] == (
+        "OSError: the cell stores a NUL character in a path: 'imgs/\\x00.png'"
+    )
+    assert why[f"{split.where} row 3"].startswith(
+        "OSError: the cell stores a path of 10,000,005 characters, more than 4,096: 'a/a/"
+    )
+    assert all(len(str(w.message)) < 800 for w in caught)
+
+
+def test_class_names_longer_than_a_thousand_characters_are_refused(
+    tmp_path: Path, hf_cache: None
+) -> None:
+    """Class names from a label column of text (or a ClassLabel) are bounded as a checkpoint's
+    are when it is read (io/metadata.py), so a run never writes names it cannot read back."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from vitkit.config import DataConfig
+    from vitkit.data.hf import open_hf
+
+    buffer = io.BytesIO()
+    Image.fromarray(_pixels(0, 0)).save(buffer, "PNG")
+    names = ["cat", "x" * 1001]
+    table = pa.table({"image": [buffer.getvalue()] * 2, "label": names})
+    pq.write_table(table, tmp_path / "train.parquet")
+    with pytest.raises(DataError, match=r"train.parquet: class 1's name has 1,001 characters "
+                       r"\('x{20}'...\(961 characters\)...'x{20}'\): expected at most 1,000$"):  # fmt: skip
+        open_hf(DataConfig(dataset=f"hf:{tmp_path / 'train.parquet'}"))
+    shards = tmp_path / "shards"  # and a shards' classes file
+    write_tar(shards / "train-000000.tar", {"0.png": buffer.getvalue(), "0.cls": b"0"})
+    (shards / "classes.txt").write_text("\n".join(names) + "\n")
+    with pytest.raises(DataError, match=r"classes.txt: class 1's name has 1,001 characters"):
+        WebDatasetShards(shards, "train")
+
+
+def test_a_shard_member_beyond_the_byte_bound_is_skipped_and_named(tmp_path: Path) -> None:
+    """``data.max_image_bytes`` holds for a shard's members as for files: a larger member is
+    not read, and is unreadable, skipped and named."""
+    rng = np.random.default_rng(0)
+    images = []
+    for side in (4, 32, 4, 4):  # the second far larger than the others
+        buffer = io.BytesIO()
+        Image.fromarray(rng.integers(0, 256, (side, side, 3), dtype=np.uint8)).save(buffer, "PNG")
+        images.append(buffer.getvalue())
+    members = {}
+    for k, data in enumerate(images):
+        members |= {f"{k}.png": data, f"{k}.cls": str(k % 2).encode()}
+    write_tar(tmp_path / "train-000000.tar", members)
+    bound = max(len(images[k]) for k in (0, 2, 3))
+    with pytest.warns(UserWarning, match="skipping unreadable image"):
+        shards = WebDatasetShards(tmp_path, "train", max_image_bytes=bound, max_bad_fraction=0.5)
+    assert shards.skipped == [
+        (
+            f"{tmp_path / 'train-000000.tar'}:1",
+            f"TooLargeError: {len(images[1]):,} bytes, larger than data.max_image_bytes="
+            f"{bound:,} allows",
+        )
+    ]
+    assert len(WebDatasetShards(tmp_path, "train")) == 4  # under the default bound
+
+
 @pytest.mark.filterwarnings("ignore::PIL.Image.DecompressionBombWarning")  # its claimed size
 def test_a_folder_and_its_shards_refuse_the_same_truncated_jpeg(tmp_path: Path) -> None:
     """A truncated JPEG whose header claims 12000 x 12000: simplejpeg refused it in a folder, PIL
     decoded 432 MB of it (with a warning) from the same bytes packed into a shard, so the two
-    trained on different images. One decoder now reads both, and both refuse it alike."""
+    trained on different images. One decoder now reads both, and both refuse it alike. (Its
+    header claims 8000 x 8000 here, as many pixels as data.max_image_pixels allows, which
+    verification refuses above.)"""
     root = tmp_path / "photos"
     for k in range(3):
         _save_image(root / "a" / f"{k}.png", k)
@@ -691,7 +782,7 @@ def test_a_folder_and_its_shards_refuse_the_same_truncated_jpeg(tmp_path: Path) 
     Image.fromarray(_pixels(0, 5)).save(buffer, "JPEG", quality=90)
     claimed = bytearray(buffer.getvalue())
     sof = claimed.index(b"\xff\xc0")  # the frame header: height, then width
-    claimed[sof + 5 : sof + 9] = (12000).to_bytes(2, "big") * 2
+    claimed[sof + 5 : sof + 9] = (8000).to_bytes(2, "big") * 2
     (root / "a/big.jpg").write_bytes(bytes(claimed))
     assert main(["data", "pack", str(root), str(tmp_path / "shards"), "--shard-size", "9"]) == 0
 

@@ -179,15 +179,24 @@ def checkpoint_name(checkpoint: str) -> str:
     return path.stem
 
 
+def printable(name: str) -> str:
+    """A name from a file (a class name a checkpoint records) as a terminal may show it: its
+    non-printable characters escaped as Python writes them (a newline as ``\\n``, an escape
+    sequence's ``\\x1b``, U+202E, which turns the rest of a line around, as ``\\u202e``)."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in name)
+
+
 def open_checkpoint(path: str) -> tuple[Any, list[str], Any, dict[str, Any]]:
-    """A checkpoint's model (eval mode), class names, preprocessing (the training run's, or the
-    official one at the model's resolution) and metadata (its run's config, when vitkit train
-    wrote it), from one read."""
+    """A checkpoint's model (eval mode), class names as printed (``printable``; bounded in
+    length when read, ``io.metadata``), preprocessing (the training run's, or the official one at
+    the model's resolution) and metadata (its run's config, when vitkit train wrote it; its
+    ``class_names`` as recorded), from one read."""
     from ..data import Preprocess
     from ..io.api import load_with_extra
 
     model, extra = load_with_extra(path)
-    names = extra.get("class_names") or [str(i) for i in range(model.cfg.num_classes)]
+    recorded = extra.get("class_names") or [str(i) for i in range(model.cfg.num_classes)]
+    names = [printable(name) for name in recorded]
     pre = extra.get("preprocess")
     preprocess = (
         Preprocess.from_dict(pre)
@@ -272,13 +281,17 @@ def image_inputs(inputs: Sequence[str]) -> list[Path]:
 
 
 def read_image(path: str | os.PathLike, preprocess: Any) -> Any:
-    """An image file -> the float tensor (1, C, H, W) the model takes, upright (EXIF)."""
+    """An image file -> the float tensor (1, C, H, W) the model takes, upright (EXIF); a file
+    that is not a readable image, holds more than ``data.max_image_bytes`` or has more than
+    ``data.max_image_pixels`` pixels (their defaults) is a ``VitkitError`` naming it."""
     from ..data import preprocess_for_inference
+    from ..data.cells import MAX_IMAGE_BYTES, read_image_file
     from ..data.codec import DECODE_ERRORS, decode
 
     try:
         # decoded now: a corrupt file is a user's error here, not a bug later
-        pixels = decode(Path(path).read_bytes(), "L" if preprocess.in_chans == 1 else "RGB")
+        data = read_image_file(path, MAX_IMAGE_BYTES)
+        pixels = decode(data, "L" if preprocess.in_chans == 1 else "RGB")
     except DECODE_ERRORS as e:
         raise VitkitError(f"cannot read image {path}: {e}") from None
     return preprocess_for_inference(pixels, preprocess)[None]

@@ -290,14 +290,23 @@ class DataConfig(Section):
     )
     image_paths: ImagePaths = key(
         "dataset",
-        doc="hf: where an image cell that stores a path instead of bytes may point: dataset = a "
-        "relative path inside the dataset's own folder (no '..'); any = any local file (what "
-        "datasets built with cast_column('image', Image()) store); regular files only, either way",
+        doc="hf: where an image cell that stores a path instead of bytes may point, and vtab: "
+        "where a list's path may lead through links: dataset = a relative path inside the "
+        "dataset's own folder (no '..'; a VTAB task's folder or the target of its images/ "
+        "link); any = any local file (what datasets built with cast_column('image', Image()) "
+        "store); regular files only, either way",
     )
     max_image_bytes: int = key(
         64 * 2**20,
-        doc="hf: the largest encoded image a cell may hold or point to, in bytes (a larger one "
-        "is unreadable)",
+        doc="the largest encoded image a file, a shard's member or an hf: cell may hold or point "
+        "to, in bytes (a larger one is unreadable, skipped and named)",
+        ge=1,
+    )
+    max_image_pixels: int = key(
+        64 * 10**6,
+        doc="the most pixels (width x height, from the header) an image may have: a larger one is "
+        "unreadable, refused before it is decoded (a 13,000 x 13,000 PNG of 0.5 MB costs 2.9 GB "
+        "to decode); PIL refuses more than 178,956,970 whatever this says",
         ge=1,
     )
     streaming: bool = key(

@@ -3,7 +3,9 @@ pixels, upright, fast.
 
 ``FORMATS`` is what PIL may open, whatever a file is named or sniffed as: JPEG (an MPO's first
 picture), PNG, WebP, BMP, GIF (its first frame) and TIFF; anything else is unreadable, in decoding
-and verification alike (``open_image``). Every image is turned upright by its EXIF orientation
+and verification alike (``open_image``). So is an image of more than ``max_pixels`` pixels
+(``data.max_image_pixels``), refused from its header's size before anything is decoded, in every
+decoding and in verification (``check_pixels``). Every image is turned upright by its EXIF orientation
 as ``PIL.ImageOps.exif_transpose`` turns it (as pipelines and browsers show it), so a model sees
 one picture in training, evaluation, prediction and an exported pipeline.
 
@@ -33,7 +35,8 @@ import torch
 from PIL import Image, UnidentifiedImageError
 from torch import Tensor
 
-from ..config import size_hw
+from ..config import DataConfig, size_hw
+from ..config.keys import default_of
 from .transforms import crop_box, pil_to_array, pil_to_tensor, resized_crop, to_channels
 
 # What PIL may open (its format names): a list, as PIL would otherwise open whatever it can (EPS
@@ -52,6 +55,9 @@ DECODE_ERRORS = (
     Image.DecompressionBombError,
 )
 
+# data.max_image_pixels's default: the bound of a caller without a run's config (predict, inspect)
+MAX_IMAGE_PIXELS: int = default_of(DataConfig, "max_image_pixels")
+
 # libjpeg-turbo's power-of-two DCT scales, 1/8, 1/4 and 1/2; its others (3/8 to 7/8) have no SIMD
 # path and decode slower than a full decode (benchmarks/RESULTS.md)
 REDUCTIONS = (8, 4, 2)
@@ -69,20 +75,42 @@ def _simplejpeg() -> ModuleType | None:
     return simplejpeg
 
 
-def open_image(source: bytes | str | os.PathLike) -> Image.Image:
+def check_pixels(width: int, height: int, max_pixels: int) -> None:
+    """Refuse an image of ``width`` x ``height`` (its header's) of more than ``max_pixels``
+    pixels, before anything is decoded: PIL's ``DecompressionBombError``, one of
+    ``DECODE_ERRORS``, so the image is unreadable wherever it is read."""
+    if width * height > max_pixels:
+        raise Image.DecompressionBombError(
+            f"{width:,} x {height:,} pixels, more than data.max_image_pixels={max_pixels:,} allows"
+        )
+
+
+def open_image(source: bytes | str | os.PathLike, max_pixels: int | None = None) -> Image.Image:
     """PIL's lazy image of encoded ``source`` (bytes, or a file's path), opened only as one of
-    ``FORMATS`` (PIL's ``UnidentifiedImageError``, an ``OSError``, for anything else)."""
+    ``FORMATS`` (PIL's ``UnidentifiedImageError``, an ``OSError``, for anything else) and, with
+    ``max_pixels``, of at most that many pixels (``check_pixels``). Opening reads the header
+    alone."""
     if isinstance(source, bytes | bytearray | memoryview):
         fp: io.BytesIO | str | os.PathLike = io.BytesIO(source)
         what = "image (an empty file)" if len(source) == 0 else "image"
     else:
         fp, what = source, f"image file {os.fsdecode(source)}"
     try:
-        return Image.open(fp, formats=FORMATS)
+        with warnings.catch_warnings():
+            if max_pixels is not None:  # the bound decides, not PIL's warning below its refusal
+                warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            image = Image.open(fp, formats=FORMATS)
     except UnidentifiedImageError:  # PIL names a BytesIO object: say what was expected instead
         raise UnidentifiedImageError(
             f"cannot identify {what} as one of {', '.join(FORMATS)}"
         ) from None
+    if max_pixels is not None:
+        try:
+            check_pixels(*image.size, max_pixels)
+        except Image.DecompressionBombError:
+            image.close()
+            raise
+    return image
 
 
 # ------------------------------------------------------------------------------ orientation
@@ -195,9 +223,10 @@ def _reversed_axes(orientation: int) -> tuple[bool, bool]:
 # ------------------------------------------------------------------------------ decoding
 
 
-def _jpeg_header(data: bytes) -> tuple[int, int, str] | None:
-    """(height, width, colour space) as stored, of a JPEG that simplejpeg decodes as PIL does;
-    None for any other file (then PIL reads it)."""
+def _jpeg_header(data: bytes, max_pixels: int) -> tuple[int, int, str] | None:
+    """(height, width, colour space) as stored, of a JPEG that simplejpeg decodes as PIL does and
+    of at most ``max_pixels`` pixels (``check_pixels``); None for any other file (then PIL reads
+    it)."""
     codec = _simplejpeg()
     if codec is None or data[:2] != b"\xff\xd8":  # a JPEG's start-of-image marker
         return None
@@ -213,6 +242,7 @@ def _jpeg_header(data: bytes) -> tuple[int, int, str] | None:
             f"Image size ({height * width} pixels) exceeds limit of {2 * limit} pixels, could be "
             "decompression bomb DOS attack."
         )
+    check_pixels(width, height, max_pixels)
     return height, width, colourspace
 
 
@@ -245,45 +275,47 @@ def _decode_jpeg(data: bytes, colourspace: str, mode: str, *, scale: int = 1) ->
     return image
 
 
-def rgb_array(data: bytes) -> np.ndarray:
+def rgb_array(data: bytes, *, max_pixels: int = MAX_IMAGE_PIXELS) -> np.ndarray:
     """Encoded image ``data`` as uint8 (H, W, 3), as stored (not turned upright: for what a turn
     does not change, such as whether an image is grey): the pixels ``decode`` turns, from the
     same decoder, so a file one refuses the other refuses too (a truncated JPEG whose header
     claims 12000 x 12000: simplejpeg refuses it, PIL decodes 432 MB with a warning). numpy and
     PIL only, no torch: verification's forked workers call it."""
-    header = _jpeg_header(data)
+    header = _jpeg_header(data, max_pixels)
     codec = _simplejpeg()
     if header is not None and codec is not None:
         return codec.decode_jpeg(data, colorspace="RGB")  # (H, W, 3)
-    with open_image(data) as image:
+    with open_image(data, max_pixels) as image:
         return pil_to_array(image, "RGB")
 
 
-def _decode_pil(data: bytes, mode: str) -> Tensor:
+def _decode_pil(data: bytes, mode: str, max_pixels: int) -> Tensor:
     """Any image of ``FORMATS`` through PIL, upright, uint8 (C, H, W) in ``mode``."""
-    with open_image(data) as image:
+    with open_image(data, max_pixels) as image:
         return upright(pil_to_tensor(image, mode), _pil_orientation(image))
 
 
-def decode(data: bytes, mode: str = "RGB") -> Tensor:
+def decode(data: bytes, mode: str = "RGB", *, max_pixels: int = MAX_IMAGE_PIXELS) -> Tensor:
     """Encoded image ``data`` as uint8 (C, H, W) in ``mode`` ('RGB' or 'L'), upright: the pixels
     of ``pil_to_tensor(ImageOps.exif_transpose(Image.open(...)), mode)``, faster for JPEGs
     (module docstring); a view of channels-last memory where no turn swapped its axes. Raises
-    ``DECODE_ERRORS`` for bytes that are not a readable image of ``FORMATS``."""
-    header = _jpeg_header(data)
+    ``DECODE_ERRORS`` for bytes that are not a readable image of ``FORMATS`` of at most
+    ``max_pixels`` pixels."""
+    header = _jpeg_header(data, max_pixels)
     if header is None:
-        return _decode_pil(data, mode)
+        return _decode_pil(data, mode, max_pixels)
     return upright(_decode_jpeg(data, header[2], mode), _orientation_of_jpeg(data))
 
 
-def upright_size(data: bytes) -> tuple[int, int]:
+def upright_size(data: bytes, *, max_pixels: int = MAX_IMAGE_PIXELS) -> tuple[int, int]:
     """(height, width) of encoded image ``data`` once turned upright, from its header alone
-    (nothing decoded); raises ``DECODE_ERRORS`` for bytes that are not an image of ``FORMATS``."""
-    header = _jpeg_header(data)
+    (nothing decoded); raises ``DECODE_ERRORS`` for bytes that are not an image of ``FORMATS`` of
+    at most ``max_pixels`` pixels."""
+    header = _jpeg_header(data, max_pixels)
     if header is not None:
         height, width, orientation = header[0], header[1], _orientation_of_jpeg(data)
     else:
-        with open_image(data) as image:
+        with open_image(data, max_pixels) as image:
             (width, height), orientation = image.size, _pil_orientation(image)
     return (width, height) if _turned(orientation) else (height, width)
 
@@ -303,15 +335,17 @@ def decode_crop(
     area: tuple[float, float] = (0.05, 1.0),
     ratio: tuple[float, float] = (3 / 4, 4 / 3),
     generator: torch.Generator,
+    max_pixels: int = MAX_IMAGE_PIXELS,
 ) -> Tensor:
     """``inception_crop(decode(data, mode), size, area=area, ratio=ratio, generator=generator)``
     (antialiased), the box drawn on the upright image before decoding so that a JPEG is decoded
     at 1/2, 1/4 or 1/8 of its size when the box allows it (module docstring); uint8
-    (C, S_h, S_w), contiguous. Draws from ``generator`` exactly what ``inception_crop`` draws."""
+    (C, S_h, S_w), contiguous. Draws from ``generator`` exactly what ``inception_crop`` draws.
+    Refuses an image of more than ``max_pixels`` pixels as ``decode`` does."""
     out_hw = size_hw(size)
-    header = _jpeg_header(data)
+    header = _jpeg_header(data, max_pixels)
     if header is None:
-        pixels = _decode_pil(data, mode)  # (C, H, W), upright
+        pixels = _decode_pil(data, mode, max_pixels)  # (C, H, W), upright
         box = crop_box(*pixels.shape[-2:], area=area, ratio=ratio, generator=generator)
         return resized_crop(pixels, box, out_hw)
     height, width, colourspace = header

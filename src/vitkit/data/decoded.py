@@ -9,8 +9,9 @@ fixed for the life of the dataset, as the loader's determinism needs); the chann
 (``mode``) or decided by verification (1 when every image is greyscale, else 3); decoding
 (``codec``: upright, whole or inception-cropped before decoding), where an image that fails to
 decode (a truncated JPEG) is replaced, deterministically, by the next one that decodes, with its
-label and a warning; and views (a subset of records; the classes in another order). More than
-``max_bad_fraction`` unreadable is an error. Items are (uint8 (C, H, W), int label), at the
+label and a warning; and views (a subset of records; the classes in another order). An image of
+more than ``max_image_bytes`` (read by its source) or ``max_image_pixels`` (its header's size,
+refused before decoding) is unreadable. More than ``max_bad_fraction`` unreadable is an error. Items are (uint8 (C, H, W), int label), at the
 images' own sizes (the loader resizes them).
 """
 
@@ -32,7 +33,8 @@ from ..config import DataConfig
 from ..config.keys import default_of
 from ..errors import ConfigError, DataError
 from .arrays import as_indices, renumbering
-from .codec import DECODE_ERRORS, decode, decode_crop
+from .cells import MAX_IMAGE_BYTES
+from .codec import DECODE_ERRORS, MAX_IMAGE_PIXELS, decode, decode_crop
 from .source import ImageSource, SourceState
 from .verify import LEVELS, Findings, Level, verify_source
 
@@ -55,20 +57,25 @@ class Reading(TypedDict, total=False):
     max_bad_fraction: float
     verify_workers: int | None
     verify_cache: bool
+    max_image_bytes: int
+    max_image_pixels: int
 
 
 @dataclass(frozen=True)
 class ReadOptions:
     """How a container reads its source: the channels (``mode``: 'RGB', 'L', or None to decide
     them while verifying), how much of every image is checked at construction (``verify``, the
-    config key ``data.verify``), the share of unreadable images tolerated, and the verification
-    pass's processes and cache (``vitkit.data.verify``)."""
+    config key ``data.verify``), the share of unreadable images tolerated, the verification
+    pass's processes and cache (``vitkit.data.verify``), and the bytes and pixels an image may
+    have (the config keys of those names; more is unreadable)."""
 
     mode: str | None = "RGB"
     verify: Level = "full"
     max_bad_fraction: float = MAX_BAD_FRACTION
     verify_workers: int | None = None  # None: every core this process may use; 0 or 1: serial
     verify_cache: bool = True
+    max_image_bytes: int = MAX_IMAGE_BYTES
+    max_image_pixels: int = MAX_IMAGE_PIXELS
 
     def __post_init__(self) -> None:
         if self.mode not in ("RGB", "L", None):
@@ -93,6 +100,10 @@ class ReadOptions:
             raise ConfigError(
                 f"verify_workers={workers!r} is not valid: expected None or an integer >= 0"
             )
+        for name in ("max_image_bytes", "max_image_pixels"):
+            bound = getattr(self, name)
+            if type(bound) is not int or bound < 1:
+                raise ConfigError(f"{name}={bound!r} is not valid: expected an integer >= 1")
 
 
 def skip_unreadable(
@@ -181,6 +192,7 @@ class DecodedImages:
         self.source = source
         self.classes = classes
         self.max_bad_fraction = options.max_bad_fraction
+        self.max_pixels = options.max_image_pixels
         self.verify = options.verify
         self.skipped: list[tuple[str, str]] = []
         self.verified_from: Path | None = None
@@ -211,6 +223,7 @@ class DecodedImages:
             level=options.verify,
             decide=decide,
             workers=options.verify_workers,
+            max_pixels=self.max_pixels,
         )
         self.verified_from, self.verified_cached = found.cache, found.hit
         where = self.source.where
@@ -293,7 +306,9 @@ class DecodedImages:
         """Image ``index`` (uint8 (C, H, W), upright, a view of channels-last memory where no
         turn swapped its axes) and its label; if it fails to decode, the next one that decodes,
         with its own label."""
-        return self._first_readable(index, lambda data: decode(data, self.mode))
+        return self._first_readable(
+            index, lambda data: decode(data, self.mode, max_pixels=self.max_pixels)
+        )
 
     def inception_crop(
         self,
@@ -314,7 +329,15 @@ class DecodedImages:
 
         def crop(data: bytes) -> Tensor:
             generator.set_state(state)  # a replacement draws what a decoded-first image would
-            return decode_crop(data, self.mode, size, area=area, ratio=ratio, generator=generator)
+            return decode_crop(
+                data,
+                self.mode,
+                size,
+                area=area,
+                ratio=ratio,
+                generator=generator,
+                max_pixels=self.max_pixels,
+            )
 
         return self._first_readable(index, crop)
 

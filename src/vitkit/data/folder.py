@@ -7,8 +7,9 @@ The layout of ImageNet-style releases and torchvision's ``ImageFolder``: one fol
 Hidden files and folders (``.DS_Store``, macOS ``._x.jpg``) are ignored; links are followed, as
 ``ImageFolder`` follows them. ``folder_layout`` tells the two layouts apart without opening an
 image. A folder is one source (``FolderSource``) of ``decoded.DecodedImages``: its faults (a
-dangling link, no read permission, an empty file, a FIFO named like an image) are unreadable
-images, skipped and named by verification, never a traceback. ``verify_image_folder`` verifies
+dangling link, no read permission, an empty file, a FIFO named like an image, a file larger than
+``data.max_image_bytes``) are unreadable images, skipped and named by verification, never a
+traceback. ``verify_image_folder`` verifies
 every split once, before the processes of a job join their group.
 """
 
@@ -25,8 +26,7 @@ import numpy as np
 import torch
 
 from ..errors import DataError, MissingFileError
-from ..files import read_regular
-from .cells import class_order
+from .cells import MAX_IMAGE_BYTES, class_order, read_image_file
 from .decoded import DecodedImages, Reading, ReadOptions
 from .source import SourceState
 from .verify import listing_key
@@ -200,13 +200,22 @@ def folder_layout(root: str | os.PathLike) -> FolderLayout:
 
 class FolderSource:
     """The image files of one split's class folders, in the listing's order: ``files`` (relative
-    to ``split_dir``) and the label of each."""
+    to ``split_dir``) and the label of each, each read whole when it holds at most ``max_bytes``
+    (``data.max_image_bytes``; a larger one is unreadable)."""
 
-    def __init__(self, split_dir: Path, classes: list[str], files: list[str], labels: list[int]):
+    def __init__(
+        self,
+        split_dir: Path,
+        classes: list[str],
+        files: list[str],
+        labels: list[int],
+        max_bytes: int = MAX_IMAGE_BYTES,
+    ) -> None:
         self.split_dir = split_dir
         self.classes = classes
         self.files = files
         self.labels = np.array(labels, dtype=np.int64)  # (n,)
+        self.max_bytes = max_bytes
         self._base = str(split_dir)
 
     @property
@@ -223,7 +232,7 @@ class FolderSource:
         return self.files[record]
 
     def read(self, record: int) -> bytes:
-        return read_regular(self.path(record))
+        return read_image_file(self.path(record), self.max_bytes)
 
     def read_all(self, records: Sequence[int]) -> Iterator[bytes | OSError]:
         for record in records:
@@ -233,9 +242,11 @@ class FolderSource:
                 yield e
 
     def state(self) -> SourceState:
-        """Keyed by the folder's absolute path and the sha256 of its listing (``listing_key``)."""
+        """Keyed by the folder's absolute path, the sha256 of its listing (``listing_key``) and
+        the bytes an image may hold."""
         folder = self.split_dir.resolve()
-        return SourceState(str(folder), folder.name, listing_key(folder, self.files))
+        digest = f"{listing_key(folder, self.files)}-{self.max_bytes}"
+        return SourceState(str(folder), folder.name, digest)
 
 
 class ImageFolderDataset(DecodedImages):
@@ -315,7 +326,8 @@ class ImageFolderDataset(DecodedImages):
                 raise _no_images_error(self.split_dir / name)
             files += [path.relative_to(self.split_dir).as_posix() for path in found_files]
             labels += [label] * len(found_files)
-        super().__init__(FolderSource(self.split_dir, classes, files, labels), options)
+        source = FolderSource(self.split_dir, classes, files, labels, options.max_image_bytes)
+        super().__init__(source, options)
 
     def in_class_order(self, order: Sequence[str]) -> ImageFolderDataset:
         """The same images with their classes in the order ``order``, labels renumbered, and

@@ -16,6 +16,7 @@ groups instead (``stream.py``).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import glob
 import hashlib
@@ -30,7 +31,8 @@ import numpy as np
 
 from ..config import DataConfig, hf_is_local
 from ..errors import ConfigError, DataError, MissingExtraError, MissingFileError, VitkitError
-from .cells import CellReader, check_labels, class_order
+from .cells import CellReader, check_labels, class_order, long_class_name
+from .codec import MAX_IMAGE_PIXELS
 from .decoded import MAX_BAD_FRACTION, DecodedImages, ReadOptions
 from .source import SourceState
 from .verify import Level
@@ -74,7 +76,8 @@ def _first_line(e: BaseException) -> str:
 class HFSource:
     """What ``hf:PATH`` or ``hf:NAME`` holds: its splits by vitkit's names (``datasets.Dataset``
     each, or for a stream its parquet files), their labels as class indices, the class names,
-    and whether the dataset named its splits (False: one ``Dataset``, called train)."""
+    whether the dataset named its splits (False: one ``Dataset``, called train), how a cell is
+    read, and the pixels an image may have (``data.max_image_pixels``)."""
 
     spec: str
     tables: dict[str, Any]  # split -> datasets.Dataset, or list of parquet files (streaming)
@@ -85,6 +88,7 @@ class HFSource:
     cells: CellReader  # how an image cell is read
     labels: dict[str, np.ndarray] = field(default_factory=dict)  # split -> int64 (n,)
     label_names: dict[str, int] | None = None  # a string label column: name -> class index
+    max_pixels: int = MAX_IMAGE_PIXELS
 
     @property
     def splits(self) -> tuple[str, ...]:
@@ -118,8 +122,17 @@ class HFSource:
                 cells=self.cells,
                 mode=mode or "RGB",  # a stream is not read ahead to decide (stream.py)
                 max_bad_fraction=max_bad_fraction,
+                max_pixels=self.max_pixels,
             )
-        options = ReadOptions(mode, verify, max_bad_fraction, verify_workers, verify_cache)
+        options = ReadOptions(
+            mode,
+            verify,
+            max_bad_fraction,
+            verify_workers,
+            verify_cache,
+            max_image_bytes=self.cells.max_bytes,  # what the cells read (RowSource's)
+            max_image_pixels=self.max_pixels,
+        )
         return HFImages(
             self.tables[split],
             self.labels[split],
@@ -207,8 +220,9 @@ def _cell_reader(path: str, cfg: DataConfig) -> CellReader:
 
 def open_hf(cfg: DataConfig) -> HFSource:
     """Open ``cfg``'s ``hf:`` dataset: its splits, labels and class names (see the module
-    docstring) as ``data.image_column``, ``label_column``, ``streaming``, ``image_paths`` and
-    ``max_image_bytes`` say; errors of the Hub, of a file and of a missing column are one line."""
+    docstring) as ``data.image_column``, ``label_column``, ``streaming``, ``image_paths``,
+    ``max_image_bytes`` and ``max_image_pixels`` say; errors of the Hub, of a file and of a
+    missing column are one line."""
     path, image_column, label_column = cfg.source.path, cfg.image_column, cfg.label_column
     assert cfg.source.kind == "hf" and path is not None
     datasets = require_datasets()
@@ -216,7 +230,8 @@ def open_hf(cfg: DataConfig) -> HFSource:
     cells = _cell_reader(path, cfg)
     try:
         if cfg.streaming:
-            return _open_stream(path, spec, datasets, image_column, label_column, cells)
+            found = _open_stream(path, spec, datasets, image_column, label_column, cells)
+            return dataclasses.replace(found, max_pixels=cfg.max_image_pixels)
         loaded = _load(path, datasets)
     except VitkitError:
         raise
@@ -252,6 +267,7 @@ def open_hf(cfg: DataConfig) -> HFSource:
         labels=labels,
         label_names=label_names,
         cells=cells,
+        max_pixels=cfg.max_image_pixels,
     )
 
 
@@ -333,8 +349,10 @@ def _classes(
     spec: str, columns: Mapping[str, np.ndarray], names: list[str] | None
 ) -> tuple[list[str], dict[str, np.ndarray], dict[str, int] | None]:
     """(class names, each split's labels as class indices, the index of each name when the
-    labels are names), by the module docstring's rule; ``names``: a ClassLabel's."""
+    labels are names), by the module docstring's rule; ``names``: a ClassLabel's. A name longer
+    than ``cells.MAX_CLASS_NAME`` characters is an error (a checkpoint would record it)."""
     if names is not None:
+        _check_names(spec, list(names))
         return list(names), {s: c.astype(np.int64) for s, c in columns.items()}, None
     values = list(columns.values())
     if all(c.dtype.kind in "iu" for c in values):
@@ -348,6 +366,7 @@ def _classes(
         )
     if all(c.dtype.kind in "OUS" for c in values):
         classes = class_order({str(v) for c in values for v in c.tolist()})
+        _check_names(spec, classes)
         index = {name: k for k, name in enumerate(classes)}
         labels = {
             s: np.array([index[str(v)] for v in c.tolist()], dtype=np.int64)
@@ -359,6 +378,12 @@ def _classes(
         f"{spec}: the label column holds {', '.join(kinds)}: expected a ClassLabel, integers "
         "from 0 or class names (data.label_column names the column)"
     )
+
+
+def _check_names(spec: str, classes: list[str]) -> None:
+    problem = long_class_name(classes)
+    if problem is not None:
+        raise DataError(f"{spec}: {problem}")
 
 
 class RowSource:

@@ -5,7 +5,12 @@ parameter-efficient tuning work since): one folder per task, ``DIR/images/...`` 
 of ``relative/path label`` lines beside it, ``train800.txt``, ``val200.txt``,
 ``train800val200.txt`` and ``test.txt``; a path is relative to ``DIR``, a label an integer from
 0. A list names its images and labels and nothing else, so the classes are the label numbers as
-text, ``"0"`` to the largest label of any list of the folder (every split agrees).
+text, ``"0"`` to the largest label of any list of the folder (every split agrees). A list is
+UTF-8 text (a byte-order mark is skipped, as Notepad writes one); a line of more than
+``MAX_LINE`` characters, a NUL character or bytes that are not UTF-8 are an error naming the
+line. A path may lead through links only to a file inside the task folder or the target of its
+``images/`` link (``cells.resolves_inside``, the rule of a Hugging Face cell's path), unless
+``data.image_paths=any``: a file it refuses is unreadable, skipped and named.
 
 Two specs read it, one per stage of the VTAB protocol [P §4.1, App. B.1.1]: ``vtab800:DIR`` is
 the sweep's (train800 trains, val200 validates) and ``vtab:DIR`` the final run's (all 1,000,
@@ -20,8 +25,10 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..config.run import ImagePaths
 from ..errors import DataError, MissingFileError
-from .cells import label_from_text
+from ..files import TooLargeError, read_regular
+from .cells import MAX_PATH, label_from_text, resolves_inside, shown
 from .decoded import DecodedImages, Reading, ReadOptions
 from .folder import FolderSource
 from .source import SourceState
@@ -37,6 +44,8 @@ STAGES: dict[str, dict[str, str]] = {
     "vtab800": {"train": "train800", "val": "val200"},
     "vtab": {"train": "train800val200", "test": "test"},
 }
+MAX_LINE = MAX_PATH + 32  # a path and its label
+MAX_LIST_BYTES = 64 * 2**20  # VTAB-1k's longest lists hold tens of thousands of lines: a few MB
 
 
 def read_list(path: Path) -> tuple[list[str], list[int]]:
@@ -49,22 +58,50 @@ def read_list(path: Path) -> tuple[list[str], list[int]]:
         )
     files: list[str] = []
     labels: list[int] = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    for number, line in enumerate(_lines(path), 1):
+        if len(line) > MAX_LINE:
+            raise DataError(
+                f"{path}:{number}: a line of {len(line):,} characters: expected 'relative/path "
+                f"label' of at most {MAX_LINE:,}"
+            )
+        if "\0" in line:
+            raise DataError(f"{path}:{number}: {shown(line)} holds a NUL character: expected text")
         if not line.strip():
             continue
         name, _, label = line.strip().rpartition(" ")
         if not name:
             raise DataError(
-                f"{path}:{number}: {line.strip()[:80]!r}: expected 'relative/path label', the "
-                "label an integer >= 0"
+                f"{path}:{number}: {shown(line.strip(), 80)}: expected 'relative/path label', "
+                "the label an integer >= 0"
             )
         if os.path.isabs(name) or ".." in Path(name).parts:
-            raise DataError(f"{path}:{number}: {name!r}: expected a path inside {path.parent}")
+            raise DataError(f"{path}:{number}: {shown(name)}: expected a path inside {path.parent}")
         files.append(name.strip())
         labels.append(label_from_text(label, f"{path}:{number}"))  # ASCII, below MAX_LABEL
     if not files:
         raise DataError(f"{path} lists no image: expected 'relative/path label' lines")
     return files, labels
+
+
+def _lines(path: Path) -> list[str]:
+    """The lines of the list file ``path``: UTF-8 text, a byte-order mark skipped; a
+    ``DataError`` naming the line of the first bytes that are not UTF-8, or the file's size when
+    it is larger than ``MAX_LIST_BYTES``."""
+    try:
+        data = read_regular(path, MAX_LIST_BYTES)
+    except TooLargeError:
+        raise DataError(
+            f"{path} holds more than {MAX_LIST_BYTES:,} bytes: expected a list of "
+            "'relative/path label' lines"
+        ) from None
+    try:
+        return data.decode("utf-8-sig").splitlines()
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        raise DataError(
+            f"{path}:{line}: the byte {data[e.start]:#04x} is not UTF-8: expected UTF-8 text "
+            "(save the list as UTF-8)"
+        ) from None
 
 
 def list_classes(task_dir: Path) -> list[str]:
@@ -85,30 +122,55 @@ def is_list_folder(path: str | os.PathLike) -> bool:
 
 class ListSource(FolderSource):
     """The images one list file names, in its order: ``files`` relative to ``task_dir`` (a
-    folder's source whose listing is the list)."""
+    folder's source whose listing is the list), each of at most ``max_bytes``, and with
+    ``image_paths='dataset'`` only where it resolves inside ``task_dir`` or the target of its
+    ``images/`` link (a file elsewhere is unreadable)."""
 
-    def __init__(self, task_dir: Path, list_name: str, classes: list[str]) -> None:
+    def __init__(
+        self,
+        task_dir: Path,
+        list_name: str,
+        classes: list[str],
+        *,
+        max_bytes: int,
+        image_paths: ImagePaths = "dataset",
+    ) -> None:
         files, labels = read_list(task_dir / f"{list_name}.txt")
-        super().__init__(task_dir, classes, files, labels)
+        super().__init__(task_dir, classes, files, labels, max_bytes)
         self.task_dir = task_dir
         self.list_name = list_name
+        self.image_paths = image_paths
 
     @property
     def where(self) -> str:
         return f"{self._base}/{self.list_name}.txt"
 
+    def read(self, record: int) -> bytes:
+        stored = self.files[record]
+        if self.image_paths == "dataset" and not resolves_inside(
+            stored, self.task_dir, (self.task_dir / "images",)
+        ):
+            raise OSError(
+                f"{shown(stored)} leads outside the task folder {self.task_dir} and its images/: "
+                "read it only with data.image_paths=any"
+            )
+        return super().read(record)
+
     def state(self) -> SourceState:
-        """Keyed by the list's absolute path and the sha256 of the files it names, in its order
-        (``listing_key``: their names, sizes and times)."""
+        """Keyed by the list's absolute path, the sha256 of the files it names, in its order
+        (``listing_key``: their names, sizes and times), and what a file may be (its bytes,
+        where it may lead)."""
         folder = self.task_dir.resolve()
         name = f"{folder.name}-{self.list_name}"
-        return SourceState(f"{folder}/{self.list_name}.txt", name, listing_key(folder, self.files))
+        digest = f"{listing_key(folder, self.files)}-{self.max_bytes}-{self.image_paths}"
+        return SourceState(f"{folder}/{self.list_name}.txt", name, digest)
 
 
 class ListImages(DecodedImages):
     """The images of one VTAB-1k list, ``task_dir/<list_name>.txt``; items (uint8 (C, H, W),
-    label). ``mode``, ``verify``, ``max_bad_fraction``, ``verify_workers`` and ``verify_cache``
-    are ``ImageFolderDataset``'s: the container is the same."""
+    label). ``image_paths`` is ``data.image_paths`` (where a listed path may lead through
+    links); ``mode``, ``verify``, ``max_bad_fraction``, ``verify_workers``, ``verify_cache`` and
+    the bounds are ``ImageFolderDataset``'s: the container is the same."""
 
     source: ListSource
 
@@ -116,6 +178,8 @@ class ListImages(DecodedImages):
         self,
         task_dir: str | os.PathLike,
         list_name: str,
+        *,
+        image_paths: ImagePaths = "dataset",
         **reading: Unpack[Reading],
     ) -> None:
         options = ReadOptions(**reading)
@@ -126,4 +190,11 @@ class ListImages(DecodedImages):
                 "val200.txt, train800val200.txt, test.txt beside DIR/images/)"
             )
         self.list_name = list_name
-        super().__init__(ListSource(self.task_dir, list_name, list_classes(self.task_dir)), options)
+        source = ListSource(
+            self.task_dir,
+            list_name,
+            list_classes(self.task_dir),
+            max_bytes=options.max_image_bytes,
+            image_paths=image_paths,
+        )
+        super().__init__(source, options)

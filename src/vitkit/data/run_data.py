@@ -26,7 +26,7 @@ from ..errors import ConfigError, DataError
 from .arrays import ArrayDataset
 from .cells import by_number_note
 from .cifar import cifar
-from .decoded import DecodedImages
+from .decoded import DecodedImages, Reading
 from .fashion_mnist import fashion_mnist
 from .folder import ImageFolderDataset, folder_layout
 from .hf import open_hf
@@ -129,11 +129,20 @@ class _Splits:
 
 def _splits_of(cfg: DataConfig) -> _Splits:
     """What ``cfg``'s folder, shards or Hugging Face dataset holds (listed, not yet read)."""
-    source, bad = cfg.source, cfg.max_bad_fraction
+    source = cfg.source
     assert source.kind in SPLIT_KINDS and source.path is not None
 
     def level(verify: bool) -> Level:
         return cfg.verify if verify else "none"
+
+    def reading(mode: str | None, verify: bool) -> Reading:
+        return {
+            "mode": mode,
+            "verify": level(verify),
+            "max_bad_fraction": cfg.max_bad_fraction,
+            "max_image_bytes": cfg.max_image_bytes,
+            "max_image_pixels": cfg.max_image_pixels,
+        }
 
     if source.kind == "folder":
         layout = folder_layout(source.path)
@@ -141,9 +150,7 @@ def _splits_of(cfg: DataConfig) -> _Splits:
 
         def folder(split: str, mode: str | None, verify: bool) -> ImageFolderDataset:
             name = None if tree else split
-            return ImageFolderDataset(
-                layout.root, name, mode=mode, verify=level(verify), max_bad_fraction=bad
-            )
+            return ImageFolderDataset(layout.root, name, **reading(mode, verify))
 
         names = ("train",) if tree else tuple(str(s) for s in layout.splits)
         notes = _notes(by_number_note(list(layout.classes)))
@@ -153,7 +160,7 @@ def _splits_of(cfg: DataConfig) -> _Splits:
 
         def listed(split: str, mode: str | None, verify: bool) -> ListImages:
             return ListImages(
-                task_dir, stage[split], mode=mode, verify=level(verify), max_bad_fraction=bad
+                task_dir, stage[split], image_paths=cfg.image_paths, **reading(mode, verify)
             )
 
         return _Splits(task_dir, tuple(stage), True, listed, lambda split: f"{stage[split]}.txt")
@@ -161,16 +168,17 @@ def _splits_of(cfg: DataConfig) -> _Splits:
         shards = shard_layout(source.path)
 
         def tars(split: str, mode: str | None, verify: bool) -> WebDatasetShards:
-            return WebDatasetShards(
-                shards.root, split, mode=mode, verify=level(verify), max_bad_fraction=bad
-            )
+            return WebDatasetShards(shards.root, split, **reading(mode, verify))
 
         names = tuple(shards.splits)
         return _Splits(str(shards.root), names, shards.named, tars, lambda s: f"{s} shards")
     hf = open_hf(cfg)
 
     def rows(split: str, mode: str | None, verify: bool) -> SplitImages:
-        dataset = hf.dataset(split, mode=mode, verify=level(verify), max_bad_fraction=bad)
+        # the cells' bounds are the source's (open_hf)
+        dataset = hf.dataset(
+            split, mode=mode, verify=level(verify), max_bad_fraction=cfg.max_bad_fraction
+        )
         if isinstance(dataset, ParquetStream):
             dataset.shuffle_buffer = cfg.shuffle_buffer
         return dataset

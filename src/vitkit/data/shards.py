@@ -33,8 +33,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..errors import ConfigError, DataError, MissingFileError
-from ..files import atomic_write
-from .cells import label_from_text
+from ..files import TooLargeError, atomic_write
+from .cells import label_from_text, long_class_name, read_image_file, too_large
 from .decoded import MAX_BAD_FRACTION, DecodedImages, Reading, ReadOptions
 from .folder import IMAGE_SUFFIXES, SPLITS, ImageFolderDataset, folder_layout
 from .source import SourceState
@@ -199,7 +199,8 @@ def _read_label(f: io.BufferedReader, member: tarfile.TarInfo, path: str, key: s
 def read_classes(root: Path) -> list[str] | None:
     """The class names ``root/classes.txt`` (one a line), ``root/classes.json`` (a list) or
     ``root/classnames.txt`` (one a line, the CLIP benchmark's) give, in that order of
-    preference, or None when there is none."""
+    preference, or None when there is none; a name longer than ``cells.MAX_CLASS_NAME`` is an
+    error (a checkpoint would record it)."""
     txt, js, clip = (root / name for name in CLASS_FILES)
     if not txt.is_file() and not js.is_file() and clip.is_file():
         txt = clip
@@ -209,7 +210,7 @@ def read_classes(root: Path) -> list[str] | None:
             names.pop()
         if not names:
             raise DataError(f"{txt} is empty: expected one class name a line, label 0 first")
-        return names
+        return _short(names, txt)
     if js.is_file():
         try:
             names = json.loads(js.read_text(encoding="utf-8"))
@@ -217,18 +218,30 @@ def read_classes(root: Path) -> list[str] | None:
             raise DataError(f"{js} is not JSON ({e}): expected a list of class names") from None
         if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
             raise DataError(f"{js}: expected a non-empty list of class names, label 0 first")
-        return names
+        return _short(names, js)
     return None
 
 
-class ShardSource:
-    """The samples of one split's tar shards, in shard and member order (``index_shard``)."""
+def _short(names: list[str], where: Path) -> list[str]:
+    problem = long_class_name(names)
+    if problem is not None:
+        raise DataError(f"{where}: {problem}")
+    return names
 
-    def __init__(self, shards: Sequence[Path], where: str, classes: list[str]) -> None:
+
+class ShardSource:
+    """The samples of one split's tar shards, in shard and member order (``index_shard``); an
+    image member of more than ``max_bytes`` (``data.max_image_bytes``) is unreadable, and not
+    read."""
+
+    def __init__(
+        self, shards: Sequence[Path], where: str, classes: list[str], max_bytes: int
+    ) -> None:
         indices = [index_shard(s) for s in shards]
         self.shards = tuple(shards)
         self.where = where
         self.classes = classes
+        self.max_bytes = max_bytes
         self.labels = np.concatenate([ix.labels for ix in indices])  # (n,)
         counts = np.array([len(ix.keys) for ix in indices], dtype=np.int64)
         self._shard_of = np.repeat(np.arange(len(indices)), counts)  # record -> shard
@@ -242,10 +255,18 @@ class ShardSource:
     def key(self, record: int) -> str:
         return self._keys[record]
 
+    def _size(self, record: int) -> int:
+        """The size of record ``record``'s member; ``OSError`` when it is too large to read."""
+        size = int(self._sizes[record])
+        if size > self.max_bytes:
+            raise TooLargeError(f"{size:,} bytes, {too_large(self.max_bytes)}")
+        return size
+
     def read(self, record: int) -> bytes:
+        size = self._size(record)
         with open(self.shards[self._shard_of[record]], "rb") as f:
             f.seek(self._offsets[record])
-            return f.read(self._sizes[record])
+            return f.read(size)
 
     def read_all(self, records: Sequence[int]) -> Iterator[bytes | OSError]:
         """One open file per run of records of the same shard (verification reads in order)."""
@@ -254,6 +275,7 @@ class ShardSource:
         try:
             for record in records:
                 try:
+                    size = self._size(record)
                     if self._shard_of[record] != shard:
                         if f is not None:
                             f.close()
@@ -262,7 +284,7 @@ class ShardSource:
                         f = open(self.shards[shard], "rb")  # noqa: SIM115  # closed below
                     assert f is not None
                     f.seek(self._offsets[record])
-                    yield f.read(self._sizes[record])
+                    yield f.read(size)
                 except OSError as e:
                     yield e
         finally:
@@ -270,8 +292,9 @@ class ShardSource:
                 f.close()
 
     def state(self) -> SourceState:
-        """Keyed by the shards' absolute paths, sizes and modification times."""
-        h = hashlib.sha256()
+        """Keyed by the shards' absolute paths, sizes and modification times, and the bytes an
+        image may hold."""
+        h = hashlib.sha256(f"{self.max_bytes}\n".encode())
         for shard in self.shards:
             st = shard.stat()
             h.update(os.fsencode(shard.resolve()) + f"\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
@@ -323,7 +346,8 @@ class WebDatasetShards(DecodedImages):
                     f"0 to {len(classes) - 1}"
                 )
         where = f"{self.root} {split} shards"
-        super().__init__(ShardSource(self.shards, where, classes), options)
+        source = ShardSource(self.shards, where, classes, options.max_image_bytes)
+        super().__init__(source, options)
 
 
 # ------------------------------------------------------------------------------------ writing
@@ -421,11 +445,17 @@ def pack_folder(
             part = [samples[k] for k in order[start : start + shard_size].tolist()]
             path = out / f"{split}-{i:06d}.tar"
 
-            def write(tmp: Path, part: list[tuple[Path, int]] = part, start: int = start) -> None:
+            def write(
+                tmp: Path,
+                part: list[tuple[Path, int]] = part,
+                start: int = start,
+                cap: int = images.source.max_bytes,
+            ) -> None:
                 with tarfile.open(tmp, "w", format=tarfile.PAX_FORMAT) as tar:
                     for position, (image, label) in enumerate(part, start):
                         key = f"{position:08d}"
-                        _tar_entry(tar, f"{key}{image.suffix.lower()}", image.read_bytes())
+                        data = read_image_file(image, cap)
+                        _tar_entry(tar, f"{key}{image.suffix.lower()}", data)
                         _tar_entry(tar, f"{key}.cls", str(label).encode())
 
             atomic_write(path, write)

@@ -12,8 +12,9 @@ Nothing is converted or copied first; memory holds one window of rows. With no r
 The footers give every row group's size, so a resumed run re-reads only the window its step is in
 and goes on exactly as a run that never stopped. Every process (torchrun) reads the stream and
 decodes its contiguous part of each batch, as ``Batches`` does. Images are RGB unless
-``model.in_chans=1`` (nothing is read ahead); one that fails to decode is replaced by the next one
-of its batch that decodes, with a warning; more than ``max_bad_fraction`` failing is an error.
+``model.in_chans=1`` (nothing is read ahead); one that fails to decode (or has more than
+``data.max_image_pixels`` pixels) is replaced by the next one of its batch that decodes, with a
+warning; more than ``max_bad_fraction`` failing is an error.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from torch.utils.data import DataLoader, Dataset
 from ..config import size_hw
 from ..errors import ConfigError, DataError
 from .cells import CellReader
-from .codec import DECODE_ERRORS, decode, decode_crop
+from .codec import DECODE_ERRORS, MAX_IMAGE_PIXELS, decode, decode_crop
 from .decoded import MAX_BAD_FRACTION, count_decode_failure
 from .loader import Augment, Batches, BatchOptions, generator, ignore_interrupts
 from .transforms import resize, to_float
@@ -82,6 +83,7 @@ class ParquetStream:
         mode: str,
         max_bad_fraction: float = MAX_BAD_FRACTION,
         shuffle_buffer: int = 1000,
+        max_pixels: int = MAX_IMAGE_PIXELS,
     ) -> None:
         import pyarrow.parquet as pq
 
@@ -96,6 +98,7 @@ class ParquetStream:
         self.label_column = label_column
         self.label_names = label_names
         self.cells = cells
+        self.max_pixels = max_pixels
         self.max_bad_fraction = max_bad_fraction
         self.shuffle_buffer = shuffle_buffer
         self.skipped: list[tuple[str, str]] = []  # nothing is verified ahead
@@ -184,9 +187,11 @@ class _DecodeParts(Dataset):
         image_size: int | tuple[int, int],
         augment: Augment | None,
         seed: int,
+        max_pixels: int,
     ) -> None:
         self.mode = mode
         self.cells = cells
+        self.max_pixels = max_pixels
         self.image_size = image_size
         self.augment = augment
         self.seed = seed
@@ -196,14 +201,15 @@ class _DecodeParts(Dataset):
         (C, S_h, S_w); ``DECODE_ERRORS`` when it does not decode. The inception crop is drawn
         before decoding, as ``DecodedImages.inception_crop`` draws it (the same draws, so a large
         JPEG is decoded at a reduced size when its box allows)."""
-        data = self.cells(row.image, row.name)
+        data, bound = self.cells(row.image, row.name), self.max_pixels
         if self.augment is None:
-            return resize(decode(data, self.mode), self.image_size)
+            return resize(decode(data, self.mode, max_pixels=bound), self.image_size)
         g = generator(self.seed, _SAMPLE, epoch, position)
         if self.augment.inception_crop:
-            image = decode_crop(data, self.mode, self.image_size, generator=g)  # (C, S_h, S_w)
+            # (C, S_h, S_w)
+            image = decode_crop(data, self.mode, self.image_size, generator=g, max_pixels=bound)
             return self.augment.after_crop(image[None], g)[0]
-        return self.augment(decode(data, self.mode)[None], g)[0]
+        return self.augment(decode(data, self.mode, max_pixels=bound)[None], g)[0]
 
     def __getitem__(
         self, key: tuple[int, list[tuple[int, Row]]]
@@ -320,8 +326,9 @@ class StreamBatches(Batches):
         """This process's part of ``batches``, decoded, in order (``epoch``, the first one's,
         seeds the workers)."""
         assert self.image_size is not None  # Batches requires it of any dataset but arrays
+        source = self.source
         decoder = _DecodeParts(
-            self.source.mode, self.source.cells, self.image_size, self.augment, self.seed
+            source.mode, source.cells, self.image_size, self.augment, self.seed, source.max_pixels
         )
         sent: collections.deque[_Batch] = collections.deque()  # handed out, not yet back
 

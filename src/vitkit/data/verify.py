@@ -10,8 +10,9 @@ serial pass's, index for index (the loader's determinism needs the indices).
 
 The cache: ``home()/verified/<name>-<hash of identity>-<level>.json``, written atomically, read as
 JSON, keyed by the source's ``SourceState`` (a folder's: the sha256 of every file's relative path,
-size and mtime in ns, ``listing_key``; a rewrite keeping both is not seen), the record count, the
-level, Pillow's version and the format's. A pass runs under a ``flock`` on ``<entry>.lock``:
+size and mtime in ns, ``listing_key``, a rewrite keeping both not seen; and the bytes an image may
+hold), the record count, the level, the pixels an image may have (``max_pixels``), Pillow's
+version and the format's. A pass runs under a ``flock`` on ``<entry>.lock``:
 processes that ask at once (torchrun ranks) wait, then read the first one's entry. Where
 ``home()`` cannot be written, the pass runs uncached, with a warning.
 """
@@ -39,7 +40,7 @@ from PIL import ImageMode
 from ..config.run import Verify
 from ..files import atomic_write, exclusive, home
 from ..runtime.cores import usable_cores
-from .codec import DECODE_ERRORS, open_image, rgb_array
+from .codec import DECODE_ERRORS, MAX_IMAGE_PIXELS, open_image, rgb_array
 from .source import ImageSource, SourceState
 
 log = logging.getLogger(__name__)
@@ -48,8 +49,8 @@ Level = Verify  # data.verify's levels, declared once in the config
 LEVELS: tuple[Level, ...] = get_args(Verify)
 PARALLEL_MIN_FILES = 2000  # below this a pool costs more than it saves
 _CHUNKS_PER_WORKER = 8  # small enough chunks that a slow one does not hold the pool up
-_FORMAT = 3  # of the cache entries: a change of what they hold or mean increments it (2: only
-# codec.FORMATS are opened; 3: any source, findings by record)
+_FORMAT = 4  # of the cache entries: a change of what they hold or mean increments it (2: only
+# codec.FORMATS are opened; 3: any source, findings by record; 4: under the byte and pixel bounds)
 
 
 class Seen(NamedTuple):
@@ -66,27 +67,27 @@ def _why(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}"
 
 
-def verified_mode(source: bytes | str | Path) -> str:
-    """The PIL mode of an image (its encoded bytes or its file's path) once ``verify()`` passes
-    (raises PIL's errors when it does not)."""
-    with open_image(source) as image:
+def verified_mode(source: bytes | str | Path, *, max_pixels: int = MAX_IMAGE_PIXELS) -> str:
+    """The PIL mode of an image (its encoded bytes or its file's path) of at most ``max_pixels``
+    pixels once ``verify()`` passes (raises PIL's errors when it does not)."""
+    with open_image(source, max_pixels) as image:
         mode = image.mode
         image.verify()
     return mode
 
 
-def grey_kind(source: bytes | str | Path, mode: str) -> str | None:
-    """How an image (its encoded bytes or its file's path; PIL mode ``mode``) is greyscale, or
-    None when it is in colour.
+def grey_kind(data: bytes, mode: str, *, max_pixels: int = MAX_IMAGE_PIXELS) -> str | None:
+    """How an image (its encoded bytes ``data``; PIL mode ``mode``) is greyscale, or None when it
+    is in colour.
 
     One-channel modes (1, L, LA, I, I;16..., F) are grey by their mode, without decoding; any other
     (RGB, RGBA, CMYK, P, PA) is decoded to RGB and is grey when R = G = B at every pixel (for P, at
-    the palette entries the pixels use). Raises PIL's errors for a file that fails to decode.
+    the palette entries the pixels use). Raises PIL's errors for a file that fails to decode or
+    has more than ``max_pixels`` pixels.
     """
     if ImageMode.getmode(mode).basemode == "L":
         return mode
-    data = source if isinstance(source, bytes) else Path(source).read_bytes()
-    rgb = rgb_array(data)  # (H, W, 3), by the decoder training uses
+    rgb = rgb_array(data, max_pixels=max_pixels)  # (H, W, 3), by the decoder training uses
     # Exact equality, also for JPEG: libjpeg's fixed-point Cb and Cr weights sum to exactly zero,
     # so a grey pixel encodes to Cb = Cr = 128, every chroma coefficient is 0, and decoding gives
     # R = G = B again. Measured (Pillow 13, libjpeg-turbo 3): grey images saved as RGB JPEG decode
@@ -97,17 +98,23 @@ def grey_kind(source: bytes | str | Path, mode: str) -> str | None:
     return f"{mode} with R = G = B" if grey else None
 
 
-def check_records(source: ImageSource, records: Sequence[int], look: bool) -> list[Seen]:
-    """Check ``records`` of ``source`` in order: ``verify()`` each and, if ``look``, decode each
-    until the first colour image to tell grey from colour. Runs in the pool's workers too (PIL
-    and numpy only)."""
+def check_records(
+    source: ImageSource,
+    records: Sequence[int],
+    look: bool,
+    *,
+    max_pixels: int = MAX_IMAGE_PIXELS,
+) -> list[Seen]:
+    """Check ``records`` of ``source`` in order: ``verify()`` each (an image of more than
+    ``max_pixels`` pixels fails) and, if ``look``, decode each until the first colour image to
+    tell grey from colour. Runs in the pool's workers too (PIL and numpy only)."""
     seen: list[Seen] = []
     colour = False
     for data in source.read_all(records):
         try:
             if isinstance(data, OSError):
                 raise data
-            mode = verified_mode(data)
+            mode = verified_mode(data, max_pixels=max_pixels)
         except DECODE_ERRORS as e:
             seen.append(Seen(failed=_why(e)))
             continue
@@ -115,7 +122,7 @@ def check_records(source: ImageSource, records: Sequence[int], look: bool) -> li
             seen.append(Seen(mode=mode))
             continue
         try:
-            kind = grey_kind(data, mode)
+            kind = grey_kind(data, mode, max_pixels=max_pixels)
         except DECODE_ERRORS as e:
             seen.append(Seen(mode=mode, looked=True, decode_failed=_why(e)))
             continue
@@ -132,9 +139,9 @@ def _set_source(source: ImageSource) -> None:
     _SOURCE = source
 
 
-def _check_chunk(records: Sequence[int], look: bool) -> list[Seen]:
+def _check_chunk(records: Sequence[int], look: bool, max_pixels: int) -> list[Seen]:
     assert _SOURCE is not None, "the pool's initializer sets the source"
-    return check_records(_SOURCE, records, look)
+    return check_records(_SOURCE, records, look, max_pixels=max_pixels)
 
 
 @dataclass
@@ -190,11 +197,17 @@ def summarise(seen: Sequence[Seen], *, level: Level, decide: bool) -> Findings:
 
 
 def run_pass(
-    source: ImageSource, *, level: Level, decide: bool, workers: int | None = None
+    source: ImageSource,
+    *,
+    level: Level,
+    decide: bool,
+    workers: int | None = None,
+    max_pixels: int = MAX_IMAGE_PIXELS,
 ) -> Findings:
-    """Check every record of ``source``, serially or split across ``workers`` processes (None:
-    ``usable_cores()`` when there are ``PARALLEL_MIN_FILES`` or more; 0 or 1: serially); the
-    findings are the serial pass's either way."""
+    """Check every record of ``source`` (of at most ``max_pixels`` pixels each), serially or
+    split across ``workers`` processes (None: ``usable_cores()`` when there are
+    ``PARALLEL_MIN_FILES`` or more; 0 or 1: serially); the findings are the serial pass's either
+    way."""
     assert level != "none"
     look = decide and level == "full"
     records = range(len(source.labels))
@@ -202,7 +215,8 @@ def run_pass(
     n = min(n, len(records))
     # a daemonic process (a DataLoader worker) cannot have children
     if n <= 1 or multiprocessing.current_process().daemon:
-        return summarise(check_records(source, records, look), level=level, decide=decide)
+        found = check_records(source, records, look, max_pixels=max_pixels)
+        return summarise(found, level=level, decide=decide)
     size = -(-len(records) // (n * _CHUNKS_PER_WORKER))  # ceil
     chunks = [records[k : k + size] for k in range(0, len(records), size)]
     # Forked on Linux: a worker starts at once with PIL, numpy and the source in memory, where a
@@ -222,7 +236,8 @@ def run_pass(
         initializer=_set_source,
         initargs=(source,),
     ) as pool:
-        parts = list(pool.map(_check_chunk, chunks, [look] * len(chunks)))  # in records' order
+        every = len(chunks)  # the chunks' parts come back in records' order
+        parts = list(pool.map(_check_chunk, chunks, [look] * every, [max_pixels] * every))
     return summarise([s for part in parts for s in part], level=level, decide=decide)
 
 
@@ -253,11 +268,12 @@ def listing_key(folder: Path, files: Sequence[str]) -> str:
     return h.hexdigest()
 
 
-def _key(state: SourceState, records: int, level: Level) -> dict[str, Any]:
+def _key(state: SourceState, records: int, level: Level, max_pixels: int) -> dict[str, Any]:
     return {
         "format": _FORMAT,
         "source": state.identity,
         "level": level,
+        "max_pixels": max_pixels,  # what is readable: the bytes are the source's (its digest)
         "pillow": PIL.__version__,  # what verify() accepts can change with it
         "records": records,
         "digest": state.digest,
@@ -324,13 +340,19 @@ def verify_source(
     level: Level,
     decide: bool,
     workers: int | None = None,
+    max_pixels: int = MAX_IMAGE_PIXELS,
 ) -> Findings:
-    """The findings of a pass at ``level`` over every record of ``source``: from the cache when
-    it holds those of ``state`` (``source.state()``; None: no cache), else from a pass (in
-    parallel for a large source), then cached. Processes that ask at once wait for the first."""
+    """The findings of a pass at ``level`` over every record of ``source`` (images of more than
+    ``max_pixels`` pixels unreadable): from the cache when it holds those of ``state``
+    (``source.state()``; None: no cache), else from a pass (in parallel for a large source), then
+    cached. Processes that ask at once wait for the first."""
+
+    def run() -> Findings:
+        return run_pass(source, level=level, decide=decide, workers=workers, max_pixels=max_pixels)
+
     if state is None:
-        return run_pass(source, level=level, decide=decide, workers=workers)
-    key = _key(state, len(source.labels), level)
+        return run()
+    key = _key(state, len(source.labels), level, max_pixels)
     entry = cache_path(state, level)
 
     def cached() -> Findings | None:
@@ -355,11 +377,11 @@ def verify_source(
             log.warning(
                 "cannot cache the verification of %s in %s (%s)", source.where, entry.parent, e
             )
-            return run_pass(source, level=level, decide=decide, workers=workers)
+            return run()
         found = cached()  # another process may have written it while this one waited
         if found is not None:
             return found
-        found = run_pass(source, level=level, decide=decide, workers=workers)
+        found = run()
         if _write(entry, _to_json(found, key)):
             found.cache = entry
         return found

@@ -112,7 +112,9 @@ def _read_path(
 def read(
     source: Source, *, num_heads: int | None = None, posemb: str | None = None
 ) -> tuple[ModelConfig, dict[str, Tensor], dict[str, Any]]:
-    """The config, state dict (vitkit layout) and extra metadata a checkpoint holds."""
+    """The config, state dict (vitkit layout) and extra metadata a checkpoint holds; the
+    metadata a file records checked against the model (``io.metadata``: class names where they
+    are read, ``preprocess`` here, for every format)."""
     if isinstance(source, VisionTransformer):
         return source.cfg, dict(source.state_dict()), {}
     if isinstance(source, nn.Module):
@@ -132,11 +134,17 @@ def read(
     if isinstance(source, Mapping):
         return (*_read_state(source, num_heads=num_heads, posemb=posemb, source="state dict"), {})
     if isinstance(source, (str, os.PathLike)):
+        from .metadata import recorded_preprocess
         from .pretrained import is_pretrained_name, read_pretrained
 
         if is_pretrained_name(str(source)):  # an existing path of that spelling wins
-            return read_pretrained(str(source))
-        return _read_path(Path(source), num_heads=num_heads, posemb=posemb)
+            cfg, state, extra = read_pretrained(str(source))
+        else:
+            cfg, state, extra = _read_path(Path(source), num_heads=num_heads, posemb=posemb)
+        if extra.get("preprocess") is not None:  # 10^6 a side would make predict allocate TBs
+            checked = recorded_preprocess(extra["preprocess"], cfg, source=str(source))
+            extra = {**extra, "preprocess": checked}
+        return cfg, state, extra
     raise TypeError(
         f"cannot load from {type(source).__name__}: expected a path, module or state dict"
     )

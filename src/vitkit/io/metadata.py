@@ -2,14 +2,16 @@
 ids, the weights' source and preprocessing.
 
 Every format that holds them (ours, Hugging Face, ONNX) checks them against the model here, the same
-way, before writing anything (``checked_metadata``): one class name per output, all distinct; where
-the classes are WordNet synsets (ImageNet's), one wnid per output, all distinct; the source, the
-registry name of the weights a checkpoint was converted from (``PRESET@TAG``), a string; a
-``Preprocess`` with the model's channels and, for a format whose model takes one image size only,
-its image size. A model saved without a ``Preprocess`` is taken to want the official one at its own
+way, before writing anything (``checked_metadata``): one class name per output, all distinct, each
+of at most ``cells.MAX_CLASS_NAME`` characters; where the classes are WordNet synsets (ImageNet's),
+one wnid per output, all distinct; the source, the registry name of the weights a checkpoint was
+converted from (``PRESET@TAG``), a string; a ``Preprocess`` with the model's channels and an image
+size the model takes, each side a multiple of its patch stride and at most
+``MAX_RESOLUTION_FACTOR`` times its own (for a format whose model takes one image size only, its
+image size). A model saved without a ``Preprocess`` is taken to want the official one at its own
 resolution (as ``vitkit predict`` assumes for a checkpoint that records none). What a checkpoint
-records is checked the same way on reading (``recorded_metadata``), so no verb meets a number or a
-short list.
+records is checked the same way on reading (``recorded_metadata``, ``recorded_preprocess``), so no
+verb meets a number, a short list, a name of megabytes or a resize to 10^6 pixels a side.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..config import ModelConfig, image_size_of
+from ..config import ModelConfig, image_size_of, size_hw
+from ..data.cells import long_class_name
 from ..errors import CheckpointError, ConfigError
 
 if TYPE_CHECKING:  # imported where used: reading class names needs no torchvision
@@ -28,6 +31,10 @@ if TYPE_CHECKING:  # imported where used: reading class names needs no torchvisi
 
 WNID = re.compile(r"n\d{8}")  # a WordNet noun synset's id, as ImageNet names its classes
 RECORDED = ("class_names", "wnids", "pretrained")  # the keys of ``checked_metadata``
+# The most a checkpoint's preprocessing may resize images to, per side, as a multiple of its
+# model's own resolution: what vitkit writes (training, the registry, ``load(image_size=)``)
+# records the model's own, as fine-tuning at a higher resolution makes that the model's.
+MAX_RESOLUTION_FACTOR = 4
 
 
 def _one_per_class(
@@ -49,8 +56,13 @@ def _one_per_class(
 
 
 def checked_class_names(class_names: Sequence[str] | None, cfg: ModelConfig) -> list[str] | None:
-    """``class_names`` as a list, or None when there are none; one per class, all distinct."""
-    return _one_per_class(class_names, cfg, "class_names", "name")
+    """``class_names`` as a list, or None when there are none; one per class, all distinct, each
+    of at most ``cells.MAX_CLASS_NAME`` characters."""
+    names = _one_per_class(class_names, cfg, "class_names", "name")
+    problem = None if names is None else long_class_name(names)
+    if problem is not None:
+        raise ConfigError(f"class_names: {problem}")
+    return names
 
 
 def checked_wnids(wnids: Sequence[str] | None, cfg: ModelConfig) -> list[str] | None:
@@ -121,8 +133,10 @@ def default_preprocess(cfg: ModelConfig) -> Preprocess | None:
 def check_preprocess(
     preprocess: Preprocess, cfg: ModelConfig, *, fixed_size: str | None = None
 ) -> Preprocess:
-    """``preprocess``, checked against the model: the same channels, and with ``fixed_size`` (the
-    format whose model takes its own image size only, for the message) the same image size."""
+    """``preprocess``, checked against the model: the same channels; an image size the model takes
+    (each side a multiple of a ViT's patch stride) of at most ``MAX_RESOLUTION_FACTOR`` times the
+    model's own a side; and with ``fixed_size`` (the format whose model takes its own image size
+    only, for the message) the model's image size."""
     from ..data.transforms import Preprocess
 
     if not isinstance(preprocess, Preprocess):
@@ -137,7 +151,33 @@ def check_preprocess(
             f"preprocess image_size={preprocess.image_size!r} for a model of image_size="
             f"{cfg.image_size!r}: {fixed_size} takes images of the model's size only"
         )
+    stride = cfg.total_stride if cfg.arch == "vit" else 1  # a ResNet pools any size
+    sides = zip(size_hw(preprocess.image_size), cfg.image_hw, strict=True)
+    if any(side % stride or side > MAX_RESOLUTION_FACTOR * own for side, own in sides):
+        h, w = cfg.image_hw
+        multiple = f"each side a multiple of the patch stride {stride}, " if stride > 1 else ""
+        raise ConfigError(
+            f"preprocess image_size={preprocess.image_size!r} for a model of image_size="
+            f"{cfg.image_size!r}: expected {multiple}at most {MAX_RESOLUTION_FACTOR} times the "
+            f"model's ({MAX_RESOLUTION_FACTOR * h} x {MAX_RESOLUTION_FACTOR * w})"
+        )
     return preprocess
+
+
+def recorded_preprocess(recorded: Any, cfg: ModelConfig, *, source: str) -> dict[str, Any]:
+    """The ``preprocess`` a checkpoint's metadata records (``Preprocess.to_dict()``), checked as
+    ``check_preprocess`` checks what is written; a ``CheckpointError`` naming ``source`` (the
+    file) otherwise."""
+    from ..data.transforms import Preprocess
+
+    try:
+        preprocess = Preprocess.from_dict(recorded)
+    except ConfigError as e:
+        raise CheckpointError(f"{source}: preprocess: {e}") from None
+    try:
+        return check_preprocess(preprocess, cfg).to_dict()
+    except ConfigError as e:  # its message names preprocess
+        raise CheckpointError(f"{source}: {e}") from None
 
 
 def fitted_preprocess(

@@ -283,4 +283,5 @@ def test_a_second_vtab_on_the_same_folder_is_one_line(
         assert main(_vtab(checkpoint, release, out)) == 2
     err = capsys.readouterr().err
     assert f"run directory {out} is in use by" in err and "Traceback" not in err
+    assert "or use another --out" in err  # vtab's flag, not train's --run-dir
     assert not (out / "sweep").exists()

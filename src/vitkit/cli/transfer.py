@@ -88,8 +88,8 @@ def _transfer(args: argparse.Namespace) -> None:
     from ..train.loop import StoppedError
     from ..train.rundir import RunLock
 
-    run_dir.mkdir(parents=True, exist_ok=True)
-    with RunLock(run_dir):  # one protocol at a time in its folder
+    with RunLock(run_dir) as lock:  # one protocol at a time in its folder
+        lock.make()
         try:
             summary = transfer(chosen, options, run_dir)
         except StoppedError as e:

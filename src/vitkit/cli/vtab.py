@@ -55,8 +55,8 @@ def _vtab(args: argparse.Namespace) -> None:
     from ..train.loop import StoppedError
     from ..train.rundir import RunLock
 
-    out.mkdir(parents=True, exist_ok=True)
-    with RunLock(out):  # one protocol at a time in its folder, as transfer's
+    with RunLock(out, flag="--out") as lock:  # one protocol at a time in its folder
+        lock.make()
         try:
             result = run_vtab(
                 protocol,

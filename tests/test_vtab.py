@@ -18,6 +18,7 @@ from helpers import randomize, stopped_copy, tiny, vtab_task_folder
 from vitkit import save
 from vitkit.cli import main
 from vitkit.config import DataConfig
+from vitkit.data.lists import LISTS
 from vitkit.errors import ConfigError, DataError
 from vitkit.model import VisionTransformer
 from vitkit.vtab import (
@@ -27,6 +28,7 @@ from vitkit.vtab import (
     TaskData,
     choose,
     find_task,
+    find_tasks,
     stage_data,
     summarise,
 )
@@ -285,3 +287,19 @@ def test_a_second_vtab_on_the_same_folder_is_one_line(
     assert f"run directory {out} is in use by" in err and "Traceback" not in err
     assert "or use another --out" in err  # vtab's flag, not train's --run-dir
     assert not (out / "sweep").exists()
+
+
+def test_folders_of_a_root_that_are_not_tasks_are_named_in_one_line(tmp_path: Path) -> None:
+    """A folder that holds VTAB-1k lists but is no task the protocol runs is named, with why."""
+    for folder, lists in [("cifar", LISTS), ("mnist", LISTS), ("dtd", ("test",)),
+                          ("cifar100", LISTS), ("notes", ())]:  # fmt: skip
+        (tmp_path / folder).mkdir()
+        for name in lists:
+            (tmp_path / folder / f"{name}.txt").write_text("images/0.png 0\n")
+    with pytest.warns(UserWarning) as warned:
+        found = find_tasks(str(tmp_path))
+    assert [d.spec for d in found] == [f"vtab:{tmp_path / 'cifar'}"]
+    assert [str(w.message) for w in warned] == [
+        f"{tmp_path}: skipped the folders cifar100 (cifar100 is read from cifar), dtd (no "
+        "train800val200.txt), mnist (not a VTAB-1k task)"
+    ]

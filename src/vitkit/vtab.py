@@ -20,6 +20,7 @@ import dataclasses
 import functools
 import logging
 import statistics
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +32,7 @@ import torch
 from .compose import Request, check_data_exists, compose
 from .config import DataConfig, ModelConfig, data_source, normalise_data
 from .data.decoded import DecodedImages
-from .data.lists import STAGES
+from .data.lists import STAGES, present
 from .data.run_data import RunData, build_data, split_names
 from .data.splits import subset
 from .errors import ConfigError, DataError
@@ -235,14 +236,7 @@ def find_tasks(
     (which wins over ``root``'s); only ``only``'s when given. A ``ConfigError`` when none."""
     specs: dict[str, str] = {}
     if root is not None:
-        base = Path(root).expanduser()
-        if not base.is_dir():
-            raise ConfigError(f"VTAB-1k folder {root} not found (expected ROOT/<task>/test.txt)")
-        for task in TASKS:
-            for spelling in (task.folder, task.name, *task.aliases):
-                if (base / spelling / "train800val200.txt").is_file():
-                    specs[task.name] = f"vtab:{(base / spelling).resolve()}"
-                    break
+        specs = _release_tasks(Path(root).expanduser())
     for item in given:
         name, sep, spec = item.partition("=")
         if not sep or not spec:
@@ -265,6 +259,36 @@ def find_tasks(
             "or --task NAME=SPEC"
         )
     return found
+
+
+def _release_tasks(base: Path) -> dict[str, str]:
+    """The data spec of each task of the release folder ``base`` (a task's folder, by the first
+    of its spellings that holds ``train800val200.txt``); the other folders that hold lists are
+    named in one warning, with why each is skipped."""
+    if not base.is_dir():
+        raise ConfigError(f"VTAB-1k folder {base} not found (expected ROOT/<task>/test.txt)")
+    taken: dict[str, str] = {}  # task -> its folder's name
+    for task in TASKS:
+        for spelling in (task.folder, task.name, *task.aliases):
+            if (base / spelling / "train800val200.txt").is_file():
+                taken[task.name] = spelling
+                break
+    skipped = []
+    for folder in sorted(p for p in base.iterdir() if p.name not in taken.values()):
+        if not (folder.is_dir() and present(folder)):
+            continue
+        named = BY_NAME.get(folder.name)
+        if named is None:
+            why = "not a VTAB-1k task"
+        elif named.name in taken:
+            why = f"{named.name} is read from {taken[named.name]}"
+        else:
+            why = "no train800val200.txt"
+        skipped.append(f"{folder.name} ({why})")
+    if skipped:
+        more = f" and {len(skipped) - 10} more" if len(skipped) > 10 else ""
+        warnings.warn(f"{base}: skipped the folders {', '.join(skipped[:10])}{more}", stacklevel=3)
+    return {name: f"vtab:{(base / folder).resolve()}" for name, folder in taken.items()}
 
 
 # What a run trained and was evaluated on, as its record says.

@@ -444,3 +444,33 @@ def test_the_table_of_a_summary() -> None:
         "50.00 (10) | — | — |"
     )
     assert len(lines) == 6  # every ReaL measured: nothing below the table
+
+
+def test_flags_a_protocol_cannot_run_are_one_line(
+    checkpoint: str, pets: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Rates that name one run (6 significant digits name it), steps and a resolution past their
+    bounds, and a run directory that is a file or cannot be made: one line each, nothing run."""
+    file = tmp_path / "file"
+    file.write_text("")
+    cases = [
+        (["--lrs", "0.001,0.0010000001"], "--lrs: 0.001 and 0.0010000001 are one run (lr 0.001"),
+        (["--lrs", "0.01,0.01"], "--lrs: 0.01 and 0.01 are one run"),
+        (["--steps", "1e400"], "--steps '1e400': expected a number of steps up to 10,000,000"),
+        (
+            ["--steps", "10000001"],
+            "up to 10,000,000 (e.g. 200) or a scale of the paper's up to 500",
+        ),
+        (["--resolution", "1000000"], "--resolution 1000000: expected 1 to 2048 pixels a side"),
+        (["--run-dir", str(file)], f"run directory {file}: {file} is a file, expected a directory"),
+        (["--run-dir", str(file / "r")], f"{file} is a file, expected a directory"),
+    ]
+    if Path("/proc/self").is_dir():  # Linux: nothing can be made in /proc, not even by root
+        cases.append(
+            (["--run-dir", "/proc/self/runs"], "run directory /proc/self/runs cannot be made")
+        )
+    for more, expected in cases:
+        assert main([*_transfer(checkpoint, pets, tmp_path / "runs"), *more]) == 2, more
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and expected in err, err
+    assert not (tmp_path / "runs").exists()

@@ -289,6 +289,36 @@ def test_a_second_vtab_on_the_same_folder_is_one_line(
     assert not (out / "sweep").exists()
 
 
+def test_vtab_refuses_what_its_protocol_decides_and_flags_it_cannot_run(
+    checkpoint: Path, release: Path, tmp_path: Path, capsys
+) -> None:
+    """A --set of what the protocol decides would train every run alike while the table reports
+    the candidates: refused, naming vtab's own flag; rates that name one run, steps and a
+    resolution past their bounds and an --out that is a file or cannot be made: one line each."""
+    file = tmp_path / "file"
+    file.write_text("")
+    cases = [
+        (["--set", "optim.lr=0.5"], "--set optim.lr=0.5: optim.lr is decided by --lrs"),
+        (["--set", "train.duration=3st"], "train.duration is decided by --steps"),
+        (["--set", "data.dataset=synthetic"], "data.dataset is decided by the task's data (ROOT"),
+        (["--set", "model.image_size=32"], "model.image_size is decided by --resolution"),
+        (["--set", "data.validation=holdout"], "data.validation is decided by the protocol"),
+        (["--lrs", "0.001,0.0010000001"], "--lrs: 0.001 and 0.0010000001 are one run (lr 0.001"),
+        (["--steps", "4,4"], "--steps '4,4': 4 twice"),
+        (["--steps", "10000001"], "--steps '10000001': expected positive numbers up to 10,000,000"),
+        (["--resolution", "1000000"], "--resolution 1000000: expected 1 to 2048 pixels a side"),
+        (["--out", str(file)], f"run directory {file}: {file} is a file, expected a directory"),
+        (["--out", str(file / "o")], f"{file} is a file, expected a directory"),
+    ]
+    if Path("/proc/self").is_dir():  # Linux: nothing can be made in /proc, not even by root
+        cases.append((["--out", "/proc/self/runs"], "run directory /proc/self/runs cannot be made"))
+    for more, expected in cases:
+        assert main([*_vtab(checkpoint, release, tmp_path / "out"), *more]) == 2, more
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and expected in err, err
+    assert not (tmp_path / "out").exists()
+
+
 def test_folders_of_a_root_that_are_not_tasks_are_named_in_one_line(tmp_path: Path) -> None:
     """A folder that holds VTAB-1k lists but is no task the protocol runs is named, with why."""
     for folder, lists in [("cifar", LISTS), ("mnist", LISTS), ("dtd", ("test",)),

@@ -8,7 +8,8 @@ setting (``CANDIDATES``: vitkit's, the paper lists none) on train800 and evaluat
 on train800val200, evaluates test once and ``summarise``s tasks, groups and the mean. Each run
 is a run directory under ``out`` (``sweep/<task>/lr<lr>-<steps>st``, ``final/<task>``) trained,
 resumed or re-evaluated by ``transfer.sweep.train_run``; a finished run's figures stay in its
-``vtab.json`` and ``out`` holds one protocol's settings (``sweep.check_same``). A task's data is
+``vtab.json`` and ``out`` holds one protocol's settings (``sweep.check_same``); a ``--set`` of
+what the protocol decides (``DECIDED``) is refused. A task's data is
 a prepared folder (``vtab:DIR``) or any spec (``hf:``, ``wds:``, a folder), whose train800 and
 val200 are a seeded 80/20 draw of 1,000 train images and whose test is its test split (else
 val); each score records the data it came from (``data_format``).
@@ -36,7 +37,15 @@ from .data.lists import STAGES, present
 from .data.run_data import RunData, build_data, split_names
 from .data.splits import subset
 from .errors import ConfigError, DataError
-from .transfer.sweep import Record, check_same, train_run
+from .transfer.paper import check_resolution
+from .transfer.sweep import (
+    Record,
+    check_rates,
+    check_same,
+    check_sets,
+    rate_name,
+    train_run,
+)
 
 log = logging.getLogger(__name__)
 
@@ -142,7 +151,7 @@ class Candidate:
 
     @property
     def slug(self) -> str:
-        return f"lr{self.lr:g}-{self.steps}st"
+        return f"lr{rate_name(self.lr)}-{self.steps}st"
 
 
 # The paper sweeps 2 learning rates x 2 schedules without listing them [P App. B.1.1]; its choice
@@ -399,11 +408,37 @@ def data_format(data: TaskData, images: Any, sample: int = 20) -> dict[str, Any]
 # ---------------------------------------------------------------------------- the runs
 
 
+# What the protocol decides for each run: set by vitkit vtab's flags, not by --set.
+DECIDED = {
+    "model": "the checkpoint",
+    "init_from": "the checkpoint",
+    "data": "the task's data (ROOT, or --task NAME=SPEC)",
+    "data.dataset": "the task's data (ROOT, or --task NAME=SPEC)",
+    "data.validation": "the protocol (val200, then test)",
+    "data.per_class": "the protocol (800, then 1,000 images of train)",
+    "optim.lr": "--lrs",
+    "train.duration": "--steps",
+    "train.eval_every": "the protocol (once, at the end)",
+    "model.image_size": "--resolution",
+}
+
+
+def check_flags(
+    candidates: Sequence[Candidate], resolution: int | None, sets: Sequence[str]
+) -> None:
+    """What ``Protocol`` takes from vitkit vtab's flags, a ``ConfigError`` where the protocol
+    cannot run it: a ``--set`` of what it decides, rates that would share a run, a resolution
+    past its bound."""
+    check_sets(sets, DECIDED)
+    check_rates(dict.fromkeys(c.lr for c in candidates))  # each rate once, of every step count
+    check_resolution(resolution)
+
+
 @dataclass(frozen=True)
 class Protocol:
     """What every run of a VTAB-1k evaluation shares: the pre-trained checkpoint (and its
     config), the candidates, the resolution (None: the checkpoint's), the ``--set`` items every
-    run takes, and whether the setting is chosen per task."""
+    run takes, and whether the setting is chosen per task (``check_flags``)."""
 
     checkpoint: str
     pretrained: ModelConfig
@@ -412,6 +447,9 @@ class Protocol:
     sets: tuple[str, ...] = ()
     per_task: bool = False
     sweep: bool = True
+
+    def __post_init__(self) -> None:
+        check_flags(self.candidates, self.resolution, self.sets)
 
     def settings(self) -> dict[str, Any]:
         """What ``out/vtab-settings.json`` records: a later command on ``out`` must agree."""

@@ -29,11 +29,20 @@ from .paper import (
     DEFAULT_LR,
     WARMUP,
     DatasetSettings,
+    check_resolution,
     paper_result,
     scaled_steps,
     settings_for,
 )
-from .sweep import Record, check_same, choose, train_run
+from .sweep import (
+    Record,
+    check_rates,
+    check_same,
+    check_sets,
+    choose,
+    rate_name,
+    train_run,
+)
 
 RECIPE = "finetune-paper"
 RECORD = "transfer.json"
@@ -80,6 +89,11 @@ class Options:
     num_heads: int | None = None
     progress: bool = True
 
+    def __post_init__(self) -> None:
+        check_sets(self.sets, DECIDED)
+        check_rates(self.lrs or ())
+        check_resolution(self.resolution)
+
 
 def datasets(given: Sequence[str]) -> list[Dataset]:
     """``--data [NAME=]SPEC`` each: the name (else the spec's, ``config.data_name``) picks the
@@ -116,14 +130,6 @@ def plan(dataset: Dataset, options: Options) -> dict[str, Any]:
         "resolution": options.resolution,
         "sets": list(options.sets),
     }
-
-
-def check_sets(sets: Sequence[str]) -> None:
-    """A ``--set`` of something the protocol decides is refused, naming what decides it."""
-    for item in sets:
-        key = split_set(item)[0]
-        if key in DECIDED:
-            raise ConfigError(f"--set {item}: {key} is decided by {DECIDED[key]}")
 
 
 def run_sets(settings: dict[str, Any], options: Options, lr: float, validation: str) -> list[str]:
@@ -245,7 +251,6 @@ def transfer(
 ) -> dict[str, Any]:
     """Run (or resume) the protocol for ``chosen`` in ``run_dir``: the summary of this command's
     datasets (``transfer.json``'s entries, which ``table`` prints). ``say``: a line per run."""
-    check_sets(options.sets)
     record = Record(run_dir / RECORD)
     given = {"checkpoint": options.checkpoint, "recipe": RECIPE}
     recorded = {k: record.data[k] for k in given if k in record.data}
@@ -260,7 +265,7 @@ def transfer(
         settings = row["settings"]
         lrs = settings["lrs"] if settings["sweep"] else []
         for i, lr in enumerate(lrs):
-            key = f"{lr:g}"
+            key = rate_name(lr)
             if key not in row["sweep"]:  # recorded: done
                 where = f"{dataset.name}/lr-{key}"
                 row["sweep"][key] = runs.run(dataset.spec, settings, lr, "holdout", where)

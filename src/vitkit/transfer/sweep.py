@@ -7,11 +7,13 @@ A run recorded in a record is never run again; one not recorded is trained throu
 as the protocol stages it), which resumes a half run from its last checkpoint exactly and
 evaluates a finished one again (train/loop.py). A record is rewritten whole after each run
 (``Record``, ``files.atomic_write``): a kill leaves the last one; a record of other settings is
-refused (``check_same``) rather than mixed with this command's runs. The choice
-among the runs is ``choose``: the highest accuracy; a tie goes to the smaller learning rate
-(closer to the pre-trained weights, and what a coarser grid would have found first); a run that
-diverged is never chosen. A final run of ImageNet also measures ImageNet ReaL
-(``measure_real``: eval/real.py's join and count) of the weights it reported on.
+refused (``check_same``) rather than mixed with this command's runs. The flags both protocols
+share are checked here: ``check_sets`` (a ``--set`` of what a protocol decides) and
+``check_rates`` (rates that would name one run). The choice among the runs is ``choose``: the
+highest accuracy; a tie goes to the smaller learning rate (closer to the pre-trained weights,
+and what a coarser grid would have found first); a run that diverged is never chosen. A final
+run of ImageNet also measures ImageNet ReaL (``measure_real``: eval/real.py's join and count) of
+the weights it reported on.
 """
 
 from __future__ import annotations
@@ -19,12 +21,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-from collections.abc import Mapping
+import math
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..compose import Composed, DataBuilder, read_data
 from ..config import RunConfig
+from ..config.keys import split_set
 from ..errors import ConfigError, DataError, UserFileError
 from ..files import atomic_write
 
@@ -65,6 +69,37 @@ def check_same(recorded: Mapping[str, Any], given: Mapping[str, Any], held: str,
             f"{held} ({', '.join(differ)} differ: {both}): give another {flag}, or the same "
             "settings to resume it"
         )
+
+
+def check_sets(sets: Iterable[str], decided: Mapping[str, str]) -> None:
+    """A ``--set`` of a key a protocol decides (``decided``: each key and the flag, or what,
+    that decides it) is refused, naming that flag: it would set every run alike while the
+    protocol reports the settings it chose among."""
+    for item in sets:
+        key = split_set(item)[0]
+        if key in decided:
+            raise ConfigError(f"--set {item}: {key} is decided by {decided[key]}")
+
+
+def rate_name(lr: float) -> str:
+    """A learning rate as its run's folder and record name it: 6 significant digits."""
+    return f"{lr:g}"
+
+
+def check_rates(lrs: Iterable[float]) -> None:
+    """``--lrs``: positive finite rates, no two of one name (``rate_name``): they would be one
+    run, recorded for both (``transfer``: the second never trains)."""
+    named: dict[str, float] = {}
+    for lr in lrs:
+        if not 0 < lr < math.inf:
+            raise ConfigError(f"--lrs: {lr!r}: expected positive learning rates")
+        name = rate_name(lr)
+        if name in named:
+            raise ConfigError(
+                f"--lrs: {named[name]!r} and {lr!r} are one run (lr {name}: a run is named by 6 "
+                "significant digits): give rates that differ in them, each once"
+            )
+        named[name] = lr
 
 
 def train_run(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -474,3 +475,42 @@ def test_flags_a_protocol_cannot_run_are_one_line(
         err = capsys.readouterr().err
         assert len(err.strip().splitlines()) == 1 and expected in err, err
     assert not (tmp_path / "runs").exists()
+
+
+# transfer.json of another shape: its text, or an edit of a finished protocol's pets entry
+BROKEN_RECORDS: dict[str, str | Callable[[dict[str, Any]], object]] = {
+    "a list": "[]",
+    "null": "null",
+    "text": '"text"',
+    "nested 100,000 deep": "[" * 100_000 + "]" * 100_000,
+    "datasets a list": '{"datasets": []}',
+    "data a number": '{"datasets": {"pets": {"data": 3}}}',
+    "no data": '{"datasets": {"pets": {"sweep": {}}}}',
+    "an accuracy as text": lambda row: row["final"].update(accuracy="high"),
+    "a run without its count": lambda row: row["sweep"]["0.001"].pop("count"),
+    "a rate not of the settings": lambda row: row["sweep"].update(abc=row["sweep"].pop("0.01")),
+}
+
+
+@pytest.mark.parametrize("broken", list(BROKEN_RECORDS))
+def test_a_record_of_another_shape_is_one_line_naming_it(
+    checkpoint: str,
+    pets: Path,
+    uninterrupted: Path,
+    tmp_path: Path,
+    broken: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """transfer.json is read for its keys and their types, not only as JSON: one line naming
+    the file and what deleting it does, before any run."""
+    text = BROKEN_RECORDS[broken]
+    if not isinstance(text, str):
+        record = _record(uninterrupted)
+        text(record["datasets"]["pets"])
+        text = json.dumps(record)
+    (tmp_path / "transfer.json").write_text(text)
+    assert main(_transfer(checkpoint, pets, tmp_path)) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1, err
+    assert f"{tmp_path / 'transfer.json'}" in err and "delete it to re-run its runs" in err, err
+    assert not (tmp_path / "pets").exists()

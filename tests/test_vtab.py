@@ -333,3 +333,39 @@ def test_folders_of_a_root_that_are_not_tasks_are_named_in_one_line(tmp_path: Pa
         f"{tmp_path}: skipped the folders cifar100 (cifar100 is read from cifar), dtd (no "
         "train800val200.txt), mnist (not a VTAB-1k task)"
     ]
+
+
+def test_vtab_records_of_another_shape_are_one_line_and_its_summary_is_only_written(
+    checkpoint: Path, release: Path, tmp_path: Path, capsys
+) -> None:
+    """A run's vtab.json and vtab-settings.json are read for their keys and types: one line
+    naming the file and what deleting it does. OUT/vtab.json is written, never read: a truncated
+    copy does not block the finished protocol."""
+    out = tmp_path / "out"
+    args = [*_vtab(checkpoint, release, out), "--tasks", "cifar", "--lrs", "0.01", "--steps", "1"]
+    assert main(args) == 0
+    summary = (out / "vtab.json").read_text()
+    (out / "vtab.json").write_text(summary[:10])
+    assert main(args) == 0
+    assert (out / "vtab.json").read_text() == summary
+    capsys.readouterr()
+    run = out / "sweep" / "cifar100" / "lr0.01-1st" / "vtab.json"
+    settings = out / "vtab-settings.json"
+    good = {path: json.loads(path.read_text()) for path in (run, settings)}
+    deep = "[" * 100_000 + "]" * 100_000
+    for path, broken, fix in [
+        *[(run, text, "delete it to re-run its runs") for text in ("[]", "null", deep, "{")],
+        (run, {**good[run], "accuracy": "high"}, "['accuracy']: expected a number, found text"),
+        (run, {k: v for k, v in good[run].items() if k != "data"}, "no 'data'"),
+        (run, {**good[run], "lr": 0.5}, "holds a run of cifar100 (lr 0.5, 1 steps)"),
+        *[(settings, text, "delete it to record this command's settings")
+          for text in ("[]", "null", deep, "{")],
+        (settings, {**good[settings], "sets": "x"}, "['sets']: expected a list, found text"),
+    ]:  # fmt: skip
+        path.write_text(broken if isinstance(broken, str) else json.dumps(broken))
+        assert main(args) == 2
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and fix in err, err
+        assert str(path.parent) in err
+        path.write_text(json.dumps(good[path]))
+    assert main(args) == 0

@@ -39,12 +39,16 @@ from .data.splits import subset
 from .errors import ConfigError, DataError
 from .transfer.paper import check_resolution
 from .transfer.sweep import (
+    NULL,
+    Entries,
     Record,
+    Shape,
     check_rates,
     check_same,
     check_sets,
     rate_name,
     train_run,
+    write_json,
 )
 
 log = logging.getLogger(__name__)
@@ -463,6 +467,28 @@ class Protocol:
         }
 
 
+# What a run's vtab.json and out/vtab-settings.json must hold: what the protocol reads back.
+_RUN: dict[str, Shape] = {"task": str, "lr": float, "steps": int}
+_MEASURED: dict[str, Shape] = {
+    **_RUN,
+    "accuracy": float,
+    "count": int,
+    "data": {"spec": str, "layout": str, "encodings": Entries(int)},
+}
+RUN_SHAPE: dict[str, Shape] = {
+    "sweep": ({**_RUN, "accuracy": NULL, "diverged": str, "data": {"spec": str}}, _MEASURED),
+    "final": _MEASURED,  # never diverged: the protocol stops instead
+}
+SETTINGS_SHAPE: Shape = {
+    "checkpoint": str,
+    "candidates": [[float]],
+    "resolution": (int, NULL),
+    "sets": [str],
+    "per_task": bool,
+    "sweep": bool,
+}
+
+
 def _run(
     protocol: Protocol,
     data: TaskData,
@@ -474,13 +500,14 @@ def _run(
 ) -> dict[str, Any]:
     """One fine-tuning run (resumed if ``run_dir`` holds a checkpoint), its final evaluation:
     val200 for a sweep run, test for a final run; a finished run's ``vtab.json`` is read."""
-    done = Record(run_dir / "vtab.json")
+    done = Record(run_dir / "vtab.json", RUN_SHAPE[stage])
     if done.data:
-        recorded = done.data.get("data", {}).get("spec")
-        if recorded != data.spec:
+        held = (done.data["task"], Candidate(done.data["lr"], done.data["steps"]))
+        spec = done.data["data"]["spec"]
+        if (*held, spec) != (data.task.name, setting, data.spec):
             raise ConfigError(
-                f"{run_dir} holds a run of {data.task.name} on {recorded}, not on {data.spec}: "
-                "give another --out"
+                f"{run_dir} holds a run of {held[0]} ({held[1].label}) on {spec}, not of "
+                f"{data.task.name} ({setting.label}) on {data.spec}: give another --out"
             )
         return done.data
     sets = [
@@ -531,7 +558,9 @@ def _run(
 
 def _check_settings(out: Path, protocol: Protocol) -> None:
     """``out`` holds the runs of this protocol or none: runs of other settings are not mixed."""
-    record = Record(out / "vtab-settings.json")
+    record = Record(
+        out / "vtab-settings.json", SETTINGS_SHAPE, "delete it to record this command's settings"
+    )
     held = f"{out} holds the runs of another VTAB-1k evaluation"
     check_same(record.data, protocol.settings(), held, "--out")
     if not record.data:
@@ -586,9 +615,7 @@ def run_vtab(
         "mean": summary.mean,
         "count": len(finals),
     }
-    written = Record(out / "vtab.json")
-    written.data = result
-    written.save()
+    write_json(out / "vtab.json", result)  # never read: the runs' records are the record
     return result
 
 

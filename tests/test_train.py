@@ -218,6 +218,18 @@ def test_a_file_system_that_does_not_lock_runs_without_the_lock(
     assert f"{tmp_path / '.lock'}: this file system does not lock files" in caplog.text
 
 
+def test_a_lock_file_that_is_a_directory_is_one_line(tmp_path: Path, capsys) -> None:
+    """A directory at the lock's name cannot be locked: one line naming it, nothing run."""
+    from vitkit.cli import main
+
+    (tmp_path / ".lock").mkdir()
+    assert main(["train", "--recipe", "smoke", "--run-dir", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == (
+        f"vitkit train: error: {tmp_path / '.lock'} is a directory, expected a run's lock file\n"
+    )
+    assert os.listdir(tmp_path) == [".lock"]
+
+
 # A run stopped after its step-2 checkpoint, written by the code of commit 7b42c39 (before the
 # training state became one class), and the deterministic log of that code's uninterrupted run:
 #   vitkit train --recipe smoke --set train.duration=6st --set train.save_every=2st

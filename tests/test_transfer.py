@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -444,3 +445,72 @@ def test_the_table_of_a_summary() -> None:
         "50.00 (10) | — | — |"
     )
     assert len(lines) == 6  # every ReaL measured: nothing below the table
+
+
+def test_flags_a_protocol_cannot_run_are_one_line(
+    checkpoint: str, pets: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Rates that name one run (6 significant digits name it), steps and a resolution past their
+    bounds, and a run directory that is a file or cannot be made: one line each, nothing run."""
+    file = tmp_path / "file"
+    file.write_text("")
+    cases = [
+        (["--lrs", "0.001,0.0010000001"], "--lrs: 0.001 and 0.0010000001 are one run (lr 0.001"),
+        (["--lrs", "0.01,0.01"], "--lrs: 0.01 and 0.01 are one run"),
+        (["--steps", "1e400"], "--steps '1e400': expected a number of steps up to 10,000,000"),
+        (
+            ["--steps", "10000001"],
+            "up to 10,000,000 (e.g. 200) or a scale of the paper's up to 500",
+        ),
+        (["--resolution", "1000000"], "--resolution 1000000: expected 1 to 2048 pixels a side"),
+        (["--run-dir", str(file)], f"run directory {file}: {file} is a file, expected a directory"),
+        (["--run-dir", str(file / "r")], f"{file} is a file, expected a directory"),
+    ]
+    if Path("/proc/self").is_dir():  # Linux: nothing can be made in /proc, not even by root
+        cases.append(
+            (["--run-dir", "/proc/self/runs"], "run directory /proc/self/runs cannot be made")
+        )
+    for more, expected in cases:
+        assert main([*_transfer(checkpoint, pets, tmp_path / "runs"), *more]) == 2, more
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and expected in err, err
+    assert not (tmp_path / "runs").exists()
+
+
+# transfer.json of another shape: its text, or an edit of a finished protocol's pets entry
+BROKEN_RECORDS: dict[str, str | Callable[[dict[str, Any]], object]] = {
+    "a list": "[]",
+    "null": "null",
+    "text": '"text"',
+    "nested 100,000 deep": "[" * 100_000 + "]" * 100_000,
+    "datasets a list": '{"datasets": []}',
+    "data a number": '{"datasets": {"pets": {"data": 3}}}',
+    "no data": '{"datasets": {"pets": {"sweep": {}}}}',
+    "an accuracy as text": lambda row: row["final"].update(accuracy="high"),
+    "a run without its count": lambda row: row["sweep"]["0.001"].pop("count"),
+    "a rate not of the settings": lambda row: row["sweep"].update(abc=row["sweep"].pop("0.01")),
+}
+
+
+@pytest.mark.parametrize("broken", list(BROKEN_RECORDS))
+def test_a_record_of_another_shape_is_one_line_naming_it(
+    checkpoint: str,
+    pets: Path,
+    uninterrupted: Path,
+    tmp_path: Path,
+    broken: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """transfer.json is read for its keys and their types, not only as JSON: one line naming
+    the file and what deleting it does, before any run."""
+    text = BROKEN_RECORDS[broken]
+    if not isinstance(text, str):
+        record = _record(uninterrupted)
+        text(record["datasets"]["pets"])
+        text = json.dumps(record)
+    (tmp_path / "transfer.json").write_text(text)
+    assert main(_transfer(checkpoint, pets, tmp_path)) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1, err
+    assert f"{tmp_path / 'transfer.json'}" in err and "delete it to re-run its runs" in err, err
+    assert not (tmp_path / "pets").exists()

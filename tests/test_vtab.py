@@ -18,6 +18,7 @@ from helpers import randomize, stopped_copy, tiny, vtab_task_folder
 from vitkit import save
 from vitkit.cli import main
 from vitkit.config import DataConfig
+from vitkit.data.lists import LISTS
 from vitkit.errors import ConfigError, DataError
 from vitkit.model import VisionTransformer
 from vitkit.vtab import (
@@ -27,6 +28,7 @@ from vitkit.vtab import (
     TaskData,
     choose,
     find_task,
+    find_tasks,
     stage_data,
     summarise,
 )
@@ -283,4 +285,87 @@ def test_a_second_vtab_on_the_same_folder_is_one_line(
         assert main(_vtab(checkpoint, release, out)) == 2
     err = capsys.readouterr().err
     assert f"run directory {out} is in use by" in err and "Traceback" not in err
+    assert "or use another --out" in err  # vtab's flag, not train's --run-dir
     assert not (out / "sweep").exists()
+
+
+def test_vtab_refuses_what_its_protocol_decides_and_flags_it_cannot_run(
+    checkpoint: Path, release: Path, tmp_path: Path, capsys
+) -> None:
+    """A --set of what the protocol decides would train every run alike while the table reports
+    the candidates: refused, naming vtab's own flag; rates that name one run, steps and a
+    resolution past their bounds and an --out that is a file or cannot be made: one line each."""
+    file = tmp_path / "file"
+    file.write_text("")
+    cases = [
+        (["--set", "optim.lr=0.5"], "--set optim.lr=0.5: optim.lr is decided by --lrs"),
+        (["--set", "train.duration=3st"], "train.duration is decided by --steps"),
+        (["--set", "data.dataset=synthetic"], "data.dataset is decided by the task's data (ROOT"),
+        (["--set", "model.image_size=32"], "model.image_size is decided by --resolution"),
+        (["--set", "data.validation=holdout"], "data.validation is decided by the protocol"),
+        (["--lrs", "0.001,0.0010000001"], "--lrs: 0.001 and 0.0010000001 are one run (lr 0.001"),
+        (["--steps", "4,4"], "--steps '4,4': 4 twice"),
+        (["--steps", "10000001"], "--steps '10000001': expected positive numbers up to 10,000,000"),
+        (["--resolution", "1000000"], "--resolution 1000000: expected 1 to 2048 pixels a side"),
+        (["--out", str(file)], f"run directory {file}: {file} is a file, expected a directory"),
+        (["--out", str(file / "o")], f"{file} is a file, expected a directory"),
+    ]
+    if Path("/proc/self").is_dir():  # Linux: nothing can be made in /proc, not even by root
+        cases.append((["--out", "/proc/self/runs"], "run directory /proc/self/runs cannot be made"))
+    for more, expected in cases:
+        assert main([*_vtab(checkpoint, release, tmp_path / "out"), *more]) == 2, more
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and expected in err, err
+    assert not (tmp_path / "out").exists()
+
+
+def test_folders_of_a_root_that_are_not_tasks_are_named_in_one_line(tmp_path: Path) -> None:
+    """A folder that holds VTAB-1k lists but is no task the protocol runs is named, with why."""
+    for folder, lists in [("cifar", LISTS), ("mnist", LISTS), ("dtd", ("test",)),
+                          ("cifar100", LISTS), ("notes", ())]:  # fmt: skip
+        (tmp_path / folder).mkdir()
+        for name in lists:
+            (tmp_path / folder / f"{name}.txt").write_text("images/0.png 0\n")
+    with pytest.warns(UserWarning) as warned:
+        found = find_tasks(str(tmp_path))
+    assert [d.spec for d in found] == [f"vtab:{tmp_path / 'cifar'}"]
+    assert [str(w.message) for w in warned] == [
+        f"{tmp_path}: skipped the folders cifar100 (cifar100 is read from cifar), dtd (no "
+        "train800val200.txt), mnist (not a VTAB-1k task)"
+    ]
+
+
+def test_vtab_records_of_another_shape_are_one_line_and_its_summary_is_only_written(
+    checkpoint: Path, release: Path, tmp_path: Path, capsys
+) -> None:
+    """A run's vtab.json and vtab-settings.json are read for their keys and types: one line
+    naming the file and what deleting it does. OUT/vtab.json is written, never read: a truncated
+    copy does not block the finished protocol."""
+    out = tmp_path / "out"
+    args = [*_vtab(checkpoint, release, out), "--tasks", "cifar", "--lrs", "0.01", "--steps", "1"]
+    assert main(args) == 0
+    summary = (out / "vtab.json").read_text()
+    (out / "vtab.json").write_text(summary[:10])
+    assert main(args) == 0
+    assert (out / "vtab.json").read_text() == summary
+    capsys.readouterr()
+    run = out / "sweep" / "cifar100" / "lr0.01-1st" / "vtab.json"
+    settings = out / "vtab-settings.json"
+    good = {path: json.loads(path.read_text()) for path in (run, settings)}
+    deep = "[" * 100_000 + "]" * 100_000
+    for path, broken, fix in [
+        *[(run, text, "delete it to re-run its runs") for text in ("[]", "null", deep, "{")],
+        (run, {**good[run], "accuracy": "high"}, "['accuracy']: expected a number, found text"),
+        (run, {k: v for k, v in good[run].items() if k != "data"}, "no 'data'"),
+        (run, {**good[run], "lr": 0.5}, "holds a run of cifar100 (lr 0.5, 1 steps)"),
+        *[(settings, text, "delete it to record this command's settings")
+          for text in ("[]", "null", deep, "{")],
+        (settings, {**good[settings], "sets": "x"}, "['sets']: expected a list, found text"),
+    ]:  # fmt: skip
+        path.write_text(broken if isinstance(broken, str) else json.dumps(broken))
+        assert main(args) == 2
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and fix in err, err
+        assert str(path.parent) in err
+        path.write_text(json.dumps(good[path]))
+    assert main(args) == 0

@@ -8,7 +8,8 @@ setting (``CANDIDATES``: vitkit's, the paper lists none) on train800 and evaluat
 on train800val200, evaluates test once and ``summarise``s tasks, groups and the mean. Each run
 is a run directory under ``out`` (``sweep/<task>/lr<lr>-<steps>st``, ``final/<task>``) trained,
 resumed or re-evaluated by ``transfer.sweep.train_run``; a finished run's figures stay in its
-``vtab.json`` and ``out`` holds one protocol's settings (``sweep.check_same``). A task's data is
+``vtab.json`` and ``out`` holds one protocol's settings (``sweep.check_same``); a ``--set`` of
+what the protocol decides (``DECIDED``) is refused. A task's data is
 a prepared folder (``vtab:DIR``) or any spec (``hf:``, ``wds:``, a folder), whose train800 and
 val200 are a seeded 80/20 draw of 1,000 train images and whose test is its test split (else
 val); each score records the data it came from (``data_format``).
@@ -20,6 +21,7 @@ import dataclasses
 import functools
 import logging
 import statistics
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,11 +33,23 @@ import torch
 from .compose import Request, check_data_exists, compose
 from .config import DataConfig, ModelConfig, data_source, normalise_data
 from .data.decoded import DecodedImages
-from .data.lists import STAGES
+from .data.lists import STAGES, present
 from .data.run_data import RunData, build_data, split_names
 from .data.splits import subset
 from .errors import ConfigError, DataError
-from .transfer.sweep import Record, check_same, train_run
+from .transfer.paper import check_resolution
+from .transfer.sweep import (
+    NULL,
+    Entries,
+    Record,
+    Shape,
+    check_rates,
+    check_same,
+    check_sets,
+    rate_name,
+    train_run,
+    write_json,
+)
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +155,7 @@ class Candidate:
 
     @property
     def slug(self) -> str:
-        return f"lr{self.lr:g}-{self.steps}st"
+        return f"lr{rate_name(self.lr)}-{self.steps}st"
 
 
 # The paper sweeps 2 learning rates x 2 schedules without listing them [P App. B.1.1]; its choice
@@ -235,14 +249,7 @@ def find_tasks(
     (which wins over ``root``'s); only ``only``'s when given. A ``ConfigError`` when none."""
     specs: dict[str, str] = {}
     if root is not None:
-        base = Path(root).expanduser()
-        if not base.is_dir():
-            raise ConfigError(f"VTAB-1k folder {root} not found (expected ROOT/<task>/test.txt)")
-        for task in TASKS:
-            for spelling in (task.folder, task.name, *task.aliases):
-                if (base / spelling / "train800val200.txt").is_file():
-                    specs[task.name] = f"vtab:{(base / spelling).resolve()}"
-                    break
+        specs = _release_tasks(Path(root).expanduser())
     for item in given:
         name, sep, spec = item.partition("=")
         if not sep or not spec:
@@ -265,6 +272,36 @@ def find_tasks(
             "or --task NAME=SPEC"
         )
     return found
+
+
+def _release_tasks(base: Path) -> dict[str, str]:
+    """The data spec of each task of the release folder ``base`` (a task's folder, by the first
+    of its spellings that holds ``train800val200.txt``); the other folders that hold lists are
+    named in one warning, with why each is skipped."""
+    if not base.is_dir():
+        raise ConfigError(f"VTAB-1k folder {base} not found (expected ROOT/<task>/test.txt)")
+    taken: dict[str, str] = {}  # task -> its folder's name
+    for task in TASKS:
+        for spelling in (task.folder, task.name, *task.aliases):
+            if (base / spelling / "train800val200.txt").is_file():
+                taken[task.name] = spelling
+                break
+    skipped = []
+    for folder in sorted(p for p in base.iterdir() if p.name not in taken.values()):
+        if not (folder.is_dir() and present(folder)):
+            continue
+        named = BY_NAME.get(folder.name)
+        if named is None:
+            why = "not a VTAB-1k task"
+        elif named.name in taken:
+            why = f"{named.name} is read from {taken[named.name]}"
+        else:
+            why = "no train800val200.txt"
+        skipped.append(f"{folder.name} ({why})")
+    if skipped:
+        more = f" and {len(skipped) - 10} more" if len(skipped) > 10 else ""
+        warnings.warn(f"{base}: skipped the folders {', '.join(skipped[:10])}{more}", stacklevel=3)
+    return {name: f"vtab:{(base / folder).resolve()}" for name, folder in taken.items()}
 
 
 # What a run trained and was evaluated on, as its record says.
@@ -375,11 +412,37 @@ def data_format(data: TaskData, images: Any, sample: int = 20) -> dict[str, Any]
 # ---------------------------------------------------------------------------- the runs
 
 
+# What the protocol decides for each run: set by vitkit vtab's flags, not by --set.
+DECIDED = {
+    "model": "the checkpoint",
+    "init_from": "the checkpoint",
+    "data": "the task's data (ROOT, or --task NAME=SPEC)",
+    "data.dataset": "the task's data (ROOT, or --task NAME=SPEC)",
+    "data.validation": "the protocol (val200, then test)",
+    "data.per_class": "the protocol (800, then 1,000 images of train)",
+    "optim.lr": "--lrs",
+    "train.duration": "--steps",
+    "train.eval_every": "the protocol (once, at the end)",
+    "model.image_size": "--resolution",
+}
+
+
+def check_flags(
+    candidates: Sequence[Candidate], resolution: int | None, sets: Sequence[str]
+) -> None:
+    """What ``Protocol`` takes from vitkit vtab's flags, a ``ConfigError`` where the protocol
+    cannot run it: a ``--set`` of what it decides, rates that would share a run, a resolution
+    past its bound."""
+    check_sets(sets, DECIDED)
+    check_rates(dict.fromkeys(c.lr for c in candidates))  # each rate once, of every step count
+    check_resolution(resolution)
+
+
 @dataclass(frozen=True)
 class Protocol:
     """What every run of a VTAB-1k evaluation shares: the pre-trained checkpoint (and its
     config), the candidates, the resolution (None: the checkpoint's), the ``--set`` items every
-    run takes, and whether the setting is chosen per task."""
+    run takes, and whether the setting is chosen per task (``check_flags``)."""
 
     checkpoint: str
     pretrained: ModelConfig
@@ -388,6 +451,9 @@ class Protocol:
     sets: tuple[str, ...] = ()
     per_task: bool = False
     sweep: bool = True
+
+    def __post_init__(self) -> None:
+        check_flags(self.candidates, self.resolution, self.sets)
 
     def settings(self) -> dict[str, Any]:
         """What ``out/vtab-settings.json`` records: a later command on ``out`` must agree."""
@@ -401,6 +467,28 @@ class Protocol:
         }
 
 
+# What a run's vtab.json and out/vtab-settings.json must hold: what the protocol reads back.
+_RUN: dict[str, Shape] = {"task": str, "lr": float, "steps": int}
+_MEASURED: dict[str, Shape] = {
+    **_RUN,
+    "accuracy": float,
+    "count": int,
+    "data": {"spec": str, "layout": str, "encodings": Entries(int)},
+}
+RUN_SHAPE: dict[str, Shape] = {
+    "sweep": ({**_RUN, "accuracy": NULL, "diverged": str, "data": {"spec": str}}, _MEASURED),
+    "final": _MEASURED,  # never diverged: the protocol stops instead
+}
+SETTINGS_SHAPE: Shape = {
+    "checkpoint": str,
+    "candidates": [[float]],
+    "resolution": (int, NULL),
+    "sets": [str],
+    "per_task": bool,
+    "sweep": bool,
+}
+
+
 def _run(
     protocol: Protocol,
     data: TaskData,
@@ -412,13 +500,14 @@ def _run(
 ) -> dict[str, Any]:
     """One fine-tuning run (resumed if ``run_dir`` holds a checkpoint), its final evaluation:
     val200 for a sweep run, test for a final run; a finished run's ``vtab.json`` is read."""
-    done = Record(run_dir / "vtab.json")
+    done = Record(run_dir / "vtab.json", RUN_SHAPE[stage])
     if done.data:
-        recorded = done.data.get("data", {}).get("spec")
-        if recorded != data.spec:
+        held = (done.data["task"], Candidate(done.data["lr"], done.data["steps"]))
+        spec = done.data["data"]["spec"]
+        if (*held, spec) != (data.task.name, setting, data.spec):
             raise ConfigError(
-                f"{run_dir} holds a run of {data.task.name} on {recorded}, not on {data.spec}: "
-                "give another --out"
+                f"{run_dir} holds a run of {held[0]} ({held[1].label}) on {spec}, not of "
+                f"{data.task.name} ({setting.label}) on {data.spec}: give another --out"
             )
         return done.data
     sets = [
@@ -469,7 +558,9 @@ def _run(
 
 def _check_settings(out: Path, protocol: Protocol) -> None:
     """``out`` holds the runs of this protocol or none: runs of other settings are not mixed."""
-    record = Record(out / "vtab-settings.json")
+    record = Record(
+        out / "vtab-settings.json", SETTINGS_SHAPE, "delete it to record this command's settings"
+    )
     held = f"{out} holds the runs of another VTAB-1k evaluation"
     check_same(record.data, protocol.settings(), held, "--out")
     if not record.data:
@@ -524,9 +615,7 @@ def run_vtab(
         "mean": summary.mean,
         "count": len(finals),
     }
-    written = Record(out / "vtab.json")
-    written.data = result
-    written.save()
+    write_json(out / "vtab.json", result)  # never read: the runs' records are the record
     return result
 
 

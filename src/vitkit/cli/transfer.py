@@ -43,15 +43,7 @@ def _transfer(args: argparse.Namespace) -> None:
     from ..config import RunConfig, parse_set
     from ..files import atomic_write
     from ..transfer.paper import check_paper_model, parse_steps
-    from ..transfer.protocol import (
-        TABLE,
-        Options,
-        check_sets,
-        datasets,
-        settings_line,
-        table,
-        transfer,
-    )
+    from ..transfer.protocol import TABLE, Options, datasets, settings_line, table, transfer
     from .common import log_to_stdout
 
     # everything a user can get wrong, before torch is imported
@@ -59,13 +51,12 @@ def _transfer(args: argparse.Namespace) -> None:
     for dataset in chosen:
         check_data_exists(dataset.spec)
     sets = tuple(args.set or ())
-    check_sets(sets)
     parse_set(RunConfig, list(sets))
     # a file by its absolute path: the record (and each run's config) names it wherever the
     # command runs from; a pretrained name as it is
     given = Path(args.checkpoint).expanduser()
     checkpoint = str(given.resolve()) if given.exists() else args.checkpoint
-    options = Options(
+    options = Options(  # checks what the protocol decides, the rates and the resolution
         checkpoint=checkpoint,
         resolution=args.resolution,
         sweep=args.sweep,
@@ -88,8 +79,8 @@ def _transfer(args: argparse.Namespace) -> None:
     from ..train.loop import StoppedError
     from ..train.rundir import RunLock
 
-    run_dir.mkdir(parents=True, exist_ok=True)
-    with RunLock(run_dir):  # one protocol at a time in its folder
+    with RunLock(run_dir) as lock:  # one protocol at a time in its folder
+        lock.make()
         try:
             summary = transfer(chosen, options, run_dir)
         except StoppedError as e:

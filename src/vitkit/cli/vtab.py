@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import math
+import reprlib
 import sys
 from pathlib import Path
 
@@ -10,13 +12,20 @@ from ..errors import ConfigError
 from .common import Verb, checkpoint_name
 
 
-def _numbers(text: str, kind: type, what: str) -> list:
+def _numbers(text: str, kind: type, what: str, most: float = math.inf) -> list:
+    """``--lrs``, ``--steps``: positive numbers up to ``most``, each once."""
     try:
         values = [kind(part) for part in text.split(",") if part.strip()]
     except ValueError:
         values = []
-    if not values or any(v <= 0 for v in values):
-        raise ConfigError(f"--{what} {text!r}: expected positive numbers separated by commas")
+    if not values or not all(0 < v <= most for v in values):
+        bound = f" up to {most:,}" if most < math.inf else ""
+        raise ConfigError(
+            f"--{what} {reprlib.repr(text)}: expected positive numbers{bound} separated by commas"
+        )
+    twice = next((v for i, v in enumerate(values) if v in values[:i]), None)
+    if twice is not None:
+        raise ConfigError(f"--{what} {reprlib.repr(text)}: {twice} twice: give each once")
     return values
 
 
@@ -31,12 +40,19 @@ def _name(checkpoint: str) -> str:
 def _vtab(args: argparse.Namespace) -> None:
     import json
 
-    from ..vtab import Candidate, Protocol, find_tasks, run_vtab, table
+    from ..config import RunConfig, parse_set
+    from ..transfer.paper import MAX_STEPS
+    from ..vtab import Candidate, Protocol, check_flags, find_tasks, run_vtab, table
 
     lrs = _numbers(args.lrs, float, "lrs")
-    steps = _numbers(args.steps, int, "steps")
+    steps = _numbers(args.steps, int, "steps", MAX_STEPS)
+    candidates = tuple(Candidate(lr, n) for lr in lrs for n in steps)
+    sets = tuple(args.set or ())
+    # before the checkpoint is read (a name may download it)
+    check_flags(candidates, args.resolution, sets)
+    parse_set(RunConfig, list(sets))
     only = args.tasks.split(",") if args.tasks else None
-    tasks = find_tasks(args.root, args.task or (), only)  # the data first: no torch yet
+    tasks = find_tasks(args.root, args.task or (), only)  # the data first
     from ..io.api import read
 
     pretrained, _, _ = read(args.checkpoint, num_heads=args.num_heads)
@@ -44,9 +60,9 @@ def _vtab(args: argparse.Namespace) -> None:
     protocol = Protocol(
         checkpoint=str(given.resolve()) if given.exists() else args.checkpoint,
         pretrained=pretrained,
-        candidates=tuple(Candidate(lr, n) for lr in lrs for n in steps),
+        candidates=candidates,
         resolution=args.resolution,
-        sets=tuple(args.set or ()),
+        sets=sets,
         per_task=args.per_task,
         sweep=not args.no_sweep,
     )
@@ -55,8 +71,8 @@ def _vtab(args: argparse.Namespace) -> None:
     from ..train.loop import StoppedError
     from ..train.rundir import RunLock
 
-    out.mkdir(parents=True, exist_ok=True)
-    with RunLock(out):  # one protocol at a time in its folder, as transfer's
+    with RunLock(out, flag="--out") as lock:  # one protocol at a time in its folder
+        lock.make()
         try:
             result = run_vtab(
                 protocol,

@@ -55,15 +55,16 @@ def _try_lock(path: Path) -> int | None:
     descriptor that holds it, or None if another process holds it. No lock where ``fcntl`` does
     not exist (Windows) or on a file system that does not lock files (a warning): the descriptor
     alone. ``OSError`` if ``path`` cannot be opened for writing (a read-only folder: the command
-    line says so in one line); ``UserFileError`` if it is a symbolic link."""
+    line says so in one line); ``UserFileError`` if it is a symbolic link or a directory."""
     try:
         # O_NOFOLLOW: a link planted at the lock's name never makes us create or write a file
         # elsewhere
         fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o666)
     except OSError as e:
-        if e.errno != errno.ELOOP:
+        found = {errno.ELOOP: "a symbolic link", errno.EISDIR: "a directory"}.get(e.errno or 0)
+        if found is None:
             raise
-        raise UserFileError(f"{path} is a symbolic link, expected a run's lock file") from None
+        raise UserFileError(f"{path} is {found}, expected a run's lock file") from None
     try:
         import fcntl
 
@@ -85,14 +86,16 @@ def _try_lock(path: Path) -> int | None:
 class RunLock:
     """The lock of ``run_dir``, taken by this process if ``enabled`` (rank 0). Entering refuses a
     run directory that is a file (or inside one) and takes the lock if the directory exists;
-    ``take`` takes it once the directory is made; leaving releases it if this object took it.
-    Taking it again in the process that holds it does nothing: the command line takes it before
-    it reads the data, and the loop, which the API calls too, where it makes the directory."""
+    ``take`` takes it once the directory is made (``make`` makes it and takes it); leaving
+    releases it if this object took it. Taking it again in the process that holds it does
+    nothing: the command line takes it before it reads the data, and the loop, which the API
+    calls too, where it makes the directory. ``flag``: the command's flag that names the
+    directory, which the refusal of a directory in use names."""
 
     _held: ClassVar[dict[Path, int]] = {}  # this process's locks: run directory -> descriptor
 
-    def __init__(self, run_dir: Path, *, enabled: bool = True) -> None:
-        self.run_dir, self.enabled = run_dir, enabled
+    def __init__(self, run_dir: Path, *, enabled: bool = True, flag: str = "--run-dir") -> None:
+        self.run_dir, self.enabled, self.flag = run_dir, enabled, flag
         self.key: Path | None = None  # while this object holds the lock it took
 
     def __enter__(self) -> RunLock:
@@ -105,6 +108,19 @@ class RunLock:
             self.take()
         return self
 
+    def make(self) -> None:
+        """Make the run directory, or a ``UserFileError`` saying why it cannot be made (a
+        folder this process may not write in, a file system that holds no folders), and take
+        the lock."""
+        try:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise UserFileError(
+                f"run directory {self.run_dir} cannot be made ({e.strerror}): give another "
+                f"{self.flag}"
+            ) from None
+        self.take()
+
     def take(self) -> None:
         """Hold the lock of the (existing) run directory, or raise ``UserFileError`` naming the
         process that holds it."""
@@ -116,7 +132,7 @@ class RunLock:
         if fd is None:
             raise UserFileError(
                 f"run directory {self.run_dir} is in use by {_holder(path)}: wait for that run "
-                "to end (or stop it), or use another --run-dir"
+                f"to end (or stop it), or use another {self.flag}"
             )
         self._held[key], self.key = fd, key
         holder = {

@@ -6,12 +6,13 @@ A dataset the paper does not fine-tune on takes ``DEFAULT`` (CIFAR's: 10,000 ste
 {0.001, 0.003, 0.01, 0.03} sweep), each of which a flag of ``vitkit transfer`` overrides.
 ``PAPER_RESULTS``: the test top-1 the paper (or the official repository, marked) reports for a
 model and its pre-training data, only where ``../shared/PAPER.md`` gives it; nothing recalled.
-No torch import here.
+``MAX_STEPS`` and ``MAX_RESOLUTION`` bound the flags of both protocols. No torch import here.
 """
 
 from __future__ import annotations
 
 import re
+import reprlib
 from dataclasses import dataclass
 
 from ..errors import ConfigError
@@ -55,6 +56,11 @@ DEFAULT = CIFAR  # a dataset the paper does not fine-tune on: CIFAR's settings, 
 DEFAULT_LR = 0.01
 # Warmup: 5% of the steps (vit_jax: 500 of CIFAR's 10,000).
 WARMUP = 0.05
+# Bounds of both protocols' flags (``vitkit vtab``'s too), generous, so that a slip is one line
+# rather than a run of years or a resize of terabytes: a run's steps, 500 times the paper's
+# longest fine-tuning (ImageNet's 20,000); the resolution, 4 times its largest (518, ViT-H/14).
+MAX_STEPS = 10_000_000
+MAX_RESOLUTION = 2048
 
 
 def settings_for(name: str) -> DatasetSettings | None:
@@ -71,12 +77,23 @@ def parse_steps(text: str) -> int | float:
         value: int | float = int(text) if text.strip().isdigit() else float(text)
     except ValueError:
         value = 0
-    if not value > 0:
+    # a scale's bound: no dataset's runs above MAX_STEPS
+    scale = MAX_STEPS / max(s.steps for s in DATASETS.values())
+    if not 0 < value <= (MAX_STEPS if isinstance(value, int) else scale):
         raise ConfigError(
-            f"--steps {text!r}: expected a number of steps (e.g. 200) or a scale of the paper's "
-            "(e.g. 0.01)"
+            f"--steps {reprlib.repr(text)}: expected a number of steps up to {MAX_STEPS:,} (e.g. "
+            f"200) or a scale of the paper's up to {scale:g} (e.g. 0.01)"
         )
     return value
+
+
+def check_resolution(px: int | None) -> None:
+    """``--resolution``: None (the protocol's default) or up to ``MAX_RESOLUTION`` pixels."""
+    if px is not None and not 0 < px <= MAX_RESOLUTION:
+        raise ConfigError(
+            f"--resolution {px}: expected 1 to {MAX_RESOLUTION} pixels a side (the paper "
+            "fine-tunes at 384 to 518)"
+        )
 
 
 def scaled_steps(paper_steps: int, steps: int | float | None) -> int:

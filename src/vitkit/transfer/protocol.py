@@ -15,6 +15,7 @@ row says why in one line and the protocol goes on (``vitkit eval ... --real`` me
 
 from __future__ import annotations
 
+import reprlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,17 +24,30 @@ from typing import Any
 from ..compose import Request, compose
 from ..config import DataConfig, data_names, normalise_data, recorded_data
 from ..config.keys import split_set
-from ..errors import ConfigError, DataError
+from ..errors import ConfigError, DataError, UserFileError
 from .paper import (
     DEFAULT,
     DEFAULT_LR,
     WARMUP,
     DatasetSettings,
+    check_resolution,
     paper_result,
     scaled_steps,
     settings_for,
 )
-from .sweep import Record, check_same, choose, train_run
+from .sweep import (
+    NULL,
+    RERUN,
+    Entries,
+    Record,
+    Shape,
+    check_rates,
+    check_same,
+    check_sets,
+    choose,
+    rate_name,
+    train_run,
+)
 
 RECIPE = "finetune-paper"
 RECORD = "transfer.json"
@@ -50,6 +64,31 @@ DECIDED = {
     "data.validation": "the protocol (a holdout, then test)",
     "data.holdout": "--holdout",
     "model.image_size": "--resolution",
+}
+# What the protocol reads back from its record (sweep.Record checks it): a run's figures, and
+# each dataset's settings (which must then equal this command's, sweep.check_same).
+_REAL: Shape = ({"not_measured": str}, {"accuracy": float, "counted": int, "left_out": int})
+_MEASURED: dict[str, Shape] = {"accuracy": float, "count": int, "real?": _REAL}
+_SETTINGS: Shape = {
+    "steps": int,
+    "paper_steps": int,
+    "lrs": [float],
+    "sweep": bool,
+    "holdout": float,
+    "resolution": (int, NULL),
+    "sets": [str],
+}
+RECORD_SHAPE: Shape = {
+    "checkpoint?": str,
+    "recipe?": str,
+    "datasets?": Entries(
+        {
+            "data": str,
+            "settings": _SETTINGS,
+            "sweep": Entries(({"diverged": str}, _MEASURED)),
+            "final?": {**_MEASURED, "split": str},
+        }
+    ),
 }
 
 
@@ -79,6 +118,11 @@ class Options:
     paper_model: str | None = None  # PRESET@PRE-TRAINING; None: what the checkpoint records
     num_heads: int | None = None
     progress: bool = True
+
+    def __post_init__(self) -> None:
+        check_sets(self.sets, DECIDED)
+        check_rates(self.lrs or ())
+        check_resolution(self.resolution)
 
 
 def datasets(given: Sequence[str]) -> list[Dataset]:
@@ -116,14 +160,6 @@ def plan(dataset: Dataset, options: Options) -> dict[str, Any]:
         "resolution": options.resolution,
         "sets": list(options.sets),
     }
-
-
-def check_sets(sets: Sequence[str]) -> None:
-    """A ``--set`` of something the protocol decides is refused, naming what decides it."""
-    for item in sets:
-        key = split_set(item)[0]
-        if key in DECIDED:
-            raise ConfigError(f"--set {item}: {key} is decided by {DECIDED[key]}")
 
 
 def run_sets(settings: dict[str, Any], options: Options, lr: float, validation: str) -> list[str]:
@@ -212,6 +248,12 @@ def _row(record: Record, dataset: Dataset, options: Options, model: str | None) 
         f"{record.path} holds {dataset.name} with other settings",
         "--run-dir",
     )
+    stray = set(row["sweep"]) - {rate_name(lr) for lr in settings["lrs"]}
+    if stray:  # a rate of no run of these settings
+        raise UserFileError(
+            f"{record.path} holds runs of {dataset.name} at lr {reprlib.repr(sorted(stray))}, "
+            f"not among its settings' rates: {RERUN}"
+        )
     row["settings_of"] = dataset.settings.name if dataset.known else None
     paper = paper_result(model, dataset.settings) if dataset.known else None
     row["paper"] = None if paper is None else {"model": model, "top1": paper[0], "source": paper[1]}
@@ -245,8 +287,7 @@ def transfer(
 ) -> dict[str, Any]:
     """Run (or resume) the protocol for ``chosen`` in ``run_dir``: the summary of this command's
     datasets (``transfer.json``'s entries, which ``table`` prints). ``say``: a line per run."""
-    check_sets(options.sets)
-    record = Record(run_dir / RECORD)
+    record = Record(run_dir / RECORD, RECORD_SHAPE)
     given = {"checkpoint": options.checkpoint, "recipe": RECIPE}
     recorded = {k: record.data[k] for k in given if k in record.data}
     check_same(recorded, given, f"{run_dir} holds the transfer of another checkpoint", "--run-dir")
@@ -260,7 +301,7 @@ def transfer(
         settings = row["settings"]
         lrs = settings["lrs"] if settings["sweep"] else []
         for i, lr in enumerate(lrs):
-            key = f"{lr:g}"
+            key = rate_name(lr)
             if key not in row["sweep"]:  # recorded: done
                 where = f"{dataset.name}/lr-{key}"
                 row["sweep"][key] = runs.run(dataset.spec, settings, lr, "holdout", where)

@@ -7,11 +7,14 @@ A run recorded in a record is never run again; one not recorded is trained throu
 as the protocol stages it), which resumes a half run from its last checkpoint exactly and
 evaluates a finished one again (train/loop.py). A record is rewritten whole after each run
 (``Record``, ``files.atomic_write``): a kill leaves the last one; a record of other settings is
-refused (``check_same``) rather than mixed with this command's runs. The choice
-among the runs is ``choose``: the highest accuracy; a tie goes to the smaller learning rate
-(closer to the pre-trained weights, and what a coarser grid would have found first); a run that
-diverged is never chosen. A final run of ImageNet also measures ImageNet ReaL
-(``measure_real``: eval/real.py's join and count) of the weights it reported on.
+refused (``check_same``) rather than mixed with this command's runs, and one that is not of its
+protocol's ``Shape`` (a file edited, truncated or of another program) is refused in one line
+naming it. The flags both protocols share are checked here: ``check_sets`` (a ``--set`` of what
+a protocol decides) and ``check_rates`` (rates that would name one run). The choice among the
+runs is ``choose``: the highest accuracy; a tie goes to the smaller learning rate (closer to the
+pre-trained weights, and what a coarser grid would have found first); a run that diverged is
+never chosen. A final run of ImageNet also measures ImageNet ReaL (``measure_real``:
+eval/real.py's join and count) of the weights it reported on.
 """
 
 from __future__ import annotations
@@ -19,12 +22,16 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-from collections.abc import Mapping
+import math
+import reprlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from ..compose import Composed, DataBuilder, read_data
 from ..config import RunConfig
+from ..config.keys import split_set
 from ..errors import ConfigError, DataError, UserFileError
 from ..files import atomic_write
 
@@ -36,22 +43,100 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class Record:
-    """The JSON record of a sweep (or of one run) at ``path``: a dict, read if the file exists
-    (else empty), written whole and atomically by ``save``."""
+@dataclass(frozen=True)
+class Entries:
+    """A JSON object of any keys, each value of ``shape``."""
 
-    def __init__(self, path: Path) -> None:
+    shape: Shape
+
+
+# What a record must hold: a type (float: any number; int: a whole number; neither takes true or
+# false), a tuple (one of its shapes), a list of one shape (a list of such values), a dict (an
+# object with these keys, each of its shape; a key ending in '?' may be missing; other keys may
+# be there), or ``Entries``. Only what a protocol reads back is required, so that a record
+# written by an earlier version still resumes.
+Shape: TypeAlias = type | tuple["Shape", ...] | list["Shape"] | dict[str, "Shape"] | Entries
+NULL = type(None)
+_KINDS = {
+    dict: "an object",
+    list: "a list",
+    str: "text",
+    bool: "true or false",
+    int: "a whole number",
+    float: "a number",
+    NULL: "null",
+}
+# What deleting a record does, as its error says: a run not recorded is run again, and a
+# finished one is only evaluated again (train/loop.py).
+RERUN = "delete it to re-run its runs (a finished run is only evaluated again)"
+
+
+def mismatch(value: Any, shape: Shape, where: str = "") -> str | None:
+    """Where the JSON ``value`` is not of ``shape`` and what is expected there (for a tuple,
+    what its last shape expects), or None."""
+    if isinstance(shape, tuple):
+        found = [mismatch(value, option, where) for option in shape]
+        return None if None in found else found[-1]
+    at = f"at {where}: " if where else ""
+    kind = _KINDS.get(type(value), type(value).__name__)
+    if isinstance(shape, Entries | dict) and not isinstance(value, dict):
+        return f"{at}expected an object, found {kind}"
+    if isinstance(shape, Entries):
+        entries = ((f"{where}[{reprlib.repr(k)}]", v, shape.shape) for k, v in value.items())
+    elif isinstance(shape, dict):
+        for key in shape:
+            if not key.endswith("?") and key not in value:
+                return f"{at}no {key!r}"
+        entries = (
+            (f"{where}[{name!r}]", value[name], inner)
+            for key, inner in shape.items()
+            if (name := key.removesuffix("?")) in value
+        )
+    elif isinstance(shape, list):
+        if not isinstance(value, list):
+            return f"{at}expected a list, found {kind}"
+        entries = ((f"{where}[{i}]", v, shape[0]) for i, v in enumerate(value))
+    else:
+        numbers = (int, float) if shape is float else shape
+        if isinstance(value, numbers) and not (isinstance(value, bool) and shape is not bool):
+            return None
+        return f"{at}expected {_KINDS.get(shape, shape.__name__)}, found {kind}"
+    return next((m for w, v, s in entries if (m := mismatch(v, s, w)) is not None), None)
+
+
+class Record:
+    """The JSON record of a sweep (or of one run) at ``path``: an object of ``shape``, read if
+    the file exists (else empty), written whole and atomically by ``save``. A file that is not
+    JSON or not of ``shape`` is a ``UserFileError`` naming it and the way out, ``fix``."""
+
+    def __init__(self, path: Path, shape: Shape, fix: str = RERUN) -> None:
         self.path = path
         self.data: dict[str, Any] = {}
-        if path.is_file():
-            try:
-                self.data = json.loads(path.read_text())
-            except ValueError as e:
-                raise UserFileError(f"{path}: not a sweep's record ({e})") from None
+        if not (path.exists() or path.is_symlink()):
+            return
+        wrong: str | None
+        try:
+            if not path.is_file():
+                raise ValueError("not a file")
+            data = json.loads(path.read_text())
+        except RecursionError:  # nested deeper than the parser goes
+            data, wrong = None, "nested too deeply"
+        except ValueError as e:  # not JSON, or not UTF-8
+            data, wrong = None, str(e)
+        else:
+            wrong = mismatch(data, shape)
+        if wrong is not None:
+            raise UserFileError(f"{path} is not a record vitkit wrote ({wrong}): {fix}")
+        self.data = data
 
     def save(self) -> None:
-        text = json.dumps(self.data, indent=2) + "\n"
-        atomic_write(self.path, lambda p: p.write_text(text))
+        write_json(self.path, self.data)
+
+
+def write_json(path: Path, data: Any) -> None:
+    """``data`` as the JSON file ``path``, written whole and atomically."""
+    text = json.dumps(data, indent=2) + "\n"
+    atomic_write(path, lambda p: p.write_text(text))
 
 
 def check_same(recorded: Mapping[str, Any], given: Mapping[str, Any], held: str, flag: str) -> None:
@@ -65,6 +150,37 @@ def check_same(recorded: Mapping[str, Any], given: Mapping[str, Any], held: str,
             f"{held} ({', '.join(differ)} differ: {both}): give another {flag}, or the same "
             "settings to resume it"
         )
+
+
+def check_sets(sets: Iterable[str], decided: Mapping[str, str]) -> None:
+    """A ``--set`` of a key a protocol decides (``decided``: each key and the flag, or what,
+    that decides it) is refused, naming that flag: it would set every run alike while the
+    protocol reports the settings it chose among."""
+    for item in sets:
+        key = split_set(item)[0]
+        if key in decided:
+            raise ConfigError(f"--set {item}: {key} is decided by {decided[key]}")
+
+
+def rate_name(lr: float) -> str:
+    """A learning rate as its run's folder and record name it: 6 significant digits."""
+    return f"{lr:g}"
+
+
+def check_rates(lrs: Iterable[float]) -> None:
+    """``--lrs``: positive finite rates, no two of one name (``rate_name``): they would be one
+    run, recorded for both (``transfer``: the second never trains)."""
+    named: dict[str, float] = {}
+    for lr in lrs:
+        if not 0 < lr < math.inf:
+            raise ConfigError(f"--lrs: {lr!r}: expected positive learning rates")
+        name = rate_name(lr)
+        if name in named:
+            raise ConfigError(
+                f"--lrs: {named[name]!r} and {lr!r} are one run (lr {name}: a run is named by 6 "
+                "significant digits): give rates that differ in them, each once"
+            )
+        named[name] = lr
 
 
 def train_run(

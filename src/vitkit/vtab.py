@@ -35,7 +35,7 @@ from .data.lists import STAGES
 from .data.run_data import RunData, build_data, split_names
 from .data.splits import subset
 from .errors import ConfigError, DataError
-from .transfer.sweep import Record, check_same, train_run
+from .transfer.sweep import Record, check_same, stops_between_runs, train_run
 
 log = logging.getLogger(__name__)
 
@@ -477,6 +477,7 @@ def _check_settings(out: Path, protocol: Protocol) -> None:
         record.save()
 
 
+@stops_between_runs
 def run_vtab(
     protocol: Protocol,
     tasks: Sequence[TaskData],

@@ -33,7 +33,7 @@ from .paper import (
     scaled_steps,
     settings_for,
 )
-from .sweep import Record, check_same, choose, train_run
+from .sweep import Record, check_same, choose, stops_between_runs, train_run
 
 RECIPE = "finetune-paper"
 RECORD = "transfer.json"
@@ -236,6 +236,7 @@ def _real_cell(real: dict[str, Any]) -> str:
     return f"{accuracy} ({real['counted']:,}; {real['left_out']:,} left out)"
 
 
+@stops_between_runs
 def transfer(
     chosen: Sequence[Dataset],
     options: Options,

@@ -225,3 +225,37 @@ def test_sigterm_to_one_process_stops_both_within_the_grace(tmp_path: Path) -> N
     step = int(stopped[0])
     assert (tmp_path / "checkpoints" / f"step_{step:08d}" / "state.pt").is_file()
     assert 1 <= step < 100000
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_sigterm_to_the_process_group_of_nproc_saves_and_ends_in_one_line(tmp_path: Path) -> None:
+    """``vitkit train --nproc 2`` signalled as a job (SLURM, ``timeout``, ``kill -- -PGID``):
+    torchrun's agent and both processes get SIGTERM; the processes save the same step and stop,
+    and the agent's ``SignalException`` is one line and exit status 143, not a traceback and 1."""
+    import os
+    import signal
+    import time
+
+    command = [
+        sys.executable, "-m", "vitkit", "train", "--nproc", "2", "--recipe", "smoke",
+        "--no-progress", "--set", "train.device=cpu", "--set", "train.duration=100000st",
+        "--set", "train.log_every=2st", "--set", "train.eval_every=100000st",
+        "--set", "train.save_every=100000st", "--run-dir", str(tmp_path),
+    ]  # fmt: skip
+    log = tmp_path / "stderr.txt"
+    with open(log, "w") as stderr:  # a file, not a pipe: nothing waits on a reader
+        proc = subprocess.Popen(
+            command, stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True
+        )
+    deadline = time.monotonic() + 300
+    while not (tmp_path / "metrics.jsonl").is_file():  # written at the first log step
+        assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGTERM)
+    assert proc.wait(timeout=60) == 128 + signal.SIGTERM
+    err = log.read_text()
+    assert "Traceback" not in err, err[-3000:]
+    assert "torchrun: stopped by signal 15, passed on to its processes" in err
+    (step,) = map(int, re.findall(r"stopped by signal 15 after step (\d+); checkpoint saved", err))
+    assert (tmp_path / "checkpoints" / f"step_{step:08d}" / "state.pt").is_file()

@@ -238,15 +238,10 @@ def test_workers_stay_for_the_whole_stream_and_every_evaluation(
     assert made == [2, 0, 2]
 
 
-def test_workers_leave_ctrl_c_to_the_main_process_however_started(
-    tmp_path: Path, monkeypatch
-) -> None:
-    """A Ctrl-C reaches the whole process group: it must not kill the workers before the loop
-    has saved its checkpoint, also when they are not forked from the loop's handlers."""
-    import os
-    import signal
-    import time
-
+def _one_worker(tmp_path: Path, monkeypatch, context: str) -> tuple:
+    """Training batches of 16 images read by one loader worker started by ``context`` (not forked
+    from the loop's handlers when "forkserver"), once it has served a batch: the batches' stream,
+    the worker (a ``multiprocessing.Process``), the batches."""
     from PIL import Image
 
     from vitkit.data import Batches, BatchOptions, ImageFolderDataset
@@ -258,15 +253,15 @@ def test_workers_leave_ctrl_c_to_the_main_process_however_started(
             Image.new("RGB", (10, 10), (90 * k, 40 * i, 50)).save(tmp_path / f"train/c{k}/{i}.png")
     iterators: list = []
 
-    class Forkserver(loader_module.DataLoader):
+    class Started(loader_module.DataLoader):
         def __init__(self, *args, **kwargs) -> None:
-            super().__init__(*args, multiprocessing_context="forkserver", **kwargs)
+            super().__init__(*args, multiprocessing_context=context, **kwargs)
 
         def __iter__(self):  # type: ignore[no-untyped-def]
             iterators.append(super().__iter__())
             return iterators[-1]
 
-    monkeypatch.setattr(loader_module, "DataLoader", Forkserver)
+    monkeypatch.setattr(loader_module, "DataLoader", Started)
     data = ImageFolderDataset(tmp_path, "train")
     batches = Batches(
         data, BatchOptions(batch_size=2, train=True, seed=0, image_size=8, num_workers=1)
@@ -274,11 +269,88 @@ def test_workers_leave_ctrl_c_to_the_main_process_however_started(
     stream = batches.stream(0)
     next(stream)
     (worker,) = iterators[0]._workers
+    return stream, worker, batches
+
+
+def test_workers_leave_ctrl_c_to_the_main_process_however_started(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """A Ctrl-C reaches the whole process group: it must not kill the workers before the loop
+    has saved its checkpoint, also when they are not forked from the loop's handlers."""
+    import os
+    import signal
+    import time
+
+    stream, worker, batches = _one_worker(tmp_path, monkeypatch, "forkserver")
     os.kill(worker.pid, signal.SIGINT)
     time.sleep(0.5)
     assert worker.is_alive()
     for _ in range(2 * batches.steps_per_epoch):  # the worker still serves
         next(stream)
+
+
+@pytest.mark.parametrize("context", ["fork", "forkserver"])
+def test_workers_outlive_a_sigterm_to_the_process_group(
+    tmp_path: Path, monkeypatch, context: str
+) -> None:
+    """SIGTERM to the whole process group (SLURM, ``timeout``, ``kill -- -PGID``) is the main
+    process's to handle too: the worker must serve until the loop has saved. torch's worker
+    loop puts in place a SIGTERM handler of its own, which died of it."""
+    import os
+    import signal
+    import time
+
+    stream, worker, batches = _one_worker(tmp_path, monkeypatch, context)
+    os.kill(worker.pid, signal.SIGTERM)
+    time.sleep(0.5)
+    assert worker.is_alive()
+    for _ in range(2 * batches.steps_per_epoch):  # the worker still serves
+        next(stream)
+
+
+# Reads a folder with one persistent loader worker started by argv[2], keeps the loader alive
+# in a global, and exits in an error: multiprocessing then terminates the worker with SIGTERM
+# and waits for it.
+_EXIT_WITH_A_WORKER = """
+import sys
+from vitkit.data import Batches, BatchOptions, ImageFolderDataset
+from vitkit.data import loader
+
+if __name__ == "__main__":
+    class Started(loader.DataLoader):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, multiprocessing_context=sys.argv[2], **kwargs)
+
+    loader.DataLoader = Started
+    data = ImageFolderDataset(sys.argv[1], "train")
+    options = BatchOptions(batch_size=2, train=True, seed=0, image_size=8, num_workers=1)
+    KEPT = Batches(data, options).stream(0)
+    next(KEPT)
+    raise SystemExit(3)
+"""
+
+
+@pytest.mark.slow
+def test_a_worker_left_at_exit_ends_with_its_main_process(tmp_path: Path) -> None:
+    """A worker that ignores the group's SIGTERM must still end on the one multiprocessing sends
+    as the main process exits (with the loader alive, as an error's traceback keeps it), also
+    when it was not forked: the exit must not wait for it for ever."""
+    import subprocess
+
+    from PIL import Image
+
+    for k in range(2):
+        (tmp_path / "train" / f"c{k}").mkdir(parents=True)
+        for i in range(2):
+            Image.new("RGB", (10, 10), (90 * k, 40 * i, 50)).save(tmp_path / f"train/c{k}/{i}.png")
+    done = subprocess.run(
+        [sys.executable, "-c", _EXIT_WITH_A_WORKER, str(tmp_path), "forkserver"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 3, done.stderr
+    assert "killed by signal" not in done.stderr, done.stderr
 
 
 def test_loader_workers_divide_the_cores_among_the_processes(monkeypatch) -> None:

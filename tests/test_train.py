@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from PIL import Image
 
 import vitkit
 from helpers import file_size_limit
@@ -105,6 +106,54 @@ def test_sigterm_saves_then_resume_equals_uninterrupted(
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err
     assert metrics(tmp_path) == metrics(uninterrupted)
+
+
+def _image_folder(root: Path) -> Path:
+    """4 classes of 8 training and 2 validation images, 12 px PNGs: read by loader workers."""
+    g = torch.Generator().manual_seed(0)
+    for split, n in (("train", 8), ("val", 2)):
+        for k in range(4):
+            (root / split / f"c{k}").mkdir(parents=True)
+            for i in range(n):
+                pixels = torch.randint(0, 60, (12, 12, 3), generator=g, dtype=torch.uint8) + 60 * k
+                Image.fromarray(pixels.numpy()).save(root / split / f"c{k}" / f"{i}.png")
+    return root
+
+
+@pytest.mark.slow
+def test_sigterm_to_the_process_group_saves_with_loader_workers_and_resumes(
+    tmp_path: Path,
+) -> None:
+    """SLURM, ``timeout`` and ``kill -- -PGID`` signal every process of a job, the loader's
+    workers too: they must outlive the signal until the main process has saved its last whole
+    step. Their start used to put torch's handler in place, which died of the group's SIGTERM,
+    and the run failed in a traceback at its next batch, unsaved."""
+    data = _image_folder(tmp_path / "data")
+    command = [
+        sys.executable, "-m", "vitkit", "train", "--recipe", "smoke", "--data", str(data),
+        "--set", "train.device=cpu", "--set", "data.num_workers=1", "--no-progress",
+        "--set", "train.duration=24st", "--set", "train.save_every=4st",
+        "--set", "train.log_every=3st", "--set", "train.eval_every=24st",
+    ]  # fmt: skip
+    full = subprocess.Popen([*command, "--run-dir", str(tmp_path / "full")])  # meanwhile
+    run_dir = tmp_path / "stopped"
+    proc = subprocess.Popen(
+        [*command, "--run-dir", str(run_dir)],
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group, as setsid: the workers are in it
+    )
+    _wait_for(run_dir / "checkpoints" / "step_00000004", proc)  # the worker has served steps
+    os.killpg(proc.pid, signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143 and "Traceback" not in err, err
+    stopped = re.search(r"stopped by signal 15 after step (\d+); checkpoint saved", err)
+    assert stopped and int(stopped[1]) < 24, err
+    assert (run_dir / "checkpoints" / f"step_{int(stopped[1]):08d}" / "state.pt").is_file()
+    resumed = subprocess.run([*command, "--run-dir", str(run_dir)], capture_output=True)
+    assert resumed.returncode == 0, resumed.stderr
+    assert full.wait(timeout=300) == 0
+    assert metrics(run_dir) == metrics(tmp_path / "full")
 
 
 def _holder(run_dir: Path) -> int | None:

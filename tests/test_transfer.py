@@ -264,6 +264,37 @@ def test_a_protocol_killed_mid_run_resumes_to_the_same_table(
     assert "pets: lr 0.01 (2/2, 4 steps): holdout top-1" in capsys.readouterr().out
 
 
+def test_a_sigterm_after_a_runs_last_step_check_ends_the_protocol_once_it_is_recorded(
+    checkpoint: str,
+    pets: Path,
+    uninterrupted: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A SIGTERM at the first run's last step, which the run can no longer stop at: the run
+    finishes and is recorded, and the protocol stops before the next run (it used to be
+    swallowed with the run's stop requests, and the protocol went on to the end)."""
+    from vitkit.train.cadence import Cadence
+
+    real_log = Cadence.log
+
+    def killed(self: Cadence, step: int) -> bool:  # step 4 of 4, the first run's last
+        if step == 4 and not (tmp_path / "transfer.json").exists():
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real_log(self, step)
+
+    monkeypatch.setattr(Cadence, "log", killed)
+    with pytest.raises(SystemExit) as stopped:
+        main(_transfer(checkpoint, pets, tmp_path))
+    assert stopped.value.code == 128 + signal.SIGTERM
+    err = capsys.readouterr().err
+    assert f"stopped by signal 15 before the run in {tmp_path / 'pets' / 'lr-0.01'} began" in err
+    swept = _record(tmp_path)["datasets"]["pets"]["sweep"]
+    assert swept == {"0.001": _record(uninterrupted)["datasets"]["pets"]["sweep"]["0.001"]}
+    assert not (tmp_path / "pets" / "lr-0.01").exists()  # the next run never began
+
+
 def test_settings_a_resumed_protocol_cannot_change(
     checkpoint: str, pets: Path, uninterrupted: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -369,3 +369,30 @@ def test_vtab_records_of_another_shape_are_one_line_and_its_summary_is_only_writ
         assert str(path.parent) in err
         path.write_text(json.dumps(good[path]))
     assert main(args) == 0
+
+
+def test_a_sigterm_after_a_runs_last_step_check_ends_vtab_once_it_is_recorded(
+    checkpoint: Path, release: Path, tmp_path: Path, capsys, monkeypatch
+) -> None:
+    """A SIGTERM at the first sweep run's last step: that run finishes and is recorded, and the
+    protocol stops before the next run (it used to go on)."""
+    import os
+    import signal
+
+    from vitkit.train.cadence import Cadence
+
+    out, real_log = tmp_path / "out", Cadence.log
+    first = out / "sweep" / "cifar100" / Candidate(0.001, 4).slug
+
+    def killed(self: Cadence, step: int) -> bool:
+        if step == 4 and not (first / "vtab.json").exists():
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real_log(self, step)
+
+    monkeypatch.setattr(Cadence, "log", killed)
+    with pytest.raises(SystemExit) as stopped:
+        main(_vtab(checkpoint, release, out, "--tasks", "cifar"))
+    assert stopped.value.code == 128 + signal.SIGTERM
+    assert "stopped by signal 15 before the run in" in capsys.readouterr().err
+    assert json.loads((first / "vtab.json").read_text())["steps"] == 4  # recorded
+    assert sorted(p.name for p in first.parent.iterdir()) == [first.name]  # no other began

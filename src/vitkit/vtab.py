@@ -47,6 +47,7 @@ from .transfer.sweep import (
     check_same,
     check_sets,
     rate_name,
+    stops_between_runs,
     train_run,
     write_json,
 )
@@ -568,6 +569,7 @@ def _check_settings(out: Path, protocol: Protocol) -> None:
         record.save()
 
 
+@stops_between_runs
 def run_vtab(
     protocol: Protocol,
     tasks: Sequence[TaskData],

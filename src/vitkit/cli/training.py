@@ -19,9 +19,10 @@ if TYPE_CHECKING:
 
 def _torchrun(nproc: int, argv: Sequence[str], parse: Callable[[list[str]], Any]) -> None:
     """``--nproc N``: replace this process with ``torchrun --standalone --nproc-per-node N -m
-    vitkit <the same arguments but --nproc>`` (torch.distributed.run, PyTorch's own launcher; it
-    would take ``--nproc`` for an abbreviation of its ``--nproc-per-node``). ``parse``: the
-    command line's parser, which must find no ``--nproc`` left (an abbreviation of it)."""
+    vitkit <the same arguments but --nproc>`` (torch.distributed.run, PyTorch's own launcher,
+    through cli/torchrun.py; it would take ``--nproc`` for an abbreviation of its
+    ``--nproc-per-node``). ``parse``: the command line's parser, which must find no ``--nproc``
+    left (an abbreviation of it)."""
     import os
 
     if nproc < 1:
@@ -33,7 +34,7 @@ def _torchrun(nproc: int, argv: Sequence[str], parse: Callable[[list[str]], Any]
         skip = arg == "--nproc"
     if parse(rest).nproc is not None:
         raise VitkitError("--nproc: write it in full (--nproc N or --nproc=N)")
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    command = [sys.executable, "-m", "vitkit.cli.torchrun", "--standalone"]  # a stop: one line
     command += [f"--nproc-per-node={nproc}", "-m", "vitkit", *rest]
     sys.stdout.flush()
     sys.stderr.flush()

@@ -19,9 +19,15 @@ copies drawn apart (their batch positions, or per sample copy k > 0 from (seed, 
 
 from __future__ import annotations
 
+import atexit
+import functools
 import math
-from collections.abc import Iterator
+import multiprocessing
+import os
+import signal
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from multiprocessing.connection import Connection
 from typing import Any, TypeAlias
 
 import numpy as np
@@ -162,15 +168,55 @@ def _collate(items: list[tuple[Tensor, int]]) -> tuple[Tensor, Tensor]:
     return images, torch.tensor([label for _, label in items], dtype=torch.int64)
 
 
-def ignore_interrupts(_worker: int) -> None:
-    """A loader worker's start: Ctrl-C (SIGINT, sent to the terminal's whole process group) is
-    the main process's to handle (it saves a checkpoint, then ends its workers), whatever way the
-    workers were started. SIGTERM keeps its default: it is how the main process's exit ends
-    workers it did not shut down (multiprocessing terminates them); forked workers inherit the
-    training loop's handler for it."""
-    import signal
+def worker_start() -> Callable[[int], None]:
+    """Every loader's ``worker_init_fn``: a stop request sent to the job's whole process group
+    (Ctrl-C's SIGINT; SIGTERM from ``kill -- -PGID``, ``timeout``, SLURM, systemd) is the main
+    process's to handle: it finishes its step, saves, then ends its workers, which must serve it
+    until then, however they were started (fork, forkserver, spawn).
+
+    torch's worker loop installs its own SIGTERM handler before this runs (nothing is
+    inherited): it exits quietly on a SIGTERM from the worker's parent and dies on any other, so
+    the group's SIGTERM used to kill the workers and the main process failed at its next batch,
+    unsaved. Who sent a signal cannot be read from Python where other threads may take it (a
+    BLAS library's, started by the import of torch in a forkserver or spawned worker), so the
+    main process says when it exits instead (``_exiting``): a SIGTERM then ends the worker
+    (multiprocessing terminates the workers it did not shut down so); before, it is ignored. A
+    main process killed outright leaves its workers as torch does (its worker loop stops when
+    its parent is gone)."""
+    return functools.partial(_leave_stops_to_the_main_process, _exiting())
+
+
+def _leave_stops_to_the_main_process(exiting: Connection, _worker: int) -> None:
+    """In a loader worker (``worker_start``): SIGINT ignored; SIGTERM ignored until the main
+    process has written to ``exiting``."""
+
+    def on_sigterm(_signum: int, _frame: Any) -> None:
+        if exiting.poll():  # the main process is exiting: it waits for this worker to end
+            os._exit(0)  # quietly, as torch's handler does: a failure would be reported
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, on_sigterm)
+
+
+_exit_pipe: tuple[int, Connection] | None = None  # the process that made it, its read end
+
+
+def _exiting() -> Connection:
+    """The read end of a pipe that this process writes to as it exits, before multiprocessing
+    terminates the workers left (an ``atexit`` function registered after multiprocessing's
+    runs before it); made once per process, and handed to each worker (pickled for a
+    forkserver or spawned one)."""
+    global _exit_pipe
+    if _exit_pipe is None or _exit_pipe[0] != os.getpid():  # none yet, or a forked parent's
+        reader, writer = multiprocessing.Pipe(duplex=False)
+        atexit.register(_say_exiting, os.getpid(), writer)
+        _exit_pipe = os.getpid(), reader
+    return _exit_pipe[1]
+
+
+def _say_exiting(pid: int, writer: Connection) -> None:
+    if os.getpid() == pid:  # not in a process forked from this one (it inherits the function)
+        writer.send_bytes(b"x")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -494,7 +540,7 @@ class Batches:
             collate_fn=_collate,
             pin_memory=self.pin_memory,
             persistent_workers=self.num_workers > 0,
-            worker_init_fn=ignore_interrupts,
+            worker_init_fn=worker_start(),
             # its own seed for worker seeding: never a draw from the global RNG (dropout's),
             # which would differ between a resumed and an uninterrupted run
             generator=generator(self.seed, _LOADER),

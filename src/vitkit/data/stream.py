@@ -35,7 +35,7 @@ from ..errors import ConfigError, DataError
 from .cells import CellReader
 from .codec import DECODE_ERRORS, MAX_IMAGE_PIXELS, decode, decode_crop
 from .decoded import MAX_BAD_FRACTION, count_decode_failure
-from .loader import Augment, Batches, BatchOptions, generator, ignore_interrupts
+from .loader import Augment, Batches, BatchOptions, generator, worker_start
 from .transforms import resize, to_float
 
 # Stream names for the random draws (the loader's are 0-3: they never meet these).
@@ -344,7 +344,7 @@ class StreamBatches(Batches):
             num_workers=self.num_workers,
             collate_fn=_as_is,
             pin_memory=self.pin_memory,
-            worker_init_fn=ignore_interrupts,
+            worker_init_fn=worker_start(),
             generator=generator(self.seed, _LOADER, epoch),
         )
         for images, decoded, labels, failures in loader:  # in the order handed out

@@ -74,10 +74,11 @@ TIMING_KEYS = ("images_per_s", "time_s", "run_s")
 
 
 class StoppedError(Exception):
-    """SIGTERM/SIGINT arrived: a checkpoint was saved, the run can be resumed."""
+    """SIGTERM/SIGINT arrived: a checkpoint was saved (or a protocol stopped between its runs),
+    the run can be resumed. ``when``: what the message says after "stopped by signal N"."""
 
-    def __init__(self, signum: int, step: int) -> None:
-        super().__init__(f"stopped by signal {signum} after step {step}; checkpoint saved")
+    def __init__(self, signum: int, when: str) -> None:
+        super().__init__(f"stopped by signal {signum} {when}")
         self.signum = signum
 
 
@@ -160,20 +161,40 @@ class _Agreement:
 AGREE_EVERY_S = 10.0
 
 
+# The flag of the stop requests open in this process (``stop_requests``), if any.
+_open: dict[str, int] | None = None
+
+
 @contextmanager
-def _stop_requests() -> Iterator[dict[str, int]]:
-    """Turn SIGTERM/SIGINT into a flag the loop checks after each step (then it saves)."""
+def stop_requests() -> Iterator[dict[str, int]]:
+    """Turn SIGTERM/SIGINT into a flag, the signal's number (0: none), which the loop checks
+    after each step (then it saves) and a protocol before each run (``stop_if_requested``).
+    Opened inside another (a run of a protocol), it is the outer one's: a signal that lands after
+    a run's last step check, or between runs, is seen by the protocol's next check."""
+    global _open
+    if _open is not None:
+        yield _open
+        return
     flag = {"signal": 0}
 
     def handler(signum: int, _frame: Any) -> None:
         flag["signal"] = signum
 
     previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
+    _open = flag
     try:
         yield flag
     finally:
+        _open = None
         for s, h in previous.items():
             signal.signal(s, h)
+
+
+def stop_if_requested(before: str) -> None:
+    """A ``StoppedError`` if the stop requests open have seen a signal (``before``: what it
+    stops before)."""
+    if _open is not None and _open["signal"]:
+        raise StoppedError(_open["signal"], f"before {before}")
 
 
 def train(
@@ -338,7 +359,7 @@ class _Trainer:
         diverged = torch.full((), -1, dtype=torch.int64, device=device)
         agreement = _Agreement(step)
         parts.step_fn.train()
-        with _stop_requests() as stop:
+        with stop_requests() as stop:
             while step < cadence.total_steps:
                 if distributed.is_distributed():  # each process its own dropout, mixing, erasing
                     torch.manual_seed(derive_seed(tc.seed, rank, step))
@@ -409,7 +430,7 @@ class _Trainer:
                     distributed.barrier()  # no process stops (or exits) before the checkpoint is whole
                 if stopping and step < cadence.total_steps:
                     bar.close()
-                    raise StoppedError(stopping, step)
+                    raise StoppedError(stopping, f"after step {step}; checkpoint saved")
         bar.close()
         return step, result
 

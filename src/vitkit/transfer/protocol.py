@@ -46,6 +46,7 @@ from .sweep import (
     check_sets,
     choose,
     rate_name,
+    stops_between_runs,
     train_run,
 )
 
@@ -278,6 +279,7 @@ def _real_cell(real: dict[str, Any]) -> str:
     return f"{accuracy} ({real['counted']:,}; {real['left_out']:,} left out)"
 
 
+@stops_between_runs
 def transfer(
     chosen: Sequence[Dataset],
     options: Options,

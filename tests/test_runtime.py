@@ -4,8 +4,10 @@ eval mode every evaluation uses."""
 from __future__ import annotations
 
 import os
+import resource
 import subprocess
 import sys
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -23,10 +25,21 @@ PROBE = (
 )
 
 
-def _probe(**env: str) -> str:
+def _limited(limit: int) -> Callable[[], None]:
+    """A ``preexec_fn``: the child's address space limited to ``limit`` bytes (``ulimit -v``)."""
+    return lambda: resource.setrlimit(
+        resource.RLIMIT_AS, (limit, resource.getrlimit(resource.RLIMIT_AS)[1])
+    )
+
+
+def _probe(limit: int | None = None, **env: str) -> str:
     clean = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", SWITCH_ENV)}
     out = subprocess.run(
-        [sys.executable, "-c", PROBE], env={**clean, **env}, capture_output=True, text=True
+        [sys.executable, "-c", PROBE],
+        env={**clean, **env},
+        capture_output=True,
+        text=True,
+        preexec_fn=None if limit is None else _limited(limit),
     )
     assert out.returncode == 0, out.stderr
     return out.stdout.strip()
@@ -37,6 +50,34 @@ def _probe(**env: str) -> str:
 def test_command_line_process_runs_on_jemalloc_once() -> None:
     assert _probe() == "True"  # re-executed once with jemalloc preloaded, then ran on
     assert _probe(**{SWITCH_ENV: "0"}) == "False"  # the switch turns it off
+    # Under an address-space limit (ulimit -v, h_vmem), glibc's malloc: jemalloc reserves more
+    assert _probe(limit=64 * 2**30) == "False"
+
+
+# A run whose model alone (200M parameters, 0.8 GB) exceeds the 300 MB it is left after torch.
+OOM = """
+import resource, sys
+import torch
+size = next(line for line in open("/proc/self/status") if line.startswith("VmSize"))
+limit = int(size.split()[1]) * 1024 + 300 * 2**20
+resource.setrlimit(resource.RLIMIT_AS, (limit, resource.getrlimit(resource.RLIMIT_AS)[1]))
+from vitkit.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
+def test_out_of_memory_under_an_address_space_limit_is_one_line_naming_it(tmp_path) -> None:
+    args = ["--recipe", "smoke", "--set", "model.hidden_size=4096", "--set", "model.mlp_dim=16384"]
+    out = subprocess.run(
+        [sys.executable, "-c", OOM, "train", *args, "--run-dir", str(tmp_path / "run")],
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 2, out.stderr[-2000:]
+    last = out.stderr.strip().splitlines()[-1]
+    assert last.startswith("vitkit train: error: out of memory under this process's address-space")
+    assert "GiB (ulimit -v" in last and "Traceback" not in out.stderr
 
 
 @pytest.fixture

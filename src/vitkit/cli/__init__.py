@@ -3,7 +3,8 @@
 Each verb imports what it needs when it runs, so ``vitkit --help`` never imports torch. Every
 error a user can cause (``VitkitError``, and an ``OSError`` of a full disk or a folder we may not
 write) is one line on stderr and exit status 2; anything else is a bug in vitkit and keeps its
-traceback. ``--debug`` (or ``VITKIT_DEBUG=1``) shows the traceback of any error. A Python warning
+traceback; an allocation the machine refused is one line too, naming an address-space limit
+where one is set (runtime/allocator.py). ``--debug`` (or ``VITKIT_DEBUG=1``) shows the traceback of any error. A Python warning
 is one line on stderr too, ``vitkit: warning: <message>``, while ``main`` runs.
 
 The verbs live by what they work on: ``models`` (presets, summary, convert, export),
@@ -57,10 +58,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    if argv is None:  # the command line, not a caller in this process: jemalloc, once
-        from ..runtime.allocator import preload_jemalloc
+    if argv is None:  # the command line, not a caller in this process: the allocator, once
+        from ..runtime.allocator import fit_address_limit, preload_jemalloc
 
         preload_jemalloc()
+        fit_address_limit()
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -82,6 +84,14 @@ def _run(args: argparse.Namespace, debug: bool) -> int:
         if debug or not (isinstance(e, VitkitError) or e.errno in ENVIRONMENT_ERRNOS):
             raise  # a bug in vitkit: its traceback says where
         print(f"vitkit {args.verb}{_rank()}: error: {_one_line(e)}", file=sys.stderr)
+        return 2
+    except (MemoryError, RuntimeError, ImportError) as e:
+        from ..runtime.allocator import out_of_memory
+
+        line = out_of_memory(e)
+        if debug or line is None:
+            raise
+        print(f"vitkit {args.verb}{_rank()}: error: {line}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         if debug:

@@ -10,12 +10,22 @@ An allocator is chosen when a process starts, so the command re-executes itself 
 with ``LD_PRELOAD`` naming jemalloc. Nothing happens when jemalloc is not installed (Debian:
 ``libjemalloc2``; ``make venv`` installs it), when it is already loaded, off Linux, or when
 ``VITKIT_JEMALLOC=0``.
+
+Under an address-space limit (``ulimit -v``, Grid Engine's ``h_vmem``, ``RLIMIT_AS``) the
+allocator is chosen to fit it: jemalloc keeps freed pages and reserves address space ahead (a
+1-layer Fashion-MNIST run's peak 4.02 GB against glibc's 3.80), so it is not preloaded, and
+glibc's per-thread arenas (each a 64 MB reservation) are capped at 2 (``fit_address_limit``):
+under ``ulimit -v 3600000`` that run finishes where glibc's defaults failed in OpenBLAS and
+jemalloc in numpy. Most of the address space is not vitkit's: PyPI's torch maps its CUDA
+libraries (2.4 GB of the 3.2 GB after ``import torch``) on a CPU too. An allocation that still
+fails is one line naming the limit (``out_of_memory``), not a traceback.
 """
 
 from __future__ import annotations
 
 import ctypes.util
 import os
+import resource
 import sys
 from pathlib import Path
 
@@ -27,6 +37,60 @@ SWITCH_ENV = "VITKIT_JEMALLOC"
 # (benchmarks/RESULTS.md, "End to end against timm").
 MALLOC_CONF = "background_thread:true,metadata_thp:auto,dirty_decay_ms:-1,muzzy_decay_ms:-1"
 _SEARCH = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib")
+
+
+# glibc's mallopt parameter for the number of arenas (malloc.h's M_ARENA_MAX).
+_M_ARENA_MAX = -8
+ARENAS_UNDER_A_LIMIT = 2
+
+
+def address_space_limit() -> int | None:
+    """This process's address-space limit in bytes (``RLIMIT_AS``), or None where there is none."""
+    soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+    return None if soft == resource.RLIM_INFINITY else soft
+
+
+def fit_address_limit() -> None:
+    """Under an address-space limit, at most ``ARENAS_UNDER_A_LIMIT`` glibc arenas: threads
+    share them instead of reserving 64 MB each. Nothing elsewhere (no limit, not glibc)."""
+    if address_space_limit() is None or not sys.platform.startswith("linux") or jemalloc_loaded():
+        return
+    mallopt = getattr(ctypes.CDLL(None), "mallopt", None)
+    if mallopt is not None:
+        mallopt(_M_ARENA_MAX, ARENAS_UNDER_A_LIMIT)
+
+
+# What an allocation that failed says: Python and numpy (MemoryError), torch's CPU allocator,
+# oneDNN (which reports a failed allocation as a primitive it could not create) and the dynamic
+# loader mapping a library.
+_OUT_OF_MEMORY = (
+    "can't allocate memory",
+    "not enough memory",
+    "could not create a primitive",
+    "failed to map segment from shared object",
+    "cannot allocate memory",
+)
+
+
+def out_of_memory(e: BaseException) -> str | None:
+    """One line for an error that is an allocation refused, naming the address-space limit
+    where one is set; None for any other error (its traceback is kept)."""
+    text = str(e).lower()
+    if not isinstance(e, MemoryError) and not any(s in text for s in _OUT_OF_MEMORY):
+        return None
+    if "could not create a primitive" in text and address_space_limit() is None:
+        return None  # without a limit, oneDNN's refusal is not known to be memory
+    limit = address_space_limit()
+    if limit is None:
+        return (
+            "out of memory: the machine has no more for this run; use a smaller batch "
+            "(train.batch_size, with train.accum_steps to keep the mathematics) or model"
+        )
+    return (
+        f"out of memory under this process's address-space limit of {limit / 2**30:.2f} GiB "
+        "(ulimit -v, a scheduler's h_vmem): raise it (torch alone maps about 3 GiB, its "
+        "CUDA libraries included, on a CPU too), or use a smaller batch (train.batch_size) or model"
+    )
 
 
 def find_jemalloc() -> str | None:
@@ -51,8 +115,8 @@ def preload_jemalloc() -> None:
     once; returns without doing anything where that does not apply (see the module docstring)."""
     if os.environ.get(SWITCH_ENV, "1") == "0" or not sys.platform.startswith("linux"):
         return
-    if jemalloc_loaded():
-        return
+    if jemalloc_loaded() or address_space_limit() is not None:
+        return  # under a limit, glibc's malloc with few arenas fits it (fit_address_limit)
     library = find_jemalloc()
     if library is None:
         return

@@ -10,7 +10,7 @@ Preprocessing is the official one (resize, pixels to [-1, 1]: ``Preprocess``'s d
 head's classes follow from the data it was trained on last (``Pretrained.classes``): ImageNet-1k
 heads predict torchvision's 1,000 class names (TFDS's sorted-synset order), ImageNet-21k heads
 their 21,843 synsets' lemmas and wnids (``imagenet21k_classes``, shipped in ``io/classes/``).
-Files are fetched through ``io/download.py`` (a mirror: ``VITKIT_VIT_MODELS_URL``). No source
+Files are fetched through ``io/download/`` (a mirror: ``VITKIT_VIT_MODELS_URL``). No source
 gives the files' hashes, so an entry's listed size bounds its file (``size_range``) and the first
 download's sha256 pins it; with ``VITKIT_PRETRAINED_SOURCE=hub`` the Hub's LFS sha256 checks it.
 No torch import here.

@@ -110,7 +110,7 @@ class HFSource:
             raise DataError(f"{self.spec} has no {split} split: it has {', '.join(self.splits)}")
         name = f"{self.spec} {split} split"
         if isinstance(self.tables[split], list):
-            from .stream import ParquetStream
+            from .parquet import ParquetStream
 
             return ParquetStream(
                 self.tables[split],
@@ -278,7 +278,7 @@ def _open_stream(
     label column alone) only when no ``ClassLabel`` names the classes."""
     import pyarrow.parquet as pq
 
-    from .stream import open_parquet
+    from .parquet import open_parquet
 
     found = _stream_files(path, datasets)
     files = _by_vitkit_split(found, spec)

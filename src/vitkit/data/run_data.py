@@ -32,9 +32,10 @@ from .folder import ImageFolderDataset, folder_layout
 from .hf import open_hf
 from .lists import STAGES, ListImages
 from .loader import Batches, BatchOptions
+from .parquet import ParquetStream
 from .shards import WebDatasetShards, shard_layout
 from .splits import balanced_subset, split_holdout, subset
-from .stream import ParquetStream, StreamBatches
+from .stream import StreamBatches
 from .survey import shorter_sides
 from .synthetic import SyntheticImages, synthetic_images
 from .verify import Level

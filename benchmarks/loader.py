@@ -12,7 +12,7 @@ Every source does the same work per image: decode a JPEG, take an inception crop
 aspect ratio 3/4-4/3) resized to ``--image-size`` (bilinear, antialiased), flip it with p 0.5:
 
 * ``folder``: ``ImageFolderDataset(FOLDER, "train")``;
-* ``wds``: the folder packed by ``vitkit.data.shards.pack_folder`` (``vitkit data pack``) into
+* ``wds``: the folder packed by ``vitkit.data.sources.shards.pack_folder`` (``vitkit data pack``) into
   shards of 500 images, read as ``WebDatasetShards``;
 * ``hf``: the folder's bytes as parquet files (``datasets``: an ``Image`` feature and a
   ``ClassLabel``, rows in a seeded random order, 4 files of row groups of 100 rows), opened as
@@ -94,7 +94,7 @@ def write_formats(folder: Path, scratch: Path) -> tuple[Path, Path]:
     when ``scratch`` holds both)."""
     import datasets
 
-    from vitkit.data.shards import pack_folder
+    from vitkit.data.sources.shards import pack_folder
 
     shards, parquet = scratch / "wds", scratch / "parquet" / "data"
     if shards.is_dir() and parquet.is_dir():
@@ -126,8 +126,8 @@ def write_formats(folder: Path, scratch: Path) -> tuple[Path, Path]:
 def dataset_of(source: str, folder: Path, formats: tuple[Path, Path] | None) -> Any:
     """The training images of ``source`` (not timm), built and verified as a run builds them."""
     from vitkit.config.run import DataConfig
-    from vitkit.data.hf import open_hf
-    from vitkit.data.shards import WebDatasetShards
+    from vitkit.data.sources.hf import open_hf
+    from vitkit.data.sources.shards import WebDatasetShards
 
     if source == "folder":
         return ImageFolderDataset(folder, "train")

@@ -17,8 +17,8 @@ import vitkit
 from vitkit.cli import main
 from vitkit.config import DataConfig, ModelConfig, replace
 from vitkit.data import ImageFolderDataset, folder_layout
-from vitkit.data.cells import class_order
 from vitkit.data.run_data import build_data, evaluation_split
+from vitkit.data.sources.cells import class_order
 from vitkit.recipes import get_recipe
 
 NUMBERED = [str(k) for k in range(13)]  # 0 .. 12: by name, 10 comes before 2
@@ -132,6 +132,7 @@ def test_a_resumed_run_keeps_the_class_order_its_checkpoint_records(
     assert config["class_names"] == NUMBERED  # a new run: by number
     config["class_names"] = BY_NAME  # as an older vitkit wrote it
     (stopped / "config.json").write_text(json.dumps(config))
+    caplog.clear()  # the first run's lines, kept where an earlier test left vitkit's logger at INFO
     with caplog.at_level(logging.INFO, logger="vitkit.train.loop"):
         train(run, run_dir, progress=False)
     assert (
@@ -147,7 +148,7 @@ def test_a_resumed_run_keeps_the_class_order_its_checkpoint_records(
 def test_a_label_column_of_numbers_as_text_is_in_order_by_number() -> None:
     """A Hugging Face label column of class names that are all numbers (text, not integers)
     follows the folders' rule."""
-    from vitkit.data.hf import _classes
+    from vitkit.data.sources.hf import _classes
 
     column = np.array(["10", "2", "0", "2", *NUMBERED], dtype=object)
     classes, labels, index = _classes("hf:x", {"train": column}, None)

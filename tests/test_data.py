@@ -35,7 +35,7 @@ from vitkit.data import (
     synthetic,
     to_float,
 )
-from vitkit.data.fashion_mnist import SYSTEM_DIR
+from vitkit.data.sources.fashion_mnist import SYSTEM_DIR
 from vitkit.errors import DataError
 
 needs_fmnist = pytest.mark.skipif(
@@ -404,7 +404,9 @@ def test_synthetic_images_too_many_to_hold_are_made_when_read(monkeypatch) -> No
     cycling through the classes; up to it, the draw held is the one every run made before."""
     import importlib
 
-    made = importlib.import_module("vitkit.data.synthetic")  # vitkit.data.synthetic: the function
+    made = importlib.import_module(
+        "vitkit.data.sources.synthetic"
+    )  # vitkit.data.sources.synthetic: the function
     kw = dict(num_classes=4, per_class=16, image_size=8, channels=3, seed=3)
     held = made.synthetic_images(**kw)
     assert isinstance(held, ArrayDataset) and torch.equal(held.images, synthetic(**kw).images)

@@ -1,4 +1,4 @@
-"""vitkit.data.folder: the two folder layouts (read without opening an image), a split's folder
+"""vitkit.data.sources.folder: the two folder layouts (read without opening an image), a split's folder
 given directly, the channel decision made while verifying, and the list of skipped files.
 
 Every image is a real file written by PIL into tmp_path; all are a few pixels, so the file runs in

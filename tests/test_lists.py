@@ -14,8 +14,8 @@ from PIL import Image
 from helpers import padded_image, tiny, vtab_task_folder
 from vitkit.config import DataConfig, normalise_data
 from vitkit.data import UnreadableImageWarning
-from vitkit.data.lists import ListImages
 from vitkit.data.run_data import build_data
+from vitkit.data.sources.lists import ListImages
 from vitkit.errors import DataError
 
 

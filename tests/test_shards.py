@@ -26,7 +26,7 @@ from vitkit.cli import main
 from vitkit.config import replace
 from vitkit.data import BatchOptions, ImageFolderDataset
 from vitkit.data.run_data import batches_of, build_data
-from vitkit.data.shards import WebDatasetShards, shard_layout
+from vitkit.data.sources.shards import WebDatasetShards, shard_layout
 from vitkit.errors import ConfigError, DataError
 from vitkit.recipes import get_recipe
 from vitkit.train.loop import TIMING_KEYS, train
@@ -190,7 +190,7 @@ def test_every_source_gives_each_images_own_name_as_its_key(
     stored path (None where it stores bytes alone), in the container's order, past the images
     verification skipped and through a subset."""
     from vitkit.config import DataConfig
-    from vitkit.data.hf import open_hf
+    from vitkit.data.sources.hf import open_hf
 
     folder = ImageFolderDataset(photos, "val")
     assert [folder.key_of(i) for i in range(len(folder))] == [
@@ -613,7 +613,7 @@ def test_a_cut_shard_and_a_hostile_label_are_one_line_errors(
         WebDatasetShards(named.parent, "train", verify="none")
 
     from vitkit.config import DataConfig
-    from vitkit.data.hf import open_hf
+    from vitkit.data.sources.hf import open_hf
 
     table = datasets.Dataset.from_dict({"image": [png, png], "label": [0, 10**12]})
     table.to_parquet(tmp_path / "big-label.parquet")
@@ -637,7 +637,7 @@ def test_an_image_cell_reads_only_files_of_its_own_dataset(tmp_path: Path, hf_ca
     import pyarrow.parquet as pq
 
     from vitkit.config import DataConfig
-    from vitkit.data.hf import open_hf
+    from vitkit.data.sources.hf import open_hf
 
     root = tmp_path / "ds"
     for k in range(3):
@@ -688,7 +688,7 @@ def test_a_cells_path_is_text_of_bounded_length_and_shown_cut(
     import pyarrow.parquet as pq
 
     from vitkit.config import DataConfig
-    from vitkit.data.hf import open_hf
+    from vitkit.data.sources.hf import open_hf
 
     root = tmp_path / "ds"
     for k in range(4):
@@ -725,7 +725,7 @@ def test_class_names_longer_than_a_thousand_characters_are_refused(
     import pyarrow.parquet as pq
 
     from vitkit.config import DataConfig
-    from vitkit.data.hf import open_hf
+    from vitkit.data.sources.hf import open_hf
 
     buffer = io.BytesIO()
     Image.fromarray(_pixels(0, 0)).save(buffer, "PNG")
@@ -850,8 +850,8 @@ def test_a_rows_image_is_read_from_its_arrow_column_or_through_a_selection(
     formatting's cost): the same cells as datasets gives, for an ``Image`` feature and for a
     column of bytes; a table whose rows are a selection of another's (an indices mapping) is
     read through datasets, each row its own."""
-    from vitkit.data.cells import CellReader
-    from vitkit.data.hf import RowSource
+    from vitkit.data.sources.cells import CellReader
+    from vitkit.data.sources.hf import RowSource
 
     blobs = [_save_image(tmp_path / f"{k}.png", k).read_bytes() for k in range(4)]
     feature = datasets.Image() if column == "image" else datasets.Value("binary")

@@ -18,8 +18,8 @@ from PIL import Image
 
 from vitkit.data import codec as dc
 from vitkit.data import stream as st
-from vitkit.data.cells import CellReader
 from vitkit.data.loader import Augment, BatchOptions, generator
+from vitkit.data.sources.cells import CellReader
 
 pq = pytest.importorskip("pyarrow.parquet")
 

@@ -71,7 +71,7 @@ def test_a_run_states_its_images_size_and_hints_when_the_model_sees_a_quarter_of
     the folder's tar shards, which verify at the level ``data.verify`` says, as a folder does."""
     from vitkit.config import replace
     from vitkit.data.run_data import build_data
-    from vitkit.data.shards import pack_folder
+    from vitkit.data.sources.shards import pack_folder
     from vitkit.recipes import get_recipe
 
     sizes = [(200, 260), (180, 240), (240, 200), (210, 300)]  # shorter sides 200 180 200 210

@@ -458,7 +458,7 @@ def test_only_the_listed_formats_are_opened_and_older_entries_are_verified_again
 def _as_shards(folder: Path, out: Path) -> Path:
     """The files of ``folder``'s tree (bad ones included) as one tar shard, in the listing's
     order, labelled by class folder."""
-    from vitkit.data.folder import image_files
+    from vitkit.data.sources.folder import image_files
 
     classes = sorted(d.name for d in folder.iterdir())
     members = {}
@@ -473,7 +473,7 @@ def _as_table(folder: Path, out: Path) -> Path:
     """The same files as a ``save_to_disk`` dataset of encoded bytes (an Arrow file on disk)."""
     import datasets
 
-    from vitkit.data.folder import image_files
+    from vitkit.data.sources.folder import image_files
 
     classes = sorted(d.name for d in folder.iterdir())
     files = image_files(folder)
@@ -497,8 +497,8 @@ def test_every_source_is_verified_decided_and_cached_by_the_one_container(
     an image, and a changed source verified again."""
     pytest.importorskip("datasets")
     from vitkit.config import DataConfig
-    from vitkit.data.hf import open_hf
-    from vitkit.data.shards import WebDatasetShards
+    from vitkit.data.sources.hf import open_hf
+    from vitkit.data.sources.shards import WebDatasetShards
 
     folder = _mixed(tmp_path / "data")
     if kind == "folder":

@@ -18,7 +18,7 @@ from helpers import randomize, stopped_copy, tiny, vtab_task_folder
 from vitkit import save
 from vitkit.cli import main
 from vitkit.config import DataConfig
-from vitkit.data.lists import LISTS
+from vitkit.data.sources.lists import LISTS
 from vitkit.errors import ConfigError, DataError
 from vitkit.model import VisionTransformer
 from vitkit.vtab import (

@@ -33,8 +33,8 @@ import torch
 from .compose import Request, check_data_exists, compose
 from .config import DataConfig, ModelConfig, data_source, normalise_data
 from .data.decoded import DecodedImages
-from .data.lists import STAGES, present
 from .data.run_data import RunData, build_data, split_names
+from .data.sources.lists import STAGES, present
 from .data.splits import subset
 from .errors import ConfigError, DataError
 from .transfer.paper import check_resolution

@@ -252,7 +252,7 @@ def image_inputs(inputs: Sequence[str]) -> list[Path]:
     folders a glob matches (``photos/*.jpg``, ``photos/**/*.png``; quoted, so that vitkit expands
     it). Image files are those ending in one of ``data.folder.IMAGE_SUFFIXES``, in any case. An
     input that names no image is a ``MissingFileError`` naming it."""
-    from ..data.folder import IMAGE_SUFFIXES, image_files
+    from ..data.sources.folder import IMAGE_SUFFIXES, image_files
 
     found: list[Path] = []
     for text in inputs:
@@ -285,8 +285,8 @@ def read_image(path: str | os.PathLike, preprocess: Any) -> Any:
     that is not a readable image, holds more than ``data.max_image_bytes`` or has more than
     ``data.max_image_pixels`` pixels (their defaults) is a ``VitkitError`` naming it."""
     from ..data import preprocess_for_inference
-    from ..data.cells import MAX_IMAGE_BYTES, read_image_file
     from ..data.codec import DECODE_ERRORS, decode
+    from ..data.sources.cells import MAX_IMAGE_BYTES, read_image_file
 
     try:
         # decoded now: a corrupt file is a user's error here, not a bug later

@@ -1,4 +1,4 @@
-"""The verbs about data: ``data pack`` (an image folder to tar shards, data/shards.py)."""
+"""The verbs about data: ``data pack`` (an image folder to tar shards, data/sources/shards.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from .common import DEBUG_HELP, Verb
 
 
 def _pack(args: argparse.Namespace) -> None:
-    from ..data.shards import pack_folder
+    from ..data.sources.shards import pack_folder
 
     written, skipped = pack_folder(
         args.folder,

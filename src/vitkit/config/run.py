@@ -94,7 +94,7 @@ DATA_SPECS = (
 @dataclass(frozen=True)
 class DataSource:
     """What a data spec names: a dataset ``kind`` and where its files are (None: the default
-    places, data/paths.py)."""
+    places, data/sources/paths.py)."""
 
     kind: DataKind
     path: str | None = None

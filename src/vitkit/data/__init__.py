@@ -14,14 +14,14 @@ scaled as the official code does, (x - 127.5) / 127.5, reproducibly from (seed, 
 from __future__ import annotations
 
 from .arrays import ArrayDataset
-from .cifar import cifar
 from .decoded import UnreadableImageWarning
-from .fashion_mnist import fashion_mnist, read_idx
-from .folder import FolderLayout, ImageFolderDataset, folder_layout, verify_image_folder
-from .lists import ListImages
 from .loader import Batches, BatchOptions
+from .sources.cifar import cifar
+from .sources.fashion_mnist import fashion_mnist, read_idx
+from .sources.folder import FolderLayout, ImageFolderDataset, folder_layout, verify_image_folder
+from .sources.lists import ListImages
+from .sources.synthetic import synthetic
 from .splits import balanced_subset, split_holdout, subset
-from .synthetic import synthetic
 from .transforms import (
     Preprocess,
     center_resize,

@@ -33,9 +33,9 @@ from ..config import DataConfig
 from ..config.keys import default_of
 from ..errors import ConfigError, DataError
 from .arrays import as_indices, renumbering
-from .cells import MAX_IMAGE_BYTES
 from .codec import DECODE_ERRORS, MAX_IMAGE_PIXELS, decode, decode_crop
-from .source import ImageSource, SourceState
+from .sources.cells import MAX_IMAGE_BYTES
+from .sources.contract import ImageSource, SourceState
 from .verify import LEVELS, Findings, Level, verify_source
 
 # data.max_bad_fraction's default, for the containers built outside a run's config

@@ -41,7 +41,7 @@ from ..errors import ConfigError, DataError
 from . import autoaugment, transforms
 from .arrays import ArrayDataset
 from .decoded import DecodedImages
-from .synthetic import SyntheticImages
+from .sources.synthetic import SyntheticImages
 from .transforms import inception_crop, random_crop_flip, resize, to_float
 
 # What ``Batches`` reads: images held in memory, or read by index (decoded, or synthetic images

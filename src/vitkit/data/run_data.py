@@ -24,20 +24,20 @@ import torch
 from ..config import DataConfig, DataSource, ModelConfig
 from ..errors import ConfigError, DataError
 from .arrays import ArrayDataset
-from .cells import by_number_note
-from .cifar import cifar
 from .decoded import DecodedImages, Reading
-from .fashion_mnist import fashion_mnist
-from .folder import ImageFolderDataset, folder_layout
-from .hf import open_hf
-from .lists import STAGES, ListImages
 from .loader import Batches, BatchOptions
-from .parquet import ParquetStream
-from .shards import WebDatasetShards, shard_layout
+from .sources.cells import by_number_note
+from .sources.cifar import cifar
+from .sources.fashion_mnist import fashion_mnist
+from .sources.folder import ImageFolderDataset, folder_layout
+from .sources.hf import open_hf
+from .sources.lists import STAGES, ListImages
+from .sources.parquet import ParquetStream
+from .sources.shards import WebDatasetShards, shard_layout
+from .sources.synthetic import SyntheticImages, synthetic_images
 from .splits import balanced_subset, split_holdout, subset
 from .stream import StreamBatches
 from .survey import shorter_sides
-from .synthetic import SyntheticImages, synthetic_images
 from .verify import Level
 
 # A split of a folder, of tar shards or of a Hugging Face dataset, as read: images read by index
@@ -156,7 +156,9 @@ def _splits_of(cfg: DataConfig) -> _Splits:
         names = ("train",) if tree else tuple(str(s) for s in layout.splits)
         notes = _notes(by_number_note(list(layout.classes)))
         return _Splits(str(layout.root), names, not tree, folder, lambda s: f"{s}/", notes)
-    if source.kind in STAGES:  # a VTAB-1k task's lists, as its stage reads them (data/lists.py)
+    if (
+        source.kind in STAGES
+    ):  # a VTAB-1k task's lists, as its stage reads them (sources/lists.py)
         stage, task_dir = STAGES[source.kind], source.path
 
         def listed(split: str, mode: str | None, verify: bool) -> ListImages:

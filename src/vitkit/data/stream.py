@@ -32,11 +32,11 @@ from torch.utils.data import DataLoader, Dataset
 
 from ..config import size_hw
 from ..errors import ConfigError, DataError
-from .cells import CellReader
 from .codec import DECODE_ERRORS, decode, decode_crop
 from .decoded import count_decode_failure
 from .loader import Augment, Batches, BatchOptions, generator, worker_start
-from .parquet import ParquetStream, Row
+from .sources.cells import CellReader
+from .sources.parquet import ParquetStream, Row
 from .transforms import resize, to_float
 
 # Stream names for the random draws (the loader's are 0-3: they never meet these).

@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..config import ModelConfig, image_size_of, size_hw
-from ..data.cells import long_class_name
+from ..data.sources.cells import long_class_name
 from ..errors import CheckpointError, ConfigError
 
 if TYPE_CHECKING:  # imported where used: reading class names needs no torchvision

@@ -21,9 +21,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..config import image_size_of, size_hw
-from ..errors import ConfigError
-from .arrays import ArrayDataset, as_indices, renumbering
+from ...config import image_size_of, size_hw
+from ...errors import ConfigError
+from ..arrays import ArrayDataset, as_indices, renumbering
 
 # The most pixel values (N * C * H * W) drawn at once and held: 64 MiB as uint8, about 1 GiB of
 # float32 while drawn; every synthetic run of the tests is far below it.

@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..errors import ConfigError, DataError, MissingFileError
-from .arrays import ArrayDataset
+from ...errors import ConfigError, DataError, MissingFileError
+from ..arrays import ArrayDataset
 from .paths import find_files, search_dirs
 
 _PIXELS = 3 * 32 * 32

@@ -25,14 +25,14 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..config.run import ImagePaths
-from ..errors import DataError, MissingFileError
-from ..files import TooLargeError, read_regular
+from ...config.run import ImagePaths
+from ...errors import DataError, MissingFileError
+from ...files import TooLargeError, read_regular
+from ..decoded import DecodedImages, Reading, ReadOptions
+from ..verify import listing_key
 from .cells import MAX_PATH, label_from_text, resolves_inside, shown
-from .decoded import DecodedImages, Reading, ReadOptions
+from .contract import SourceState
 from .folder import FolderSource
-from .source import SourceState
-from .verify import listing_key
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack

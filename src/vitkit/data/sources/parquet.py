@@ -12,10 +12,10 @@ from typing import Any
 import numpy as np
 from torch import Tensor
 
-from ..errors import ConfigError, DataError
+from ...errors import ConfigError, DataError
+from ..codec import MAX_IMAGE_PIXELS
+from ..decoded import MAX_BAD_FRACTION
 from .cells import CellReader
-from .codec import MAX_IMAGE_PIXELS
-from .decoded import MAX_BAD_FRACTION
 
 
 def open_parquet(path: str) -> Any:

@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..errors import ConfigError, DataError, MissingFileError
-from .arrays import ArrayDataset
+from ...errors import ConfigError, DataError, MissingFileError
+from ..arrays import ArrayDataset
 from .paths import find_files, search_dirs
 
 SYSTEM_DIR = Path("/usr/share/datasets/fashion-mnist")

@@ -32,10 +32,10 @@ from typing import Any
 
 import numpy as np
 
-from ..config import DataConfig
-from ..config.keys import default_of
-from ..errors import DataError
-from ..files import TooLargeError, read_regular
+from ...config import DataConfig
+from ...config.keys import default_of
+from ...errors import DataError
+from ...files import TooLargeError, read_regular
 
 # Labels are class indices below this: ImageNet-21k's 21,843 classes fit 48 times over.
 MAX_LABEL = 2**20

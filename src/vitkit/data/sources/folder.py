@@ -25,11 +25,11 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 import torch
 
-from ..errors import DataError, MissingFileError
+from ...errors import DataError, MissingFileError
+from ..decoded import DecodedImages, Reading, ReadOptions
+from ..verify import listing_key
 from .cells import MAX_IMAGE_BYTES, class_order, read_image_file
-from .decoded import DecodedImages, Reading, ReadOptions
-from .source import SourceState
-from .verify import listing_key
+from .contract import SourceState
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack

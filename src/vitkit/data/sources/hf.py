@@ -29,13 +29,13 @@ from typing import Any
 
 import numpy as np
 
-from ..config import DataConfig, hf_is_local
-from ..errors import ConfigError, DataError, MissingExtraError, MissingFileError, VitkitError
+from ...config import DataConfig, hf_is_local
+from ...errors import ConfigError, DataError, MissingExtraError, MissingFileError, VitkitError
+from ..codec import MAX_IMAGE_PIXELS
+from ..decoded import MAX_BAD_FRACTION, DecodedImages, ReadOptions
+from ..verify import Level
 from .cells import CellReader, check_labels, class_order, long_class_name
-from .codec import MAX_IMAGE_PIXELS
-from .decoded import MAX_BAD_FRACTION, DecodedImages, ReadOptions
-from .source import SourceState
-from .verify import Level
+from .contract import SourceState
 
 # The dataset's split names that are vitkit's train, val and test.
 HF_SPLITS = {

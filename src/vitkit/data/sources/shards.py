@@ -32,12 +32,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..errors import ConfigError, DataError, MissingFileError
-from ..files import TooLargeError, atomic_write
+from ...errors import ConfigError, DataError, MissingFileError
+from ...files import TooLargeError, atomic_write
+from ..decoded import MAX_BAD_FRACTION, DecodedImages, Reading, ReadOptions
 from .cells import label_from_text, long_class_name, read_image_file, too_large
-from .decoded import MAX_BAD_FRACTION, DecodedImages, Reading, ReadOptions
+from .contract import SourceState
 from .folder import IMAGE_SUFFIXES, SPLITS, ImageFolderDataset, folder_layout
-from .source import SourceState
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack

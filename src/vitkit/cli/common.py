@@ -287,11 +287,12 @@ def read_image(path: str | os.PathLike, preprocess: Any) -> Any:
     from ..data import preprocess_for_inference
     from ..data.cells import MAX_IMAGE_BYTES, read_image_file
     from ..data.codec import DECODE_ERRORS, decode
+    from ..data.transforms import mode_of
 
     try:
         # decoded now: a corrupt file is a user's error here, not a bug later
         data = read_image_file(path, MAX_IMAGE_BYTES)
-        pixels = decode(data, "L" if preprocess.in_chans == 1 else "RGB")
+        pixels = decode(data, mode_of(preprocess.in_chans))
     except DECODE_ERRORS as e:
         raise VitkitError(f"cannot read image {path}: {e}") from None
     return preprocess_for_inference(pixels, preprocess)[None]

@@ -37,6 +37,7 @@ from .splits import balanced_subset, split_holdout, subset
 from .stream import ParquetStream, StreamBatches
 from .survey import shorter_sides
 from .synthetic import SyntheticImages, synthetic_images
+from .transforms import mode_of
 from .verify import Level
 
 # A split of a folder, of tar shards or of a Hugging Face dataset, as read: images read by index
@@ -249,7 +250,7 @@ def build_data(
         named = {"test": f"synthetic test ({_count(len(made_test))})"}
     elif source.kind in SPLIT_KINDS:
         found = _splits_of(cfg)
-        mode = None if in_chans is None else ("L" if in_chans == 1 else "RGB")
+        mode = None if in_chans is None else mode_of(in_chans)
         if mode is None and cfg.verify == "none" and not cfg.streaming:  # a stream reads RGB
             raise ConfigError(
                 "data.verify=none opens no image before training, so it cannot decide the "
@@ -486,7 +487,7 @@ def evaluation_split(
             cfg = dataclasses.replace(
                 cfg, image_column=trained.image_column, label_column=trained.label_column
             )
-    mode = "L" if model.in_chans == 1 else "RGB"
+    mode = mode_of(model.in_chans)
     notes: list[str] = []  # what to say of the classes' order
     if cfg.source.kind in SPLIT_KINDS:
         found = _splits_of(cfg)

@@ -36,7 +36,7 @@ from .cells import CellReader
 from .codec import DECODE_ERRORS, MAX_IMAGE_PIXELS, decode, decode_crop
 from .decoded import MAX_BAD_FRACTION, count_decode_failure
 from .loader import Augment, Batches, BatchOptions, generator, worker_start
-from .transforms import resize, to_float
+from .transforms import channels_of, check_mode, resize, to_float
 
 # Stream names for the random draws (the loader's are 0-3: they never meet these).
 _GROUPS, _WINDOW, _SAMPLE, _LOADER = 10, 11, 12, 13
@@ -87,13 +87,12 @@ class ParquetStream:
     ) -> None:
         import pyarrow.parquet as pq
 
-        if mode not in ("RGB", "L"):
-            raise ConfigError(f"mode={mode!r} is not valid: expected 'RGB' or 'L'")
+        check_mode(mode)
         self.files = list(files)
         self.name = name
         self.classes = classes
         self.mode = mode
-        self.channels = 1 if mode == "L" else 3
+        self.channels = channels_of(mode)
         self.image_column = image_column
         self.label_column = label_column
         self.label_names = label_names
@@ -215,7 +214,7 @@ class _DecodeParts(Dataset):
         self, key: tuple[int, list[tuple[int, Row]]]
     ) -> tuple[Tensor, Tensor, Tensor, list[tuple[str, str]]]:
         epoch, part = key
-        (h, w), c = size_hw(self.image_size), 1 if self.mode == "L" else 3
+        (h, w), c = size_hw(self.image_size), channels_of(self.mode)
         images = torch.zeros(len(part), c, h, w, dtype=torch.uint8)  # (b, C, S_h, S_w)
         decoded = torch.zeros(len(part), dtype=torch.bool)
         failures = []

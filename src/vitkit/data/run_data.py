@@ -385,14 +385,6 @@ def peek_data(cfg: DataConfig, model: ModelConfig) -> tuple[int, int, str]:
     return classes, train, what
 
 
-def build_datasets(
-    cfg: DataConfig, model: ModelConfig, *, seed: int
-) -> tuple[Images, Images, list[str]]:
-    """Train and test datasets and the class names (the model's channels)."""
-    data = build_data(cfg, model, seed=seed, in_chans=model.in_chans)
-    return data.train, data.test if data.test is not None else data.val, data.classes
-
-
 def batches_of(dataset: Images, options: BatchOptions) -> Batches:
     """``dataset``'s batches as ``options`` say: ``Batches``, or for a stream ``StreamBatches``
     (the same options and contract, the stream read in its own order: data/stream.py)."""

@@ -21,6 +21,7 @@ from typing import Any, TypeAlias, cast
 
 import torch
 
+from ..compat import VAL_OR_TEST
 from ..config import DataConfig, DataSource, ModelConfig
 from ..errors import ConfigError, DataError
 from .arrays import ArrayDataset
@@ -293,7 +294,7 @@ def build_data(
         use = "val" if "val" in splits else "test" if cfg.streaming else "holdout"
     elif use == "auto":
         use = "test"
-    elif use == "val_or_test":
+    elif use == VAL_OR_TEST:
         use = "val" if "val" in splits else "test"
     if use == "val" and "val" not in splits:
         raise ConfigError(
@@ -373,7 +374,7 @@ def peek_data(cfg: DataConfig, model: ModelConfig) -> tuple[int, int, str]:
         classes = len(layout.classes)
         holdout = cfg.validation == "holdout" or (
             cfg.validation == "auto" and "val" not in layout.splits
-        )  # (val, test and val_or_test never hold out)
+        )  # (val, test and VAL_OR_TEST never hold out)
         what = "listed, before verification"
     elif source.kind == "synthetic":
         train, classes, holdout, what = 32 * model.num_classes, model.num_classes, False, "made"

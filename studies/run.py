@@ -201,13 +201,14 @@ def _fewshot(best: Path, shots: tuple[int, ...]) -> dict:
     """Few-shot linear accuracy (mean over 3 seeds) of a checkpoint on Fashion-MNIST."""
     import vitkit
     from vitkit.config import DataConfig
-    from vitkit.data.run_data import build_datasets
+    from vitkit.data.run_data import build_data
     from vitkit.eval.fewshot import fewshot_model
 
     model = vitkit.load(best)
-    train, test, _ = build_datasets(DataConfig(), model.cfg, seed=0)
+    data = build_data(DataConfig(), model.cfg, seed=0, in_chans=model.cfg.in_chans)
+    assert data.test is not None  # Fashion-MNIST's test split
     result = fewshot_model(
-        model, train, test, shots=shots, seeds=3, image_size=model.cfg.image_size
+        model, data.train, data.test, shots=shots, seeds=3, image_size=model.cfg.image_size
     )
     return {f"fewshot_{k}shot": round(r["mean"], 4) for k, r in result.items()}
 

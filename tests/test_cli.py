@@ -98,6 +98,40 @@ def test_summary_and_convert_at_height_by_width(tmp_path, capsys) -> None:
     assert "--image-size '24x': expected S or HxW" in capsys.readouterr().err
 
 
+def test_the_verbs_that_train_take_their_run_arguments_from_one_declaration() -> None:
+    """train, finetune, transfer and vtab declare --set, --run-dir, --num-heads and
+    --no-progress with ``add_run_arguments``: the same flags, parsed alike."""
+    import argparse
+
+    from vitkit.cli import build_parser
+    from vitkit.cli.common import add_run_arguments
+
+    def declared(parser: argparse.ArgumentParser) -> dict[str, tuple]:
+        return {
+            a.option_strings[0]: (type(a), a.dest, a.nargs, a.type, a.default, a.metavar)
+            for a in parser._actions
+            if a.option_strings
+        }
+
+    one = argparse.ArgumentParser(add_help=False)
+    add_run_arguments(one, sets="", run_dir="", checkpoint=True)
+    expected = declared(one)
+    assert sorted(expected) == ["--no-progress", "--num-heads", "--run-dir", "--set"]
+    parser = build_parser()
+    given = ["--set", "a=1", "--set", "b=2", "--no-progress"]
+    for verb, args, flags in [
+        (["train"], [], ["--set", "--run-dir", "--no-progress"]),
+        (["finetune", "--init-from", "ck"], ["--num-heads", "3"], list(expected)),
+        (["transfer", "ck", "--data", "d"], ["--num-heads", "3"], list(expected)),
+        (["vtab", "ck"], ["--num-heads", "3"], ["--set", "--num-heads", "--no-progress"]),
+    ]:
+        sub = parser._subparsers._group_actions[0].choices[verb[0]]
+        assert {f: declared(sub).get(f) for f in flags} == {f: expected[f] for f in flags}
+        parsed = parser.parse_args([*verb, *given, *args])
+        assert (parsed.set, parsed.no_progress) == (["a=1", "b=2"], True), verb
+        assert getattr(parsed, "num_heads", None) == (3 if args else None), verb
+
+
 def test_user_errors_are_one_line() -> None:
     for args, needle in [
         (["summary", "ViT-Q/16"], "unknown model 'ViT-Q/16'"),

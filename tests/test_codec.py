@@ -243,6 +243,21 @@ def test_the_dataset_crop_replaces_a_bad_image_as_indexing_does(
 # ---------------------------------------------------------------- the transforms it relies on
 
 
+def test_the_crop_first_paths_take_inception_crops_defaults() -> None:
+    """The box's area and aspect ratio are written once, so decode-then-crop and crop-first
+    draw the same boxes when left to their defaults."""
+    import inspect
+
+    from vitkit.data.decoded import DecodedImages
+    from vitkit.data.transforms import INCEPTION_AREA, INCEPTION_RATIO
+
+    assert INCEPTION_AREA == (0.05, 1.0) and INCEPTION_RATIO == (3 / 4, 4 / 3)  # [VJ]
+    for crop in (inception_crop, dc.decode_crop, DecodedImages.inception_crop):
+        params = inspect.signature(crop).parameters
+        assert params["area"].default is INCEPTION_AREA, crop
+        assert params["ratio"].default is INCEPTION_RATIO, crop
+
+
 def test_a_channels_last_crop_resizes_to_the_same_pixels() -> None:
     hwc = torch.randint(
         0, 256, (37, 53, 3), dtype=torch.uint8, generator=torch.Generator().manual_seed(0)

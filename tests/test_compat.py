@@ -65,6 +65,32 @@ def test_val_or_test_validates_on_val_else_test(fixture: str, tmp_path: Path) ->
     assert len(built.train) == sum(1 for p in (images / "train").rglob("*") if p.is_file())
 
 
+def test_val_or_test_is_an_earlier_runs_value_only(tmp_path: Path) -> None:
+    """A folder's run from before data specs validates by ``VAL_OR_TEST``: the config.json a
+    resumed run writes holds it and reads back, and the run directory keeps it for the command
+    that resumes it; but it is no choice: neither listed (``vitkit config``) nor taken from
+    ``--set``."""
+    from vitkit.compat import VAL_OR_TEST
+    from vitkit.compose import Request, as_recorded, compose
+    from vitkit.config.keys import describe, field_hint
+
+    run = RunConfig.from_dict(_config("folder_v1"))
+    assert run.data.validation == VAL_OR_TEST == "val_or_test"
+    written = json.loads(json.dumps(run.to_dict()))  # the config.json a resumed run writes
+    assert written["data"]["validation"] == VAL_OR_TEST and RunConfig.from_dict(written) == run
+    (tmp_path / "config.json").write_text(json.dumps(written))
+    command = compose(Request(recipe="smoke", data="images"))
+    assert command.run.data.validation == "auto"
+    assert as_recorded(command, tmp_path).run.data.validation == VAL_OR_TEST
+    hint, spec = field_hint(RunConfig, "data.validation")
+    assert describe(hint, spec) == "'auto', 'holdout', 'val' or 'test'"
+    with pytest.raises(
+        ConfigError,
+        match=r"^data\.validation=val_or_test is not valid: expected 'auto', 'holdout', 'val' or",
+    ):
+        parse_set(RunConfig, ["data.validation=val_or_test"])
+
+
 @pytest.mark.parametrize("fixture", FIXTURES)
 def test_bf16_folds_into_precision(fixture: str) -> None:
     """``train.bf16`` (before ``train.precision``): false is fp32, true bf16; only booleans."""

@@ -496,6 +496,34 @@ def test_per_sample_transforms_are_reproducible() -> None:
     assert aug.shape == image.shape and aug.dtype == torch.uint8
 
 
+def test_every_reader_refuses_a_channel_mode_in_the_same_words() -> None:
+    """The image as an array, a container's read options and a parquet stream check the channel
+    mode with one function, so they say the same; only a container may leave it undecided."""
+    from vitkit.data.sources.cells import CellReader
+
+    from vitkit.data.decoded import ReadOptions
+    from vitkit.data.stream import ParquetStream
+    from vitkit.data.transforms import channels_of, check_mode, mode_of, pil_to_array
+
+    expected = r"^mode='CMYK' is not valid: expected 'RGB' or 'L'$"
+    with pytest.raises(ConfigError, match=expected):
+        check_mode("CMYK")
+    with pytest.raises(ConfigError, match=expected):
+        pil_to_array(Image.new("RGB", (2, 2)), "CMYK")
+    with pytest.raises(ConfigError, match=expected):
+        ParquetStream([], name="s", classes=["a"], image_column="image", label_column="label",
+                      label_names=None, cells=CellReader(None), mode="CMYK")  # fmt: skip
+    with pytest.raises(
+        ConfigError, match=r"^mode='CMYK' is not valid: expected 'RGB', 'L' or None$"
+    ):
+        ReadOptions(mode="CMYK")
+    check_mode(None, undecided=True)
+    with pytest.raises(ConfigError, match=r"^mode=None is not valid"):
+        check_mode(None)
+    assert [mode_of(c) for c in (1, 3)] == ["L", "RGB"]
+    assert [channels_of(mode_of(c)) for c in (1, 3)] == [1, 3]
+
+
 def test_to_float_and_preprocess() -> None:
     assert to_float(torch.tensor([0, 255], dtype=torch.uint8)).tolist() == [-1.0, 1.0]
     pre = Preprocess(image_size=8, in_chans=3)

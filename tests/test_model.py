@@ -419,6 +419,18 @@ def test_resnet_baseline_is_the_hybrid_backbone_with_a_linear_head(tmp_path) -> 
         tiny(arch="resnet", resnet=ResNetConfig(num_layers=(1,)), representation_size=8)
 
 
+def test_create_model_builds_the_resnet_a_config_describes() -> None:
+    """A ResNet config builds the ResNet baseline, as ``build_model`` and timm's
+    ``create_model`` do, not a Vision Transformer on the same fields."""
+    from vitkit.model import ResNetClassifier, build_model
+
+    cfg = tiny(arch="resnet", resnet=ResNetConfig(num_layers=(1,)), in_chans=1)
+    model = vitkit.create_model(cfg, num_classes=3)
+    assert isinstance(model, ResNetClassifier)
+    assert model.cfg == replace(cfg, {"num_classes": 3})
+    assert model.num_params() == build_model(model.cfg).num_params()
+
+
 def test_study_baselines_have_golden_parameter_counts() -> None:
     from vitkit.model import build_model
     from vitkit.recipes import get_recipe

@@ -31,7 +31,7 @@ from .version import __version__
 
 if TYPE_CHECKING:
     from .io.api import load, save
-    from .model import VisionTransformer
+    from .model import ResNetClassifier, VisionTransformer
     from .runtime.inference import optimize_for_inference
 
 
@@ -55,11 +55,14 @@ def create_model(
     act: Activation | None = None,
     layer_norm_eps: float | None = None,
     pretrained: bool | str = False,
-) -> VisionTransformer:
+) -> VisionTransformer | ResNetClassifier:
     """Build a freshly initialised model (official initialisation) from a preset name or config.
 
     ``name`` is a preset (``ViT-B/16``), an alias (``vit_b16``, timm's ``vit_base_patch16_224``),
-    any ``ViT-<size>/<patch>``, or a ``ModelConfig``. Keyword arguments override the preset;
+    any ``ViT-<size>/<patch>``, or a ``ModelConfig``: the model it describes, as timm's
+    ``create_model`` builds whatever architecture it is named (a preset is a Vision Transformer;
+    a config with ``arch='resnet'`` is the paper's ResNet baseline, as ``vitkit.load`` returns it
+    from a checkpoint). Keyword arguments override the preset;
     ``num_classes=0`` builds a headless feature extractor; ``image_size`` may be (height, width).
     timm's spellings are accepted: ``img_size`` is ``image_size``, and ``patch_size`` replaces the
     preset's patch size (a hybrid's: the patch on the ResNet's feature map), so
@@ -73,7 +76,7 @@ def create_model(
     as the official code); dropout rates may be set; the architecture is the weights'.
     """
     from .config import replace
-    from .model import VisionTransformer
+    from .model import build_model
     from .presets import get_config
 
     if image_size is not None and img_size is not None:
@@ -104,7 +107,7 @@ def create_model(
         return _pretrained(name, pretrained, overrides)
     if overrides:
         cfg = replace(cfg, overrides)
-    return VisionTransformer(cfg)
+    return build_model(cfg)
 
 
 def _pretrained(name: str, tag: bool | str, overrides: dict[str, Any]) -> VisionTransformer:

@@ -5,8 +5,8 @@ test in ``tests/test_compat.py``:
 
 - ``data.data_dir`` (before data specs), folded into ``data.dataset`` by ``fold_data_dir``; a
   folder's run of that time also predates ``data.validation`` and chose its best weights on
-  val/, else test/ (``data.validation=val_or_test``). All three runs (folder_v1, folder_v1_no_val,
-  resume_v1).
+  val/, else test/ (``VAL_OR_TEST``, a value of ``data.validation`` that only such runs hold).
+  All three runs (folder_v1, folder_v1_no_val, resume_v1).
 - ``train.bf16`` (before ``train.precision``), folded by ``fold_bf16``. All three.
 - ``state.pt`` without ``seconds`` and ``scaler``, and its log window without ``seconds``
   (``upgrade_state``). All three.
@@ -23,11 +23,15 @@ from .errors import ConfigError
 
 # ``data.dataset`` before data specs: a kind, its files in ``data.data_dir`` (None: the default).
 KINDS_BEFORE_SPECS = ("fashion_mnist", "cifar10", "cifar100", "folder", "synthetic")
+# ``data.validation`` of a folder's run from before data specs: its val split, else its test split
+# (never a holdout of train). Only such runs hold it: the data section reads it from their files
+# but neither lists it nor takes it from ``--set`` (``Key.earlier``).
+VAL_OR_TEST = "val_or_test"
 
 
 def fold_data_dir(data: dict[str, Any], data_dir: Any) -> None:
     """``data.data_dir`` into ``data``'s spec: ``folder`` + DIR is ``DIR`` (validated as it was
-    then: ``val_or_test``), a named kind + DIR is ``kind:DIR``; synthetic images ignored it."""
+    then: ``VAL_OR_TEST``), a named kind + DIR is ``kind:DIR``; synthetic images ignored it."""
     dataset = data.get("dataset", "fashion_mnist")
     if dataset not in KINDS_BEFORE_SPECS:
         raise ConfigError(
@@ -36,7 +40,7 @@ def fold_data_dir(data: dict[str, Any], data_dir: Any) -> None:
             "data.dataset (a spec such as DIR or cifar10:DIR) and drop data.data_dir"
         )
     if dataset == "folder":
-        data.setdefault("validation", "val_or_test")
+        data.setdefault("validation", VAL_OR_TEST)
     if data_dir is None or dataset == "synthetic":
         return
     if not isinstance(data_dir, str):

@@ -70,6 +70,33 @@ def log_to_stdout(level: int) -> None:
         logger.propagate = False  # not twice through a root handler someone else configured
 
 
+def add_run_arguments(
+    parser: argparse.ArgumentParser,
+    *,
+    sets: str,
+    run_dir: str | None,
+    checkpoint: bool,
+    progress: str = "no progress bars",
+) -> None:
+    """The arguments of the verbs that train (train, finetune, transfer, vtab): ``--set`` (its
+    help: ``sets``), ``--run-dir`` (its help: ``run_dir``; None where the verb names its folder
+    otherwise, as vtab's ``--out``), ``--num-heads`` where the verb reads a ``checkpoint``, and
+    ``--no-progress`` (its help: ``progress``)."""
+    parser.add_argument("--set", action="append", metavar="KEY=VALUE", help=sets)
+    if run_dir is not None:
+        parser.add_argument("--run-dir", default=None, help=run_dir)
+    if checkpoint:
+        add_num_heads_argument(parser)
+    parser.add_argument("--no-progress", action="store_true", help=progress)
+
+
+def add_num_heads_argument(parser: argparse.ArgumentParser) -> None:
+    """``--num-heads``: for the checkpoints that do not record their heads (``io.api.read``)."""
+    parser.add_argument(
+        "--num-heads", type=int, default=None, help="heads, if the checkpoint lacks them"
+    )
+
+
 def fast(model: Any, enabled: bool, autocast: torch.dtype | None = None) -> Any:
     """``model``, or its compiled inference path with ``--fast`` (computing in bf16 when
     ``autocast`` is)."""
@@ -287,11 +314,12 @@ def read_image(path: str | os.PathLike, preprocess: Any) -> Any:
     from ..data import preprocess_for_inference
     from ..data.codec import DECODE_ERRORS, decode
     from ..data.sources.cells import MAX_IMAGE_BYTES, read_image_file
+    from ..data.transforms import mode_of
 
     try:
         # decoded now: a corrupt file is a user's error here, not a bug later
         data = read_image_file(path, MAX_IMAGE_BYTES)
-        pixels = decode(data, "L" if preprocess.in_chans == 1 else "RGB")
+        pixels = decode(data, mode_of(preprocess.in_chans))
     except DECODE_ERRORS as e:
         raise VitkitError(f"cannot read image {path}: {e}") from None
     return preprocess_for_inference(pixels, preprocess)[None]

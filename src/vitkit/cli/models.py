@@ -8,7 +8,7 @@ from typing import Any, get_args
 
 from ..config import Posemb
 from ..errors import VitkitError
-from .common import Verb, image_size_arg, resolution
+from .common import Verb, add_num_heads_argument, image_size_arg, resolution
 
 
 def _presets(args: argparse.Namespace) -> None:
@@ -212,9 +212,7 @@ def add_verbs(verb: Verb) -> None:
         metavar="S|HxW",
         help="resize position embeddings to S x S or H x W images",
     )
-    p.add_argument(
-        "--num-heads", type=int, default=None, help="heads, if the checkpoint lacks them"
-    )
+    add_num_heads_argument(p)
     p.add_argument(
         "--posemb",
         choices=get_args(Posemb),

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, get_args
 
 from ..config import Objective
 from ..errors import VitkitError
-from .common import NPROC_HELP, Verb, log_to_stdout
+from .common import NPROC_HELP, Verb, add_run_arguments, log_to_stdout
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -246,18 +246,14 @@ def _run_arguments(p: argparse.ArgumentParser, *, finetune: bool, example: str) 
         + ("finetune" if finetune else "scratch with --data")
         + "); the list below",
     )
-    p.add_argument(
-        "--set",
-        action="append",
-        metavar="KEY=VALUE",
-        help="a setting, read by its type, e.g. optim.lr=3e-4, data.flip=true (`vitkit config` "
+    add_run_arguments(
+        p,
+        sets="a setting, read by its type, e.g. optim.lr=3e-4, data.flip=true (`vitkit config` "
         "lists them); model=PRESET and data=SPEC as --model and --data",
-    )
-    p.add_argument(
-        "--run-dir",
-        default=None,
-        help="where checkpoints and metrics go (default: runs/<recipe>-<model>-<data>[-<hash "
+        run_dir="where checkpoints and metrics go (default: runs/<recipe>-<model>-<data>[-<hash "
         "of the --set items>], the same for the same command: running it again resumes)",
+        checkpoint=finetune,
+        progress="no progress bar: one line per log window",
     )
     p.add_argument(
         "--resume",
@@ -265,9 +261,6 @@ def _run_arguments(p: argparse.ArgumentParser, *, finetune: bool, example: str) 
         metavar="CHECKPOINT",
         help="continue from a checkpoint of another run directory (RUN/checkpoints/step_N) when "
         "this one holds none",
-    )
-    p.add_argument(
-        "--no-progress", action="store_true", help="no progress bar: one line per log window"
     )
     p.add_argument("--nproc", type=int, default=None, metavar="N", help=NPROC_HELP)
 
@@ -308,6 +301,3 @@ def add_verbs(verb: Verb) -> None:
         "--init-from", required=True, help="pre-trained checkpoint (any format vitkit reads)"
     )
     _run_arguments(p, finetune=True, example=example)
-    p.add_argument(
-        "--num-heads", type=int, default=None, help="heads, if the checkpoint lacks them"
-    )

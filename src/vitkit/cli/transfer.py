@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..errors import VitkitError
 from ..transfer.paper import DEFAULT_LR
-from .common import Verb, checkpoint_name
+from .common import Verb, add_run_arguments, checkpoint_name
 
 EXAMPLE = (
     "vitkit transfer ViT-B/16@in21k --data cifar10:~/data/cifar-10-batches-py "
@@ -163,21 +163,12 @@ def add_verbs(verb: Verb) -> None:
         help="the paper's model to compare with, e.g. ViT-B/16@in1k, ViT-H/14@jft (default: "
         "the checkpoint's name, for ViT-*@in21k)",
     )
-    p.add_argument(
-        "--set",
-        action="append",
-        metavar="KEY=VALUE",
-        help="a setting of every run (`vitkit config` lists them), e.g. train.batch_size=32",
-    )
-    p.add_argument(
-        "--run-dir",
-        default=None,
-        help="where the runs and the record go (default: runs/transfer-<checkpoint>); running "
+    add_run_arguments(
+        p,
+        sets="a setting of every run (`vitkit config` lists them), e.g. train.batch_size=32",
+        run_dir="where the runs and the record go (default: runs/transfer-<checkpoint>); running "
         "the same command again resumes",
+        checkpoint=True,
     )
     p.add_argument("--json", default=None, metavar="FILE", help="also write the summary here")
-    p.add_argument(
-        "--num-heads", type=int, default=None, help="heads, if the checkpoint lacks them"
-    )
     p.add_argument("--verbose", action="store_true", help="each run's statements and log lines")
-    p.add_argument("--no-progress", action="store_true", help="no progress bars")

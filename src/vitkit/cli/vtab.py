@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from ..errors import ConfigError
-from .common import Verb, checkpoint_name
+from .common import Verb, add_run_arguments, checkpoint_name
 
 
 def _numbers(text: str, kind: type, what: str, most: float = math.inf) -> list:
@@ -134,14 +134,10 @@ def add_verbs(verb: Verb) -> None:
     p.add_argument(
         "--no-sweep", action="store_true", help="no sweep: the paper's lr 0.01, 2,500 steps"
     )
-    p.add_argument(
-        "--set",
-        action="append",
-        metavar="KEY=VALUE",
-        help="a setting of every run, e.g. train.device=cpu (`vitkit config` lists them)",
-    )
-    p.add_argument(
-        "--num-heads", type=int, default=None, help="heads, if the checkpoint lacks them"
+    add_run_arguments(
+        p,
+        sets="a setting of every run, e.g. train.device=cpu (`vitkit config` lists them)",
+        run_dir=None,  # --out, above
+        checkpoint=True,
     )
     p.add_argument("--json", action="store_true", help="the result as JSON, not a table")
-    p.add_argument("--no-progress", action="store_true", help="no progress bars")

@@ -35,7 +35,9 @@ class Key:
     """A setting's documentation and numeric bounds (applied to every number of a tuple too).
 
     ``new_le`` is an upper bound for a new run only (``check_new``): a run directory whose
-    config.json records a larger value, written before the bound existed, keeps it."""
+    config.json records a larger value, written before the bound existed, keeps it. ``earlier``:
+    values only the files of an earlier vitkit hold (vitkit.compat), valid but neither described
+    nor read from ``--set``."""
 
     doc: str
     ge: float | None = None
@@ -43,6 +45,7 @@ class Key:
     le: float | None = None
     lt: float | None = None
     new_le: float | None = None
+    earlier: tuple[str, ...] = ()
 
     def admits(self, number: float) -> bool:
         return not (
@@ -92,11 +95,13 @@ def key(
     le: float | None = None,
     lt: float | None = None,
     new_le: float | None = None,
+    earlier: tuple[str, ...] = (),
 ) -> Any:
     """A config field: its default (none: the key is required), one line of documentation, and
-    numeric bounds (``new_le``: for new runs, ``Key``). Typed ``Any`` so that ``x: int =
-    key(...)`` passes the type checker."""
-    return dataclasses.field(default=default, metadata={"key": Key(doc, ge, gt, le, lt, new_le)})
+    numeric bounds (``new_le``: for new runs; ``earlier``: old runs' values; ``Key``). Typed
+    ``Any`` so that ``x: int = key(...)`` passes the type checker."""
+    spec = Key(doc, ge, gt, le, lt, new_le, earlier)
+    return dataclasses.field(default=default, metadata={"key": spec})
 
 
 def default_of(section: type, name: str) -> Any:
@@ -233,6 +238,8 @@ def _check_one(hint: Any, value: Any, spec: Key | None) -> Any:
 def check(hint: Any, value: Any, *, name: str, spec: Key | None) -> Any:
     """``value`` if it is a valid value of a field typed ``hint`` (lists become tuples), else a
     ``ConfigError`` naming the key, the value and what is allowed."""
+    if spec is not None and value in spec.earlier:
+        return value
     for member in _members(hint):
         try:
             return _check_one(member, value, spec)

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, Literal
 
-from ..compat import fold_bf16, fold_data_dir
+from ..compat import VAL_OR_TEST, fold_bf16, fold_data_dir
 from ..errors import ConfigError
 from .augment import AUTO_AUGMENTS, MAX_MAGNITUDE, MAX_OPS, why_not_auto_augment, why_not_new
 from .fewshot import SHOTS
@@ -28,7 +28,7 @@ Objective = Literal["classification", "mpp"]
 Parallel = Literal["ddp", "fsdp"]
 EmaWarmup = Literal["tf", "timm", "none"]
 Device = Literal["auto", "cpu", "cuda"]
-Validation = Literal["auto", "holdout", "val", "test", "val_or_test"]
+Validation = Literal["auto", "holdout", "val", "test"]
 ImagePaths = Literal["dataset", "any"]
 Precision = Literal["auto", "fp32", "bf16", "fp16"]
 Verify = Literal["full", "header", "none"]
@@ -271,9 +271,8 @@ class DataConfig(Section):
         "auto",
         doc="what chooses the best weights: auto = a folder's (or shards') val split, else a "
         "seeded holdout of its train split (the test split for fashion_mnist, cifar, synthetic, "
-        "and for a stream without a val split); holdout; val (an error without one); test; "
-        "val_or_test (val, else test: how runs written before data specs validated, kept for "
-        "them by vitkit.compat)",
+        "and for a stream without a val split); holdout; val (an error without one); test",
+        earlier=(VAL_OR_TEST,),
     )
     holdout: float = key(
         0.1,

@@ -37,7 +37,15 @@ from torch import Tensor
 
 from ..config import DataConfig, size_hw
 from ..config.keys import default_of
-from .transforms import crop_box, pil_to_array, pil_to_tensor, resized_crop, to_channels
+from .transforms import (
+    INCEPTION_AREA,
+    INCEPTION_RATIO,
+    crop_box,
+    pil_to_array,
+    pil_to_tensor,
+    resized_crop,
+    to_channels,
+)
 
 # What PIL may open (its format names): a list, as PIL would otherwise open whatever it can (EPS
 # through Ghostscript where it is installed, ICO, PSD, ...).
@@ -332,8 +340,8 @@ def decode_crop(
     mode: str,
     size: int | tuple[int, int],
     *,
-    area: tuple[float, float] = (0.05, 1.0),
-    ratio: tuple[float, float] = (3 / 4, 4 / 3),
+    area: tuple[float, float] = INCEPTION_AREA,
+    ratio: tuple[float, float] = INCEPTION_RATIO,
     generator: torch.Generator,
     max_pixels: int = MAX_IMAGE_PIXELS,
 ) -> Tensor:

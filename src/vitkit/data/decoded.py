@@ -36,6 +36,7 @@ from .arrays import as_indices, renumbering
 from .codec import DECODE_ERRORS, MAX_IMAGE_PIXELS, decode, decode_crop
 from .sources.cells import MAX_IMAGE_BYTES
 from .sources.contract import ImageSource, SourceState
+from .transforms import INCEPTION_AREA, INCEPTION_RATIO, channels_of, check_mode
 from .verify import LEVELS, Findings, Level, verify_source
 
 # data.max_bad_fraction's default, for the containers built outside a run's config
@@ -78,8 +79,7 @@ class ReadOptions:
     max_image_pixels: int = MAX_IMAGE_PIXELS
 
     def __post_init__(self) -> None:
-        if self.mode not in ("RGB", "L", None):
-            raise ConfigError(f"mode={self.mode!r} is not valid: expected 'RGB', 'L' or None")
+        check_mode(self.mode, undecided=True)
         if self.verify not in LEVELS:
             raise ConfigError(
                 f"verify={self.verify!r} is not valid: expected one of "
@@ -205,7 +205,7 @@ class DecodedImages:
             decided = options.mode, f"{_channels(options.mode)}: mode={options.mode!r} was given"
         assert decided is not None  # mode=None without verify is refused by ReadOptions
         self.mode, self.channels_reason = decided
-        self.channels = 1 if self.mode == "L" else 3
+        self.channels = channels_of(self.mode)
         self.rows = rows  # this dataset's index -> record
         self.labels = labels[torch.from_numpy(rows)]  # (len(self),)
         self._failed: set[str] = set()  # images that passed the check but failed to decode
@@ -315,8 +315,8 @@ class DecodedImages:
         index: int,
         size: int | tuple[int, int],
         *,
-        area: tuple[float, float] = (0.05, 1.0),
-        ratio: tuple[float, float] = (3 / 4, 4 / 3),
+        area: tuple[float, float] = INCEPTION_AREA,
+        ratio: tuple[float, float] = INCEPTION_RATIO,
         generator: torch.Generator,
     ) -> tuple[Tensor, int]:
         """Image ``index`` inception-cropped to ``size`` (uint8 (C, S_h, S_w)) and its label: what

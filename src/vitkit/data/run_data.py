@@ -21,6 +21,7 @@ from typing import Any, TypeAlias, cast
 
 import torch
 
+from ..compat import VAL_OR_TEST
 from ..config import DataConfig, DataSource, ModelConfig
 from ..errors import ConfigError, DataError
 from .arrays import ArrayDataset
@@ -38,6 +39,7 @@ from .sources.synthetic import SyntheticImages, synthetic_images
 from .splits import balanced_subset, split_holdout, subset
 from .stream import StreamBatches
 from .survey import shorter_sides
+from .transforms import mode_of
 from .verify import Level
 
 # A split of a folder, of tar shards or of a Hugging Face dataset, as read: images read by index
@@ -156,9 +158,7 @@ def _splits_of(cfg: DataConfig) -> _Splits:
         names = ("train",) if tree else tuple(str(s) for s in layout.splits)
         notes = _notes(by_number_note(list(layout.classes)))
         return _Splits(str(layout.root), names, not tree, folder, lambda s: f"{s}/", notes)
-    if (
-        source.kind in STAGES
-    ):  # a VTAB-1k task's lists, as its stage reads them (sources/lists.py)
+    if source.kind in STAGES:  # a VTAB-1k task's lists, as its stage reads them (sources/lists.py)
         stage, task_dir = STAGES[source.kind], source.path
 
         def listed(split: str, mode: str | None, verify: bool) -> ListImages:
@@ -252,7 +252,7 @@ def build_data(
         named = {"test": f"synthetic test ({_count(len(made_test))})"}
     elif source.kind in SPLIT_KINDS:
         found = _splits_of(cfg)
-        mode = None if in_chans is None else ("L" if in_chans == 1 else "RGB")
+        mode = None if in_chans is None else mode_of(in_chans)
         if mode is None and cfg.verify == "none" and not cfg.streaming:  # a stream reads RGB
             raise ConfigError(
                 "data.verify=none opens no image before training, so it cannot decide the "
@@ -295,7 +295,7 @@ def build_data(
         use = "val" if "val" in splits else "test" if cfg.streaming else "holdout"
     elif use == "auto":
         use = "test"
-    elif use == "val_or_test":
+    elif use == VAL_OR_TEST:
         use = "val" if "val" in splits else "test"
     if use == "val" and "val" not in splits:
         raise ConfigError(
@@ -375,7 +375,7 @@ def peek_data(cfg: DataConfig, model: ModelConfig) -> tuple[int, int, str]:
         classes = len(layout.classes)
         holdout = cfg.validation == "holdout" or (
             cfg.validation == "auto" and "val" not in layout.splits
-        )  # (val, test and val_or_test never hold out)
+        )  # (val, test and VAL_OR_TEST never hold out)
         what = "listed, before verification"
     elif source.kind == "synthetic":
         train, classes, holdout, what = 32 * model.num_classes, model.num_classes, False, "made"
@@ -385,14 +385,6 @@ def peek_data(cfg: DataConfig, model: ModelConfig) -> tuple[int, int, str]:
     if holdout:  # about: the run rounds the held-out part of each class
         train -= round(cfg.holdout * train)
     return classes, train, what
-
-
-def build_datasets(
-    cfg: DataConfig, model: ModelConfig, *, seed: int
-) -> tuple[Images, Images, list[str]]:
-    """Train and test datasets and the class names (the model's channels)."""
-    data = build_data(cfg, model, seed=seed, in_chans=model.in_chans)
-    return data.train, data.test if data.test is not None else data.val, data.classes
 
 
 def batches_of(dataset: Images, options: BatchOptions) -> Batches:
@@ -489,7 +481,7 @@ def evaluation_split(
             cfg = dataclasses.replace(
                 cfg, image_column=trained.image_column, label_column=trained.label_column
             )
-    mode = "L" if model.in_chans == 1 else "RGB"
+    mode = mode_of(model.in_chans)
     notes: list[str] = []  # what to say of the classes' order
     if cfg.source.kind in SPLIT_KINDS:
         found = _splits_of(cfg)

@@ -37,7 +37,7 @@ from .decoded import count_decode_failure
 from .loader import Augment, Batches, BatchOptions, generator, worker_start
 from .sources.cells import CellReader
 from .sources.parquet import ParquetStream, Row
-from .transforms import resize, to_float
+from .transforms import channels_of, resize, to_float
 
 # Stream names for the random draws (the loader's are 0-3: they never meet these).
 _GROUPS, _WINDOW, _SAMPLE, _LOADER = 10, 11, 12, 13
@@ -98,7 +98,7 @@ class _DecodeParts(Dataset):
         self, key: tuple[int, list[tuple[int, Row]]]
     ) -> tuple[Tensor, Tensor, Tensor, list[tuple[str, str]]]:
         epoch, part = key
-        (h, w), c = size_hw(self.image_size), 1 if self.mode == "L" else 3
+        (h, w), c = size_hw(self.image_size), channels_of(self.mode)
         images = torch.zeros(len(part), c, h, w, dtype=torch.uint8)  # (b, C, S_h, S_w)
         decoded = torch.zeros(len(part), dtype=torch.bool)
         failures = []

@@ -30,13 +30,37 @@ from ..config import from_dict, image_size_of, to_dict
 from ..errors import ConfigError, DataError
 
 # torchvision is imported only by ``rand_augment`` (and autoaugment.apply): importing it imports
-# torch._dynamo (through torchvision.ops), seconds of every command's start (benchmarks/RESULTS.md,
-# issue 27 item 6).
+# torch._dynamo (through torchvision.ops), seconds of every command's start (benchmarks/RESULTS.md).
 _INTERPOLATION = ("bilinear", "bicubic")
 # Each normalisation as (mean, std) on pixels scaled to [0, 1], the same on every channel:
 # (x / 255 - 0.5) / 0.5 is (x - 127.5) / 127.5. Other tools (HF, ONNX consumers) read it this way.
 NORMALIZATIONS: dict[str, tuple[float, float]] = {"minus_one_to_one": (0.5, 0.5)}
 _SIXTEEN_BIT_MODES = ("I;16", "I;16B", "I;16L", "I")
+# The channel modes images are read in, as PIL names them: 'RGB' (3 channels) and 'L' (1).
+MODES = ("RGB", "L")
+# The inception crop's box [VJ input_pipeline.py]: a share of the image's area and an aspect ratio
+# (w/h). The official area range starts at 0.05, where torchvision's and DeiT's start at 0.08.
+INCEPTION_AREA = (0.05, 1.0)
+INCEPTION_RATIO = (3 / 4, 4 / 3)
+
+
+def check_mode(mode: str | None, *, undecided: bool = False) -> None:
+    """Refuse a channel mode other than those of ``MODES``, or None where ``undecided`` allows
+    it (the channels decided from the images)."""
+    allowed: tuple[str | None, ...] = (*MODES, None) if undecided else MODES
+    if mode not in allowed:
+        *first, last = map(repr, allowed)
+        raise ConfigError(f"mode={mode!r} is not valid: expected {', '.join(first)} or {last}")
+
+
+def mode_of(in_chans: int) -> str:
+    """The channel mode images are read in for a model of ``in_chans`` channels."""
+    return "L" if in_chans == 1 else "RGB"
+
+
+def channels_of(mode: str) -> int:
+    """The channels of an image read in channel ``mode``: 1 for 'L', 3 for 'RGB'."""
+    return 1 if mode == "L" else 3
 
 
 def _pair(size: int | tuple[int, int]) -> list[int]:
@@ -54,8 +78,7 @@ def pil_to_array(image: Image.Image, mode: str = "RGB") -> np.ndarray:
     clip every value above 255 to white). Needs numpy and PIL only (no torch), so a verification
     worker can call it.
     """
-    if mode not in ("RGB", "L"):
-        raise ConfigError(f"mode={mode!r} is not valid: expected 'RGB' or 'L'")
+    check_mode(mode)
     if image.mode in _SIXTEEN_BIT_MODES:
         wide = np.asarray(image, dtype=np.int64)  # (H, W), 0..65535
         image = Image.fromarray((wide.clip(0, 65535) // 257).astype(np.uint8))
@@ -248,8 +271,8 @@ def inception_crop(
     image: Tensor,
     size: int | tuple[int, int],
     *,
-    area: tuple[float, float] = (0.05, 1.0),
-    ratio: tuple[float, float] = (3 / 4, 4 / 3),
+    area: tuple[float, float] = INCEPTION_AREA,
+    ratio: tuple[float, float] = INCEPTION_RATIO,
     generator: torch.Generator,
     antialias: bool = True,
 ) -> Tensor:
@@ -351,7 +374,7 @@ def preprocess_for_inference(image: Image.Image | Tensor, preprocess: Preprocess
     orientation first, as ``transformers``' pipelines turn it; a tensor is taken as it is."""
     if isinstance(image, Image.Image):
         image = ImageOps.exif_transpose(image)
-        pixels = pil_to_tensor(image, "L" if preprocess.in_chans == 1 else "RGB")
+        pixels = pil_to_tensor(image, mode_of(preprocess.in_chans))
     else:
         if image.dtype != torch.uint8 or image.ndim != 3 or image.shape[0] not in (1, 3):
             raise DataError(

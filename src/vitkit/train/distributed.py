@@ -137,11 +137,6 @@ def all_mean(tensor: Tensor) -> Tensor:
     return all_sum(tensor) / world_size() if is_distributed() else tensor
 
 
-def all_max(value: int) -> int:
-    """The largest ``value`` of any process (a stop request seen by one stops all)."""
-    return int(all_max_many([float(value)])[0])
-
-
 def all_max_many(values: list[float]) -> list[float]:
     """The largest of each of ``values`` over processes, in one collective (a host read)."""
     if not is_distributed():

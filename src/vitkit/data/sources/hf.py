@@ -407,7 +407,7 @@ class RowSource:
         self._cells = cells
         self._table = table.select_columns([image_column])
         # One row's cell straight from the Arrow column costs 3 us, through datasets' row
-        # formatting 12-15 (benchmarks/RESULTS.md, issue 25): the column is read directly where
+        # formatting 12-15 (benchmarks/RESULTS.md): the column is read directly where
         # the table maps rows to itself (no select or shuffle's indices, which open_hf never
         # makes; a table that has them is read through datasets)
         direct = getattr(table, "_indices", None) is None

@@ -115,11 +115,6 @@ def present(task_dir: Path) -> list[str]:
     return [name for name in LISTS if (task_dir / f"{name}.txt").is_file()]
 
 
-def is_list_folder(path: str | os.PathLike) -> bool:
-    """Whether ``path`` is a prepared VTAB-1k task folder (it holds ``train800val200.txt``)."""
-    return (Path(path) / "train800val200.txt").is_file()
-
-
 class ListSource(FolderSource):
     """The images one list file names, in its order: ``files`` relative to ``task_dir`` (a
     folder's source whose listing is the list), each of at most ``max_bytes``, and with

@@ -12,9 +12,10 @@ from typing import Any
 import numpy as np
 from torch import Tensor
 
-from ...errors import ConfigError, DataError
+from ...errors import DataError
 from ..codec import MAX_IMAGE_PIXELS
 from ..decoded import MAX_BAD_FRACTION
+from ..transforms import channels_of, check_mode
 from .cells import CellReader
 
 
@@ -63,13 +64,12 @@ class ParquetStream:
     ) -> None:
         import pyarrow.parquet as pq
 
-        if mode not in ("RGB", "L"):
-            raise ConfigError(f"mode={mode!r} is not valid: expected 'RGB' or 'L'")
+        check_mode(mode)
         self.files = list(files)
         self.name = name
         self.classes = classes
         self.mode = mode
-        self.channels = 1 if mode == "L" else 3
+        self.channels = channels_of(mode)
         self.image_column = image_column
         self.label_column = label_column
         self.label_names = label_names

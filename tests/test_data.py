@@ -499,9 +499,8 @@ def test_per_sample_transforms_are_reproducible() -> None:
 def test_every_reader_refuses_a_channel_mode_in_the_same_words() -> None:
     """The image as an array, a container's read options and a parquet stream check the channel
     mode with one function, so they say the same; only a container may leave it undecided."""
-    from vitkit.data.sources.cells import CellReader
-
     from vitkit.data.decoded import ReadOptions
+    from vitkit.data.sources.cells import CellReader
     from vitkit.data.stream import ParquetStream
     from vitkit.data.transforms import channels_of, check_mode, mode_of, pil_to_array
 

@@ -27,8 +27,7 @@ LAYERS: list[set[str]] = [
     {"eval", "inspect"},
     {"train"},
     {"compose"},
-    {"transfer"},  # the paper's transfer protocol, and the runs of a sweep (transfer/sweep.py)
-    {"vtab"},  # VTAB-1k: its own data staging, its runs through transfer's
+    {"transfer"},  # the paper's two protocols (transfer, VTAB-1k) and the runs of a sweep
     {"vitkit"},  # the public API: create_model, load, save, ...
     {"cli"},
     {"__main__"},

@@ -33,7 +33,8 @@ from vitkit.cli import main
 from vitkit.errors import ConfigError
 from vitkit.recipes import get_recipe
 from vitkit.train.loop import train
-from vitkit.transfer import protocol, sweep
+from vitkit.transfer import finetuning, sweep
+from vitkit.transfer.finetuning import Options, datasets, plan, run_sets
 from vitkit.transfer.paper import (
     DEFAULT,
     paper_result,
@@ -41,7 +42,6 @@ from vitkit.transfer.paper import (
     scaled_steps,
     settings_for,
 )
-from vitkit.transfer.protocol import Options, datasets, plan, run_sets
 from vitkit.transfer.sweep import choose
 
 TRAIN, TEST = (12, 15, 25), (3, 3, 3)  # images per class of the pets stand-in
@@ -236,7 +236,7 @@ def test_a_protocol_killed_mid_run_resumes_to_the_same_table(
             os.kill(os.getpid(), signal.SIGTERM)
         return real_log(self, step)
 
-    monkeypatch.setattr(protocol, "train_run", counted)
+    monkeypatch.setattr(finetuning, "train_run", counted)
     monkeypatch.setattr(Cadence, "log", killed)
     kill = True
     with pytest.raises(SystemExit) as stopped:
@@ -464,7 +464,7 @@ def test_the_table_of_a_summary() -> None:
             },
         },
     }
-    lines = protocol.table(summary)
+    lines = finetuning.table(summary)
     assert lines[0].endswith("(recipe finetune-paper; the paper's model: ViT-B/16@in21k)")
     assert lines[4] == (
         "| imagenet | ImageNet | 20,000 | 1% (12,811) | 0.003: 80.00, **0.01: 81.23**, "

@@ -21,7 +21,7 @@ from vitkit.config import DataConfig
 from vitkit.data.sources.lists import LISTS
 from vitkit.errors import ConfigError, DataError
 from vitkit.model import VisionTransformer
-from vitkit.vtab import (
+from vitkit.transfer.vtab import (
     CANDIDATES,
     TASKS,
     Candidate,

@@ -1,4 +1,4 @@
-"""``vitkit transfer``: the paper's transfer protocol on a checkpoint (transfer/protocol.py)."""
+"""``vitkit transfer``: the paper's transfer protocol on a checkpoint (transfer/finetuning.py)."""
 
 from __future__ import annotations
 
@@ -42,8 +42,8 @@ def _transfer(args: argparse.Namespace) -> None:
     from ..compose import check_data_exists
     from ..config import RunConfig, parse_set
     from ..files import atomic_write
+    from ..transfer.finetuning import TABLE, Options, datasets, settings_line, table, transfer
     from ..transfer.paper import check_paper_model, parse_steps
-    from ..transfer.protocol import TABLE, Options, datasets, settings_line, table, transfer
     from .common import log_to_stdout
 
     # everything a user can get wrong, before torch is imported

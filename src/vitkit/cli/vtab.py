@@ -1,4 +1,4 @@
-"""``vitkit vtab``: VTAB-1k on a checkpoint, the paper's protocol (vitkit/vtab.py)."""
+"""``vitkit vtab``: VTAB-1k on a checkpoint, the paper's protocol (transfer/vtab.py)."""
 
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ def _vtab(args: argparse.Namespace) -> None:
 
     from ..config import RunConfig, parse_set
     from ..transfer.paper import MAX_STEPS
-    from ..vtab import Candidate, Protocol, check_flags, find_tasks, run_vtab, table
+    from ..transfer.vtab import Candidate, VtabSetup, check_flags, find_tasks, run_vtab, table
 
     lrs = _numbers(args.lrs, float, "lrs")
     steps = _numbers(args.steps, int, "steps", MAX_STEPS)
@@ -57,7 +57,7 @@ def _vtab(args: argparse.Namespace) -> None:
 
     pretrained, _, _ = read(args.checkpoint, num_heads=args.num_heads)
     given = Path(args.checkpoint)  # a file by its absolute path: resumed from anywhere alike
-    protocol = Protocol(
+    protocol = VtabSetup(
         checkpoint=str(given.resolve()) if given.exists() else args.checkpoint,
         pretrained=pretrained,
         candidates=candidates,

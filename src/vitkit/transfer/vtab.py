@@ -30,15 +30,15 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from .compose import Request, check_data_exists, compose
-from .config import DataConfig, ModelConfig, data_source, normalise_data
-from .data.decoded import DecodedImages
-from .data.run_data import RunData, build_data, split_names
-from .data.sources.lists import STAGES, present
-from .data.splits import subset
-from .errors import ConfigError, DataError
-from .transfer.paper import check_resolution
-from .transfer.sweep import (
+from ..compose import Request, check_data_exists, compose
+from ..config import DataConfig, ModelConfig, data_source, normalise_data
+from ..data.decoded import DecodedImages
+from ..data.run_data import RunData, build_data, split_names
+from ..data.sources.lists import STAGES, present
+from ..data.splits import subset
+from ..errors import ConfigError, DataError
+from .paper import check_resolution
+from .sweep import (
     NULL,
     Entries,
     Record,
@@ -388,7 +388,7 @@ def data_format(data: TaskData, images: Any, sample: int = 20) -> dict[str, Any]
     """What a score's data was: the spec, how it is stored, and the encodings of the first
     ``sample`` training images (PIL's names: PNG, JPEG), since the same images re-encoded (as
     PNG, say) score differently."""
-    from .data.codec import DECODE_ERRORS, open_image
+    from ..data.codec import DECODE_ERRORS, open_image
 
     kind = data_source(data.spec).kind
     out: dict[str, Any] = {
@@ -431,7 +431,7 @@ DECIDED = {
 def check_flags(
     candidates: Sequence[Candidate], resolution: int | None, sets: Sequence[str]
 ) -> None:
-    """What ``Protocol`` takes from vitkit vtab's flags, a ``ConfigError`` where the protocol
+    """What ``VtabSetup`` takes from vitkit vtab's flags, a ``ConfigError`` where the protocol
     cannot run it: a ``--set`` of what it decides, rates that would share a run, a resolution
     past its bound."""
     check_sets(sets, DECIDED)
@@ -440,7 +440,7 @@ def check_flags(
 
 
 @dataclass(frozen=True)
-class Protocol:
+class VtabSetup:
     """What every run of a VTAB-1k evaluation shares: the pre-trained checkpoint (and its
     config), the candidates, the resolution (None: the checkpoint's), the ``--set`` items every
     run takes, and whether the setting is chosen per task (``check_flags``)."""
@@ -491,7 +491,7 @@ SETTINGS_SHAPE: Shape = {
 
 
 def _run(
-    protocol: Protocol,
+    protocol: VtabSetup,
     data: TaskData,
     stage: Literal["sweep", "final"],
     setting: Candidate,
@@ -557,7 +557,7 @@ def _run(
     return done.data
 
 
-def _check_settings(out: Path, protocol: Protocol) -> None:
+def _check_settings(out: Path, protocol: VtabSetup) -> None:
     """``out`` holds the runs of this protocol or none: runs of other settings are not mixed."""
     record = Record(
         out / "vtab-settings.json", SETTINGS_SHAPE, "delete it to record this command's settings"
@@ -571,7 +571,7 @@ def _check_settings(out: Path, protocol: Protocol) -> None:
 
 @stops_between_runs
 def run_vtab(
-    protocol: Protocol,
+    protocol: VtabSetup,
     tasks: Sequence[TaskData],
     out: str | Path,
     *,

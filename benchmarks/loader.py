@@ -125,7 +125,7 @@ def write_formats(folder: Path, scratch: Path) -> tuple[Path, Path]:
 
 def dataset_of(source: str, folder: Path, formats: tuple[Path, Path] | None) -> Any:
     """The training images of ``source`` (not timm), built and verified as a run builds them."""
-    from vitkit.config.run import DataConfig
+    from vitkit.config import DataConfig
     from vitkit.data.sources.hf import open_hf
     from vitkit.data.sources.shards import WebDatasetShards
 

@@ -11,6 +11,18 @@ never imports torch, so the command line checks a setting before paying for that
 from __future__ import annotations
 
 from ..errors import ConfigError
+from .data import (
+    DATA_SPECS,
+    DataConfig,
+    DataSource,
+    Validation,
+    data_name,
+    data_names,
+    data_source,
+    hf_is_local,
+    normalise_data,
+    recorded_data,
+)
 from .keys import from_dict, parse_set, replace, to_dict
 from .model import (
     FINETUNE_KEYS,
@@ -25,27 +37,17 @@ from .model import (
     image_size_of,
     size_hw,
 )
-from .run import (
-    DATA_SPECS,
-    DataConfig,
-    DataSource,
+from .run import RunConfig
+from .train import (
     Device,
     Objective,
     OptimConfig,
     Optimizer,
     Parallel,
     Precision,
-    RunConfig,
     Schedule,
     TrainConfig,
-    Validation,
-    data_name,
-    data_names,
-    data_source,
-    hf_is_local,
-    normalise_data,
     parse_duration,
-    recorded_data,
 )
 
 __all__ = [

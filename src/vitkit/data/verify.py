@@ -37,7 +37,7 @@ from typing import Any, NamedTuple, get_args
 import PIL
 from PIL import ImageMode
 
-from ..config.run import Verify
+from ..config.data import Verify
 from ..files import atomic_write, exclusive, home
 from ..runtime.cores import usable_cores
 from .codec import DECODE_ERRORS, MAX_IMAGE_PIXELS, open_image, rgb_array

@@ -19,7 +19,7 @@ import torch
 from torch import Tensor, nn
 
 from ..config import FINETUNE_KEYS, RunConfig
-from ..config.run import EmaWarmup
+from ..config.train import EmaWarmup
 from ..model import ResNetClassifier, VisionTransformer, build_model
 from . import distributed, precision
 from .mixing import Mixing

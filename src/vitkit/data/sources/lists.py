@@ -25,7 +25,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ...config.run import ImagePaths
+from ...config.data import ImagePaths
 from ...errors import DataError, MissingFileError
 from ...files import TooLargeError, read_regular
 from ..decoded import DecodedImages, Reading, ReadOptions

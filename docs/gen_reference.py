@@ -17,7 +17,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from vitkit.config import RunConfig
-from vitkit.config.keys import default_of, explain, fields_of, hints, nested_class, spec_of
+from vitkit.config.dicts import nested_class
+from vitkit.config.keys import default_of, explain, fields_of, hints, spec_of
 
 
 def _cell(text: str) -> str:

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from vitkit.config import ConfigError, DataConfig, RunConfig, parse_set, recorded_data
-from vitkit.config.keys import upgrade
+from vitkit.config.dicts import upgrade
 
 DATA = Path(__file__).parent / "data"
 FIXTURES = ["folder_v1", "folder_v1_no_val", "resume_v1"]
@@ -72,7 +72,8 @@ def test_val_or_test_is_an_earlier_runs_value_only(tmp_path: Path) -> None:
     ``--set``."""
     from vitkit.compat import VAL_OR_TEST
     from vitkit.compose import Request, as_recorded, compose
-    from vitkit.config.keys import describe, field_hint
+    from vitkit.config.keys import describe
+    from vitkit.config.overrides import field_hint
 
     run = RunConfig.from_dict(_config("folder_v1"))
     assert run.data.validation == VAL_OR_TEST == "val_or_test"

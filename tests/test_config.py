@@ -19,15 +19,8 @@ from vitkit.config import (
     parse_set,
     replace,
 )
-from vitkit.config.keys import (
-    Section,
-    check_new,
-    describe,
-    fields_of,
-    hints,
-    spec_of,
-    type_name,
-)
+from vitkit.config.dicts import check_new
+from vitkit.config.keys import Section, describe, fields_of, hints, spec_of, type_name
 from vitkit.presets import get_config
 from vitkit.recipes import get_recipe
 

@@ -37,8 +37,9 @@ from .config import (
     replace,
     to_dict,
 )
-from .config.keys import check_new, split_set
+from .config.dicts import check_new
 from .config.model import FINETUNE_KEYS, REGULARISATION
+from .config.overrides import split_set
 from .errors import ConfigError, MissingFileError
 from .presets import get_config, resolve_name
 from .recipes import Recipe, find_recipe

@@ -38,7 +38,8 @@ def _config(args: argparse.Namespace) -> None:
         on_this_machine,
     )
     from ..config import ConfigError, RunConfig
-    from ..config.keys import explain, field_hint
+    from ..config.keys import explain
+    from ..config.overrides import field_hint
 
     request = Request(
         recipe=args.recipe,

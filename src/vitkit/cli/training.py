@@ -46,7 +46,7 @@ def _compose(args: argparse.Namespace) -> tuple[Request, Composed]:
     checkpoint (fine-tuning) is read."""
     from ..compose import Request, check_data_exists, check_run_data_exists, compose
     from ..config import RunConfig, normalise_data, parse_set, recorded_data
-    from ..config.keys import split_set
+    from ..config.overrides import split_set
 
     request = Request(
         recipe=args.recipe,

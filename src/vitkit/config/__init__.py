@@ -23,7 +23,8 @@ from .data import (
     normalise_data,
     recorded_data,
 )
-from .keys import from_dict, parse_set, replace, to_dict
+from .dicts import from_dict
+from .keys import to_dict
 from .model import (
     FINETUNE_KEYS,
     REGULARISATION,
@@ -37,6 +38,7 @@ from .model import (
     image_size_of,
     size_hw,
 )
+from .overrides import parse_set, replace
 from .run import RunConfig
 from .train import (
     Device,

@@ -15,7 +15,8 @@ from typing import Annotated, Any, ClassVar, Literal
 from ..compat import VAL_OR_TEST, fold_data_dir
 from ..errors import ConfigError
 from .augment import AUTO_AUGMENTS, MAX_MAGNITUDE, MAX_OPS, why_not_auto_augment, why_not_new
-from .keys import Kind, Section, key, upgrade
+from .dicts import upgrade
+from .keys import Kind, Section, key
 from .model import require
 
 Validation = Literal["auto", "holdout", "val", "test"]

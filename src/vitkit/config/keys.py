@@ -2,7 +2,7 @@
 frozen, keyword-only ``Section`` dataclass) gives its type, bounds, default and documentation,
 and everything else is derived from it: ``check`` validates a value (every ``Section`` runs it in
 ``__post_init__``, so recipes and the Python API are checked like the command line), ``parse``
-reads the text of ``--set key=value`` by the field's type (true/false/yes/no/on/off/1/0, ``none``,
+(overrides.py) reads the text of ``--set key=value`` by the field's type (true/false/yes/no/on/off/1/0, ``none``,
 ``(5, 10)`` or ``5,10``, the closest spelling of a Literal's value), ``describe`` writes what is
 allowed for errors and ``vitkit config``, ``default_of`` gives a declared default to code that
 takes the value outside a config. Checks between fields stay in each class's ``__post_init__``.
@@ -26,7 +26,11 @@ from typing import Annotated, Any, ClassVar, Literal
 from ..errors import ConfigError
 
 NONE_WORDS = ("none", "null")
+
+
 TRUE_WORDS = ("true", "yes", "on", "1")
+
+
 FALSE_WORDS = ("false", "no", "off", "0")
 
 
@@ -160,78 +164,75 @@ def fields_of(cls: type) -> list[dataclasses.Field]:
     return list(dataclasses.fields(cls))
 
 
-# ------------------------------------------------------------------------ checking a value
-
-
-def _members(hint: Any) -> tuple[Any, ...]:
+def union_members(hint: Any) -> tuple[Any, ...]:
     """The members of a union (``X | Y``, ``Optional[X]``), or the hint alone."""
     if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
         return typing.get_args(hint)
     return (hint,)
 
 
-def _split_annotated(hint: Any) -> tuple[Any, list[Any]]:
+def split_annotated(hint: Any) -> tuple[Any, list[Any]]:
     if typing.get_origin(hint) is Annotated:
         base, *extras = typing.get_args(hint)
         return base, extras
     return hint, []
 
 
-class _WrongTypeError(Exception):
+class WrongTypeError(Exception):
     """A value does not fit one member of a union (the caller tries the next)."""
 
 
-def _check_one(hint: Any, value: Any, spec: Key | None) -> Any:
-    base, extras = _split_annotated(hint)
+def check_one(hint: Any, value: Any, spec: Key | None) -> Any:
+    base, extras = split_annotated(hint)
     if base is type(None):
         if value is not None:
-            raise _WrongTypeError
+            raise WrongTypeError
         return None
     origin = typing.get_origin(base)
     if origin is Literal:
         if not isinstance(value, str | int) or isinstance(value, bool):
-            raise _WrongTypeError
+            raise WrongTypeError
         if value not in typing.get_args(base):
-            raise _WrongTypeError
+            raise WrongTypeError
         return value
     if origin is tuple:
         if not isinstance(value, tuple | list):
-            raise _WrongTypeError
+            raise WrongTypeError
         args = typing.get_args(base)
         if len(args) == 2 and args[1] is Ellipsis:
-            items = [_check_one(args[0], v, spec) for v in value]
+            items = [check_one(args[0], v, spec) for v in value]
         else:
             if len(value) != len(args):
-                raise _WrongTypeError
-            items = [_check_one(a, v, spec) for a, v in zip(args, value, strict=True)]
+                raise WrongTypeError
+            items = [check_one(a, v, spec) for a, v in zip(args, value, strict=True)]
         return tuple(items)
     if base is bool:
         if not isinstance(value, bool):
-            raise _WrongTypeError
+            raise WrongTypeError
         return value
     if base is int:
         if not isinstance(value, int) or isinstance(value, bool):
-            raise _WrongTypeError
+            raise WrongTypeError
     elif base is float:
         if not isinstance(value, int | float) or isinstance(value, bool):
-            raise _WrongTypeError
+            raise WrongTypeError
         if not math.isfinite(value):
-            raise _WrongTypeError
+            raise WrongTypeError
     elif base is str:
         if not isinstance(value, str):
-            raise _WrongTypeError
+            raise WrongTypeError
         for kind in extras:
             if isinstance(kind, Kind) and kind.why_not(value) is not None:
-                raise _WrongTypeError
+                raise WrongTypeError
         return value
     elif dataclasses.is_dataclass(base):
         if not isinstance(value, base):  # type: ignore[arg-type]  # base is a class here
-            raise _WrongTypeError
+            raise WrongTypeError
         return value
     else:
         raise TypeError(f"config fields of type {base!r} are not supported")
     if spec is not None and not spec.admits(value):
-        raise _WrongTypeError
+        raise WrongTypeError
     return value
 
 
@@ -240,12 +241,12 @@ def check(hint: Any, value: Any, *, name: str, spec: Key | None) -> Any:
     ``ConfigError`` naming the key, the value and what is allowed."""
     if spec is not None and value in spec.earlier:
         return value
-    for member in _members(hint):
+    for member in union_members(hint):
         try:
-            return _check_one(member, value, spec)
-        except _WrongTypeError:
+            return check_one(member, value, spec)
+        except WrongTypeError:
             continue
-    raise ConfigError(f"{name}={shown(repr(value))} is not valid: {_wanted(hint, spec, value)}")
+    raise ConfigError(f"{name}={shown(repr(value))} is not valid: {wanted(hint, spec, value)}")
 
 
 def shown(text: str, most: int = 200) -> str:
@@ -256,22 +257,19 @@ def shown(text: str, most: int = 200) -> str:
     return f"{text[:100]}... ({len(text):,} characters)"
 
 
-def _wanted(hint: Any, spec: Key | None, value: Any) -> str:
+def wanted(hint: Any, spec: Key | None, value: Any) -> str:
     """What a field wanted: a string kind's own reason when it has one, else what it admits."""
-    for member in _members(hint):
-        _, extras = _split_annotated(member)
+    for member in union_members(hint):
+        _, extras = split_annotated(member)
         for kind in extras:
             if isinstance(kind, Kind) and isinstance(value, str) and kind.why_not(value):
                 return str(kind.why_not(value))
     return f"expected {describe(hint, spec)}"
 
 
-# ------------------------------------------------------------------ describing the allowed values
-
-
 def describe(hint: Any, spec: Key | None = None) -> str:
     """What a field admits, in words: 'an integer >= 1', "'adam', 'sgd' or 'muon'", ..."""
-    parts = [_describe_one(m, spec) for m in _members(hint)]
+    parts = [_describe_one(m, spec) for m in union_members(hint)]
     none = "none" in parts
     parts = [p for p in parts if p != "none"]
     text = " or ".join(parts)
@@ -279,7 +277,7 @@ def describe(hint: Any, spec: Key | None = None) -> str:
 
 
 def _describe_one(hint: Any, spec: Key | None) -> str:
-    base, extras = _split_annotated(hint)
+    base, extras = split_annotated(hint)
     bounds = spec.bounds() if spec else ""
     if base is type(None):
         return "none"
@@ -289,7 +287,7 @@ def _describe_one(hint: Any, spec: Key | None) -> str:
     if typing.get_origin(base) is tuple:
         args = typing.get_args(base)
         if len(args) == 2 and args[1] is Ellipsis:
-            kinds = [e for e in _split_annotated(args[0])[1] if isinstance(e, Kind)]
+            kinds = [e for e in split_annotated(args[0])[1] if isinstance(e, Kind)]
             if kinds:
                 return f"a tuple of {kinds[0].name} specs, comma-separated ({kinds[0].expected})"
             return f"a tuple of {_plural(args[0])}{bounds}, e.g. (5, 10), or () for none"
@@ -316,7 +314,7 @@ def _plural(hint: Any) -> str:
 
 
 def _type_name(hint: Any) -> str:
-    base, extras = _split_annotated(hint)
+    base, extras = split_annotated(hint)
     for kind in extras:
         if isinstance(kind, Kind):
             return kind.name
@@ -334,7 +332,7 @@ def _type_name(hint: Any) -> str:
 
 def type_name(hint: Any) -> str:
     """The type of a field as ``vitkit config`` shows it: 'int', 'float | None', 'duration'."""
-    return " | ".join(_type_name(m) for m in _members(hint))
+    return " | ".join(_type_name(m) for m in union_members(hint))
 
 
 def explain(hint: Any, spec: Key | None) -> str:
@@ -343,89 +341,9 @@ def explain(hint: Any, spec: Key | None) -> str:
     allowed = describe(hint, spec)
     said = any(
         typing.get_origin(base) is Literal or any(isinstance(e, Kind) for e in extras)
-        for base, extras in map(_split_annotated, _members(hint))
+        for base, extras in map(split_annotated, union_members(hint))
     )
     return allowed if said else f"{type_name(hint)}: {allowed}"
-
-
-# ---------------------------------------------------------------------- reading --set text
-
-
-def parse(hint: Any, text: str, *, name: str, spec: Key | None) -> Any:
-    """The value of ``--set name=text`` for a field typed ``hint``, checked; a ``ConfigError``
-    naming the key, the text and what is allowed when it is not one."""
-    members = _members(hint)
-    if text.strip().lower() in NONE_WORDS and type(None) in members:
-        return None  # before a str member could take the word
-    for member in members:
-        try:
-            return _check_one(member, _parse_one(member, text.strip()), spec)
-        except _WrongTypeError:
-            continue
-    why = _wanted(hint, spec, _unquote(text.strip()))
-    raise ConfigError(f"{name}={shown(text)} is not valid: {why}")
-
-
-def _unquote(text: str) -> str:
-    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
-        return text[1:-1]
-    return text
-
-
-def _parse_one(hint: Any, text: str) -> Any:
-    base, _ = _split_annotated(hint)
-    lower = text.lower()
-    if base is type(None):
-        if lower in NONE_WORDS:
-            return None
-        raise _WrongTypeError
-    if typing.get_origin(base) is Literal:
-        allowed = typing.get_args(base)
-        word = _unquote(text)
-        if word in allowed:
-            return word
-        matches = [v for v in allowed if isinstance(v, str) and v.lower() == word.lower()]
-        if len(matches) == 1:
-            return matches[0]
-        raise _WrongTypeError
-    if typing.get_origin(base) is tuple:
-        inner = text[1:-1] if len(text) >= 2 and text[0] + text[-1] in ("()", "[]") else text
-        args = typing.get_args(base)
-        numbers = all(_split_annotated(a)[0] in (int, float) for a in args if a is not Ellipsis)
-        # '24x48': a (height, width) pair; an 'x' in a string (a path) is no separator
-        sep = "x" if numbers and "," not in inner and "x" in lower else ","
-        spelled = inner.lower() if sep == "x" else inner
-        pieces = [p.strip() for p in spelled.split(sep)] if inner.strip() else []
-        if pieces and pieces[-1] == "":  # "(5,)"
-            pieces.pop()
-        if not pieces and lower not in ("()", "[]", ""):
-            raise _WrongTypeError
-        item_types = [args[0]] * len(pieces) if args[-1] is Ellipsis else list(args)
-        if len(item_types) != len(pieces):
-            raise _WrongTypeError
-        return tuple(_parse_one(t, p) for t, p in zip(item_types, pieces, strict=True))
-    if base is bool:
-        if lower in TRUE_WORDS:
-            return True
-        if lower in FALSE_WORDS:
-            return False
-        raise _WrongTypeError
-    if base is int:
-        try:
-            return int(text.replace("_", ""))
-        except ValueError:
-            raise _WrongTypeError from None
-    if base is float:
-        try:
-            return float(text.replace("_", ""))
-        except ValueError:
-            raise _WrongTypeError from None
-    if base is str:
-        return _unquote(text)
-    raise _WrongTypeError  # a section: set its keys one by one
-
-
-# ------------------------------------------------------------------------- dicts and overrides
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:
@@ -445,170 +363,3 @@ def closest(name: str, options: list[str]) -> str:
     """' (did you mean 'x'?)' for the closest of ``options``, or ''."""
     match = difflib.get_close_matches(name, options, n=1, cutoff=0.5)
     return f" (did you mean {match[0]!r}?)" if match else ""
-
-
-def nested_class(hint: Any) -> type | None:
-    """The config class of a section field (also inside ``X | None``), if it holds one."""
-    for member in _members(hint):
-        base, _ = _split_annotated(member)
-        if dataclasses.is_dataclass(base):
-            return base  # type: ignore[return-value]  # is_dataclass narrows to the instance type too
-    return None
-
-
-def upgrade(cls: type, data: Mapping[str, Any]) -> dict[str, Any]:
-    """``data`` with the keys a section renamed folded into their current names."""
-    renamed: Mapping[str, Callable[[dict[str, Any], Any], None]] = getattr(cls, "RENAMED", {})
-    out = dict(data)
-    for old, fold in renamed.items():
-        if old in out:
-            fold(out, out.pop(old))
-    return out
-
-
-def from_dict(cls: type[Any], data: Mapping[str, Any], *, where: str = "") -> Any:
-    """Build a config dataclass from a dict (JSON), strictly: unknown keys are errors with the
-    closest valid name; the renamed keys of earlier files are folded in first (``upgrade``)."""
-    if not isinstance(data, Mapping):
-        raise ConfigError(
-            f"{where or cls.__name__}: expected a mapping, found {type(data).__name__}"
-        )
-    data = upgrade(cls, data)
-    names = [f.name for f in fields_of(cls)]
-    kwargs: dict[str, Any] = {}
-    for name, value in data.items():
-        if name not in names:
-            raise ConfigError(
-                f"unknown config key {where + name!r}{closest(name, names)}; valid keys: "
-                f"{', '.join(names)}"
-            )
-        nested = nested_class(hints(cls)[name])
-        if nested is not None and isinstance(value, Mapping):
-            value = from_dict(nested, value, where=f"{where}{name}.")
-        kwargs[name] = value
-    missing = [
-        f.name
-        for f in fields_of(cls)
-        if f.name not in kwargs
-        and f.default is dataclasses.MISSING
-        and f.default_factory is dataclasses.MISSING
-    ]
-    if missing:
-        raise ConfigError(f"{where or cls.__name__}: missing required keys {missing}")
-    return cls(**kwargs)
-
-
-def recorded_as(cls: type, recorded: Mapping[str, Any] | None) -> Any | None:
-    """``recorded`` (a run directory's config.json, as read) as a config ``cls``; None without
-    one, or where it cannot be read as one (what reads the run directory says why)."""
-    if recorded is None:
-        return None
-    try:
-        return from_dict(cls, recorded)
-    except (ValueError, TypeError):  # ConfigError is a ValueError
-        return None
-
-
-def check_new(cfg: Any, recorded: Mapping[str, Any] | None) -> None:
-    """The bounds a new run keeps (``Key.new_le``, ``Kind.why_not_new``): a ``ConfigError``
-    naming the first key of ``cfg`` beyond one, unless ``recorded`` (its run directory's
-    config.json, as read) holds the same value, so that a run started before the bound existed
-    continues as it began."""
-    old = recorded_as(type(cfg), recorded)
-    for dotted, value, hint, spec in _leaves(cfg):
-        if old is not None and _value_at(old, dotted) == value:
-            continue
-        why = _why_not_new(hint, spec, value)
-        if why is not None:
-            raise ConfigError(f"{dotted}={shown(repr(value))} is not valid: {why}")
-
-
-def _leaves(cfg: Any, prefix: str = "") -> list[tuple[str, Any, Any, Key | None]]:
-    """(dotted key, value, annotation, ``Key``) of every value of ``cfg``, sections opened."""
-    out = []
-    for f in fields_of(type(cfg)):
-        value = getattr(cfg, f.name)
-        if dataclasses.is_dataclass(value):
-            out += _leaves(value, f"{prefix}{f.name}.")
-        else:
-            out.append((f"{prefix}{f.name}", value, hints(type(cfg))[f.name], spec_of(f)))
-    return out
-
-
-def _value_at(cfg: Any, dotted: str) -> Any:
-    for name in dotted.split("."):
-        cfg = getattr(cfg, name, None)
-    return cfg
-
-
-def _why_not_new(hint: Any, spec: Key | None, value: Any) -> str | None:
-    """What a new run may not hold of ``value``, a valid value of a field typed ``hint``."""
-    number = isinstance(value, int | float) and not isinstance(value, bool)
-    if number and spec is not None and spec.new_le is not None and value > spec.new_le:
-        return f"expected {describe(hint, spec)}"
-    for member in _members(hint) if isinstance(value, str) else ():
-        for kind in _split_annotated(member)[1]:
-            if isinstance(kind, Kind) and kind.why_not_new is not None:
-                return kind.why_not_new(value)
-    return None
-
-
-def field_hint(cls: type, dotted: str) -> tuple[Any, Key | None]:
-    """The annotation and ``Key`` of a dotted key (``resnet.width_factor``) of config ``cls``; a
-    ``ConfigError`` with the closest valid name for an unknown key."""
-    parts = dotted.split(".")
-    node: type | None = cls
-    for i, part in enumerate(parts):
-        assert node is not None
-        by_name = {f.name: f for f in fields_of(node)}
-        if part not in by_name:
-            prefix = ".".join(parts[:i])
-            where = f" under {prefix!r}" if prefix else ""
-            raise ConfigError(
-                f"unknown config key {dotted!r}{where}{closest(part, list(by_name))}; "
-                f"`vitkit config` lists them all"
-            )
-        hint = hints(node)[part]
-        if i == len(parts) - 1:
-            return hint, spec_of(by_name[part])
-        node = nested_class(hint)
-        if node is None:
-            raise ConfigError(f"{'.'.join(parts[: i + 1])} is a value, not a section: {dotted!r}")
-    raise AssertionError("unreachable")
-
-
-def replace(cfg: Any, overrides: Mapping[str, Any]) -> Any:
-    """A copy of ``cfg`` with dotted-key overrides applied (``{"resnet.width_factor": 2}``).
-
-    Values are Python values, checked by the field's type (text from ``--set`` goes through
-    :func:`parse_set` first); unknown keys raise ``ConfigError`` with the closest valid name."""
-    data = to_dict(cfg)
-    for dotted, value in overrides.items():
-        field_hint(type(cfg), dotted)  # the unknown-key error, with a suggestion
-        node = data
-        parts = dotted.split(".")
-        for i, part in enumerate(parts[:-1]):
-            if node.get(part) is None:
-                raise ConfigError(f"cannot set {dotted!r}: {'.'.join(parts[: i + 1])} is None")
-            node = node[part]
-        node[parts[-1]] = to_dict(value) if dataclasses.is_dataclass(value) else value
-    return from_dict(type(cfg), data)
-
-
-def split_set(item: str) -> tuple[str, str]:
-    """``'key=value'`` -> (key, value text)."""
-    name, sep, text = item.partition("=")
-    if not sep or not name.strip():
-        raise ConfigError(f"--set expects key=value, found {item!r}")
-    return name.strip(), text
-
-
-def parse_set(cls: type, items: list[str]) -> dict[str, Any]:
-    """``--set key=value`` items of config class ``cls`` -> {dotted key: typed value}, each value
-    read by its field's type; an unknown key or a value of the wrong type is a ``ConfigError``."""
-    out: dict[str, Any] = {}
-    for item in items:
-        name, text = split_set(item)
-        hint, spec = field_hint(cls, name)
-        out[name] = parse(hint, text, name=name, spec=spec)
-    return out

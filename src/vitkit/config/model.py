@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 from ..errors import ConfigError
-from .keys import Key, Section, check, from_dict, key
+from .dicts import from_dict
+from .keys import Key, Section, check, key
 
 Classifier = Literal["token", "gap", "map"]
 Posemb = Literal["learn", "sincos2d", "none"]

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from .data import DataConfig
-from .keys import Section, from_dict, key
+from .dicts import from_dict
+from .keys import Section, key
 from .model import ModelConfig, require
 from .train import OptimConfig, TrainConfig
 

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from ..config import RunConfig
-from ..config.keys import check_new, recorded_as
+from ..config.dicts import check_new, recorded_as
 from ..data import Batches
 from ..data.loader import BatchOptions
 from ..data.run_data import RESUMED, Images, RunData, another_order, batches_of, build_data

@@ -23,7 +23,7 @@ from typing import Any
 
 from ..compose import Request, compose
 from ..config import DataConfig, data_names, normalise_data, recorded_data
-from ..config.keys import split_set
+from ..config.overrides import split_set
 from ..errors import ConfigError, DataError, UserFileError
 from .paper import (
     DEFAULT,

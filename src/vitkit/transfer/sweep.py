@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeAlias, TypeVar
 
 from ..compose import Composed, DataBuilder, read_data
 from ..config import RunConfig
-from ..config.keys import split_set
+from ..config.overrides import split_set
 from ..errors import ConfigError, DataError, UserFileError
 from ..files import atomic_write
 

@@ -432,7 +432,6 @@ def test_a_run_recorded_beyond_the_toolbox_bounds_resumes_as_it_began(
     import json
 
     import vitkit.compose
-    import vitkit.train.inputs
     from helpers import stopped_copy
     from vitkit.cli import main
 
@@ -441,7 +440,6 @@ def test_a_run_recorded_beyond_the_toolbox_bounds_resumes_as_it_began(
     argv += ["--set", "train.save_every=2st", *(a for s in sets for a in ("--set", s))]
     with monkeypatch.context() as before:  # the vitkit that wrote it had no bounds
         before.setattr(vitkit.compose, "check_new", lambda *args: None)
-        before.setattr(vitkit.train.inputs, "check_new", lambda *args: None)
         full = tmp_path / "full"
         assert main([*argv, "--run-dir", str(full)]) == 0
     assert json.loads((full / "config.json").read_text())["data"]["aug_repeats"] == 100

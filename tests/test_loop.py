@@ -372,6 +372,25 @@ def _records(run_dir: Path) -> list[dict]:
     return [{k: v for k, v in json.loads(x).items() if k not in TIMING_KEYS} for x in lines]
 
 
+def test_a_run_beyond_a_new_runs_bounds_is_refused_before_its_data_is_read(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """``train`` without the command line (the Python API) keeps the bounds too, before it reads
+    the data; a run directory that records the value keeps it."""
+    import vitkit.data.run_data
+
+    def no_data(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the data was read")
+
+    monkeypatch.setattr(vitkit.data.run_data, "build_data", no_data)
+    run = replace(get_recipe("smoke"), {"data.random_erase_count": 17, "train.device": "cpu"})
+    with pytest.raises(ConfigError, match=r"random_erase_count=17 is not valid: .* in \[1, 16\]"):
+        train(run, tmp_path, progress=False)
+    (tmp_path / "config.json").write_text(json.dumps(run.to_dict()))
+    with pytest.raises(AssertionError, match="the data was read"):
+        train(run, tmp_path, progress=False)
+
+
 def test_precision_is_resolved_recorded_and_kept_on_resume(tmp_path: Path) -> None:
     run = replace(get_recipe("smoke"), {"train.device": "cpu", "data.num_workers": 0})
     assert run.train.precision == "auto"

@@ -425,7 +425,7 @@ def test_real_is_measured_in_the_runs_precision(
         return evaluate(*args, **kwargs)
 
     monkeypatch.setattr(metrics, "evaluate", noting)
-    real = sweep.measure_real(run, tmp_path, images, np.arange(4))
+    real = sweep.measure_real(run, tmp_path, images, np.arange(4), torch.device("cpu"))
     assert seen == [autocast] and real["counted"] + real["left_out"] == 4
 
 

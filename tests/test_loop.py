@@ -372,6 +372,33 @@ def _records(run_dir: Path) -> list[dict]:
     return [{k: v for k, v in json.loads(x).items() if k not in TIMING_KEYS} for x in lines]
 
 
+def test_train_prepares_its_run_once(tmp_path: Path, monkeypatch) -> None:
+    """``train(run, run_dir)`` prepares the run (``prepare``: its device, its run directory's
+    record, its data) and trains it (``train_prepared``), taking nothing the caller read: a
+    resumed run reads its config.json once, resolves its device once and reads its data once."""
+    import inspect
+
+    from helpers import count_preparation, stopped_copy
+
+    assert list(inspect.signature(train).parameters) == [
+        "run",
+        "run_dir",
+        "progress",
+        "resume_from",
+    ]
+    run = replace(
+        get_recipe("smoke"),
+        {"train.device": "cpu", "data.num_workers": 0, "train.duration": "4st"},
+    )
+    run = replace(run, {"train.save_every": "2st", "train.eval_every": "4st"})
+    train(run, tmp_path / "full", progress=False)
+    resumed = stopped_copy(tmp_path / "full", tmp_path / "resumed", step=2)
+    seen = count_preparation(monkeypatch)
+    train(run, resumed, progress=False)
+    assert (seen[resumed / "config.json"], seen["device"], seen["data"]) == (1, 1, 1)
+    assert _records(resumed) == _records(tmp_path / "full")  # and it resumed exactly
+
+
 def test_a_run_beyond_a_new_runs_bounds_is_refused_before_its_data_is_read(
     tmp_path: Path, monkeypatch
 ) -> None:

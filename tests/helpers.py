@@ -10,6 +10,7 @@ import shutil
 import signal
 import tarfile
 import zlib
+from collections import Counter
 from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
@@ -214,3 +215,32 @@ def padded_image(path: Path, size: int) -> Path:
     with open(path, "r+b") as f:
         f.truncate(size)
     return path
+
+
+def count_preparation(monkeypatch: Any) -> Counter[Any]:
+    """From now on, count what preparing a run reads and decides: each file read as text (by its
+    path: a run directory's config.json), ``"device"`` for each device chosen (every resolution
+    of one chooses, ``runtime.machine.choose_device``) and ``"data"`` for each time a run's data
+    is read (``data.run_data.build_data``)."""
+    import vitkit.data.run_data
+    import vitkit.runtime.machine
+
+    seen: Counter[Any] = Counter()
+    read_text = Path.read_text
+
+    def counted_read(self: Path, *args: Any, **kwargs: Any) -> str:
+        seen[self] += 1
+        return read_text(self, *args, **kwargs)
+
+    def counting(key: str, original: Callable[..., Any]) -> Callable[..., Any]:
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            seen[key] += 1
+            return original(*args, **kwargs)
+
+        return counted
+
+    monkeypatch.setattr(Path, "read_text", counted_read)
+    machine, run_data = vitkit.runtime.machine, vitkit.data.run_data
+    monkeypatch.setattr(machine, "choose_device", counting("device", machine.choose_device))
+    monkeypatch.setattr(run_data, "build_data", counting("data", run_data.build_data))
+    return seen

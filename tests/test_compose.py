@@ -312,6 +312,65 @@ def test_what_the_machine_decides_has_its_origin_and_the_run_records_it(
     assert reads.count(run_dir / "config.json") == 1
 
 
+def test_a_command_prepares_its_run_once(tmp_path: Path, monkeypatch, capsys) -> None:
+    """``vitkit train`` prepares its run once (``compose.prepare``) and trains what it prepared
+    (``train_prepared``): a new run and a resumed one each resolve the device once and read the
+    data once, and the resumed one reads its config.json once."""
+    from helpers import count_preparation, stopped_copy
+    from vitkit.cli import main
+
+    argv = ["train", "--recipe", "smoke", "--set", "train.device=cpu", "--no-progress"]
+    argv += ["--set", "train.save_every=4st"]
+    full, resumed = tmp_path / "full", tmp_path / "resumed"
+    seen = count_preparation(monkeypatch)
+    assert main([*argv, "--run-dir", str(full)]) == 0
+    assert (seen[full / "config.json"], seen["device"], seen["data"]) == (0, 1, 1)
+    stopped_copy(full, resumed, step=4)
+    seen.clear()
+    assert main([*argv, "--run-dir", str(resumed)]) == 0
+    assert (seen[resumed / "config.json"], seen["device"], seen["data"]) == (1, 1, 1)
+    assert "resuming from step 4 of 8" in capsys.readouterr().out
+
+
+def test_a_resumed_run_is_prepared_with_the_images_and_the_holdout_it_saw(tmp_path: Path) -> None:
+    """A run whose checkpoint records its classes in another order than its data's own (numbered
+    class folders, in order by name when it began) is prepared with its data in that order
+    before the holdout is drawn, as ``train`` prepares it: the images it validated on, not a
+    holdout drawn in the data's order and relabelled."""
+    import json
+
+    import numpy as np
+    from PIL import Image
+
+    from vitkit.compose import prepare
+    from vitkit.data.run_data import RESUMED, build_data
+    from vitkit.train.rundir import RunLock
+
+    numbered = [str(k) for k in range(13)]
+    by_name = sorted(numbered)  # 0, 1, 10, 11, 12, 2, ...
+    rng = np.random.default_rng(0)
+    for name in numbered:
+        for i in range(4):
+            path = tmp_path / "digits" / name / f"{i}.png"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            Image.fromarray(rng.integers(0, 256, (8, 8, 3), dtype=np.uint8)).save(path)
+    run_dir = tmp_path / "run"
+    (run_dir / "checkpoints" / "step_00000002").mkdir(parents=True)
+    (run_dir / "checkpoints" / "step_00000002" / "config.json").write_text(
+        json.dumps({"class_names": by_name})
+    )
+    request = Request(data=str(tmp_path / "digits"), sets=("data.holdout=0.25",))
+    with RunLock(run_dir) as lock:
+        prepared = prepare(compose(request), run_dir, lock=lock)
+    run = prepared.run
+    assert prepared.data.classes == by_name and prepared.record.class_names == by_name
+    kept = build_data(run.data, run.model, seed=run.train.seed, in_chans=3, class_order=by_name)
+    assert prepared.data.val.samples == kept.val.samples
+    relabelled = build_data(run.data, run.model, seed=run.train.seed, in_chans=3)
+    relabelled = relabelled.in_class_order(by_name, RESUMED)
+    assert {p for p, _ in relabelled.val.samples} != {p for p, _ in kept.val.samples}
+
+
 def test_a_cpu_with_native_bf16_records_bf16_and_a_resume_never_decides_again(
     tmp_path: Path, monkeypatch, capsys
 ) -> None:
@@ -432,7 +491,6 @@ def test_a_run_recorded_beyond_the_toolbox_bounds_resumes_as_it_began(
     import json
 
     import vitkit.compose
-    import vitkit.train.inputs
     from helpers import stopped_copy
     from vitkit.cli import main
 
@@ -441,7 +499,6 @@ def test_a_run_recorded_beyond_the_toolbox_bounds_resumes_as_it_began(
     argv += ["--set", "train.save_every=2st", *(a for s in sets for a in ("--set", s))]
     with monkeypatch.context() as before:  # the vitkit that wrote it had no bounds
         before.setattr(vitkit.compose, "check_new", lambda *args: None)
-        before.setattr(vitkit.train.inputs, "check_new", lambda *args: None)
         full = tmp_path / "full"
         assert main([*argv, "--run-dir", str(full)]) == 0
     assert json.loads((full / "config.json").read_text())["data"]["aug_repeats"] == 100

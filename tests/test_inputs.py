@@ -15,6 +15,7 @@ from vitkit.model.flops import count_flops
 from vitkit.recipes import get_recipe
 from vitkit.runtime.machine import decide
 from vitkit.train.inputs import read_inputs
+from vitkit.train.state import RunRecord
 
 CPU = torch.device("cpu")
 
@@ -27,7 +28,8 @@ def resolved(run: RunConfig, device: torch.device) -> RunConfig:
 
 def test_inputs_of_the_smoke_run(tmp_path: Path) -> None:
     run = resolved(replace(get_recipe("smoke"), {"train.accum_steps": 2}), CPU)
-    inputs = read_inputs(run, tmp_path, data=None, resume_from=None, device=CPU, shard=(1, 2))
+    data = build_data(run.data, run.model, seed=run.train.seed, in_chans=run.model.in_chans)
+    inputs = read_inputs(run, data, device=CPU, shard=(1, 2), recorded=None)
     assert inputs.train_batches.num_workers == run.data.num_workers
     assert inputs.data.classes and len(inputs.data.classes) == run.model.num_classes
     images, _ = next(iter(inputs.train_batches.epoch(0)))
@@ -55,12 +57,7 @@ def test_data_that_does_not_fit_the_run_is_refused(
     data = build_data(smoke.data, smoke.model, seed=0)  # 4 classes
     with pytest.raises(ConfigError, match=message):
         read_inputs(
-            resolved(replace(smoke, changes), CPU),
-            tmp_path,
-            data=data,
-            resume_from=None,
-            device=CPU,
-            shard=shard,
+            resolved(replace(smoke, changes), CPU), data, device=CPU, shard=shard, recorded=None
         )
 
 
@@ -76,7 +73,8 @@ def test_more_repeats_than_training_images_are_refused_unless_the_run_recorded_t
 
     def read(repeats: int) -> None:
         repeated = replace(run, {"data.aug_repeats": repeats})
-        read_inputs(repeated, tmp_path, data=data, resume_from=None, device=CPU, shard=(0, 1))
+        recorded = RunRecord.read(tmp_path).config
+        read_inputs(repeated, data, device=CPU, shard=(0, 1), recorded=recorded)
 
     read(31)  # two images an epoch
     with pytest.raises(ConfigError) as info:
@@ -88,22 +86,3 @@ def test_more_repeats_than_training_images_are_refused_unless_the_run_recorded_t
     recorded = replace(run, {"data.aug_repeats": 32}).to_dict()
     (tmp_path / "config.json").write_text(json.dumps(recorded))
     read(32)
-
-
-def test_a_run_beyond_a_new_runs_bounds_is_refused_before_its_data_is_read(
-    tmp_path: Path, monkeypatch
-) -> None:
-    """``train`` without the command line (the Python API) keeps the bounds too, before it reads
-    the data; a run directory that records the value keeps it."""
-    import vitkit.train.inputs
-
-    def no_data(*args: object, **kwargs: object) -> None:
-        raise AssertionError("the data was read")
-
-    monkeypatch.setattr(vitkit.train.inputs, "build_data", no_data)
-    run = resolved(replace(get_recipe("smoke"), {"data.random_erase_count": 17}), CPU)
-    with pytest.raises(ConfigError, match=r"random_erase_count=17 is not valid: .* in \[1, 16\]"):
-        read_inputs(run, tmp_path, data=None, resume_from=None, device=CPU, shard=(0, 1))
-    (tmp_path / "config.json").write_text(json.dumps(run.to_dict()))
-    with pytest.raises(AssertionError, match="the data was read"):
-        read_inputs(run, tmp_path, data=None, resume_from=None, device=CPU, shard=(0, 1))

@@ -372,6 +372,52 @@ def _records(run_dir: Path) -> list[dict]:
     return [{k: v for k, v in json.loads(x).items() if k not in TIMING_KEYS} for x in lines]
 
 
+def test_train_prepares_its_run_once(tmp_path: Path, monkeypatch) -> None:
+    """``train(run, run_dir)`` prepares the run (``prepare``: its device, its run directory's
+    record, its data) and trains it (``train_prepared``), taking nothing the caller read: a
+    resumed run reads its config.json once, resolves its device once and reads its data once."""
+    import inspect
+
+    from helpers import count_preparation, stopped_copy
+
+    assert list(inspect.signature(train).parameters) == [
+        "run",
+        "run_dir",
+        "progress",
+        "resume_from",
+    ]
+    run = replace(
+        get_recipe("smoke"),
+        {"train.device": "cpu", "data.num_workers": 0, "train.duration": "4st"},
+    )
+    run = replace(run, {"train.save_every": "2st", "train.eval_every": "4st"})
+    train(run, tmp_path / "full", progress=False)
+    resumed = stopped_copy(tmp_path / "full", tmp_path / "resumed", step=2)
+    seen = count_preparation(monkeypatch)
+    train(run, resumed, progress=False)
+    assert (seen[resumed / "config.json"], seen["device"], seen["data"]) == (1, 1, 1)
+    assert _records(resumed) == _records(tmp_path / "full")  # and it resumed exactly
+
+
+def test_a_run_beyond_a_new_runs_bounds_is_refused_before_its_data_is_read(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """``train`` without the command line (the Python API) keeps the bounds too, before it reads
+    the data; a run directory that records the value keeps it."""
+    import vitkit.data.run_data
+
+    def no_data(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the data was read")
+
+    monkeypatch.setattr(vitkit.data.run_data, "build_data", no_data)
+    run = replace(get_recipe("smoke"), {"data.random_erase_count": 17, "train.device": "cpu"})
+    with pytest.raises(ConfigError, match=r"random_erase_count=17 is not valid: .* in \[1, 16\]"):
+        train(run, tmp_path, progress=False)
+    (tmp_path / "config.json").write_text(json.dumps(run.to_dict()))
+    with pytest.raises(AssertionError, match="the data was read"):
+        train(run, tmp_path, progress=False)
+
+
 def test_precision_is_resolved_recorded_and_kept_on_resume(tmp_path: Path) -> None:
     run = replace(get_recipe("smoke"), {"train.device": "cpu", "data.num_workers": 0})
     assert run.train.precision == "auto"

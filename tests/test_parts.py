@@ -12,7 +12,7 @@ import torch
 from vitkit.config import replace
 from vitkit.recipes import get_recipe
 from vitkit.train.parts import build_parts, checkpoint_to_resume
-from vitkit.train.state import TrainState, save_checkpoint
+from vitkit.train.state import RunRecord, TrainState, save_checkpoint
 
 CPU = torch.device("cpu")
 
@@ -37,7 +37,7 @@ def test_parts_follow_the_config() -> None:
 
 def test_a_checkpoint_resumes_into_new_parts(tmp_path: Path) -> None:
     run = replace(get_recipe("smoke"), {"train.ema": 0.9})
-    assert checkpoint_to_resume(tmp_path, None, run) is None  # a new run
+    assert checkpoint_to_resume(RunRecord.read(tmp_path), run) is None  # a new run
     torch.manual_seed(0)
     parts = build_parts(run, CPU, autocast=None, pretrained=False)
     images, labels = torch.rand(4, 3, 16, 16), torch.tensor([0, 1, 2, 3])
@@ -49,7 +49,8 @@ def test_a_checkpoint_resumes_into_new_parts(tmp_path: Path) -> None:
     save_checkpoint(
         tmp_path, parts.model.cfg, parts.model.state_dict(), state, extra={}, keep_last=2
     )
-    checkpoint = checkpoint_to_resume(tmp_path, "/elsewhere/step_1", run)  # its own comes first
+    record = RunRecord.read(tmp_path, "/elsewhere/step_1")
+    checkpoint = checkpoint_to_resume(record, run)  # its own comes first
     assert checkpoint is not None and checkpoint.name.startswith("step_")
 
     torch.manual_seed(1)  # other initial weights, overwritten by the checkpoint's
@@ -67,8 +68,9 @@ def test_a_checkpoint_resumes_into_new_parts(tmp_path: Path) -> None:
 def test_another_runs_checkpoint_must_match_the_run(tmp_path: Path) -> None:
     from vitkit.errors import VitkitError
 
+    record = RunRecord.read(tmp_path / "new", tmp_path / "no-such-checkpoint")
     with pytest.raises(VitkitError):
-        checkpoint_to_resume(tmp_path / "new", tmp_path / "no-such-checkpoint", get_recipe("smoke"))
+        checkpoint_to_resume(record, get_recipe("smoke"))
 
 
 @pytest.mark.parametrize("warmup", ["tf", "timm", "none"])

@@ -396,6 +396,24 @@ def test_imagenet_reports_real_and_says_why_not_in_one_line(
     assert f"ilsvrc2012: ImageNet ReaL not measured: {why} (`vitkit eval" in out
 
 
+def test_a_protocols_run_is_prepared_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run of a protocol (``train_run``) is prepared as ``vitkit train`` prepares one
+    (``compose.prepare``) and trained as prepared: its device resolved once, its data read once,
+    and, run again (finished: evaluated again), its config.json read once."""
+    from helpers import count_preparation
+    from vitkit.compose import Request, compose
+
+    composed = compose(Request(recipe="smoke", sets=("train.device=cpu",)))
+    run_dir = tmp_path / "run"
+    seen = count_preparation(monkeypatch)
+    result, data = sweep.train_run(composed, run_dir, progress=False)
+    assert (seen[run_dir / "config.json"], seen["device"], seen["data"]) == (0, 1, 1)
+    seen.clear()
+    again, _ = sweep.train_run(composed, run_dir, progress=False)
+    assert (seen[run_dir / "config.json"], seen["device"], seen["data"]) == (1, 1, 1)
+    assert again == result and len(data.classes) == composed.run.model.num_classes
+
+
 @pytest.mark.parametrize(("precision", "autocast"), [("fp32", None), ("bf16", torch.bfloat16)])
 def test_real_is_measured_in_the_runs_precision(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, precision: str, autocast: Any
@@ -425,7 +443,7 @@ def test_real_is_measured_in_the_runs_precision(
         return evaluate(*args, **kwargs)
 
     monkeypatch.setattr(metrics, "evaluate", noting)
-    real = sweep.measure_real(run, tmp_path, images, np.arange(4))
+    real = sweep.measure_real(run, tmp_path, images, np.arange(4), torch.device("cpu"))
     assert seen == [autocast] and real["counted"] + real["left_out"] == 4
 
 

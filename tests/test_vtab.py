@@ -236,13 +236,13 @@ def test_vtab_runs_the_protocol_on_three_stand_ins_and_resumes(
     (resumed / eurosat / "vtab.json").unlink()
     (resumed / "vtab.json").unlink()
     calls = []
-    real = vitkit.train.loop.train
+    real = vitkit.train.loop.train_prepared
 
-    def counted(run, run_dir, **kwargs):
-        calls.append(run_dir)
-        return real(run, run_dir, **kwargs)
+    def counted(prepared, **kwargs):
+        calls.append(prepared.run_dir)
+        return real(prepared, **kwargs)
 
-    monkeypatch.setattr(vitkit.train.loop, "train", counted)
+    monkeypatch.setattr(vitkit.train.loop, "train_prepared", counted)
     assert main(_vtab(checkpoint, release, resumed)) == 0
     assert calls == [resumed / eurosat]
     again = json.loads((resumed / "vtab.json").read_text())

@@ -7,9 +7,10 @@ its dataset and keeps its augmentation; then every other ``--set`` applies. ``vi
 --init-from CKPT`` takes the checkpoint's architecture (and its data when no ``--data``).
 Once the data is read (``adapt``), it decides the classes and channels unless set, and the
 settings a recipe sizes by the number of training images; then the machine decides what the
-config leaves to it (``on_this_machine``). Every value keeps its origin (``recipe scratch``,
+config leaves to it (``decided_on``). Every value keeps its origin (``recipe scratch``,
 ``preset ViT-S/16``, ``--set``, ``data``, ``auto on cuda``, ...), which the run states.
-``read_data`` is the one path from a command to what ``train`` takes. No torch import until then.
+``prepare`` is the one path from a command to what ``train_prepared`` takes: the run prepared
+once (train/prepare.py). No torch import until then.
 """
 
 from __future__ import annotations
@@ -43,11 +44,14 @@ from .config.overrides import split_set
 from .errors import ConfigError, MissingFileError
 from .presets import get_config, resolve_name
 from .recipes import Recipe, find_recipe
+from .train.prepare import PreparedRun
 
 if TYPE_CHECKING:
     import torch
 
     from .data.run_data import RunData
+    from .train.rundir import RunLock
+    from .train.state import RunRecord
 
 # The model keys the data decides unless they are set.
 FROM_DATA = ("model.num_classes", "model.in_chans")
@@ -83,8 +87,6 @@ class Composed:
     recipe: Recipe
     origin: dict[str, str]
     fixed: frozenset[str] = field(default_factory=frozenset)
-    # the run directory's config.json as read (``as_recorded``), for ``train`` to check against
-    recorded: dict[str, Any] | None = None
 
     def with_values(self, values: Mapping[str, Any], origin: str) -> Composed:
         """This config with ``values`` (dotted keys) set, recorded as coming from ``origin``."""
@@ -311,61 +313,96 @@ def adapt(
 RECORDED = ("model.in_chans", "data.validation", "train.precision")
 
 
-def as_recorded(composed: Composed, run_dir: Path) -> Composed:
+def as_recorded(composed: Composed, record: RunRecord) -> Composed:
     """A run directory that holds a run keeps the decisions its config records where the command
     sets none (``RECORDED``): its channels (greyscale or not, decided once; a folder was read as
     RGB before the data decided them), the split that validates it (files written before
     ``data.validation`` read as the rule of that time) and its arithmetic (``auto`` decided once,
-    when it started: a resume does not decide again, and continues exactly)."""
-    path = run_dir / "config.json"
-    if not path.is_file():
+    when it started: a resume does not decide again, and continues exactly). ``record``: the
+    run directory's, read once (``RunRecord``)."""
+    if record.config is None:
         return composed
     try:
-        text = json.loads(path.read_text())
-        saved = flat(RunConfig.from_dict(text).to_dict())
+        saved = flat(RunConfig.from_dict(record.config).to_dict())
     except (ValueError, TypeError):
-        return composed  # the loop reads it again and refuses it, saying why
+        return composed  # the loop refuses it, saying why (``check_run_dir``)
     given = flat(composed.run.to_dict())
     keep = {
         k: saved[k]
         for k in RECORDED
         if k not in composed.fixed or (k == "train.precision" and given[k] == "auto")
     }
-    recorded = composed.with_values(keep, f"recorded in {path}")
-    return dataclasses.replace(recorded, fixed=recorded.fixed | set(keep), recorded=text)
+    recorded = composed.with_values(keep, f"recorded in {record.run_dir / 'config.json'}")
+    return dataclasses.replace(recorded, fixed=recorded.fixed | set(keep))
 
 
 def on_this_machine(composed: Composed) -> tuple[Composed, torch.device]:
-    """The values ``composed`` leaves to the machine (``runtime.machine.decide``: the precision
-    of ``auto``, the workers of none), decided for this process's device, each with its origin;
-    and that device. Imports torch."""
-    from .model.flops import count_flops
+    """The values ``composed`` leaves to the machine decided for this process's device
+    (``decided_on``), and that device. Imports torch."""
     from .runtime import machine
 
     device = machine.this_device(composed.run.train.device)
+    return decided_on(composed, device), device
+
+
+def decided_on(composed: Composed, device: torch.device) -> Composed:
+    """The values ``composed`` leaves to the machine (``runtime.machine.decide``: the precision
+    of ``auto``, the workers of none), decided for ``device``, each with its origin."""
+    from .model.flops import count_flops
+    from .runtime import machine
+
     run = composed.run
     decided = machine.decide(run, device, image_flops=count_flops(run.model))
     for key, (value, origin) in decided.items():
         composed = composed.with_values({key: value}, origin)
-    return composed, device
+    return composed
 
 
-def read_data(
-    composed: Composed, run_dir: Path, *, world: int = 1, build: DataBuilder | None = None
-) -> tuple[Composed, RunData]:
-    """The data of the run ``composed`` asks for in ``run_dir`` (``as_recorded``), read by
-    ``build`` (None: ``build_data``), and the config ``adapt``-ed to it and decided for this
-    machine (``on_this_machine``): what ``vitkit train``,
-    ``vitkit transfer`` and ``vitkit vtab`` train on. Imports torch (the data's readers)."""
-    from .data.run_data import build_data
+@dataclass(frozen=True, kw_only=True)
+class ComposedRun(PreparedRun):
+    """A command's run, prepared (``prepare``): what ``train_prepared`` takes, with the
+    ``Composed`` its ``run`` is (the origin of every value, the recipe), which the command
+    states."""
 
-    composed = as_recorded(composed, run_dir)
+    composed: Composed
+
+
+def prepare(
+    composed: Composed,
+    run_dir: Path,
+    *,
+    lock: RunLock,
+    resume_from: str | Path | None = None,
+    world: int = 1,
+    build: DataBuilder | None = None,
+) -> ComposedRun:
+    """The run ``composed`` asks for in ``run_dir`` (continuing ``resume_from``, another run's
+    checkpoint, where the directory holds none), prepared once: this process's device, the run
+    directory's record (``as_recorded``), the data read by ``build`` (None: ``build_data``) in
+    the class order the run resumes with, and the config ``adapt``-ed to it (``world``
+    processes) and decided for the device (``decided_on``): what ``vitkit train``, ``vitkit
+    transfer`` and ``vitkit vtab`` train. ``lock``: the run directory's, held by the caller.
+    Imports torch (the data's readers)."""
+    from .data.run_data import RESUMED, another_order, build_data
+    from .train import distributed
+    from .train.state import RunRecord
+
+    device = distributed.resolve_device(composed.run.train.device)  # fails fast
+    record = RunRecord.read(run_dir, resume_from)
+    composed = as_recorded(composed, record)
     run = composed.run
-    check_new(run, composed.recorded)  # a new run's bounds, before any data is read
+    check_new(run, record.config)  # a new run's bounds, before any data is read
     fixed = "model.in_chans" in composed.fixed  # else the data's channels
-    data = (build or build_data)(
-        run.data, run.model, seed=run.train.seed, in_chans=run.model.in_chans if fixed else None
-    )
+    in_chans = run.model.in_chans if fixed else None
+    order = record.class_names  # a resumed run's, which it trained with
+    if build is None:  # put in that order before a holdout is drawn: the images the run saw
+        data = build_data(
+            run.data, run.model, seed=run.train.seed, in_chans=in_chans, class_order=order
+        )
+    else:  # a protocol's staging, its holdout as drawn
+        data = build(run.data, run.model, seed=run.train.seed, in_chans=in_chans)
+        if order is not None and another_order(order, data.classes):
+            data = data.in_class_order(order, RESUMED)
     composed = adapt(
         composed,
         num_classes=len(data.classes),
@@ -373,8 +410,10 @@ def read_data(
         train_size=len(data.train),
         world=world,
     )
-    composed, _ = on_this_machine(composed)
-    return composed, data
+    composed = decided_on(composed, device)
+    return ComposedRun(
+        run=composed.run, data=data, device=device, record=record, lock=lock, composed=composed
+    )
 
 
 def _slug(text: str) -> str:

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from ..compose import Composed, Request
+    from ..train.rundir import RunLock
 
 
 def _torchrun(nproc: int, argv: Sequence[str], parse: Callable[[list[str]], Any]) -> None:
@@ -108,34 +109,31 @@ def _train(args: argparse.Namespace) -> None:
     from ..train.rundir import RunLock
 
     # a run directory another process trains in stops this one here, before its data is read
-    with RunLock(run_dir, enabled=main):
-        _run(args, composed, run_dir, main=main)
+    with RunLock(run_dir, enabled=main) as lock:
+        _run(args, composed, run_dir, lock, main=main)
 
 
-def _run(args: argparse.Namespace, composed: Composed, run_dir: Path, *, main: bool) -> None:
-    """The run ``composed`` in ``run_dir``: its data read, its choices stated, trained, summed
-    up."""
+def _run(
+    args: argparse.Namespace, composed: Composed, run_dir: Path, lock: RunLock, *, main: bool
+) -> None:
+    """The run ``composed`` in ``run_dir`` (whose ``lock`` is held): prepared, its choices
+    stated, trained, summed up."""
     import os
 
-    from ..compose import read_data
+    from ..compose import prepare
     from ..train import distributed
-    from ..train.loop import StoppedError, train
+    from ..train.loop import StoppedError, train_prepared
 
     world = int(os.environ.get("WORLD_SIZE", "1"))  # torchrun's
-    composed, data = read_data(composed, run_dir, world=world)
+    prepared = prepare(
+        composed, run_dir, lock=lock, resume_from=getattr(args, "resume", None), world=world
+    )
     if main:
-        for line in _say_choices(composed):
+        for line in _say_choices(prepared.composed):
             print(line)
     try:
-        with distributed.process_group(composed.run.train.device):
-            result = train(
-                composed.run,
-                run_dir,
-                progress=not args.no_progress,
-                data=data,
-                resume_from=getattr(args, "resume", None),
-                recorded=composed.recorded,
-            )
+        with distributed.process_group(prepared.device):
+            result = train_prepared(prepared, progress=not args.no_progress)
     except StoppedError as e:
         if main:
             print(f"vitkit train: {e}; run the same command to resume", file=sys.stderr)
@@ -149,7 +147,7 @@ def _run(args: argparse.Namespace, composed: Composed, run_dir: Path, *, main: b
             "torchrun's report names it"
         ) from None
     if main:
-        for line in _summary(composed, result, run_dir):
+        for line in _summary(prepared.composed, result, run_dir):
             print(line)
 
 

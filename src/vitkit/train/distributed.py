@@ -64,13 +64,13 @@ def backend(device: torch.device) -> str:
 
 
 @contextmanager
-def process_group(device: Device) -> Iterator[None]:
-    """Join torchrun's process group for the duration of the block, with the backend of
-    ``train.device``'s device (``backend``); nothing without torchrun."""
+def process_group(device: torch.device) -> Iterator[None]:
+    """Join torchrun's process group for the duration of the block, with the backend of this
+    process's ``device`` (``resolve_device``'s; ``backend``); nothing without torchrun."""
     if not launched() or dist.is_initialized():
         yield
         return
-    dist.init_process_group(backend(resolve_device(device)), timeout=timedelta(seconds=timeout_s()))
+    dist.init_process_group(backend(device), timeout=timedelta(seconds=timeout_s()))
     try:
         yield
     finally:

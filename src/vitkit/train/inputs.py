@@ -1,6 +1,6 @@
-"""What a run reads, checked before anything is written: its datasets (a resumed run's in the
-label order it trained with), the batches every process takes its part of, the cadence in steps,
-and the data few-shot evaluation reads (``train.fewshot_data``).
+"""What a run reads from its datasets (read when it is prepared, prepare.py), checked before
+anything is written: the batches every process takes its part of, the cadence in steps, and the
+data few-shot evaluation reads (``train.fewshot_data``).
 
 Every process walks the same global batches (``train.batch_size``) and keeps its ``world``-th of
 each; batches are uint8, scaled on the device, page-locked for a GPU so that their copies
@@ -12,20 +12,18 @@ calls the evaluations.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from ..config import RunConfig
-from ..config.dicts import check_new, recorded_as
+from ..config.dicts import recorded_as
 from ..data import Batches
 from ..data.loader import BatchOptions
-from ..data.run_data import RESUMED, Images, RunData, another_order, batches_of, build_data
+from ..data.run_data import Images, RunData, batches_of
 from ..errors import ConfigError
 from .cadence import Cadence
 from .evaluator import read_fewshot_data
-from .state import recorded_config, resumed_classes
 
 
 @dataclass
@@ -44,39 +42,24 @@ class Inputs:
 
 def read_inputs(
     run: RunConfig,
-    run_dir: Path,
+    data: RunData,
     *,
-    data: RunData | None,
-    resume_from: str | Path | None,
     device: torch.device,
     shard: tuple[int, int],
-    recorded: dict[str, Any] | None = None,
+    recorded: dict[str, Any] | None,
 ) -> Inputs:
-    """The inputs of ``run`` (decided for this machine: ``runtime.machine.decide``) for
-    process ``shard`` = (rank, world) on ``device``; ``data``: the datasets when the caller has
-    read them (else ``run.data`` is read); ``recorded``: ``run_dir``'s config.json when the
-    caller has read it (else it is read here). A ``ConfigError`` when the run is beyond a new
-    run's bounds and ``run_dir`` records no run that holds them (``check_new``), or when the
-    data does not fit the run (a global batch that does not split across the processes:
-    ``BatchOptions``; more repeats than training images)."""
+    """The inputs of ``run`` (decided for this machine: ``runtime.machine.decide``) on ``data``
+    for process ``shard`` = (rank, world) on ``device``; ``recorded``: the run directory's
+    config.json as read. A ``ConfigError`` when the data does not fit the run (classes that are
+    not the model's; a global batch that does not split across the processes: ``BatchOptions``;
+    more repeats than training images, unless ``recorded`` holds them)."""
     tc = run.train
-    saved = recorded if recorded is not None else recorded_config(run_dir)
-    check_new(run, saved)
-    # a resumed run keeps the label order it trained with, where the data's own now differs (a
-    # folder of numbered classes was in order by name before vitkit ordered it by number)
-    order = resumed_classes(run_dir, resume_from)
-    if data is None:
-        data = build_data(
-            run.data, run.model, seed=tc.seed, in_chans=run.model.in_chans, class_order=order
-        )
-    elif order is not None and another_order(order, data.classes):
-        data = data.in_class_order(order, RESUMED)  # read by a protocol: its holdout as drawn
     if tc.objective == "classification" and len(data.classes) != run.model.num_classes:
         raise ConfigError(
             f"model.num_classes={run.model.num_classes} but the dataset has {len(data.classes)} "
             "classes"
         )
-    _check_repeats(run, data.train, saved)
+    _check_repeats(run, data.train, recorded)
     pinned = device.type == "cuda"
     options = BatchOptions.training(tc, run.data, run.model, shard=shard, pin_memory=pinned)
     train_batches = batches_of(data.train, options)

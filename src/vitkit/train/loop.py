@@ -1,13 +1,15 @@
 """The one training loop: supervised pre-training and fine-tuning [P §4.1, App. B.1].
 
-Read top to bottom: build data, model and optimizer; resume from the run directory's last
+Read top to bottom: a run prepared once (prepare.py: its device, its run directory's record,
+its data), build its batches, model and optimizer; resume from the run directory's last
 checkpoint if there is one (else ``init_from``: pre-trained weights with a new zero head and
 resized position embeddings); then for each optimizer step: the learning rate, ``accum_steps``
 micro-batches of forward/backward, global-norm clipping, the update, EMA, and whatever the cadence
 says is due (log, evaluate, save). Only the objective differs between pre-training, fine-tuning
 and masked patch prediction. Its parts live beside it: ``inputs.py`` (data, batches, cadence),
 ``parts.py`` (model, EMA, objective, optimizer, the checkpoint resumed), ``evaluator.py``
-(evaluations, best weights), ``metrics_log.py``; ``_train`` builds them, ``_Trainer`` runs them.
+(evaluations, best weights), ``metrics_log.py``; ``train_prepared`` builds them, ``_Trainer``
+runs them.
 
 Contract: evaluations on the validation split keep the best weights in ``best/``; a test split is
 evaluated once, at the end, with them. A run stopped at any moment and restarted continues step
@@ -30,17 +32,12 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..config import RunConfig, replace
+from ..config import RunConfig
 from ..data import Preprocess
 from ..data.device import on_device
 from ..data.loader import derive_seed
-from ..data.run_data import (
-    RunData,
-)
 from ..errors import VitkitError
 from ..files import atomic_write
-from ..model.flops import count_flops
-from ..runtime import machine
 from ..runtime.clock import process_seconds
 from . import distributed, precision
 from .banner import banner
@@ -50,6 +47,7 @@ from .inputs import Inputs, read_inputs
 from .metrics_log import METRICS_FILE, MetricsLog
 from .optim import learning_rate, set_learning_rate
 from .parts import Parts, build_parts, checkpoint_to_resume
+from .prepare import PreparedRun, prepare
 from .report import write_report
 from .rundir import RunLock
 from .state import (
@@ -57,8 +55,6 @@ from .state import (
     TrainState,
     WindowSums,
     check_run_dir,
-    recorded_config,
-    recorded_precision,
     remove_partial_writes,
     save_checkpoint,
     truncate_metrics,
@@ -202,83 +198,49 @@ def train(
     run_dir: str | Path,
     *,
     progress: bool = True,
-    data: RunData | None = None,
     resume_from: str | Path | None = None,
-    recorded: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Train (or resume) the run in ``run_dir``; returns the final evaluation: the best weights
-    on the test split when the run has one apart from its validation split, else the last
-    evaluation (``split`` says which). ``data``: the run's datasets, when the caller has read
-    them already (else they are read from ``run.data``). ``resume_from``: a checkpoint
-    (``checkpoints/step_N`` of another run directory) to continue from when ``run_dir`` holds
-    none of its own. ``recorded``: ``run_dir``'s config.json, when the caller has read it
-    (``compose.as_recorded``), so that it is read once. Under torchrun, every process calls it
-    inside ``distributed.process_group()``. A process that trains in ``run_dir`` already (another
+    """Train (or resume) ``run`` in ``run_dir``, the config as given (``prepare.prepare``
+    decides what it leaves to the machine), then ``train_prepared``; its final evaluation.
+    ``resume_from``: a checkpoint (``checkpoints/step_N`` of another run directory) to continue
+    from when ``run_dir`` holds none of its own. Under torchrun, every process calls it inside
+    ``distributed.process_group``. A process that trains in ``run_dir`` already (another
     run's, ``RunLock``) is a ``UserFileError`` naming it, before the directory is read."""
     run_dir = Path(run_dir)
     with RunLock(run_dir, enabled=distributed.is_main()) as lock:
-        return _train(
-            run,
-            run_dir,
-            lock,
-            progress=progress,
-            data=data,
-            resume_from=resume_from,
-            recorded=recorded,
-        )
+        prepared = prepare(run, run_dir, lock=lock, resume_from=resume_from)
+        return train_prepared(prepared, progress=progress)
 
 
-def _train(
-    run: RunConfig,
-    run_dir: Path,
-    lock: RunLock,
-    *,
-    progress: bool,
-    data: RunData | None,
-    resume_from: str | Path | None,
-    recorded: dict[str, Any] | None,
-) -> dict[str, Any]:
-    """``train``, with ``lock`` held, or taken where the run directory is made."""
+def train_prepared(prepared: PreparedRun, *, progress: bool = True) -> dict[str, Any]:
+    """Train (or resume) the run ``prepared`` (``prepare.prepare``, ``compose.prepare``), inside
+    the block of its lock, which is taken here where the run directory is made; returns the final
+    evaluation: the best weights on the test split when the run has one apart from its
+    validation split, else the last evaluation (``split`` says which)."""
+    run, run_dir, device = prepared.run, prepared.run_dir, prepared.device
+    record = prepared.record
     tc = run.train
     torch.manual_seed(tc.seed)  # the same initial weights in every process
     rank, world, main = distributed.rank(), distributed.world_size(), distributed.is_main()
-    device = distributed.resolve_device(tc.device)  # before anything is built: fails fast
-    # what the config leaves to this machine (a command line's run arrives decided), recorded
-    # so: a resume elsewhere cannot change its arithmetic
-    recorded = recorded if recorded is not None else recorded_config(run_dir)
-    kept = recorded_precision(recorded) if recorded is not None else None
-    precision_why = None
-    if tc.precision == "auto" and kept is not None:  # decided when the run started, never again
-        run = replace(run, {"train.precision": kept})
-        precision_why = f"recorded in {run_dir / 'config.json'}"
-    decided = machine.decide(run, device, image_flops=count_flops(run.model))
-    run = replace(run, {key: value for key, (value, _) in decided.items()}) if decided else run
-    precision_why = decided.get("train.precision", (None, precision_why))[1]
-    tc = run.train
 
     # ---- data: every process walks the same global batches and keeps its part of each
     inputs = read_inputs(
-        run,
-        run_dir,
-        data=data,
-        resume_from=resume_from,
-        device=device,
-        shard=(rank, world),
-        recorded=recorded,
+        run, prepared.data, device=device, shard=(rank, world), recorded=record.config
     )
     data, cadence, classes = inputs.data, inputs.cadence, inputs.data.classes
     precision.configure(tc.precision, device)
     autocast = precision.autocast_dtype(tc.precision)
     run_dir.mkdir(parents=True, exist_ok=True)  # only once the run is known to be valid
-    lock.take()  # before anything in it is read or changed (a run started at once stops here)
+    # before anything in it is read or changed (a run started at once stops here)
+    prepared.lock.take()
     # every process checks: all fail alike
-    check_run_dir(run_dir, run.to_dict(), write=main, recorded=recorded)
+    check_run_dir(run_dir, run.to_dict(), write=main, recorded=record.config)
     if main:
         remove_partial_writes(run_dir)
         write_skipped(run_dir, data.skipped)
 
     # ---- model, objective, optimizer; resume or initialise
-    resume = checkpoint_to_resume(run_dir, resume_from, run)
+    resume = checkpoint_to_resume(record, run)
     pretrained = resume is None and run.init_from is not None
     parts = build_parts(run, device, autocast=autocast, pretrained=pretrained)
     step, best, window, earlier_s = 0, -1.0, _Window(), 0.0
@@ -298,7 +260,7 @@ def _train(
             cadence=cadence,
             run_dir=run_dir,
             step=step,
-            precision_why=precision_why,
+            precision_why=prepared.precision_why,
         ):
             log.info(line)
     preprocess = Preprocess(image_size=run.model.image_size, in_chans=run.model.in_chans)
@@ -327,7 +289,7 @@ def _train(
 
 @dataclass
 class _Trainer:
-    """The loop over a run's built and resumed parts (``_train`` builds them), and its end."""
+    """The loop over a run's built and resumed parts (``train_prepared`` builds them), and its end."""
 
     run: RunConfig  # with its precision and workers resolved
     run_dir: Path

@@ -25,7 +25,7 @@ from . import distributed, precision
 from .mixing import Mixing
 from .objectives import MaskedPatchPrediction, Objective
 from .optim import build_optimizer
-from .state import LiveRun, TrainState, checkpoints, load_checkpoint, training_checkpoint
+from .state import LiveRun, RunRecord, TrainState, load_checkpoint, training_checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -100,17 +100,17 @@ def build_parts(
     return Parts(model, mpp, ema, objective, step_fn, live, average, trained)
 
 
-def checkpoint_to_resume(
-    run_dir: Path, resume_from: str | Path | None, run: RunConfig
-) -> Path | None:
-    """The run directory's last checkpoint, else ``resume_from`` (another run's checkpoint this
-    run can continue from), else None: a new run."""
-    last = checkpoints(run_dir)
-    if resume_from is not None and last:
-        log.info(f"--resume {resume_from} not used: {run_dir} holds checkpoints of its own")
-    elif resume_from is not None:
-        return training_checkpoint(resume_from, run.to_dict())
-    return last[-1] if last else None
+def checkpoint_to_resume(record: RunRecord, run: RunConfig) -> Path | None:
+    """The checkpoint the run ``run`` resumes from (``record.checkpoint``): its directory's
+    newest, else ``--resume``'s, which must be a checkpoint this run can continue
+    (``training_checkpoint``); None: a new run."""
+    if record.resume_from is not None and record.last is not None:
+        log.info(
+            f"--resume {record.resume_from} not used: {record.run_dir} holds checkpoints of its own"
+        )
+    elif record.resume_from is not None:
+        return training_checkpoint(record.resume_from, run.to_dict())
+    return record.last
 
 
 # timm's ModelEmaV3 warmup (use_warmup=True): its defaults warmup_gamma=1, warmup_power=2/3,

@@ -163,16 +163,49 @@ def checkpoints(run_dir: Path) -> list[Path]:
     return sorted(p for p in root.iterdir() if p.is_dir() and p.name.startswith("step_"))
 
 
-def resumed_classes(run_dir: Path, resume_from: str | Path | None) -> list[str] | None:
-    """The class names, in label order, that the checkpoint a run resumes from records (the run
-    directory's newest, else ``resume_from``); None when there is none, it records none, or it
-    cannot be read (resuming says why)."""
-    last = checkpoints(run_dir)
-    path = last[-1] if last else None if resume_from is None else Path(resume_from)
-    if path is None:
+@dataclass(frozen=True)
+class RunRecord:
+    """What a run directory records for the run that continues it, read once before the run
+    (``read``): its ``config.json`` as read, its newest checkpoint, and the class names, in
+    label order, of the checkpoint the run resumes from."""
+
+    run_dir: Path
+    config: dict[str, Any] | None  # config.json as read; None: the directory records no run
+    last: Path | None  # the directory's newest checkpoint
+    resume_from: Path | None  # --resume: another run's checkpoint, for a directory with none
+    # what ``checkpoint`` records; None when it records none or cannot be read (resuming says why)
+    class_names: list[str] | None
+
+    @property
+    def checkpoint(self) -> Path | None:
+        """The checkpoint the run resumes from: the directory's newest, else ``resume_from``
+        (None: a new run)."""
+        return self.last if self.last is not None else self.resume_from
+
+    @classmethod
+    def read(cls, run_dir: Path, resume_from: str | Path | None = None) -> RunRecord:
+        """The record of ``run_dir`` (which may not exist yet), for a run that would continue
+        ``resume_from`` where the directory holds no checkpoint of its own."""
+        config = recorded_config(run_dir)
+        last = checkpoints(run_dir)
+        newest = last[-1] if last else None
+        given = None if resume_from is None else Path(resume_from)
+        return cls(
+            run_dir=run_dir,
+            config=config,
+            last=newest,
+            resume_from=given,
+            class_names=_class_names(newest if newest is not None else given),
+        )
+
+
+def _class_names(checkpoint: Path | None) -> list[str] | None:
+    """The class names, in label order, that ``checkpoint`` records (None: no checkpoint, or
+    it records none, or it cannot be read)."""
+    if checkpoint is None:
         return None
     try:
-        names = read_json(path / CONFIG_FILE).get("class_names")
+        names = read_json(checkpoint / CONFIG_FILE).get("class_names")
     except (CheckpointError, OSError):
         return None
     return [str(name) for name in names] if isinstance(names, list) else None
@@ -345,20 +378,16 @@ def recorded_precision(saved: dict[str, Any]) -> str | None:
 
 
 def check_run_dir(
-    run_dir: Path,
-    config: dict[str, Any],
-    *,
-    write: bool = True,
-    recorded: dict[str, Any] | None = None,
+    run_dir: Path, config: dict[str, Any], *, recorded: dict[str, Any] | None, write: bool = True
 ) -> None:
     """A run directory belongs to one config: refuse to continue a different run in it (see
     ``config_differences``), and record the config there if ``write`` (one process of a
-    data-parallel run writes). ``recorded``: its ``config.json``, when the caller has read it."""
+    data-parallel run writes). ``recorded``: its ``config.json`` as read (``RunRecord``), None
+    when it holds none."""
     path = run_dir / "config.json"
-    saved = recorded if recorded is not None else recorded_config(run_dir)
-    if saved is not None:
+    if recorded is not None:
         refuse_changes(
-            config_differences(saved, config, source=path),
+            config_differences(recorded, config, source=path),
             str(run_dir),
             "use another --run-dir, or delete that directory to start over",
         )

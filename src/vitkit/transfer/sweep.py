@@ -3,8 +3,8 @@ what makes a sweep resumable after a kill at any point; the machinery of both pr
 ``vitkit transfer`` and ``vitkit vtab``.
 
 A run recorded in a record is never run again; one not recorded is trained through the path
-``vitkit train`` takes (``compose.read_data`` then ``train``: ``train_run``, with the data read
-as the protocol stages it), which resumes a half run from its last checkpoint exactly and
+``vitkit train`` takes (``compose.prepare`` then ``train_prepared``: ``train_run``, with the data
+read as the protocol stages it), which resumes a half run from its last checkpoint exactly and
 evaluates a finished one again (train/loop.py). A record is rewritten whole after each run
 (``Record``, ``files.atomic_write``): a kill leaves the last one; a record of other settings is
 refused (``check_same``) rather than mixed with this command's runs, and one that is not of its
@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeAlias, TypeVar
 
-from ..compose import Composed, DataBuilder, read_data
+from ..compose import Composed, DataBuilder, prepare
 from ..config import RunConfig
 from ..config.overrides import split_set
 from ..errors import ConfigError, DataError, UserFileError
@@ -40,6 +40,7 @@ from ..files import atomic_write
 
 if TYPE_CHECKING:
     import numpy as np
+    import torch
 
     from ..data.run_data import RunData
 
@@ -221,25 +222,29 @@ def train_run(
     run that chooses (on its holdout) never sees it. ``real``: also ``real``, ImageNet ReaL
     accuracy of the same weights on the same split (``measure_real``). A ``StoppedError``
     before anything is read if a stop was requested (``stops_between_runs``)."""
-    from ..train.loop import DivergedError, stop_if_requested, train
+    from ..train import distributed
+    from ..train.loop import DivergedError, stop_if_requested, train_prepared
+    from ..train.rundir import RunLock
 
     stop_if_requested(f"the run in {run_dir} began; the runs before it are recorded")
-    composed, data = read_data(composed, run_dir, build=build)
-    if not test:
-        data = dataclasses.replace(data, test=None, test_name=None)
-    # the names are joined before training: a split that cannot be measured is said now
-    joined = _joined(composed, data, run_dir) if real else None
-    try:
-        result = train(
-            composed.run, run_dir, progress=progress, data=data, recorded=composed.recorded
-        )
-    except DivergedError as e:
-        return {"diverged": str(e)}, data
+    # held from before the run directory is read to the run's end
+    with RunLock(run_dir, enabled=distributed.is_main()) as lock:
+        prepared = prepare(composed, run_dir, lock=lock, build=build)
+        if not test:
+            data = dataclasses.replace(prepared.data, test=None, test_name=None)
+            prepared = dataclasses.replace(prepared, data=data)
+        run, data = prepared.run, prepared.data
+        # the names are joined before training: a split that cannot be measured is said now
+        joined = _joined(run, data, run_dir) if real else None
+        try:
+            result = train_prepared(prepared, progress=progress)
+        except DivergedError as e:
+            return {"diverged": str(e)}, data
     out = {k: result[k] for k in ("split", "accuracy", "loss", "count")}
     if isinstance(joined, str):
         out["real"] = {"not_measured": joined}
     elif joined is not None:
-        out["real"] = measure_real(composed.run, run_dir, _evaluated(data)[0], joined)
+        out["real"] = measure_real(run, run_dir, _evaluated(data)[0], joined, prepared.device)
     return out, data
 
 
@@ -251,7 +256,7 @@ def _evaluated(data: RunData) -> tuple[Any, str]:
     return data.val, data.val_name
 
 
-def _joined(composed: Composed, data: RunData, run_dir: Path) -> np.ndarray | str:
+def _joined(run: RunConfig, data: RunData, run_dir: Path) -> np.ndarray | str:
     """The ReaL labels' entry of every image ``train`` will report on, or why there are none
     (one line: the model is not a 1000-class one, or the images are not named as ImageNet's
     validation files), which is logged at once."""
@@ -259,28 +264,27 @@ def _joined(composed: Composed, data: RunData, run_dir: Path) -> np.ndarray | st
 
     images, name = _evaluated(data)
     try:
-        return real_entries_for(
-            composed.run.model.num_classes, images, name, "the fine-tuned model"
-        )
+        return real_entries_for(run.model.num_classes, images, name, "the fine-tuned model")
     except DataError as e:
         log.warning("%s: ImageNet ReaL will not be measured: %s", run_dir, e)
         return str(e)
 
 
-def measure_real(run: RunConfig, run_dir: Path, images: Any, entries: np.ndarray) -> dict:
+def measure_real(
+    run: RunConfig, run_dir: Path, images: Any, entries: np.ndarray, device: torch.device
+) -> dict:
     """ImageNet ReaL accuracy of the weights ``run_dir/best`` (those its final evaluation
     reported) on ``images`` (whose label entries are ``entries``), evaluated as the run
-    evaluates (its device, precision, batch size and ``data.test_flip``): ``accuracy``,
-    ``counted``, ``left_out`` (images with an empty label set)."""
+    evaluates (on its ``device``, with its precision, batch size and ``data.test_flip``):
+    ``accuracy``, ``counted``, ``left_out`` (images with an empty label set)."""
     from ..data import BatchOptions
     from ..data.run_data import batches_of
     from ..eval.metrics import evaluate
     from ..eval.real import REAL_CLASSES, real_accuracy
     from ..io.api import load
-    from ..train.distributed import resolve_device
     from ..train.precision import autocast_dtype
 
-    model = load(run_dir / "best").to(resolve_device(run.train.device)).eval()
+    model = load(run_dir / "best").to(device).eval()
     options = BatchOptions.evaluation(run.model, batch_size=run.train.batch_size)
     batches = batches_of(images, options)
     result = evaluate(

@@ -1,11 +1,17 @@
 """What every test shares: a cache folder of its own and a CPU counted as without native bf16;
-what tests of image files share: which files verification decoded."""
+what tests of image files share: which files verification decoded; what the tests of shards,
+Hugging Face datasets and streams share: the photos as a folder, tar shards and tables."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+from PIL import Image
+
+from photos import CLASSES, SIZES, pixels, rows
+from vitkit.cli import main
+from vitkit.data import ImageFolderDataset
 
 
 @pytest.fixture(autouse=True)
@@ -48,3 +54,68 @@ def decodes(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[str]:
 
     monkeypatch.setattr(verify, "grey_kind", counting)
     return seen
+
+
+# ------------------------------------------------------- the photos as a folder, shards, tables
+
+
+@pytest.fixture(scope="module")
+def photos(tmp_path_factory) -> Path:
+    """photos/{train,val,test}/<class>/: PNGs and JPEGs, RGB and one greyscale PNG per class."""
+    root = tmp_path_factory.mktemp("data") / "photos"
+    for s, (split, n) in enumerate(SIZES.items()):
+        for k, name in enumerate(CLASSES):
+            folder = root / split / name
+            folder.mkdir(parents=True)
+            for i in range(n):
+                image = Image.fromarray(pixels(k, 1000 * s + 100 * k + i))
+                if i == 1:
+                    image.convert("L").save(folder / f"{i}.png")
+                else:
+                    image.save(folder / f"{i}.{'jpg' if i % 2 else 'png'}", quality=95)
+    return root
+
+
+@pytest.fixture(scope="module")
+def shards(photos: Path, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("data") / "shards"
+    assert main(["data", "pack", str(photos), str(out), "--shard-size", "7"]) == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def hf_data(photos: Path, tmp_path_factory) -> dict[str, Path]:
+    """The photos as a save_to_disk folder (train/validation/test) and as parquet files (two
+    train files of row groups of 5 rows, shuffled; validation; test)."""
+    datasets = pytest.importorskip("datasets")
+    features = datasets.Features(
+        {"image": datasets.Image(), "label": datasets.ClassLabel(names=list(CLASSES))}
+    )
+    tables = {
+        hf_name: datasets.Dataset.from_dict(
+            rows(ImageFolderDataset(photos, split)), features=features
+        )
+        for hf_name, split in (("train", "train"), ("validation", "val"), ("test", "test"))
+    }
+    root = tmp_path_factory.mktemp("hf")
+    datasets.DatasetDict(tables).save_to_disk(root / "saved")
+    parquet = root / "parquet" / "data"
+    parquet.mkdir(parents=True)
+    train = tables["train"].shuffle(seed=0)
+    half = len(train) // 2
+    train.select(range(half)).to_parquet(parquet / "train-00000-of-00002.parquet", batch_size=5)
+    train.select(range(half, len(train))).to_parquet(
+        parquet / "train-00001-of-00002.parquet", batch_size=5
+    )
+    for name in ("validation", "test"):
+        tables[name].to_parquet(parquet / f"{name}-00000-of-00001.parquet", batch_size=5)
+    return {"saved": root / "saved", "parquet": root / "parquet"}
+
+
+@pytest.fixture
+def hf_cache(tmp_path_factory, monkeypatch) -> None:
+    """datasets' cache (parquet converted to Arrow) in a folder of the test's, not the user's."""
+    datasets = pytest.importorskip("datasets")
+    monkeypatch.setattr(
+        datasets.config, "HF_DATASETS_CACHE", tmp_path_factory.getbasetemp() / "hf-cache"
+    )

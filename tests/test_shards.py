@@ -1,118 +1,33 @@
 """Datasets in shards: ``vitkit data pack`` writes an image folder as webdataset tar shards that
 read back as the folder's images and labels; ``wds:DIR`` and ``hf:PATH`` (a ``save_to_disk``
-folder, parquet files) train, resume exactly and evaluate through the command line; a stream of
-parquet row groups (``data.streaming``) serves batches that are a function of (seed, epoch,
-step), split across processes and workers, and resumes exactly; every user error is one line.
-No test touches the Hub: every dataset here is made by the test."""
+folder, parquet files) train, resume exactly and evaluate through the command line; every user
+error is one line. Streams are tested in test_stream.py, Hugging Face datasets' own rules in
+test_hf_data.py. No test touches the Hub: every dataset here is made by the test."""
 
 from __future__ import annotations
 
-import dataclasses
 import io
-import json
-import os
 import shutil
 import tarfile
 from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 from PIL import Image
 
-import vitkit
 from helpers import stopped_copy, write_tar
+from photos import CLASSES, SIZES, TINY, logged_metrics, pixels, rows, same_weights, save_image
 from vitkit.cli import main
 from vitkit.config import replace
-from vitkit.data import BatchOptions, ImageFolderDataset
-from vitkit.data.run_data import batches_of, build_data
+from vitkit.data import ImageFolderDataset
+from vitkit.data.run_data import build_data
 from vitkit.data.sources.shards import WebDatasetShards, shard_layout
 from vitkit.errors import ConfigError, DataError
 from vitkit.recipes import get_recipe
-from vitkit.train.loop import TIMING_KEYS, train
+from vitkit.train.loop import train
 
 datasets = pytest.importorskip("datasets")
-
-# A tiny ViT at 16 px (4x4 patches of 4), so every run takes seconds.
-TINY = ("--model", "ViT-mu/16", "--set", "model.image_size=16", "--set", "model.patch_size=4")
-CLASSES = ("blue", "green", "red")
-SIZES = {"train": 10, "val": 3, "test": 3}  # images per class
-
-
-def _pixels(k: int, seed: int) -> np.ndarray:
-    """A 12x14 RGB picture whose class ``k`` is its brightest channel, with noise."""
-    rng = np.random.default_rng(seed)
-    pixels = rng.integers(0, 90, (12, 14, 3))
-    pixels[..., 2 - k] += 150  # blue, green, red
-    return pixels.astype(np.uint8)
-
-
-@pytest.fixture(scope="module")
-def photos(tmp_path_factory) -> Path:
-    """photos/{train,val,test}/<class>/: PNGs and JPEGs, RGB and one greyscale PNG per class."""
-    root = tmp_path_factory.mktemp("data") / "photos"
-    for s, (split, n) in enumerate(SIZES.items()):
-        for k, name in enumerate(CLASSES):
-            folder = root / split / name
-            folder.mkdir(parents=True)
-            for i in range(n):
-                image = Image.fromarray(_pixels(k, 1000 * s + 100 * k + i))
-                if i == 1:
-                    image.convert("L").save(folder / f"{i}.png")
-                else:
-                    image.save(folder / f"{i}.{'jpg' if i % 2 else 'png'}", quality=95)
-    return root
-
-
-@pytest.fixture(scope="module")
-def shards(photos: Path, tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("data") / "shards"
-    assert main(["data", "pack", str(photos), str(out), "--shard-size", "7"]) == 0
-    return out
-
-
-def _rows(folder: ImageFolderDataset) -> dict[str, list]:
-    """A split as a datasets table: the files' bytes as an Image feature, ClassLabel labels."""
-    return {
-        "image": [{"bytes": path.read_bytes(), "path": None} for path, _ in folder.samples],
-        "label": [label for _, label in folder.samples],
-    }
-
-
-@pytest.fixture(scope="module")
-def hf_data(photos: Path, tmp_path_factory) -> dict[str, Path]:
-    """The photos as a save_to_disk folder (train/validation/test) and as parquet files (two
-    train files of row groups of 5 rows, shuffled; validation; test)."""
-    features = datasets.Features(
-        {"image": datasets.Image(), "label": datasets.ClassLabel(names=list(CLASSES))}
-    )
-    tables = {
-        hf_name: datasets.Dataset.from_dict(
-            _rows(ImageFolderDataset(photos, split)), features=features
-        )
-        for hf_name, split in (("train", "train"), ("validation", "val"), ("test", "test"))
-    }
-    root = tmp_path_factory.mktemp("hf")
-    datasets.DatasetDict(tables).save_to_disk(root / "saved")
-    parquet = root / "parquet" / "data"
-    parquet.mkdir(parents=True)
-    train = tables["train"].shuffle(seed=0)
-    half = len(train) // 2
-    train.select(range(half)).to_parquet(parquet / "train-00000-of-00002.parquet", batch_size=5)
-    train.select(range(half, len(train))).to_parquet(
-        parquet / "train-00001-of-00002.parquet", batch_size=5
-    )
-    for name in ("validation", "test"):
-        tables[name].to_parquet(parquet / f"{name}-00000-of-00001.parquet", batch_size=5)
-    return {"saved": root / "saved", "parquet": root / "parquet"}
-
-
-@pytest.fixture(autouse=True)
-def hf_cache(tmp_path_factory, monkeypatch) -> None:
-    """datasets' cache (parquet converted to Arrow) in a folder of the test's, not the user's."""
-    monkeypatch.setattr(
-        datasets.config, "HF_DATASETS_CACHE", tmp_path_factory.getbasetemp() / "hf-cache"
-    )
+pytestmark = pytest.mark.usefixtures("hf_cache")  # datasets' cache: the test's, not the user's
 
 
 def _pairs(dataset) -> list[tuple[int, bytes]]:
@@ -122,11 +37,6 @@ def _pairs(dataset) -> list[tuple[int, bytes]]:
         image, label = dataset[i]
         out.append((label, bytes(image.numpy()) + bytes(str(tuple(image.shape)), "ascii")))
     return sorted(out)
-
-
-def _same_weights(a: Path, b: Path) -> None:
-    x, y = (vitkit.load(d).state_dict() for d in (a, b))
-    assert x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x)
 
 
 def _one_line_error(capsys, argv: list[str], expected: str) -> str:
@@ -206,15 +116,15 @@ def test_every_source_gives_each_images_own_name_as_its_key(
 
     bytes_only = open_hf(DataConfig(dataset=f"hf:{hf_data['saved']}")).dataset("val", mode="RGB")
     assert {bytes_only.key_of(i) for i in range(len(bytes_only))} == {None}
-    rows = _rows(ImageFolderDataset(photos, "test"))
-    rows["image"] = [
+    table = rows(ImageFolderDataset(photos, "test"))
+    table["image"] = [
         {"bytes": cell["bytes"], "path": f"images/{i}.png" if i != 4 else None}
-        for i, cell in enumerate(rows["image"])
+        for i, cell in enumerate(table["image"])
     ]
     features = datasets.Features(
         {"image": datasets.Image(), "label": datasets.ClassLabel(names=list(CLASSES))}
     )
-    table = datasets.Dataset.from_dict(rows, features=features)
+    table = datasets.Dataset.from_dict(table, features=features)
     table.select([3, 4, 5]).save_to_disk(tmp_path / "paths")  # an index mapping, kept
     paths = open_hf(DataConfig(dataset=f"hf:{tmp_path / 'paths'}")).dataset("train", mode="RGB")
     # save_to_disk keeps a cell's path as the file's name (datasets' Image.embed_storage)
@@ -297,49 +207,7 @@ def test_data_verify_none_opens_no_image_and_needs_the_channels(
         build_data(run.data, run.model, seed=0, in_chans=None)
 
 
-@pytest.mark.parametrize("streaming", [False, True])
-def test_a_split_without_labels_is_left_out_with_a_warning(streaming: bool, tmp_path: Path) -> None:
-    def pngs(n: int) -> list[dict]:
-        out = []
-        for k in range(n):
-            buffer = io.BytesIO()
-            Image.fromarray(_pixels(k % 3, k).astype(np.uint8)).save(buffer, "PNG")
-            out.append({"bytes": buffer.getvalue(), "path": None})
-        return out
-
-    features = datasets.Features(
-        {"image": datasets.Image(), "label": datasets.ClassLabel(names=list(CLASSES))}
-    )
-    train = datasets.Dataset.from_dict(
-        {"image": pngs(9), "label": [k % 3 for k in range(9)]}, features=features
-    )
-    test = datasets.Dataset.from_dict({"image": pngs(4), "label": [-1] * 4}, features=features)
-    folder = tmp_path / "parquet"
-    folder.mkdir()
-    train.to_parquet(folder / "train-00000-of-00001.parquet")
-    test.to_parquet(folder / "test-00000-of-00001.parquet")
-    keys = {"data.dataset": f"hf:{folder}", "data.streaming": streaming, "model.num_classes": 3}
-    keys |= {"data.validation": "holdout"} if not streaming else {}
-    run = replace(get_recipe("smoke"), keys)
-    if streaming:  # a stream cannot hold out: without its test split it has nothing to validate on
-        with (
-            pytest.warns(UserWarning, match=r"every label of its test split is -1"),
-            pytest.raises(ConfigError, match=r"has no val or test split"),
-        ):
-            build_data(run.data, run.model, seed=0, in_chans=3)
-        return
-    with pytest.warns(UserWarning, match=r"every label of its test split is -1"):
-        data = build_data(run.data, run.model, seed=0, in_chans=3)
-    assert data.test is None and len(data.train) + len(data.val) == 9
-
-
 # ------------------------------------------------------------------------------------ training
-
-
-def _log(run_dir: Path) -> list[dict]:
-    """metrics.jsonl without the timings."""
-    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
-    return [{k: v for k, v in json.loads(x).items() if k not in TIMING_KEYS} for x in lines]
 
 
 @pytest.mark.parametrize("kind", ["wds", "saved", "parquet"])
@@ -357,7 +225,7 @@ def test_train_eval_fewshot_inspect_finetune_from_the_command_line(
         in out
     )
     assert "3 channels: " in out  # decided by the data: the images are in colour
-    records = _log(run_dir)
+    records = logged_metrics(run_dir)
     assert [r["step"] for r in records if r.get("split") == "val"] == [1, 2]
     assert records[-1]["split"] == "test" and "accuracy" in records[-1]
     root = shards if kind == "wds" else spec  # a Hub name would be bare: hf: says what it is
@@ -377,36 +245,6 @@ def test_train_eval_fewshot_inspect_finetune_from_the_command_line(
     assert (tmp_path / "ft" / "best").is_dir()
 
 
-def test_columns_are_settings_and_labels_may_be_names(photos: Path, tmp_path: Path, capsys) -> None:
-    """Images in 'img' and class names as text in 'y' (no ClassLabel): the classes are the names,
-    sorted; eval --data reads the columns the checkpoint's run named."""
-    rows = {split: _rows(ImageFolderDataset(photos, split)) for split in ("train", "test")}
-    datasets.DatasetDict(
-        {
-            split: datasets.Dataset.from_dict(
-                {"img": r["image"], "y": [CLASSES[k] for k in r["label"]]},
-                features=datasets.Features(
-                    {"img": datasets.Image(), "y": datasets.Value("string")}
-                ),
-            )
-            for split, r in rows.items()
-        }
-    ).save_to_disk(tmp_path / "named")
-    spec = f"hf:{tmp_path / 'named'}"
-    run_dir = tmp_path / "run"
-    assert main(["train", "--data", spec, *TINY, "--set", "train.duration=1st",
-                 "--set", "data.image_column=img", "--set", "data.label_column=y",
-                 "--run-dir", str(run_dir), "--no-progress"]) == 0  # fmt: skip
-    assert "a holdout of 10% of every class of train" in capsys.readouterr().out  # no val split
-    assert vitkit.load(run_dir / "best").cfg.num_classes == 3
-    assert main(["eval", str(run_dir / "best"), "--data", spec]) == 0
-    out = capsys.readouterr().out
-    assert f"on {spec}: test split (9 images)" in out
-    lines = out.splitlines()
-    per_class = lines[next(i for i, line in enumerate(lines) if line.startswith("top-1")) + 1 :]
-    assert [line.split()[0] for line in per_class] == list(CLASSES)
-
-
 def test_a_killed_run_on_shards_resumes_as_if_never_stopped(shards: Path, tmp_path: Path) -> None:
     run = replace(
         get_recipe("smoke"),
@@ -419,106 +257,11 @@ def test_a_killed_run_on_shards_resumes_as_if_never_stopped(shards: Path, tmp_pa
     train(run, full, progress=False)
     resumed = stopped_copy(full, tmp_path / "resumed", step=4)  # mid-epoch: 3 steps an epoch
     train(run, resumed, progress=False)
-    assert _log(resumed) == _log(full) and len(_log(full)) == 9
-    _same_weights(full / "checkpoints" / "step_00000006", resumed / "checkpoints" / "step_00000006")
+    assert logged_metrics(resumed) == logged_metrics(full) and len(logged_metrics(full)) == 9
+    same_weights(full / "checkpoints" / "step_00000006", resumed / "checkpoints" / "step_00000006")
 
 
 # ------------------------------------------------------------------------------------ streaming
-
-
-def _stream_cfg(parquet: Path, **keys) -> dict:
-    return {"data.dataset": f"hf:{parquet}", "data.streaming": True, "data.shuffle_buffer": 8,
-            "model.num_classes": 3, "train.device": "cpu", **keys}  # fmt: skip
-
-
-def test_a_stream_serves_every_row_once_an_epoch_in_windows_and_resumes_exactly(
-    hf_data: dict[str, Path],
-) -> None:
-    run = replace(get_recipe("smoke"), _stream_cfg(hf_data["parquet"]))
-    data = build_data(run.data, run.model, seed=0, in_chans=3)
-    stream = data.train
-    assert len(stream) == 30 and stream.classes == list(CLASSES)
-    assert data.val_name == "val split (9 images)"  # its validation split, not a holdout
-    options = BatchOptions(batch_size=6, train=True, seed=5, image_size=16, flip=True)
-    batches = batches_of(stream, options)
-    assert batches.steps_per_epoch == 5
-    orders = [batches.order(e) for e in (0, 1)]
-    assert all(sorted(o.tolist()) == list(range(30)) for o in orders)
-    assert not torch.equal(orders[0], orders[1])  # a new order every epoch
-    # windows of >= 8 rows out of row groups of 5: rows 0-9 of the epoch are two whole groups
-    assert sorted(orders[0][:10].tolist()) in (list(range(a, a + 5)) + list(range(b, b + 5))
-                                                 for a in range(0, 30, 5) for b in range(0, 30, 5))  # fmt: skip
-    uninterrupted = [b for _, b in zip(range(12), batches.stream(0), strict=False)]
-    for start in (0, 3, 7):  # mid-epoch and in the second epoch: exactly the same batches
-        again = batches_of(stream, options)
-        got = [b for _, b in zip(range(12 - start), again.stream(start), strict=False)]
-        for (x, y), (ex, ey) in zip(got, uninterrupted[start:], strict=True):
-            assert torch.equal(x, ex) and torch.equal(y, ey)
-    # two processes keep their halves of every batch; workers decode the same images
-    halves = [
-        batches_of(stream, dataclasses.replace(options, shard=(r, 2), num_workers=r))
-        for r in (0, 1)
-    ]
-    for b, ((x0, y0), (x1, y1)) in enumerate(zip(*(h.epoch(1) for h in halves), strict=True)):
-        x, y = uninterrupted[5 + b]
-        assert torch.equal(torch.cat([x0, x1]), x) and torch.equal(torch.cat([y0, y1]), y)
-
-
-def test_a_bad_row_of_a_stream_counts_once_however_often_it_is_read(tmp_path: Path) -> None:
-    pq = pytest.importorskip("pyarrow.parquet")
-    import pyarrow as pa
-
-    def png(k: int) -> bytes:
-        buffer = io.BytesIO()
-        Image.fromarray(_pixels(k % 2, k).astype(np.uint8)).save(buffer, "PNG")
-        return buffer.getvalue()
-
-    images = [png(k) if k != 7 else b"\x89PNG\r\n\x1a\nnot an image" for k in range(20)]
-    folder = tmp_path / "data"
-    folder.mkdir()
-    table = pa.table({"image": images, "label": [k % 2 for k in range(20)]})
-    for split in ("train", "test"):
-        pq.write_table(table, folder / f"{split}-00000-of-00001.parquet", row_group_size=5)
-    keys = {"data.max_bad_fraction": 0.05, "model.num_classes": 2}  # 1 of 20 allowed, not 2
-    run = replace(get_recipe("smoke"), _stream_cfg(folder, **keys))
-    stream = build_data(run.data, run.model, seed=0, in_chans=3).train
-    batches = batches_of(stream, BatchOptions(batch_size=5, train=True, seed=0, image_size=8))
-    with pytest.warns(UserWarning, match=r"failed to decode") as caught:
-        for epoch in range(3):  # the bad row is read every epoch
-            assert sum(len(y) for _, y in batches.epoch(epoch)) == 20
-    assert len([w for w in caught if "failed to decode" in str(w.message)]) == 1
-
-
-def test_a_stream_serves_the_rows_in_file_order_for_evaluation(hf_data: dict[str, Path]) -> None:
-    run = replace(get_recipe("smoke"), _stream_cfg(hf_data["parquet"]))
-    data = build_data(run.data, run.model, seed=0, in_chans=3)
-    saved = datasets.load_from_disk(str(hf_data["saved"]))["test"]
-    batches = batches_of(data.test, BatchOptions(batch_size=4, train=False, image_size=(12, 14)))
-    got = list(batches.epoch(0))
-    assert [len(y) for _, y in got] == [4, 4, 1]
-    labels = torch.cat([y for _, y in got])
-    assert labels.tolist() == saved["label"]  # the test file was written in folder order
-    first = np.array(saved[0]["image"].convert("RGB"))  # (12, 14, 3)
-    assert torch.equal(
-        ((got[0][0][0] * 127.5) + 127.5).round().byte(), torch.from_numpy(first).permute(2, 0, 1)
-    )
-
-
-def test_a_killed_streaming_run_resumes_as_if_never_stopped(
-    hf_data: dict[str, Path], tmp_path: Path
-) -> None:
-    run = replace(get_recipe("smoke"), _stream_cfg(
-        hf_data["parquet"], **{"train.duration": "8st", "train.batch_size": 8,
-                               "train.save_every": "2st", "train.keep_last": 4,
-                               "train.log_every": "1st", "data.flip": True,
-                               "data.num_workers": 1}))  # fmt: skip
-    full = tmp_path / "full"
-    train(run, full, progress=False)
-    # 3 steps an epoch, windows of 10 rows: step 4 starts at row 8 of epoch 1, inside a window
-    resumed = stopped_copy(full, tmp_path / "resumed", step=4)
-    train(run, resumed, progress=False)
-    assert _log(resumed) == _log(full) and len([r for r in _log(full) if "lr" in r]) == 8
-    _same_weights(full / "checkpoints" / "step_00000008", resumed / "checkpoints" / "step_00000008")
 
 
 # ------------------------------------------------------------------------------------ errors
@@ -621,101 +364,6 @@ def test_a_cut_shard_and_a_hostile_label_are_one_line_errors(
         open_hf(DataConfig(dataset=f"hf:{tmp_path / 'big-label.parquet'}"))
 
 
-def _save_image(path: Path, seed: int) -> Path:
-    """An 8x8 colour-noise PNG (a few hundred bytes)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    pixels = np.random.default_rng(seed).integers(0, 256, (8, 8, 3), dtype=np.uint8)
-    Image.fromarray(pixels).save(path)
-    return path
-
-
-def test_an_image_cell_reads_only_files_of_its_own_dataset(tmp_path: Path, hf_cache: None) -> None:
-    """An ``Image`` cell may store a path instead of bytes: an absolute path outside the dataset
-    was read and trained on, and ``/dev/zero`` filled the memory. By default a cell reads a
-    relative path inside the dataset's folder only; ``data.image_paths=any`` (the one-line
-    reason names it) reads any regular file; ``data.max_image_bytes`` caps what is read."""
-    import pyarrow.parquet as pq
-
-    from vitkit.config import DataConfig
-    from vitkit.data.sources.hf import open_hf
-
-    root = tmp_path / "ds"
-    for k in range(3):
-        _save_image(root / "imgs" / f"{k}.png", k)
-    outside = _save_image(tmp_path / "outside.png", 9)
-    (root / "imgs/escape.png").symlink_to(outside)
-    fifo = root / "imgs/fifo.png"
-    os.mkfifo(fifo)
-    paths = ["imgs/0.png", "imgs/1.png", str(outside), "../outside.png", "imgs/escape.png",
-             "/dev/zero", "imgs/fifo.png", "imgs/2.png"]  # fmt: skip
-    features = datasets.Features(
-        {"image": datasets.Image(), "label": datasets.ClassLabel(names=["a", "b"])}
-    )
-    rows = datasets.Dataset.from_dict(
-        {"image": paths, "label": [k % 2 for k in range(len(paths))]}, features=features
-    )
-    pq.write_table(rows.data.table, root / "train.parquet")  # the paths as they are
-
-    def read(**keys) -> dict[str, str]:
-        spec = DataConfig(dataset=f"hf:{root / 'train.parquet'}", **keys)
-        with pytest.warns(UserWarning):
-            split = open_hf(spec).dataset("train", mode="RGB", max_bad_fraction=0.9)
-        assert len(split) == len(paths) - len(split.skipped)
-        return {paths[int(name.rsplit(" ", 1)[1])]: why for name, why in split.skipped}
-
-    refused = read()
-    assert sorted(refused) == sorted(paths[2:7])
-    for path in (str(outside), "../outside.png", "imgs/escape.png", "/dev/zero"):
-        assert "not inside the dataset's folder" in refused[path]
-        assert "read it only with data.image_paths=any" in refused[path]
-    assert "not a regular file" in refused["imgs/fifo.png"]  # and it did not wait for a writer
-    anywhere = read(image_paths="any")
-    # ../outside.png read from the dataset's folder; a device or a FIFO never, whatever is allowed
-    assert sorted(anywhere) == ["/dev/zero", "imgs/fifo.png"]
-    assert "not a regular file" in anywhere["/dev/zero"]
-    capped = DataConfig(dataset=f"hf:{root / 'train.parquet'}", max_image_bytes=60)
-    with pytest.raises(DataError, match=r"row 0 \(OSError: the cell's file 'imgs/0.png' is "
-                       r"larger than data.max_image_bytes=60 allows\)"):  # fmt: skip
-        open_hf(capped).dataset("train", mode="RGB")
-
-
-def test_a_cells_path_is_text_of_bounded_length_and_shown_cut(
-    tmp_path: Path, hf_cache: None
-) -> None:
-    """A cell's path with a NUL character was a ValueError traceback, and one of 10^7
-    characters made 20 MB error lines: each is an unreadable image, named in a line of bounded
-    length."""
-    import pyarrow.parquet as pq
-
-    from vitkit.config import DataConfig
-    from vitkit.data.sources.hf import open_hf
-
-    root = tmp_path / "ds"
-    for k in range(4):
-        _save_image(root / "imgs" / f"{k}.png", k)
-    paths = ["imgs/0.png", "imgs/\0.png", "imgs/1.png", "a/" * 5_000_000 + "x.png", "imgs/2.png"]
-    paths.append("imgs/3.png")
-    features = datasets.Features(
-        {"image": datasets.Image(), "label": datasets.ClassLabel(names=["a", "b"])}
-    )
-    rows = datasets.Dataset.from_dict(
-        {"image": paths, "label": [k % 2 for k in range(len(paths))]}, features=features
-    )
-    pq.write_table(rows.data.table, root / "train.parquet")
-    spec = DataConfig(dataset=f"hf:{root / 'train.parquet'}")
-    with pytest.warns(UserWarning) as caught:
-        split = open_hf(spec).dataset("train", mode="RGB", max_bad_fraction=0.5)
-    why = dict(split.skipped)
-    assert sorted(why) == [f"{split.where} row 1", f"{split.where} row 3"]
-    assert why[f"{split.where} row 1"] == (
-        "OSError: the cell stores a NUL character in a path: 'imgs/\\x00.png'"
-    )
-    assert why[f"{split.where} row 3"].startswith(
-        "OSError: the cell stores a path of 10,000,005 characters, more than 4,096: 'a/a/"
-    )
-    assert all(len(str(w.message)) < 800 for w in caught)
-
-
 def test_class_names_longer_than_a_thousand_characters_are_refused(
     tmp_path: Path, hf_cache: None
 ) -> None:
@@ -728,7 +376,7 @@ def test_class_names_longer_than_a_thousand_characters_are_refused(
     from vitkit.data.sources.hf import open_hf
 
     buffer = io.BytesIO()
-    Image.fromarray(_pixels(0, 0)).save(buffer, "PNG")
+    Image.fromarray(pixels(0, 0)).save(buffer, "PNG")
     names = ["cat", "x" * 1001]
     table = pa.table({"image": [buffer.getvalue()] * 2, "label": names})
     pq.write_table(table, tmp_path / "train.parquet")
@@ -777,9 +425,9 @@ def test_a_folder_and_its_shards_refuse_the_same_truncated_jpeg(tmp_path: Path) 
     verification refuses above.)"""
     root = tmp_path / "photos"
     for k in range(3):
-        _save_image(root / "a" / f"{k}.png", k)
+        save_image(root / "a" / f"{k}.png", k)
     buffer = io.BytesIO()
-    Image.fromarray(_pixels(0, 5)).save(buffer, "JPEG", quality=90)
+    Image.fromarray(pixels(0, 5)).save(buffer, "JPEG", quality=90)
     claimed = bytearray(buffer.getvalue())
     sof = claimed.index(b"\xff\xc0")  # the frame header: height, then width
     claimed[sof + 5 : sof + 9] = (8000).to_bytes(2, "big") * 2
@@ -796,85 +444,6 @@ def test_a_folder_and_its_shards_refuse_the_same_truncated_jpeg(tmp_path: Path) 
     # the three good images in both (a replacement is the next image, in each one's order)
     seen = set(items(folder))
     assert seen == set(items(shards)) and len(seen) == 3
-
-
-def test_a_streamed_batch_with_failing_images_is_the_same_for_any_number_of_processes(
-    tmp_path: Path,
-) -> None:
-    """Rows that fail to decode are replaced by the next image of the whole batch that decodes,
-    wherever it is: two processes' parts make up one process's batch. Before, a failure took
-    the next image of its own process's part (row 2 below, last of the first half of its batch,
-    took row 0 with two processes and row 3 with one)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    def png(k: int) -> bytes:
-        buffer = io.BytesIO()
-        Image.fromarray(_pixels(k % 3, k)).save(buffer, "PNG")
-        return buffer.getvalue()
-
-    bad = {2, 9, 10, 11}  # the last of a half; a whole half (9-11, with 6-row batches)
-    images = [b"not an image" if k in bad else png(k) for k in range(20)]
-    folder = tmp_path / "data"
-    folder.mkdir()
-    table = pa.table({"image": images, "label": [k % 3 for k in range(20)]})
-    for split in ("train", "test"):
-        pq.write_table(table, folder / f"{split}-00000-of-00001.parquet", row_group_size=5)
-    keys = {"data.max_bad_fraction": 0.5, "model.num_classes": 3}
-    run = replace(get_recipe("smoke"), _stream_cfg(folder, **keys))
-    stream = build_data(run.data, run.model, seed=0, in_chans=3).train
-    evaluation = BatchOptions(batch_size=6, image_size=8, train=False)
-    for options in (
-        evaluation,
-        BatchOptions(batch_size=6, image_size=8, train=True, seed=3, flip=True),
-    ):
-        with pytest.warns(UserWarning, match="failed to decode"):
-            whole = list(batches_of(stream, options).epoch(0))
-            halves = [
-                list(batches_of(stream, dataclasses.replace(options, shard=(r, 2))).epoch(0))
-                for r in (0, 1)
-            ]
-        for (x, y), (x0, y0), (x1, y1) in zip(whole, *halves, strict=True):
-            assert torch.equal(torch.cat([x0, x1]), x) and torch.equal(torch.cat([y0, y1]), y)
-    with pytest.warns(UserWarning, match="failed to decode"):
-        first = list(batches_of(stream, evaluation).epoch(0))
-    assert torch.equal(first[0][0][2], first[0][0][3])  # row 2 took row 3, of the other half
-    assert first[0][1].tolist() == [0, 1, 0, 0, 1, 2]
-
-
-@pytest.mark.parametrize("column", ["image", "bytes"])
-def test_a_rows_image_is_read_from_its_arrow_column_or_through_a_selection(
-    tmp_path: Path, column: str
-) -> None:
-    """A row's cell is read straight from the table's Arrow column (a quarter of datasets' row
-    formatting's cost): the same cells as datasets gives, for an ``Image`` feature and for a
-    column of bytes; a table whose rows are a selection of another's (an indices mapping) is
-    read through datasets, each row its own."""
-    from vitkit.data.sources.cells import CellReader
-    from vitkit.data.sources.hf import RowSource
-
-    blobs = [_save_image(tmp_path / f"{k}.png", k).read_bytes() for k in range(4)]
-    feature = datasets.Image() if column == "image" else datasets.Value("binary")
-    table = datasets.Dataset.from_dict(
-        {column: blobs}, features=datasets.Features({column: feature})
-    )
-    if column == "image":
-        table = table.cast_column(column, datasets.Image(decode=False))
-    table.save_to_disk(str(tmp_path / "saved"))
-    table = datasets.load_from_disk(str(tmp_path / "saved"))
-
-    def source(rows: datasets.Dataset) -> RowSource:
-        labels = np.zeros(len(rows), dtype=np.int64)
-        cells = CellReader(tmp_path)
-        return RowSource(rows, labels, where="t", classes=["a"], image_column=column, cells=cells)
-
-    direct = source(table)
-    assert direct._arrow is not None  # read from the column
-    assert [direct.read(k) for k in range(4)] == blobs
-    assert list(direct.read_all(range(4))) == blobs
-    selected = source(table.select([2, 0, 3]))
-    assert selected._arrow is None  # through datasets: its rows are a mapping
-    assert [selected.read(k) for k in range(3)] == [blobs[2], blobs[0], blobs[3]]
 
 
 def test_test_shards_alone_are_evaluated_with_their_classnames_but_not_trained_on(

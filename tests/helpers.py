@@ -8,6 +8,8 @@ import json
 import resource
 import shutil
 import signal
+import subprocess
+import sys
 import tarfile
 import zlib
 from collections import Counter
@@ -244,3 +246,25 @@ def count_preparation(monkeypatch: Any) -> Counter[Any]:
     monkeypatch.setattr(machine, "choose_device", counting("device", machine.choose_device))
     monkeypatch.setattr(run_data, "build_data", counting("data", run_data.build_data))
     return seen
+
+
+# The committed run of the first training-state format, stopped and uninterrupted (its log).
+RESUME_V1 = Path(__file__).parent / "data" / "resume_v1"
+# What a run logs that is the same however often it was stopped and resumed.
+DETERMINISTIC = ("step", "split", "lr", "loss", "accuracy", "top5")
+
+
+def vitkit_train(*args: str) -> subprocess.Popen:
+    """``vitkit train ARGS`` in a process of its own, its output piped."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "vitkit", "train", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def deterministic_metrics(run_dir: Path) -> list[dict]:
+    """A run's metrics.jsonl, each line's ``DETERMINISTIC`` fields."""
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return [{k: r[k] for k in DETERMINISTIC if k in r} for r in map(json.loads, lines)]

@@ -3,10 +3,7 @@ fine-tuning at a higher resolution, evaluation and prediction from the command l
 
 from __future__ import annotations
 
-import copy
-import errno
 import json
-import logging
 import math
 import os
 import re
@@ -22,12 +19,9 @@ import torch
 from PIL import Image
 
 import vitkit
-from helpers import file_size_limit
-from vitkit.config import OptimConfig, TrainConfig
+from helpers import RESUME_V1, deterministic_metrics, file_size_limit, vitkit_train
 from vitkit.recipes import RECIPES, get_recipe
-from vitkit.train.cadence import Cadence
 from vitkit.train.loop import train
-from vitkit.train.optim import learning_rate
 
 # A run with everything that must survive a restart: dropout and mixup (global RNG), crop, flip
 # and RandAugment (per-batch generators), warmup + cosine, clipping, EMA, gradient accumulation,
@@ -41,27 +35,12 @@ RESUMABLE = [
     "--set", "data.crop_padding=2", "--set", "data.flip=True", "--set", "optim.grad_clip=1.0",
     "--set", "train.mixup=0.2", "--set", "data.rand_augment=True", "--no-progress",
 ]  # fmt: skip
-DETERMINISTIC = ("step", "split", "lr", "loss", "accuracy", "top5")
-
-
-def cli(*args: str) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "vitkit", "train", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
-def metrics(run_dir: Path) -> list[dict]:
-    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
-    return [{k: r[k] for k in DETERMINISTIC if k in r} for r in map(json.loads, lines)]
 
 
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory) -> Path:
     run_dir = tmp_path_factory.mktemp("full")
-    proc = cli(*RESUMABLE, "--run-dir", str(run_dir))
+    proc = vitkit_train(*RESUMABLE, "--run-dir", str(run_dir))
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err
     return run_dir
@@ -77,23 +56,23 @@ def _wait_for(path: Path, proc: subprocess.Popen, timeout: float = 120) -> None:
 
 @pytest.mark.slow
 def test_sigkill_then_resume_equals_uninterrupted(uninterrupted: Path, tmp_path: Path) -> None:
-    proc = cli(*RESUMABLE, "--run-dir", str(tmp_path))
+    proc = vitkit_train(*RESUMABLE, "--run-dir", str(tmp_path))
     _wait_for(tmp_path / "checkpoints" / "step_00000025", proc)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    steps_logged = [r["step"] for r in metrics(tmp_path)]
+    steps_logged = [r["step"] for r in deterministic_metrics(tmp_path)]
     assert max(steps_logged) < 60, "the run finished before it was killed: the test proved nothing"
-    proc = cli(*RESUMABLE, "--run-dir", str(tmp_path))  # the same command again
+    proc = vitkit_train(*RESUMABLE, "--run-dir", str(tmp_path))  # the same command again
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err
-    assert metrics(tmp_path) == metrics(uninterrupted)
+    assert deterministic_metrics(tmp_path) == deterministic_metrics(uninterrupted)
 
 
 @pytest.mark.slow
 def test_sigterm_saves_then_resume_equals_uninterrupted(
     uninterrupted: Path, tmp_path: Path
 ) -> None:
-    proc = cli(*RESUMABLE, "--run-dir", str(tmp_path))
+    proc = vitkit_train(*RESUMABLE, "--run-dir", str(tmp_path))
     _wait_for(tmp_path / "checkpoints" / "step_00000010", proc)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=120)
@@ -102,10 +81,10 @@ def test_sigterm_saves_then_resume_equals_uninterrupted(
         int(p.name[5:]) for p in (tmp_path / "checkpoints").iterdir() if p.name.startswith("step_")
     )
     assert f"after step {saved};" in err  # the checkpoint is where it stopped
-    proc = cli(*RESUMABLE, "--run-dir", str(tmp_path))
+    proc = vitkit_train(*RESUMABLE, "--run-dir", str(tmp_path))
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err
-    assert metrics(tmp_path) == metrics(uninterrupted)
+    assert deterministic_metrics(tmp_path) == deterministic_metrics(uninterrupted)
 
 
 def _image_folder(root: Path) -> Path:
@@ -153,130 +132,7 @@ def test_sigterm_to_the_process_group_saves_with_loader_workers_and_resumes(
     resumed = subprocess.run([*command, "--run-dir", str(run_dir)], capture_output=True)
     assert resumed.returncode == 0, resumed.stderr
     assert full.wait(timeout=300) == 0
-    assert metrics(run_dir) == metrics(tmp_path / "full")
-
-
-def _holder(run_dir: Path) -> int | None:
-    """The pid written in the run directory's lock file, if any yet."""
-    try:
-        return json.loads((run_dir / ".lock").read_text())["pid"]
-    except (OSError, ValueError):
-        return None
-
-
-def test_a_second_run_in_a_run_directory_is_refused_and_a_killed_runs_lock_is_not(
-    tmp_path: Path,
-) -> None:
-    """A run holds its directory from its start: a second command in it (started while the first
-    is frozen by SIGSTOP, so that it certainly holds it) exits 2 with one line naming the first's
-    pid (0.3-0.5 s here, before torch is imported or the data read), and writes nothing; once the
-    first is killed (SIGKILL), the same command runs. Both used to run, resuming from each
-    other's checkpoints mid-run with their logs interleaved."""
-    command = ["--recipe", "smoke", "--set", "train.device=cpu", "--set", "train.duration=4st",
-               "--no-progress", "--run-dir", str(tmp_path)]  # fmt: skip
-    first = cli(*command)
-    deadline = time.monotonic() + 60
-    while _holder(tmp_path) != first.pid:
-        assert first.poll() is None and time.monotonic() < deadline, first.stderr.read()
-        time.sleep(0.005)
-    first.send_signal(signal.SIGSTOP)
-    try:
-        second = subprocess.run(
-            [sys.executable, "-m", "vitkit", "train", *command],
-            capture_output=True, text=True, timeout=60,
-        )  # fmt: skip
-        assert second.returncode == 2
-        assert re.fullmatch(
-            rf"vitkit train: error: run directory {re.escape(str(tmp_path))} is in use by process "
-            rf"{first.pid} on \S+ \(started [0-9-]+ [0-9:]+\): wait for that run to end \(or "
-            r"stop it\), or use another --run-dir\n",
-            second.stderr,
-        ), second.stderr
-        assert os.listdir(tmp_path) == [".lock"]
-    finally:
-        first.kill()  # SIGKILL: the kernel releases its lock
-        first.communicate()
-    third = subprocess.run(
-        [sys.executable, "-m", "vitkit", "train", *command],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert third.returncode == 0, third.stderr
-    assert [r["step"] for r in metrics(tmp_path)] == [2, 4, 4]  # its log alone
-
-
-# Takes the lock of run directory argv[1], forks a child that outlives it (as a data loader's
-# worker may, for a moment, its killed parent), prints both pids, and waits.
-_HOLD = """
-import os, sys, time
-from pathlib import Path
-from vitkit.train.rundir import RunLock
-with RunLock(Path(sys.argv[1])):
-    ready, said = os.pipe()
-    child = os.fork()
-    if child == 0:  # its fork hooks have run (the lock's copy closed) when fork() returns here
-        os.write(said, b"1")
-        time.sleep(60)
-        os._exit(0)
-    os.read(ready, 1)  # under load the child may run later than this process: wait for it
-    print(os.getpid(), child, flush=True)
-    time.sleep(60)
-"""
-
-
-def test_the_loop_takes_the_lock_and_forked_children_do_not_keep_it(tmp_path: Path) -> None:
-    """``train()`` (the API, not only the command line) refuses a run directory another process
-    holds, before it reads or writes anything there; the lock ends with its holder, though a
-    child it forked (a data loader's worker inherits its descriptors) still runs."""
-    from vitkit.errors import UserFileError
-    from vitkit.train.rundir import RunLock
-
-    holder = subprocess.Popen(
-        [sys.executable, "-c", _HOLD, str(tmp_path)], stdout=subprocess.PIPE, text=True
-    )
-    pid, child = map(int, holder.stdout.readline().split())
-    try:
-        with pytest.raises(UserFileError, match=rf"is in use by process {pid} on "):
-            train(get_recipe("smoke"), tmp_path, progress=False)
-        assert os.listdir(tmp_path) == [".lock"]
-        holder.kill()
-        holder.wait()
-        os.kill(child, 0)  # the forked child still runs
-        with RunLock(tmp_path):  # and the lock is free
-            assert _holder(tmp_path) == os.getpid()
-    finally:
-        holder.kill()
-        os.kill(child, signal.SIGKILL)
-
-
-def test_a_file_system_that_does_not_lock_runs_without_the_lock(
-    tmp_path: Path, monkeypatch, caplog
-) -> None:
-    """Where ``flock`` is not supported (Lustre mounted without ``-o flock``: ENOSYS; NFS
-    without its lock daemon: ENOLCK) a run goes on as before the lock, with a warning. There is
-    no such file system here: ``flock`` fails as it does there."""
-    import fcntl
-
-    from vitkit.train.rundir import RunLock
-
-    def unsupported(fd: int, operation: int) -> None:
-        raise OSError(errno.ENOSYS, os.strerror(errno.ENOSYS))
-
-    monkeypatch.setattr(fcntl, "flock", unsupported)
-    with caplog.at_level(logging.WARNING), RunLock(tmp_path):
-        assert _holder(tmp_path) == os.getpid()
-    assert f"{tmp_path / '.lock'}: this file system does not lock files" in caplog.text
-
-
-def test_a_lock_file_that_is_a_directory_is_one_line(tmp_path: Path, capsys) -> None:
-    """A directory at the lock's name cannot be locked: one line naming it, nothing run."""
-    from vitkit.cli import main
-
-    (tmp_path / ".lock").mkdir()
-    assert main(["train", "--recipe", "smoke", "--run-dir", str(tmp_path)]) == 2
-    assert capsys.readouterr().err == (
-        f"vitkit train: error: {tmp_path / '.lock'} is a directory, expected a run's lock file\n"
-    )
-    assert os.listdir(tmp_path) == [".lock"]
+    assert deterministic_metrics(run_dir) == deterministic_metrics(tmp_path / "full")
 
 
 # A run stopped after its step-2 checkpoint, written by the code of commit 7b42c39 (before the
@@ -286,7 +142,6 @@ def test_a_lock_file_that_is_a_directory_is_one_line(tmp_path: Path, capsys) -> 
 #     --set model.hidden_size=16 --set model.mlp_dim=32 --set train.ema=0.9 --set train.mixup=0.2
 #     --set train.keep_last=3 --set train.device=cpu --run-dir RUN
 # (then run/ keeps RUN's config.json and checkpoints/step_00000002 only).
-OLD_RUN = Path(__file__).parent / "data" / "resume_v1"
 
 
 def _structure(value: object) -> object:
@@ -304,13 +159,13 @@ def test_resumes_a_checkpoint_of_the_previous_state_format(tmp_path: Path) -> No
     writes ``state.pt`` with the old one's layout."""
     from vitkit.config import RunConfig
 
-    run_dir = Path(shutil.copytree(OLD_RUN / "run", tmp_path / "run"))
+    run_dir = Path(shutil.copytree(RESUME_V1 / "run", tmp_path / "run"))
     run = RunConfig.from_dict(json.loads((run_dir / "config.json").read_text()))
     train(run, run_dir, progress=False)
     expected = [
-        json.loads(line) for line in (OLD_RUN / "uninterrupted.jsonl").read_text().splitlines()
+        json.loads(line) for line in (RESUME_V1 / "uninterrupted.jsonl").read_text().splitlines()
     ]
-    got = metrics(run_dir)
+    got = deterministic_metrics(run_dir)
     assert [(r["step"], r.get("split")) for r in got] == [
         (r["step"], r.get("split")) for r in expected
     ]
@@ -330,29 +185,6 @@ def test_resumes_a_checkpoint_of_the_previous_state_format(tmp_path: Path) -> No
     grown["scaler"] = "NoneType"
     assert _structure(new) == grown
     assert list(new) == [*old, "seconds", "scaler"]
-
-
-def test_train_state_round_trips_and_refuses_incomplete_payloads(tmp_path: Path) -> None:
-    from vitkit.errors import CheckpointError
-    from vitkit.train.state import LiveRun, TrainState
-
-    state = TrainState.read(OLD_RUN / "run" / "checkpoints" / "step_00000002" / "state.pt")
-    state.write(tmp_path / "state.pt")  # a round trip keeps every field
-    again = TrainState.read(tmp_path / "state.pt")
-    assert again.step == 2 and again.window == state.window and torch.equal(again.rng, state.rng)
-    assert state.objective is None  # a classification run's
-    masked = LiveRun(  # a masked-patch run cannot take a state without the objective's weights
-        objective=torch.nn.Linear(1, 1), optimizer=None, ema=None, mpp=torch.nn.Linear(1, 1),
-        device=torch.device("cpu"),
-    )  # fmt: skip
-    with pytest.raises(CheckpointError, match="holds no mask embedding and head"):
-        state.restore(masked)
-    payload = torch.load(tmp_path / "state.pt", weights_only=True)
-    for field in ("rng", "objective"):  # every field but what vitkit.compat fills in
-        broken = {k: v for k, v in payload.items() if k != field}
-        torch.save(broken, tmp_path / "broken.pt")
-        with pytest.raises(CheckpointError, match=f"not a vitkit training state: '{field}'"):
-            TrainState.read(tmp_path / "broken.pt")
 
 
 def test_loss_falls_and_checkpoints_are_ours(tmp_path: Path) -> None:
@@ -394,7 +226,10 @@ def _evaluates_and_predicts(checkpoint: Path, tmp_path: Path) -> str:
 
 def test_finetune_eval_predict_end_to_end(tmp_path: Path) -> None:
     pre = tmp_path / "pre"
-    assert cli("--recipe", "smoke", "--run-dir", str(pre), "--no-progress").wait(timeout=300) == 0
+    assert (
+        vitkit_train("--recipe", "smoke", "--run-dir", str(pre), "--no-progress").wait(timeout=300)
+        == 0
+    )
     ft = tmp_path / "ft"
     proc = subprocess.run(
         [sys.executable, "-m", "vitkit", "finetune", "--init-from", str(pre / "best"), "--recipe", "smoke",
@@ -450,43 +285,6 @@ def test_finetune_starts_from_pretrained_with_zero_head(tmp_path: Path) -> None:
     torch.testing.assert_close(model.blocks[0].attn.qkv.weight, source.blocks[0].attn.qkv.weight)
     torch.testing.assert_close(model.pos_embed[:, :1], source.pos_embed[:, :1])  # class token kept
     assert model.pos_embed.shape[1] == 1 + 36
-
-
-def test_schedule_warmup_then_cosine() -> None:
-    cfg = OptimConfig(lr=1.0, warmup="10st", schedule="cosine", end_lr=0.0)
-    lrs = [learning_rate(s, cfg=cfg, total_steps=110, warmup_steps=10) for s in range(110)]
-    assert lrs[0] == pytest.approx(0.1) and lrs[9] == pytest.approx(1.0)
-    assert lrs[60] == pytest.approx(0.5 * (1 + math.cos(math.pi * 0.5)))
-    assert lrs[-1] < 1e-3
-    linear = OptimConfig(lr=1.0, schedule="linear", end_lr=1e-5)
-    assert learning_rate(50, cfg=linear, total_steps=100, warmup_steps=0) == pytest.approx(
-        0.5 + 0.5e-5
-    )
-
-
-def test_cadence_in_steps() -> None:
-    tc = TrainConfig(
-        duration="2ep", batch_size=10, log_every="3st", eval_every="1ep", save_every="1000ex"
-    )
-    c = Cadence.from_config(tc, steps_per_epoch=50)
-    assert (c.total_steps, c.log_every, c.eval_every, c.save_every) == (100, 3, 50, 100)
-    assert [s for s in range(1, 101) if c.eval(s)] == [50, 100]
-    assert c.log(100) and not c.log(100 - 1 - 1)  # the end always logs
-
-
-def test_weight_decay_skips_biases_norms_posemb_cls() -> None:
-    from vitkit.config import OptimConfig
-    from vitkit.train.optim import param_groups, param_settings
-
-    model = vitkit.create_model("ViT-mu/16", image_size=32, num_classes=3)
-    cfg = OptimConfig(lr=1e-3, weight_decay=0.1)
-    decay, no_decay = param_groups(param_settings(cfg, model), cfg)
-    names = {id(p): n for n, p in model.named_parameters()}
-    skipped = {names[id(p)] for p in no_decay["params"]}
-    assert {"pos_embed", "cls_token", "norm.weight", "head.bias"} <= skipped
-    assert all(p.ndim >= 2 for p in decay["params"])  # kernels only: no bias, no norm scale
-    assert {n for n, p in model.named_parameters() if p.ndim == 1} <= skipped
-    assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
 
 
 def test_bad_run_inputs(tmp_path: Path, capsys) -> None:
@@ -716,141 +514,3 @@ def test_time_to_accuracy_reads_the_log(tmp_path: Path) -> None:
     one_view = time_to_accuracy(tmp_path, key="accuracy_one_view")
     assert one_view["seconds_to"] == {0.90: 880.0, 0.91: 950.0}
     assert one_view["accuracy_at"] == 0.901
-
-
-def test_adam_is_one_fused_kernel_outside_fsdp() -> None:
-    from vitkit.train.optim import build_optimizer
-
-    run = get_recipe("smoke")
-    optimizer = build_optimizer(vitkit.create_model(run.model), run.optim)
-    assert isinstance(optimizer, torch.optim.AdamW) and optimizer.defaults["fused"] is True
-
-
-@pytest.mark.parametrize("fixed", [True, False])
-def test_ema_is_polyak_averaging_with_the_ramped_decay(fixed: bool) -> None:
-    from vitkit.train.parts import Average
-
-    torch.manual_seed(0)
-    model = vitkit.create_model(get_recipe("smoke").model)
-    ema = vitkit.create_model(get_recipe("smoke").model)
-    start = {k: v.clone() for k, v in ema.state_dict().items()}
-    average = Average(ema, model, 0.9, fixed=fixed)
-    for step, decay in [(0, 0.1), (100, 0.9)]:  # min(0.9, (1 + step) / (10 + step))
-        with torch.no_grad():
-            for p in model.parameters():
-                p.add_(torch.randn_like(p))  # the model moves; the average follows it
-        weights = {k: v.clone() for k, v in model.state_dict().items()}
-        average.update(step)
-        for key, value in ema.state_dict().items():
-            expected = decay * start[key] + (1 - decay) * weights[key]
-            torch.testing.assert_close(value, expected, rtol=1e-5, atol=1e-6)
-        start = {k: v.clone() for k, v in ema.state_dict().items()}
-
-
-def test_muon_takes_the_blocks_matrices_and_resumes_from_its_state() -> None:
-    import torch.nn.functional as F
-
-    from vitkit.config import replace
-    from vitkit.train.optim import MuonWithAdamW, build_optimizer, set_learning_rate
-
-    run = replace(get_recipe("smoke"), {"optim.name": "muon", "optim.weight_decay": 0.1})
-    g = torch.Generator().manual_seed(1)
-    batches = [(torch.randn(8, 3, 16, 16, generator=g), torch.randint(0, 4, (8,), generator=g))]
-    batches *= 4
-
-    def fresh():
-        torch.manual_seed(0)
-        model = vitkit.create_model(run.model).eval()  # no dropout: the steps are deterministic
-        return model, build_optimizer(model, run.optim)
-
-    def step(model, optimizer, batch) -> None:
-        F.cross_entropy(model(batch[0]), batch[1]).backward()
-        optimizer.step()
-        optimizer.zero_grad()
-
-    model, optimizer = fresh()
-    for batch in batches[:3]:
-        step(model, optimizer, batch)
-    assert isinstance(optimizer, MuonWithAdamW)
-    muon, adamw = optimizer.optimizers
-    name = {id(p): n for n, p in model.named_parameters()}
-    in_muon = {name[id(p)] for g in muon.param_groups for p in g["params"]}
-    matrices = {n for n, p in model.named_parameters() if n.startswith("blocks.") and p.ndim == 2}
-    assert in_muon == matrices and matrices
-    in_adamw = {name[id(p)] for g in adamw.param_groups for p in g["params"]}
-    assert in_adamw == set(name.values()) - matrices
-
-    # The state numbers every parameter once, Muon's first, each with its momentum; loaded into
-    # a fresh optimizer, the next step is the original's to the bit.
-    state = copy.deepcopy(optimizer.state_dict())  # its tensors are the optimizer's own
-    ids = [i for g in state["param_groups"] for i in g["params"]]
-    assert ids == list(range(len(name))) and set(state["state"]) == set(ids)
-    weights = {k: v.clone() for k, v in model.state_dict().items()}
-    step(model, optimizer, batches[3])
-    resumed, again = fresh()
-    resumed.load_state_dict(weights)
-    again.load_state_dict(state)
-    step(resumed, again, batches[3])
-    torch.testing.assert_close(resumed.state_dict(), model.state_dict(), rtol=0, atol=0)
-
-    set_learning_rate(again, 0.123)
-    assert all(g["lr"] == 0.123 for o in again.optimizers for g in o.param_groups)
-    with pytest.raises(ValueError, match="another optimizer"):
-        again.load_state_dict(torch.optim.AdamW(model.parameters()).state_dict())
-
-
-@pytest.mark.parametrize("nesterov", [True, False])
-def test_batched_muon_takes_torch_muons_steps(nesterov: bool) -> None:
-    # vitkit's Muon batches the Newton-Schulz iterations of same-shaped matrices; it must take
-    # torch.optim.Muon's steps: the same momentum to the bit, the same update up to bf16 rounding
-    # (the products run batched instead of one by one), and either's state loads into the other.
-    from vitkit.train.optim import Muon, orthogonalize
-
-    g = torch.Generator().manual_seed(0)
-    shapes = [(48, 16), (48, 16), (16, 16), (16, 32), (32, 16), (16, 32)]  # tall, square, wide
-    start = [torch.randn(s, generator=g) for s in shapes]
-    grads = [[torch.randn(s, generator=g) for s in shapes] for _ in range(3)]
-    ours_p = [torch.nn.Parameter(w.clone()) for w in start]
-    theirs_p = [torch.nn.Parameter(w.clone()) for w in start]
-    settings = dict(lr=0.02, momentum=0.9, weight_decay=0.1)
-    ours = Muon(ours_p, **settings)
-    theirs = torch.optim.Muon(theirs_p, **settings, adjust_lr_fn="match_rms_adamw")
-    for group in (*ours.param_groups, *theirs.param_groups):
-        group["nesterov"] = nesterov
-    for step_grads in grads:
-        before = [q.detach().clone() for q in theirs_p]
-        for p, q, grad in zip(ours_p, theirs_p, step_grads, strict=True):
-            p.grad, q.grad = grad.clone(), grad.clone()
-        ours.step()
-        theirs.step()
-        for p, q, w in zip(ours_p, theirs_p, before, strict=True):
-            assert torch.equal(ours.state[p]["momentum_buffer"], theirs.state[q]["momentum_buffer"])
-            moved = (q - w).norm()  # weight decay + lr * scale * an approximately orthogonal matrix
-            assert moved > 0.03
-            assert (p - q).norm() < 0.01 * moved, "a different update from torch.optim.Muon's"
-            p.data.copy_(q.detach())  # the next step from the same point
-
-    # the iteration brings every singular value of each matrix near 1
-    ortho = orthogonalize(torch.stack(grads[0][:2]), (3.4445, -4.775, 2.0315), 5, 1e-7)
-    singular_values = torch.linalg.svdvals(ortho.float())
-    assert singular_values.min() > 0.5 and singular_values.max() < 1.5
-
-    # (copies: a loaded state keeps the very tensors of the state dict it was given)
-    back = torch.optim.Muon(theirs_p, **settings, adjust_lr_fn="match_rms_adamw")
-    back.load_state_dict(copy.deepcopy(ours.state_dict()))
-    again = Muon(ours_p, **settings)
-    again.load_state_dict(copy.deepcopy(theirs.state_dict()))
-    for p, q in zip(ours_p, theirs_p, strict=True):
-        assert torch.equal(back.state[q]["momentum_buffer"], again.state[p]["momentum_buffer"])
-    # torch's state, continued by vitkit's Muon: the step torch takes from it
-    for p, q, grad in zip(ours_p, theirs_p, grads[0], strict=True):
-        p.grad, q.grad = grad.clone(), grad.clone()
-    before = [q.detach().clone() for q in theirs_p]
-    again.step()
-    theirs.step()
-    for p, q, w in zip(ours_p, theirs_p, before, strict=True):
-        assert torch.equal(again.state[p]["momentum_buffer"], theirs.state[q]["momentum_buffer"])
-        assert (p - q).norm() < 0.01 * (q - w).norm()
-    again.param_groups[0]["adjust_lr_fn"] = "original"
-    with pytest.raises(ValueError, match="match_rms_adamw"):
-        again.step()

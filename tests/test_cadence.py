@@ -1,0 +1,16 @@
+"""When a run logs, evaluates and saves (train/cadence.py)."""
+
+from __future__ import annotations
+
+from vitkit.config import TrainConfig
+from vitkit.train.cadence import Cadence
+
+
+def test_cadence_in_steps() -> None:
+    tc = TrainConfig(
+        duration="2ep", batch_size=10, log_every="3st", eval_every="1ep", save_every="1000ex"
+    )
+    c = Cadence.from_config(tc, steps_per_epoch=50)
+    assert (c.total_steps, c.log_every, c.eval_every, c.save_every) == (100, 3, 50, 100)
+    assert [s for s in range(1, 101) if c.eval(s)] == [50, 100]
+    assert c.log(100) and not c.log(100 - 1 - 1)  # the end always logs

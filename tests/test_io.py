@@ -62,8 +62,8 @@ def test_our_weights_file_reads_as_our_directory(tmp_path) -> None:
     model = randomized(cfg, std=0.05)
     out = vitkit.save(model, tmp_path / "ckpt", class_names=[f"c{i}" for i in range(10)])
     weights = out / "model.safetensors"
-    read_cfg, _, extra = read(weights)
-    assert read_cfg == cfg and extra == {"class_names": [f"c{i}" for i in range(10)]}
+    read_cfg, _, meta = read(weights)
+    assert read_cfg == cfg and meta.to_dict() == {"class_names": [f"c{i}" for i in range(10)]}
     loaded = vitkit.load(str(weights))
     assert loaded.cfg == cfg
     x = torch.randn(2, 3, 32, 48)
@@ -342,16 +342,16 @@ def test_a_recorded_preprocessing_size_is_checked_on_reading(tmp_path, image_siz
     (each side a multiple of the patch stride, at most 4 times the model's own), in one line
     naming the checkpoint; writing one is refused the same way."""
     from vitkit.data import Preprocess
-    from vitkit.io.api import load_with_extra
+    from vitkit.io.api import load_with_meta
 
     model = VisionTransformer(tiny(num_layers=1))
     vitkit.save(model, tmp_path, preprocess=Preprocess(image_size=(32, 128)))  # 4 times: allowed
-    assert load_with_extra(tmp_path)[1]["preprocess"]["image_size"] == [32, 128]
+    assert load_with_meta(tmp_path)[1].to_dict()["preprocess"]["image_size"] == [32, 128]
     meta = json.loads((tmp_path / "config.json").read_text())
     meta["preprocess"]["image_size"] = image_size
     (tmp_path / "config.json").write_text(json.dumps(meta))
     with pytest.raises(CheckpointError, match=match) as err:
-        load_with_extra(tmp_path)
+        load_with_meta(tmp_path)
     assert str(err.value).startswith(f"{tmp_path}: preprocess") and "\n" not in str(err.value)
     if isinstance(image_size, int):
         with pytest.raises(ConfigError, match=match):

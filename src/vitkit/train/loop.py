@@ -39,6 +39,7 @@ from ..data.run_data import (
 )
 from ..errors import VitkitError
 from ..files import atomic_write
+from ..io.metadata import WeightsMeta
 from ..model.flops import count_flops
 from ..runtime import machine
 from ..runtime.clock import process_seconds
@@ -301,10 +302,12 @@ def _train(
             precision_why=precision_why,
         ):
             log.info(line)
-    preprocess = Preprocess(image_size=run.model.image_size, in_chans=run.model.in_chans)
-    extra: dict[str, Any] = {"preprocess": preprocess.to_dict(), "run": run.to_dict()}
-    if len(classes) == run.model.num_classes:  # not an mpp run's head, sized apart from the data
-        extra["class_names"] = classes  # what the head's outputs are, as reading checks
+    meta = WeightsMeta(
+        # what the head's outputs are, as reading checks: not an mpp run's head, sized apart
+        class_names=tuple(classes) if len(classes) == run.model.num_classes else None,
+        preprocess=Preprocess(image_size=run.model.image_size, in_chans=run.model.in_chans),
+        run=run,
+    )
 
     metrics = MetricsLog(run_dir, main=main, earlier_s=earlier_s)
     evaluate = Evaluator(
@@ -317,10 +320,10 @@ def _train(
         train_set=data.train,
         fewshot_data=inputs.fewshot_data,
         cfg=parts.model.cfg,
-        extra=extra,
+        meta=meta,
         best=best,
     )
-    trainer = _Trainer(run, run_dir, inputs, parts, evaluate, metrics, extra, autocast)
+    trainer = _Trainer(run, run_dir, inputs, parts, evaluate, metrics, meta, autocast)
     step, result = trainer.loop(step, window, progress=progress and main)
     return trainer.finish(step, result)
 
@@ -335,7 +338,7 @@ class _Trainer:
     parts: Parts
     evaluate: Evaluator
     metrics: MetricsLog
-    extra: dict[str, Any]  # what checkpoints and best/ are written with
+    meta: WeightsMeta  # what checkpoints and best/ are written with
     autocast: torch.dtype | None
 
     def loop(self, step: int, window: _Window, *, progress: bool) -> tuple[int, dict[str, Any]]:
@@ -424,7 +427,7 @@ class _Trainer:
                             parts.model.cfg,
                             weights,
                             state,
-                            extra=self.extra,
+                            meta=self.meta,
                             keep_last=tc.keep_last,
                         )
                     distributed.barrier()  # no process stops (or exits) before the checkpoint is whole

@@ -29,8 +29,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--data", default=None, help="a data spec (default: the checkpoint's)")
     parser.add_argument("--batch-size", type=int, default=256)
     args = parser.parse_args(argv)
-    model, _, _, extra = open_checkpoint(args.checkpoint)
-    split = evaluation_split(args.data, extra, model.cfg, source=args.checkpoint)
+    checkpoint = open_checkpoint(args.checkpoint)
+    model = checkpoint.model
+    split = evaluation_split(args.data, checkpoint.meta.run, model.cfg, source=args.checkpoint)
     options = BatchOptions.evaluation(model.cfg, batch_size=args.batch_size)
     batches = batches_of(split.dataset, options)
     results, seconds = {}, {}

@@ -176,7 +176,7 @@ def top1_predictions(checkpoint: Path, spec: str) -> tuple[list[str], torch.Tens
     from vitkit.eval.metrics import evaluate
 
     model = vitkit.load(checkpoint)
-    split = evaluation_split(spec, {}, model.cfg, source=str(checkpoint))
+    split = evaluation_split(spec, None, model.cfg, source=str(checkpoint))
     batches = batches_of(split.dataset, BatchOptions.evaluation(model.cfg, batch_size=64))
     result = evaluate(model, batches.epoch(0), 1000, predictions=True)
     names = [split.dataset.name_of(i) for i in range(len(split.dataset))]

@@ -102,7 +102,7 @@ def test_eval_orders_numbered_folders_by_number_unless_the_checkpoint_names_its_
     )
     assert "by number" not in "\n".join(out)
     model = vitkit.load(old)
-    split = evaluation_split(str(root / "test"), {}, model.cfg, source=str(old))
+    split = evaluation_split(str(root / "test"), None, model.cfg, source=str(old))
     kept = split.in_class_order(BY_NAME, "the checkpoint records")
     assert kept.classes == BY_NAME
     assert _labelled_by_folder(kept.dataset) == {name: BY_NAME.index(name) for name in NUMBERED}

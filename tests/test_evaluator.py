@@ -9,6 +9,7 @@ import torch
 
 from vitkit.data.loader import BatchOptions
 from vitkit.data.run_data import batches_of, build_data
+from vitkit.io.metadata import WeightsMeta
 from vitkit.model import build_model
 from vitkit.recipes import get_recipe
 from vitkit.train.evaluator import Evaluator, scalars
@@ -29,7 +30,7 @@ def test_evaluates_and_keeps_only_better_weights(tmp_path: Path) -> None:
         train_set=data.train,
         fewshot_data={},
         cfg=model.cfg,
-        extra={},
+        meta=WeightsMeta(),
     )
     batches = batches_of(data.val, BatchOptions.evaluation(run.model, batch_size=16, uint8=True))
     result = evaluate(model, batches, data.val)

@@ -75,8 +75,8 @@ def test_our_format_stores_names_and_preprocess(tmp_path: Path) -> None:
     directory = vitkit.save(_model(), tmp_path / "ours", class_names=NAMES, preprocess=preprocess)
     meta = json.loads((directory / "config.json").read_text())
     assert meta["class_names"] == NAMES and meta["preprocess"] == preprocess.to_dict()
-    _, _, extra = read(directory)
-    assert extra == {"class_names": NAMES, "preprocess": preprocess.to_dict()}
+    _, _, recorded = read(directory)
+    assert recorded.to_dict() == {"class_names": NAMES, "preprocess": preprocess.to_dict()}
     with pytest.raises(ConfigError, match="in_chans=1 for a model with in_chans=3"):
         vitkit.save(_model(), tmp_path / "x", preprocess=Preprocess(image_size=32, in_chans=1))
     with pytest.raises(ConfigError, match="2 class_names for a model with num_classes=5"):
@@ -156,8 +156,8 @@ def test_processor_file_says_what_preprocess_does(tmp_path: Path) -> None:
     assert processor["do_resize"] and processor["do_rescale"] and processor["do_normalize"]
     assert processor["rescale_factor"] == 1 / 255 and not processor.get("do_center_crop")
     assert processor["image_mean"] == processor["image_std"] == [0.5, 0.5, 0.5]
-    _, _, extra = read_hf_dir(directory)
-    assert extra["preprocess"] == preprocess.to_dict()
+    _, _, recorded = read_hf_dir(directory)
+    assert recorded.preprocess == preprocess
 
 
 @pytest.mark.parametrize(
@@ -176,8 +176,8 @@ def test_processor_vitkit_cannot_express_is_not_carried_over(
     path = directory / "preprocessor_config.json"
     path.write_text(json.dumps({**json.loads(path.read_text()), **change}))
     with pytest.warns(UserWarning) as records:
-        _, _, extra = read_hf_dir(directory)
-    assert "preprocess" not in extra  # rather than a Preprocess that does something else
+        _, _, recorded = read_hf_dir(directory)
+    assert recorded.preprocess is None  # rather than a Preprocess that does something else
     (record,) = records
     assert "preprocessing not carried over" in str(record.message) and why in str(record.message)
 
@@ -185,13 +185,13 @@ def test_processor_vitkit_cannot_express_is_not_carried_over(
 def test_a_processors_size_is_checked_when_the_checkpoint_is_read(tmp_path: Path) -> None:
     """Hugging Face's ``size`` of 10^6 made ``predict`` allocate 3 TB: it is checked against the
     model when the directory is read, as our format's ``preprocess`` is, in one line naming it."""
-    from vitkit.io.api import load_with_extra
+    from vitkit.io.api import load_with_meta
 
     directory = vitkit.save(_model(image_size=16), tmp_path / "hf", format="hf")
     path = directory / "preprocessor_config.json"
     path.write_text(json.dumps({**json.loads(path.read_text()), "size": 10**6}))
     with pytest.raises(vitkit.io.CheckpointError) as info:
-        load_with_extra(directory)
+        load_with_meta(directory)
     assert str(info.value) == (
         f"{directory}: preprocess image_size=1000000 for a model of image_size=16: expected each "
         "side a multiple of the patch stride 8, at most 4 times the model's (64 x 64)"
@@ -237,11 +237,11 @@ def test_convert_to_hf_and_back_keeps_names_and_preprocess(in_chans: int, tmp_pa
     processor = json.loads((hf / "preprocessor_config.json").read_text())
     assert processor["size"] == {"height": 24, "width": 40} and processor["resample"] == 3
 
-    _, _, extra = read(_convert(hf, tmp_path / "back"))
+    _, _, recorded = read(_convert(hf, tmp_path / "back"))
     # A 1-channel model comes back as the 3-channel model it was exported as (test_hf.py), so
     # its preprocessing comes back with 3 channels.
     rgb = dataclasses.replace(preprocess, in_chans=3)
-    assert extra == {"class_names": NAMES, "preprocess": rgb.to_dict()}
+    assert recorded.to_dict() == {"class_names": NAMES, "preprocess": rgb.to_dict()}
 
 
 def test_hf_to_vitkit_to_hf_keeps_labels_and_processor(tmp_path: Path) -> None:
@@ -261,8 +261,8 @@ def test_hf_to_vitkit_to_hf_keeps_labels_and_processor(tmp_path: Path) -> None:
     processor.save_pretrained(tmp_path / "hf")  # ViT's defaults otherwise: 1/255, mean = std = 0.5
 
     ours = _convert(tmp_path / "hf", tmp_path / "ours")
-    _, _, extra = read(ours)
-    assert extra == {
+    _, _, recorded = read(ours)
+    assert recorded.to_dict() == {
         "class_names": NAMES,
         "preprocess": Preprocess(image_size=16, resize="bicubic").to_dict(),
     }
@@ -280,12 +280,12 @@ def test_hf_to_vitkit_to_hf_keeps_labels_and_processor(tmp_path: Path) -> None:
 def test_convert_to_ours_keeps_names_and_preprocess(tmp_path: Path) -> None:
     preprocess = Preprocess(image_size=32, resize="bicubic", antialias=False)
     ours = vitkit.save(_model(), tmp_path / "ours", class_names=NAMES, preprocess=preprocess)
-    _, _, extra = read(_convert(ours, tmp_path / "copy"))
-    assert extra == {"class_names": NAMES, "preprocess": preprocess.to_dict()}
+    _, _, recorded = read(_convert(ours, tmp_path / "copy"))
+    assert recorded.to_dict() == {"class_names": NAMES, "preprocess": preprocess.to_dict()}
     # At another resolution the preprocessing follows the model: it resizes to 24x48 now.
-    _, _, extra = read(_convert(ours, tmp_path / "wide", "--image-size", "24x48"))
+    _, _, recorded = read(_convert(ours, tmp_path / "wide", "--image-size", "24x48"))
     wide = dataclasses.replace(preprocess, image_size=(24, 48))
-    assert extra == {"class_names": NAMES, "preprocess": wide.to_dict()}
+    assert recorded.to_dict() == {"class_names": NAMES, "preprocess": wide.to_dict()}
 
 
 def test_convert_refuses_in_one_line_what_hf_cannot_hold(
@@ -308,12 +308,12 @@ def test_wnids_and_source_travel_and_are_checked(tmp_path: Path) -> None:
     wnids = [f"n0000000{i}" for i in range(5)]
     written = {"class_names": NAMES, "wnids": wnids, "pretrained": "ViT-mu/16@test"}
     ours = vitkit.save(_model(), tmp_path / "ours", **written)
-    assert read(ours)[2] == written
+    assert read(ours)[2].to_dict() == written
     hf = vitkit.save(_model(), tmp_path / "hf", format="hf", **written)
     config = transformers.AutoConfig.from_pretrained(hf)
     assert config.id2label[0] == "cat" and config.wnids == wnids
     assert config.pretrained == "ViT-mu/16@test"
-    assert {k: v for k, v in read(hf)[2].items() if k != "preprocess"} == written
+    assert {k: v for k, v in read(hf)[2].to_dict().items() if k != "preprocess"} == written
     refused = [
         (wnids[:2], "2 wnids for a model with num_classes=5: expected one wnid per class"),
         ([*wnids[:4], "n00000000"], r"wnids must be distinct, found \['n00000000'\]"),

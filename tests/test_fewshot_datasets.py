@@ -118,7 +118,7 @@ def test_fewshot_over_datasets_reads_each_image_once(
     # the figures are fewshot_model's on each dataset (and the table shows them)
     model = load(checkpoint)
     for row, found, folder in zip(rows, written["datasets"], folders, strict=True):
-        split = evaluation_split(str(folder), {}, model.cfg, source="test")
+        split = evaluation_split(str(folder), None, model.cfg, source="test")
         expected = fewshot.fewshot_model(
             model, split.train, split.dataset, shots=(1, 2), seeds=3, image_size=16
         )
@@ -141,7 +141,7 @@ def test_fewshot_cli_takes_big_vision_sampling_and_preprocessing(
     out = capsys.readouterr().out
     assert "big_vision sampling" in out and "resized to 18x18 and their centre 16x16" in out
     model = load(checkpoint)
-    split = evaluation_split(str(three), {}, model.cfg, source="test")
+    split = evaluation_split(str(three), None, model.cfg, source="test")
     expected = fewshot.fewshot_model(
         model, split.train, split.dataset, shots=(1, 2), seeds=2, image_size=16,
         sampling="big_vision", preprocess="big_vision",
@@ -189,7 +189,7 @@ def test_training_evaluates_fewshot_data_under_its_names(
     }  # fmt: skip
     last = evaluations[-1]
     model = load(tmp_path / "run" / "checkpoints" / f"step_{last['step']:08d}")
-    split = evaluation_split(str(five), {}, model.cfg, source="test")
+    split = evaluation_split(str(five), None, model.cfg, source="test")
     expected = fewshot.fewshot_model(
         model, split.train, split.dataset, shots=(1, 2), seeds=3, image_size=16
     )

@@ -258,9 +258,12 @@ def test_round_trip_classifier(tmp_path: Path) -> None:
     assert meta["model_type"] == "vit" and meta["id2label"] == {"0": "cat", "1": "dog", "2": "ship"}
     assert meta["hidden_act"] == "gelu_pytorch_tanh" and meta["layer_norm_eps"] == 1e-6
 
-    cfg, state, extra = read_hf_dir(out)
+    cfg, state, meta = read_hf_dir(out)
     assert cfg == model.cfg  # the official preprocessing, written by default, comes back
-    assert extra == {"class_names": names, "preprocess": Preprocess(image_size=16).to_dict()}
+    assert meta.to_dict() == {
+        "class_names": names,
+        "preprocess": Preprocess(image_size=16).to_dict(),
+    }
     x = torch.randn(2, 3, 16, 16)
     logits = model(x)
     assert logits.abs().max() > 0.5
@@ -276,9 +279,9 @@ def test_one_channel_model_becomes_rgb_by_luma(tmp_path: Path) -> None:
     model = _random_vitkit(num_classes=3, in_chans=1)
     out = write_hf(model, tmp_path / "export")
     assert json.loads((out / "config.json").read_text())["num_channels"] == 3
-    cfg, state, extra = read_hf_dir(out)
+    cfg, state, meta = read_hf_dir(out)
     assert cfg == dataclasses.replace(model.cfg, in_chans=3)
-    assert extra == {"preprocess": Preprocess(image_size=16, in_chans=3).to_dict()}
+    assert meta.to_dict() == {"preprocess": Preprocess(image_size=16, in_chans=3).to_dict()}
     kernel = model.patch_embed.proj.weight  # (D, 1, P, P)
     luma = torch.tensor([0.299, 0.587, 0.114]).view(1, 3, 1, 1)
     assert torch.equal(state["patch_embed.proj.weight"], kernel * luma)  # (D, 3, P, P)
@@ -297,8 +300,10 @@ def test_one_channel_model_becomes_rgb_by_luma(tmp_path: Path) -> None:
 def test_round_trip_backbone(representation_size: int | None, tmp_path: Path) -> None:
     model = _random_vitkit(num_classes=0, representation_size=representation_size)
     out = write_hf(model, tmp_path / "export")
-    cfg, state, extra = read_hf_dir(out)
-    assert cfg == model.cfg and extra == {"preprocess": Preprocess(image_size=16).to_dict()}
+    cfg, state, meta = read_hf_dir(out)
+    assert cfg == model.cfg and meta.to_dict() == {
+        "preprocess": Preprocess(image_size=16).to_dict()
+    }
     x = torch.randn(2, 3, 16, 16)
     features = model(x)  # (B, R or D)
     assert torch.equal(_vitkit(cfg, state)(x), features)

@@ -9,6 +9,7 @@ import os
 import stat
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import timm
@@ -62,8 +63,8 @@ def test_our_weights_file_reads_as_our_directory(tmp_path) -> None:
     model = randomized(cfg, std=0.05)
     out = vitkit.save(model, tmp_path / "ckpt", class_names=[f"c{i}" for i in range(10)])
     weights = out / "model.safetensors"
-    read_cfg, _, extra = read(weights)
-    assert read_cfg == cfg and extra == {"class_names": [f"c{i}" for i in range(10)]}
+    read_cfg, _, meta = read(weights)
+    assert read_cfg == cfg and meta.to_dict() == {"class_names": [f"c{i}" for i in range(10)]}
     loaded = vitkit.load(str(weights))
     assert loaded.cfg == cfg
     x = torch.randn(2, 3, 32, 48)
@@ -342,16 +343,16 @@ def test_a_recorded_preprocessing_size_is_checked_on_reading(tmp_path, image_siz
     (each side a multiple of the patch stride, at most 4 times the model's own), in one line
     naming the checkpoint; writing one is refused the same way."""
     from vitkit.data import Preprocess
-    from vitkit.io.api import load_with_extra
+    from vitkit.io.api import load_with_meta
 
     model = VisionTransformer(tiny(num_layers=1))
     vitkit.save(model, tmp_path, preprocess=Preprocess(image_size=(32, 128)))  # 4 times: allowed
-    assert load_with_extra(tmp_path)[1]["preprocess"]["image_size"] == [32, 128]
+    assert load_with_meta(tmp_path)[1].to_dict()["preprocess"]["image_size"] == [32, 128]
     meta = json.loads((tmp_path / "config.json").read_text())
     meta["preprocess"]["image_size"] = image_size
     (tmp_path / "config.json").write_text(json.dumps(meta))
     with pytest.raises(CheckpointError, match=match) as err:
-        load_with_extra(tmp_path)
+        load_with_meta(tmp_path)
     assert str(err.value).startswith(f"{tmp_path}: preprocess") and "\n" not in str(err.value)
     if isinstance(image_size, int):
         with pytest.raises(ConfigError, match=match):
@@ -497,3 +498,86 @@ def test_timm_hybrid_width_is_inferred() -> None:
     assert model.cfg.resnet == vitkit.ResNetConfig(num_layers=(1, 1), width_factor=0.5)
     ours = model.state_dict()
     assert all(torch.equal(ours[k], v) for k, v in peer.state_dict().items())
+
+
+EARLIER = Path(__file__).parent / "data" / "folder_v1" / "run" / "checkpoints" / "step_00000002"
+
+
+def test_an_earlier_checkpoints_metadata_reads_by_attribute() -> None:
+    """What travels with the weights of a checkpoint an earlier vitkit wrote (its run before data
+    specs: ``data.data_dir``) reads as one typed ``WeightsMeta``, its run a ``RunConfig``; written
+    back, its entries are the file's, the run in today's form."""
+    from vitkit.config import RunConfig
+    from vitkit.data import Preprocess
+    from vitkit.io.metadata import WeightsMeta
+
+    recorded = json.loads((EARLIER / "config.json").read_text())
+    cfg, _, meta = read(EARLIER)
+    assert meta == WeightsMeta.from_dict(recorded, cfg, source="s", file="f")
+    assert meta.class_names == ("circle", "stripe") and meta.wnids is meta.pretrained is None
+    assert meta.preprocess == Preprocess(image_size=16)
+    assert meta.run == RunConfig.from_dict(recorded["run"]) and meta.trained_on == "images"
+    kept = {key: recorded[key] for key in ("class_names", "preprocess")}
+    assert meta.to_dict() == {**kept, "run": meta.run.to_dict()}
+
+
+def test_what_travels_with_weights_round_trips_through_config_json(tmp_path: Path) -> None:
+    """Every entry of ``WeightsMeta`` is written beside ``format``, ``version`` and ``model`` under
+    its own name, as JSON, and reads back equal; an empty one writes nothing."""
+    from vitkit.data import Preprocess
+    from vitkit.io.checkpoint import write_ours
+    from vitkit.io.metadata import WeightsMeta
+    from vitkit.recipes import get_recipe
+
+    run = get_recipe("smoke")
+    meta = WeightsMeta(
+        class_names=("a", "b", "c", "d"),
+        wnids=("n00000000", "n00000001", "n00000002", "n00000003"),
+        pretrained="ViT-mu/16@test",
+        preprocess=Preprocess(image_size=(16, 32), resize="bicubic"),
+        run=run,
+    )
+    write_ours(run.model, VisionTransformer(run.model).state_dict(), tmp_path, meta)
+    written = json.loads((tmp_path / "config.json").read_text())
+    entries = json.loads(json.dumps(meta.to_dict()))
+    assert written == {"format": "vitkit", "version": 1, "model": written["model"], **entries}
+    assert set(entries) == {"class_names", "wnids", "pretrained", "preprocess", "run"}
+    assert read(tmp_path)[2] == meta
+    assert WeightsMeta.from_dict(entries, run.model, source="s", file="f") == meta
+    assert (
+        WeightsMeta().to_dict() == {}
+        and read(vitkit.save(VisionTransformer(tiny()), tmp_path / "bare"))[2] == WeightsMeta()
+    )
+
+
+@pytest.mark.parametrize(
+    ("entry", "value", "said"),
+    [
+        ("class_names", ["a", "b"], "{file}: 2 class_names for a model with num_classes=4: "),
+        ("wnids", "n00000000", "{file}: wnids: expected a list of 4 strings (one per class), "),
+        ("pretrained", 7, "{file}: pretrained: expected the registry name of the weights' "),
+        ("preprocess", {"image_size": 10**6}, "{ckpt}: preprocess image_size=1000000 for a "),
+        ("run", "smoke", "{file}: run: RunConfig: expected a mapping, found str"),
+        ("run", {"optimizer": {}}, "{file}: run: unknown config key 'optimizer' (did you mean"),
+    ],
+    ids=["class_names", "wnids", "pretrained", "preprocess", "run", "run-key"],
+)
+def test_a_bad_entry_beside_the_weights_is_refused_in_one_line(
+    tmp_path: Path, entry: str, value: object, said: str
+) -> None:
+    """Each entry is checked when the checkpoint is read, in one line naming the file (the
+    preprocessing: the checkpoint); a run that is not a run config is refused there too, not
+    where a verb first reads it."""
+    from vitkit.io.checkpoint import write_ours
+    from vitkit.io.metadata import WeightsMeta
+    from vitkit.recipes import get_recipe
+
+    run = get_recipe("smoke")
+    ckpt = tmp_path / "ckpt"
+    write_ours(run.model, VisionTransformer(run.model).state_dict(), ckpt, WeightsMeta(run=run))
+    config = json.loads((ckpt / "config.json").read_text())
+    (ckpt / "config.json").write_text(json.dumps({**config, entry: value}))
+    with pytest.raises(CheckpointError) as err:
+        read(ckpt)
+    assert str(err.value).startswith(said.format(file=ckpt / "config.json", ckpt=ckpt))
+    assert "\n" not in str(err.value)

@@ -406,7 +406,7 @@ def test_resnet_baseline_is_the_hybrid_backbone_with_a_linear_head(tmp_path) -> 
     assert torch.allclose(out["pre_logits"], model.backbone(x).mean(dim=(2, 3)))
     with pytest.raises(ValueError, match="no attention"):
         model.intermediates(x, attention=True)
-    write_ours(cfg, model.state_dict(), tmp_path / "r", {})
+    write_ours(cfg, model.state_dict(), tmp_path / "r")
     again = vitkit.load(tmp_path / "r")
     assert isinstance(again, ResNetClassifier) and torch.equal(again(x), model(x))
     vitkit.save(again, tmp_path / "r2")

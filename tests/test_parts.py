@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from vitkit.config import replace
+from vitkit.io.metadata import WeightsMeta
 from vitkit.recipes import get_recipe
 from vitkit.train.parts import build_parts, checkpoint_to_resume
 from vitkit.train.state import RunRecord, TrainState, save_checkpoint
@@ -47,7 +48,7 @@ def test_a_checkpoint_resumes_into_new_parts(tmp_path: Path) -> None:
     window = {"loss": 1.5, "accuracy": 0.25, "n": 1, "images": 4, "seconds": 0.5}
     state = TrainState.capture(parts.live, step=1, best=0.5, window=window, seconds=3.0)
     save_checkpoint(
-        tmp_path, parts.model.cfg, parts.model.state_dict(), state, extra={}, keep_last=2
+        tmp_path, parts.model.cfg, parts.model.state_dict(), state, meta=WeightsMeta(), keep_last=2
     )
     record = RunRecord.read(tmp_path, "/elsewhere/step_1")
     checkpoint = checkpoint_to_resume(record, run)  # its own comes first

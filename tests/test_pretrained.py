@@ -212,10 +212,12 @@ def test_load_by_name_downloads_once_with_class_names_and_preprocessing(served) 
     x = torch.rand(2, 3, 32, 32) * 2 - 1  # (B, C, H, W)
     with torch.no_grad():
         assert torch.equal(loaded(x), model(x))
-    _, _, extra = read("vit_mu16@test")  # an alias: the same entry, from the cache
+    _, _, meta = read("vit_mu16@test")  # an alias: the same entry, from the cache
     assert len(server.gets("/vit/test/mu.npz")) == 1
-    assert extra["class_names"][:2] == ["tench", "goldfish"] and len(extra["class_names"]) == 1000
-    assert extra["preprocess"]["image_size"] == 32 and extra["pretrained"] == "ViT-mu/16@test"
+    assert meta.class_names is not None and len(meta.class_names) == 1000
+    assert meta.class_names[:2] == ("tench", "goldfish")
+    assert meta.preprocess is not None and meta.preprocess.image_size == 32
+    assert meta.pretrained == "ViT-mu/16@test"
     assert (tmp_path / "home" / "weights" / "vit_models" / "test" / "mu.npz").is_file()
 
 
@@ -309,9 +311,9 @@ def test_an_imagenet21k_head_predicts_its_synsets_names(served_in21k, tmp_path, 
 
     model, data = served_in21k
     names, wnids = imagenet21k_classes()
-    _, _, extra = read("ViT-mu/16@test-in21k")
-    assert extra["class_names"] == names and extra["wnids"] == wnids
-    assert extra["pretrained"] == "ViT-mu/16@test-in21k"
+    _, _, meta = read("ViT-mu/16@test-in21k")
+    assert meta.class_names == tuple(names) and meta.wnids == tuple(wnids)
+    assert meta.pretrained == "ViT-mu/16@test-in21k"
     image = tmp_path / "red.png"
     Image.new("RGB", (40, 30), (200, 30, 30)).save(image)
     with torch.no_grad():

@@ -262,6 +262,6 @@ def test_a_validation_image_found_twice_is_one_line(
     from vitkit.data.run_data import evaluation_split
 
     model = vitkit.load(checkpoint)
-    split = evaluation_split(f"wds:{root}", {}, model.cfg, source="test")
+    split = evaluation_split(f"wds:{root}", None, model.cfg, source="test")
     with pytest.raises(DataError, match="3 of the 6 images"):
         real_entries_for(1000, split.dataset, split.name, "the fine-tuned model")

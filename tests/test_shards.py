@@ -465,7 +465,7 @@ def test_test_shards_alone_are_evaluated_with_their_classnames_but_not_trained_o
         image_size=16, patch_size=8, hidden_size=16, num_layers=1, num_heads=2, mlp_dim=32,
         num_classes=len(names),
     )  # fmt: skip
-    split = evaluation_split(f"wds:{bench}", {}, model, source="ckpt")
+    split = evaluation_split(f"wds:{bench}", None, model, source="ckpt")
     assert split.classes == [f"a photo's {n}" for n in names] and split.train is None
     assert len(split.dataset) == SIZES["test"] * len(names)
     with pytest.raises(DataError, match=r"has no train shards \(expected train-\*\.tar\); it has"):

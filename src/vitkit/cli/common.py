@@ -10,6 +10,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, get_args
 
@@ -18,6 +19,10 @@ from ..errors import MissingFileError, VitkitError
 
 if TYPE_CHECKING:
     import torch
+
+    from ..data import Preprocess
+    from ..io.metadata import WeightsMeta
+    from ..model import ResNetClassifier, VisionTransformer
 
 NPROC_HELP = (
     "data-parallel on N processes of this machine: runs this command under torchrun "
@@ -213,24 +218,28 @@ def printable(name: str) -> str:
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in name)
 
 
-def open_checkpoint(path: str) -> tuple[Any, list[str], Any, dict[str, Any]]:
-    """A checkpoint's model (eval mode), class names as printed (``printable``; bounded in
-    length when read, ``io.metadata``), preprocessing (the training run's, or the official one at
-    the model's resolution) and metadata (its run's config, when vitkit train wrote it; its
-    ``class_names`` as recorded), from one read."""
-    from ..data import Preprocess
-    from ..io.api import load_with_extra
+@dataclass(frozen=True)
+class Checkpoint:
+    """A checkpoint as a verb runs it (``open_checkpoint``)."""
 
-    model, extra = load_with_extra(path)
-    recorded = extra.get("class_names") or [str(i) for i in range(model.cfg.num_classes)]
-    names = [printable(name) for name in recorded]
-    pre = extra.get("preprocess")
-    preprocess = (
-        Preprocess.from_dict(pre)
-        if pre
-        else Preprocess(image_size=model.cfg.image_size, in_chans=model.cfg.in_chans)
+    model: VisionTransformer | ResNetClassifier  # in eval mode
+    meta: WeightsMeta  # what travels with the weights, as recorded (and checked when read)
+    names: list[str]  # a name per output as printed (``printable``), else the class's number
+    preprocess: Preprocess  # the recorded one, else the official one at the model's resolution
+
+
+def open_checkpoint(path: str) -> Checkpoint:
+    """A checkpoint's model, what travels with it, and the class names and preprocessing a verb
+    uses, from one read."""
+    from ..data import Preprocess
+    from ..io.api import load_with_meta
+
+    model, meta = load_with_meta(path)
+    recorded = meta.class_names or [str(i) for i in range(model.cfg.num_classes)]
+    preprocess = meta.preprocess or Preprocess(
+        image_size=model.cfg.image_size, in_chans=model.cfg.in_chans
     )
-    return model, names, preprocess, extra
+    return Checkpoint(model, meta, [printable(name) for name in recorded], preprocess)
 
 
 def add_device_argument(parser: argparse.ArgumentParser) -> None:

@@ -12,6 +12,7 @@ from ..config.fewshot import L2, PREPROCESSINGS, SAMPLINGS, SEEDS, SHOTS
 from ..errors import VitkitError
 from .common import (
     FAST_HELP,
+    Checkpoint,
     Verb,
     add_device_argument,
     add_precision_argument,
@@ -42,12 +43,7 @@ def _data_spec(spec: str | None) -> str | None:
 
 
 def _split(
-    args: argparse.Namespace,
-    spec: str | None,
-    model: Any,
-    extra: dict[str, Any],
-    *,
-    head: bool = True,
+    args: argparse.Namespace, spec: str | None, checkpoint: Checkpoint, *, head: bool = True
 ) -> Any:
     """The split a verb runs the checkpoint over (``spec``: ``_data_spec``'s), checked against
     its classes when the verb uses the checkpoint's ``head`` and put in the order of the classes
@@ -55,27 +51,26 @@ def _split(
     ``data.run_data.evaluation_split``); says which, and the order, on stdout."""
     from ..data.run_data import evaluation_split
 
-    split = evaluation_split(spec, extra, model.cfg, source=args.checkpoint)
+    cfg = checkpoint.model.cfg
+    split = evaluation_split(spec, checkpoint.meta.run, cfg, source=args.checkpoint)
     print(f"{args.verb} {args.checkpoint} on {split.name}")
     if head:  # without it (few-shot: features only), any data and any classes
-        split = _in_the_heads_classes(args, split, model, extra)
+        split = _in_the_heads_classes(args, split, checkpoint)
     for note in split.notes:
         print(f"  {note}")
     return split
 
 
-def _in_the_heads_classes(
-    args: argparse.Namespace, split: Any, model: Any, extra: dict[str, Any]
-) -> Any:
+def _in_the_heads_classes(args: argparse.Namespace, split: Any, checkpoint: Checkpoint) -> Any:
     """``split`` checked against the checkpoint's classes, in their order when it names them."""
     from ..data.run_data import another_order
 
-    classes = model.cfg.num_classes
+    classes = checkpoint.model.cfg.num_classes
     if classes and len(split.classes) != classes:
         raise VitkitError(
             f"{args.checkpoint} has {classes} classes, {split.name} has {len(split.classes)}"
         )
-    names = extra.get("class_names")
+    names = checkpoint.meta.class_names
     if names and another_order(list(names), split.classes):  # the head's order, by name
         split = split.in_class_order(list(names), "the checkpoint records")
     elif names and list(names) != split.classes:
@@ -94,8 +89,9 @@ def _eval(args: argparse.Namespace) -> None:
 
     spec = _data_spec(args.data)
     device = resolve_device(args.device)
-    model, names, _, extra = open_checkpoint(args.checkpoint)
-    split = _split(args, spec, model, extra)
+    checkpoint = open_checkpoint(args.checkpoint)
+    model, names = checkpoint.model, checkpoint.names
+    split = _split(args, spec, checkpoint)
     real = _real_entries(args, model, split)  # before the model runs: a name that fails, fails now
     model.to(device)
     options = BatchOptions.evaluation(
@@ -108,7 +104,7 @@ def _eval(args: argparse.Namespace) -> None:
     batches = batches_of(split.dataset, options)
     flip = args.flip
     if flip is None:  # as the run evaluated, when the checkpoint records its run
-        flip = bool(extra.get("run", {}).get("data", {}).get("test_flip", False))
+        flip = checkpoint.meta.run is not None and checkpoint.meta.run.data.test_flip
     if args.precision == "int8":
         run, autocast = int8_inference(args, model, split, device), None
     else:
@@ -247,8 +243,9 @@ def _predict(args: argparse.Namespace) -> None:
         )
     paths = image_inputs(args.inputs)  # before loading the model: a mistyped input fails at once
     device = resolve_device(args.device)
-    model, names, preprocess, extra = open_checkpoint(args.checkpoint)
-    wnids = extra.get("wnids")  # each class's WordNet id, where they are ImageNet's
+    checkpoint = open_checkpoint(args.checkpoint)
+    model, names = checkpoint.model, checkpoint.names
+    wnids = checkpoint.meta.wnids  # each class's WordNet id, where they are ImageNet's
     wnid_of = dict(zip(names, wnids, strict=True)) if wnids else {}
     if model.cfg.num_classes < 1:
         raise VitkitError(f"{args.checkpoint} has no classifier head (num_classes=0) to predict")
@@ -257,7 +254,7 @@ def _predict(args: argparse.Namespace) -> None:
     if args.precision == "int8":  # calibrated on the data the checkpoint was trained on
         from ..data.run_data import evaluation_split
 
-        split = evaluation_split(None, extra, model.cfg, source=args.checkpoint)
+        split = evaluation_split(None, checkpoint.meta.run, model.cfg, source=args.checkpoint)
         run, autocast = int8_inference(args, model, split, device, say=sys.stderr), None
     else:
         autocast = resolve_precision(
@@ -267,7 +264,7 @@ def _predict(args: argparse.Namespace) -> None:
     ranked = _ranked(
         run,
         paths,
-        preprocess,
+        checkpoint.preprocess,
         names,
         top=args.top,
         batch_size=args.batch_size,
@@ -299,7 +296,7 @@ def _predict(args: argparse.Namespace) -> None:
 def _fewshot(args: argparse.Namespace) -> None:
     import json
 
-    from ..config import data_names, recorded_data
+    from ..config import data_names
     from ..eval.fewshot import fewshot_model
 
     try:
@@ -313,13 +310,13 @@ def _fewshot(args: argparse.Namespace) -> None:
     if len(set(specs)) < len(specs):
         raise VitkitError(f"--data names a dataset twice: {', '.join(map(str, specs))}")
     device = resolve_device(args.device)
-    model, _, _, extra = open_checkpoint(args.checkpoint)
-    model.to(device)
-    names = data_names([spec or recorded_data(extra) or "data" for spec in specs])
+    checkpoint = open_checkpoint(args.checkpoint)
+    model = checkpoint.model.to(device)
+    names = data_names([spec or checkpoint.meta.trained_on or "data" for spec in specs])
     rows = []
     autocast = resolve_precision(args.precision, model, args.batch_size, device)
     for name, spec in zip(names, specs, strict=True):  # each dataset's features once
-        split = _split(args, spec, model, extra, head=False)
+        split = _split(args, spec, checkpoint, head=False)
         if split.train is None:
             raise VitkitError(
                 f"few-shot evaluation draws its examples from training images, and {split.name} "
@@ -411,6 +408,7 @@ def _inspect(args: argparse.Namespace) -> None:
     from ..data import BatchOptions, subset
     from ..data.run_data import batches_of
     from ..inspect import inspect_model
+    from ..model import VisionTransformer
 
     if args.num_images < 1 or args.max_maps < 1:
         raise VitkitError(
@@ -418,15 +416,16 @@ def _inspect(args: argparse.Namespace) -> None:
         )
     spec = _data_spec(args.data)
     device = resolve_device(args.device)
-    model, names, preprocess, extra = open_checkpoint(args.checkpoint)
-    if model.cfg.arch != "vit":
+    checkpoint = open_checkpoint(args.checkpoint)
+    model, names = checkpoint.model, checkpoint.names
+    if not isinstance(model, VisionTransformer):
         raise VitkitError(f"{args.checkpoint} is a ResNet: inspection needs a Vision Transformer")
     if args.images:
-        images = torch.cat([read_image(p, preprocess) for p in args.images])
+        images = torch.cat([read_image(p, checkpoint.preprocess) for p in args.images])
         titles = [Path(p).name for p in args.images]
         described = "image files"
     else:  # --num-images of the split, taking each class in turn
-        split = _split(args, spec, model, extra)
+        split = _split(args, spec, checkpoint)
         chosen = _classes_in_turn(split.dataset.labels)[: args.num_images]
         options = BatchOptions.evaluation(model.cfg, batch_size=256)
         batches = batches_of(subset(split.dataset, chosen), options)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any, get_args
+from typing import get_args
 
 from ..config import Posemb
 from ..errors import VitkitError
@@ -67,28 +67,22 @@ def _summary(args: argparse.Namespace) -> None:
     print(f"forward      {tuple(x.shape)} -> {tuple(out.shape)}")
 
 
-def _recorded(extra: dict[str, Any]) -> dict[str, Any]:
-    """The class names, wnids, source and preprocessing a checkpoint records
-    (``load_with_extra``'s extra), as the keyword arguments of ``save`` and ``export_onnx``, which
-    write them into the output."""
-    from ..data.transforms import Preprocess
-    from ..io.metadata import RECORDED
-
-    preprocess = extra.get("preprocess")
-    return {
-        **{key: extra.get(key) for key in RECORDED},
-        "preprocess": Preprocess.from_dict(preprocess) if preprocess else None,
-    }
-
-
 def _convert(args: argparse.Namespace) -> None:
-    from ..io.api import load_with_extra, save
+    from ..io.api import load_with_meta, save
 
     size = None if args.image_size is None else image_size_arg(args.image_size)
-    model, extra = load_with_extra(
+    model, meta = load_with_meta(
         args.src, image_size=size, num_heads=args.num_heads, posemb=args.posemb
     )
-    out = save(model, args.dst, format=args.format, **_recorded(extra))
+    out = save(
+        model,
+        args.dst,
+        format=args.format,
+        class_names=meta.class_names,
+        wnids=meta.wnids,
+        pretrained=meta.pretrained,
+        preprocess=meta.preprocess,
+    )
     print(
         f"wrote {out} ({args.format}): {model.num_params():,} parameters, {resolution(model.cfg)}px"
     )
@@ -97,14 +91,22 @@ def _convert(args: argparse.Namespace) -> None:
 def _export(args: argparse.Namespace) -> None:
     import torch
 
-    from ..io.api import load_with_extra
+    from ..io.api import load_with_meta
     from ..io.export import export_onnx, require_onnx, verify_onnx
 
     require_onnx()  # before loading and exporting, which take a while
     if args.batch_size < 1:
         raise VitkitError(f"--batch-size must be at least 1, got {args.batch_size}")
-    model, extra = load_with_extra(args.checkpoint)
-    out = export_onnx(model, args.onnx, opset=args.opset, **_recorded(extra))
+    model, meta = load_with_meta(args.checkpoint)
+    out = export_onnx(
+        model,
+        args.onnx,
+        opset=args.opset,
+        class_names=meta.class_names,
+        wnids=meta.wnids,
+        pretrained=meta.pretrained,
+        preprocess=meta.preprocess,
+    )
     cfg = model.cfg
     g = torch.Generator().manual_seed(0)
     # A second batch size, unlike the one traced, proves the batch dimension dynamic.

@@ -46,7 +46,7 @@ def _compose(args: argparse.Namespace) -> tuple[Request, Composed]:
     """The run a command asks for; everything that needs no torch is checked before the
     checkpoint (fine-tuning) is read."""
     from ..compose import Request, check_data_exists, check_run_data_exists, compose
-    from ..config import RunConfig, normalise_data, parse_set, recorded_data
+    from ..config import RunConfig, normalise_data, parse_set
     from ..config.overrides import split_set
 
     request = Request(
@@ -65,8 +65,8 @@ def _compose(args: argparse.Namespace) -> tuple[Request, Composed]:
             check_data_exists(normalise_data(request.data))
         from ..io.api import read
 
-        pretrained, _, extra = read(request.init_from, num_heads=args.num_heads)
-        composed = compose(request, checkpoint=pretrained, checkpoint_data=recorded_data(extra))
+        pretrained, _, meta = read(request.init_from, num_heads=args.num_heads)
+        composed = compose(request, checkpoint=pretrained, checkpoint_data=meta.trained_on)
     check_run_data_exists(composed.run)
     return request, composed
 

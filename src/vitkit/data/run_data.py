@@ -15,14 +15,14 @@ has; a stream cannot be held out of, so it validates on its val split, else its 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeAlias, cast
+from typing import TypeAlias, cast
 
 import torch
 
 from ..compat import VAL_OR_TEST
-from ..config import DataConfig, DataSource, ModelConfig
+from ..config import DataConfig, DataSource, ModelConfig, RunConfig
 from ..errors import ConfigError, DataError
 from .arrays import ArrayDataset
 from .decoded import DecodedImages, Reading
@@ -448,11 +448,11 @@ class Split:
 
 
 def evaluation_split(
-    spec: str | None, checkpoint: Mapping[str, Any], model: ModelConfig, *, source: str
+    spec: str | None, trained: RunConfig | None, model: ModelConfig, *, source: str
 ) -> Split:
     """What ``vitkit eval`` (fewshot, inspect) evaluates ``model`` on: the data ``spec`` names,
-    else the data the checkpoint's run trained on (``checkpoint``: its metadata; ``source``: its
-    path, for messages). Of a run's data, its test split (else its validation split: the same
+    else the data the checkpoint's run trained on (``trained``: the run its metadata records;
+    ``source``: its path, for messages). Of a run's data, its test split (else its validation split: the same
     holdout it validated on); of a folder given as ``spec``, its test/ split (else val/), or the
     folder itself when it holds class folders (``DIR/val`` given directly); of shards or a
     Hugging Face dataset, the same (unnamed shards, or one ``Dataset``, are evaluated whole); of
@@ -462,24 +462,22 @@ def evaluation_split(
     stream), unless a holdout must be made again. The split's notes say when its classes are in
     order by number (``cells.by_number_note``); the caller puts it in a checkpoint's recorded
     order (``Split.in_class_order``)."""
-    from ..config import RunConfig, normalise_data, recorded_data
+    from ..config import normalise_data
 
     recorded = spec is None
     if recorded:
-        if recorded_data(checkpoint) is None:
+        if trained is None:
             raise DataError(
                 f"{source} records no data (it was not written by vitkit train): say what to "
                 "evaluate on with --data SPEC"
             )
-        run = RunConfig.from_dict(checkpoint["run"])
-        cfg, seed = run.data, run.train.seed
+        cfg, seed = trained.data, trained.train.seed
     else:
         assert spec is not None
         cfg, seed = DataConfig(dataset=normalise_data(spec)), 0
-        if recorded_data(checkpoint) is not None:  # a dataset's columns are the run's (no --set)
-            trained = RunConfig.from_dict(checkpoint["run"]).data
+        if trained is not None:  # a dataset's columns are the run's (no --set)
             cfg = dataclasses.replace(
-                cfg, image_column=trained.image_column, label_column=trained.label_column
+                cfg, image_column=trained.data.image_column, label_column=trained.data.label_column
             )
     mode = mode_of(model.in_chans)
     notes: list[str] = []  # what to say of the classes' order

@@ -37,6 +37,7 @@ from .checkpoint import (
 
 if TYPE_CHECKING:
     from ..data.transforms import Preprocess
+    from .metadata import WeightsMeta
 
 Source = str | os.PathLike | nn.Module | Mapping[str, Any]
 _TORCH_SUFFIXES = (".pth", ".pt", ".bin")
@@ -69,7 +70,9 @@ def _read_state(
 
 def _read_path(
     path: Path, *, num_heads: int | None, posemb: str | None
-) -> tuple[ModelConfig, dict[str, Tensor], dict[str, Any]]:
+) -> tuple[ModelConfig, dict[str, Tensor], WeightsMeta]:
+    from .metadata import WeightsMeta
+
     if not path.exists():
         raise MissingFileError(f"checkpoint not found: {path}")
     if path.is_dir():
@@ -92,7 +95,7 @@ def _read_path(
     if suffix == ".npz":  # official arrays, their names and shapes checked before they are read
         from .formats.official import read_official_file
 
-        cfg, state = read_official_file(path, posemb=posemb)
+        cfg, state = read_official_file(path, posemb=posemb)  # arrays only: no metadata
     elif suffix == ".safetensors":
         cfg, state = _read_state(
             read_safetensors(path), num_heads=num_heads, posemb=posemb, source=str(path)
@@ -106,45 +109,42 @@ def _read_path(
             f"{path}: unknown checkpoint type {suffix or '(no suffix)'!r}; expected a directory, "
             ".npz, .safetensors, .pth, .pt or .bin"
         )
-    return cfg, state, {}
+    return cfg, state, WeightsMeta()
 
 
 def read(
     source: Source, *, num_heads: int | None = None, posemb: str | None = None
-) -> tuple[ModelConfig, dict[str, Tensor], dict[str, Any]]:
-    """The config, state dict (vitkit layout) and extra metadata a checkpoint holds; the
-    metadata a file records checked against the model (``io.metadata``: class names where they
-    are read, ``preprocess`` here, for every format)."""
+) -> tuple[ModelConfig, dict[str, Tensor], WeightsMeta]:
+    """The config, state dict (vitkit layout) and what travels with the weights a checkpoint
+    holds (``io.metadata.WeightsMeta``: what a file records, checked against the model where it
+    is read; none for a module or a state dict)."""
+    from .metadata import WeightsMeta
+
     if isinstance(source, VisionTransformer):
-        return source.cfg, dict(source.state_dict()), {}
+        return source.cfg, dict(source.state_dict()), WeightsMeta()
     if isinstance(source, nn.Module):
         origin = type(source).__module__.split(".")[0]
         if origin == "timm":
             from .formats.timm import read_timm_module
 
-            return (*read_timm_module(source), {})
+            return (*read_timm_module(source), WeightsMeta())
         if origin == "transformers":
             from .formats.hf import read_hf_module
 
-            return (*read_hf_module(source), {})
+            return (*read_hf_module(source), WeightsMeta())
         raise CheckpointError(
             f"cannot load from a {type(source).__module__}.{type(source).__name__}: expected a "
             "vitkit, timm or transformers ViT"
         )
     if isinstance(source, Mapping):
-        return (*_read_state(source, num_heads=num_heads, posemb=posemb, source="state dict"), {})
+        state_dict = _read_state(source, num_heads=num_heads, posemb=posemb, source="state dict")
+        return (*state_dict, WeightsMeta())
     if isinstance(source, (str, os.PathLike)):
-        from .metadata import recorded_preprocess
         from .pretrained import is_pretrained_name, read_pretrained
 
         if is_pretrained_name(str(source)):  # an existing path of that spelling wins
-            cfg, state, extra = read_pretrained(str(source))
-        else:
-            cfg, state, extra = _read_path(Path(source), num_heads=num_heads, posemb=posemb)
-        if extra.get("preprocess") is not None:  # 10^6 a side would make predict allocate TBs
-            checked = recorded_preprocess(extra["preprocess"], cfg, source=str(source))
-            extra = {**extra, "preprocess": checked}
-        return cfg, state, extra
+            return read_pretrained(str(source))
+        return _read_path(Path(source), num_heads=num_heads, posemb=posemb)
     raise TypeError(
         f"cannot load from {type(source).__name__}: expected a path, module or state dict"
     )
@@ -170,21 +170,21 @@ def load(
             and match no preset.
         posemb: for big_vision checkpoints that store no position embedding ('sincos2d' default).
     """
-    model, _ = load_with_extra(source, image_size=image_size, num_heads=num_heads, posemb=posemb)
+    model, _ = load_with_meta(source, image_size=image_size, num_heads=num_heads, posemb=posemb)
     return model
 
 
-def load_with_extra(
+def load_with_meta(
     source: Source,
     *,
     image_size: int | tuple[int, int] | None = None,
     num_heads: int | None = None,
     posemb: Posemb | None = None,
-) -> tuple[VisionTransformer | ResNetClassifier, dict[str, Any]]:
-    """``load``'s model and the checkpoint's extra metadata (``read``'s: ``class_names``,
-    ``preprocess``, ...), from one read of it. With ``image_size``, a recorded ``preprocess``
-    takes the model's new image size, since that is what the model now takes."""
-    cfg, state, extra = read(source, num_heads=num_heads, posemb=posemb)
+) -> tuple[VisionTransformer | ResNetClassifier, WeightsMeta]:
+    """``load``'s model and what travels with its weights (``read``'s ``WeightsMeta``), from one
+    read of the checkpoint. With ``image_size``, a recorded ``preprocess`` takes the model's new
+    image size, since that is what the model now takes."""
+    cfg, state, meta = read(source, num_heads=num_heads, posemb=posemb)
     name = str(source) if isinstance(source, (str, os.PathLike)) else "checkpoint"
     # a ViT, or the ResNet baseline (arch='resnet') from our format; built once the weights fit
     model = build_loaded(cfg, state, source=name)
@@ -198,13 +198,10 @@ def load_with_extra(
             )
         if (h, w) != cfg.image_hw:
             model.resize_pos_embed((h // stride, w // stride))
-            if extra.get("preprocess"):
-                from ..data.transforms import Preprocess
-
-                recorded = Preprocess.from_dict(extra["preprocess"])
-                resized = dataclasses.replace(recorded, image_size=model.cfg.image_size)
-                extra = {**extra, "preprocess": resized.to_dict()}
-    return model.eval(), extra
+            if meta.preprocess is not None:
+                resized = dataclasses.replace(meta.preprocess, image_size=model.cfg.image_size)
+                meta = dataclasses.replace(meta, preprocess=resized)
+    return model.eval(), meta
 
 
 def save(
@@ -234,7 +231,7 @@ def save(
     resolution is assumed on reading) and Hugging Face's gets that one written out. The
     official format holds arrays only: it gets none of them, with a warning when any is given.
     """
-    from .metadata import check_preprocess, checked_metadata
+    from .metadata import WeightsMeta, check_preprocess, checked_metadata
 
     if not isinstance(model, (VisionTransformer, ResNetClassifier)):
         raise TypeError(f"save expects a vitkit model, got {type(model).__name__}")
@@ -242,10 +239,10 @@ def save(
         model.cfg, class_names=class_names, wnids=wnids, pretrained=pretrained
     )
     if format == "vitkit":
-        extra: dict[str, Any] = dict(recorded)
         if preprocess is not None:
-            extra["preprocess"] = check_preprocess(preprocess, model.cfg).to_dict()
-        return write_ours(model.cfg, model.state_dict(), path, extra or None)
+            checked = check_preprocess(preprocess, model.cfg)
+            recorded = dataclasses.replace(recorded, preprocess=checked)
+        return write_ours(model.cfg, model.state_dict(), path, recorded)
     if format == "hf":
         from .formats.hf import write_hf
 
@@ -254,14 +251,21 @@ def save(
                 "format='hf' holds Vision Transformers only; save a ResNet as 'vitkit'"
             )
 
-        return write_hf(model, path, **recorded, preprocess=preprocess)
+        return write_hf(
+            model,
+            path,
+            class_names=recorded.class_names,
+            wnids=recorded.wnids,
+            pretrained=recorded.pretrained,
+            preprocess=preprocess,
+        )
     if format == "official":
         import warnings
 
         from .formats.official import write_official
 
         out = write_official(model, path)
-        if recorded or preprocess is not None:
+        if recorded != WeightsMeta() or preprocess is not None:
             warnings.warn(  # the command line shows it as one line
                 "the official format holds arrays only: class names, wnids, the source and "
                 f"preprocessing are not written to {out}",

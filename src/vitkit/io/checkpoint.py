@@ -1,8 +1,8 @@
 """Our checkpoint format and the safe readers every format uses.
 
 Our format is a directory holding ``model.safetensors`` (timm's key layout) and ``config.json``
-(``{"format": "vitkit", "version": 1, "model": {...ModelConfig...}, ...extra}``), so a checkpoint
-rebuilds its model without the preset registry; it is written atomically
+(``{"format": "vitkit", "version": 1, "model": {...ModelConfig...}, ...WeightsMeta}``), so a
+checkpoint rebuilds its model without the preset registry; it is written atomically
 (``files.atomic_write``, ``files.atomic_directory``). Nothing here runs code from a file:
 safetensors, ``np.load(allow_pickle=False)`` and ``torch.load(weights_only=True)`` only. Nothing
 a file's metadata claims is allocated before its weights agree: ``build_loaded`` checks the
@@ -21,7 +21,7 @@ import re
 import zipfile
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -31,6 +31,9 @@ from ..config import ConfigError, ModelConfig
 from ..errors import CheckpointError, MissingFileError, UserFileError
 from ..files import atomic_write
 from ..model import ResNetClassifier, VisionTransformer, build_model
+
+if TYPE_CHECKING:
+    from .metadata import WeightsMeta
 
 log = logging.getLogger(__name__)
 
@@ -269,21 +272,24 @@ def write_ours(
     cfg: ModelConfig,
     state: Mapping[str, Tensor],
     directory: str | os.PathLike,
-    extra: Mapping[str, Any] | None = None,
+    meta: WeightsMeta | None = None,
 ) -> Path:
-    """Write ``model.safetensors`` + ``config.json`` into ``directory``; returns the directory."""
+    """Write ``model.safetensors`` + ``config.json`` (with what ``meta`` records, when given)
+    into ``directory``; returns the directory."""
     directory = Path(directory)
     if directory.exists() and not directory.is_dir():
         raise UserFileError(f"{directory} exists and is not a directory: our format is a directory")
     tensors = {k: v.detach().to("cpu").contiguous() for k, v in state.items()}
-    meta = {
+    config = {
         "format": FORMAT_NAME,
         "version": FORMAT_VERSION,
         "model": cfg.to_dict(),
-        **(extra or {}),
+        **(meta.to_dict() if meta is not None else {}),
     }
     atomic_write(directory / WEIGHTS_FILE, lambda p: save_safetensors(tensors, p))
-    atomic_write(directory / CONFIG_FILE, lambda p: p.write_text(json.dumps(meta, indent=2) + "\n"))
+    atomic_write(
+        directory / CONFIG_FILE, lambda p: p.write_text(json.dumps(config, indent=2) + "\n")
+    )
     return directory
 
 
@@ -299,11 +305,10 @@ def is_ours(directory: Path) -> bool:
 
 def read_ours(
     directory: str | os.PathLike,
-) -> tuple[ModelConfig, dict[str, Tensor], dict[str, Any]]:
-    """Config, weights and the extra metadata of a checkpoint in our format; its
-    ``class_names``, ``wnids`` and ``pretrained``, when it records them, checked against the
-    model (``metadata.recorded_metadata``)."""
-    from .metadata import RECORDED, recorded_metadata
+) -> tuple[ModelConfig, dict[str, Tensor], WeightsMeta]:
+    """Config, weights and what travels with them (``metadata.WeightsMeta``, checked against the
+    model) of a checkpoint in our format."""
+    from .metadata import WeightsMeta
 
     directory = _exists(Path(directory))
     meta = read_json(directory / CONFIG_FILE)
@@ -319,6 +324,7 @@ def read_ours(
         cfg = ModelConfig.from_dict(meta.get("model", {}))
     except ConfigError as e:
         raise CheckpointError(f"{directory / CONFIG_FILE}: {e}") from None
-    extra = {k: v for k, v in meta.items() if k not in ("format", "version", "model", *RECORDED)}
-    extra |= recorded_metadata(meta, cfg, source=str(directory / CONFIG_FILE))
-    return cfg, read_safetensors(directory / WEIGHTS_FILE), extra
+    recorded = WeightsMeta.from_dict(
+        meta, cfg, source=str(directory), file=str(directory / CONFIG_FILE)
+    )
+    return cfg, read_safetensors(directory / WEIGHTS_FILE), recorded

@@ -72,7 +72,7 @@ def onnx_metadata(
     preprocess = fitted_preprocess(preprocess, cfg, fixed_size="the ONNX graph")
     height, width = cfg.image_hw
     metadata = {"input_size": json.dumps([height, width]), "channels": str(cfg.in_chans)}
-    for key, value in recorded.items():  # lists as JSON, the source as it is
+    for key, value in recorded.to_dict().items():  # lists as JSON, the source as it is
         metadata[key] = value if isinstance(value, str) else json.dumps(value)
     if preprocess is not None:
         mean, std = preprocess.mean_std

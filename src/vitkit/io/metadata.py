@@ -1,5 +1,6 @@
-"""What a checkpoint says about using its model besides the weights: class names, their WordNet
-ids, the weights' source and preprocessing.
+"""What travels with a model's weights besides its config: class names, their WordNet ids, the
+weights' source, preprocessing and the training run, as one typed record (``WeightsMeta``, timm's
+``PretrainedCfg``), read by attribute.
 
 Every format that holds them (ours, Hugging Face, ONNX) checks them against the model here, the same
 way, before writing anything (``checked_metadata``): one class name per output, all distinct, each
@@ -10,19 +11,22 @@ size the model takes, each side a multiple of its patch stride and at most
 ``MAX_RESOLUTION_FACTOR`` times its own (for a format whose model takes one image size only, its
 image size). A model saved without a ``Preprocess`` is taken to want the official one at its own
 resolution (as ``vitkit predict`` assumes for a checkpoint that records none). What a checkpoint
-records is checked the same way on reading (``recorded_metadata``, ``recorded_preprocess``), so no
-verb meets a number, a short list, a name of megabytes or a resize to 10^6 pixels a side.
+records is checked the same way on reading (``WeightsMeta.from_dict``), so no verb meets a number,
+a short list, a name of megabytes or a resize to 10^6 pixels a side; its run is read as a
+``RunConfig`` (an earlier vitkit's upgraded by ``compat``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import reprlib
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from ..config import ModelConfig, image_size_of, size_hw
+from ..config import ModelConfig, RunConfig, image_size_of, size_hw
 from ..data.sources.cells import long_class_name
 from ..errors import CheckpointError, ConfigError
 
@@ -30,7 +34,6 @@ if TYPE_CHECKING:  # imported where used: reading class names needs no torchvisi
     from ..data.transforms import Preprocess
 
 WNID = re.compile(r"n\d{8}")  # a WordNet noun synset's id, as ImageNet names its classes
-RECORDED = ("class_names", "wnids", "pretrained")  # the keys of ``checked_metadata``
 # The most a checkpoint's preprocessing may resize images to, per side, as a multiple of its
 # model's own resolution: what vitkit writes (training, the registry, ``load(image_size=)``)
 # records the model's own, as fine-tuning at a higher resolution makes that the model's.
@@ -78,46 +81,108 @@ def checked_wnids(wnids: Sequence[str] | None, cfg: ModelConfig) -> list[str] | 
     return items
 
 
+@dataclass(frozen=True, kw_only=True)
+class WeightsMeta:
+    """What travels with a model's weights besides its config (timm's ``PretrainedCfg``), each
+    entry None where none is recorded. In our format these are ``config.json``'s keys of the same
+    names beside ``format``, ``version`` and ``model`` (``to_dict``, ``from_dict``); Hugging
+    Face's and ONNX's formats hold them in their own ways (io/formats/hf.py, io/export.py)."""
+
+    class_names: tuple[str, ...] | None = None  # one per output, as recorded
+    wnids: tuple[str, ...] | None = None  # each class's WordNet synset id, where it is ImageNet's
+    pretrained: str | None = None  # the registry name of the weights' source (``PRESET@TAG``)
+    preprocess: Preprocess | None = None  # how an image file becomes the model's input
+    run: RunConfig | None = None  # the run that trained the weights (``vitkit train``)
+
+    @classmethod
+    def from_dict(
+        cls, recorded: Mapping[str, object], cfg: ModelConfig, *, source: str, file: str
+    ) -> WeightsMeta:
+        """What a checkpoint's metadata ``recorded`` (as JSON gives it: ``to_dict``'s form, or an
+        earlier vitkit's) says about the model ``cfg``, checked as writing checks it
+        (``checked_metadata``, ``check_preprocess``), the run read as a ``RunConfig``; keys of
+        other entries are not read. A ``CheckpointError`` in one line otherwise, naming ``file``
+        (the JSON that records the entries), or for the preprocessing ``source`` (the checkpoint
+        as named: a Hugging Face directory holds it in another file)."""
+        try:
+            found = checked_metadata(
+                cfg,
+                class_names=_strings(recorded, "class_names", cfg, file=file),
+                wnids=_strings(recorded, "wnids", cfg, file=file),
+                pretrained=recorded.get("pretrained"),
+            )
+        except ConfigError as e:
+            raise CheckpointError(f"{file}: {e}") from None
+        preprocess, run = recorded.get("preprocess"), recorded.get("run")
+        return dataclasses.replace(
+            found,
+            preprocess=None if preprocess is None else recorded_preprocess(preprocess, cfg, source),
+            run=None if run is None else _recorded_run(run, file),
+        )
+
+    def to_dict(self) -> dict[str, object]:
+        """The entries recorded, as ``config.json`` holds them (what ``from_dict`` reads)."""
+        entries: dict[str, object] = {
+            "class_names": None if self.class_names is None else list(self.class_names),
+            "wnids": None if self.wnids is None else list(self.wnids),
+            "pretrained": self.pretrained,
+            "preprocess": None if self.preprocess is None else self.preprocess.to_dict(),
+            "run": None if self.run is None else self.run.to_dict(),
+        }
+        return {key: value for key, value in entries.items() if value is not None}
+
+    @property
+    def trained_on(self) -> str | None:
+        """The data spec the weights' run trained on; None where no run is recorded."""
+        return None if self.run is None else self.run.data.dataset
+
+
 def checked_metadata(
     cfg: ModelConfig,
     *,
     class_names: Sequence[str] | None = None,
     wnids: Sequence[str] | None = None,
-    pretrained: str | None = None,
-) -> dict[str, Any]:
+    pretrained: object = None,
+) -> WeightsMeta:
     """What a format writes beside the weights about the classes and the weights' source, each
-    checked (``checked_class_names``, ``checked_wnids``; ``pretrained`` a registry name): a dict
-    of those given, under the keys ``RECORDED``."""
+    checked (``checked_class_names``, ``checked_wnids``; ``pretrained`` a registry name, whatever
+    a file holds there); an empty list is none."""
     if pretrained is not None and not (isinstance(pretrained, str) and pretrained):
         raise ConfigError(
             f"pretrained: expected the registry name of the weights' source (e.g. "
             f"'ViT-B/16@in21k'), found {reprlib.repr(pretrained)}"
         )
-    found = {
-        "class_names": checked_class_names(class_names, cfg),
-        "wnids": checked_wnids(wnids, cfg),
-        "pretrained": pretrained,
-    }
-    return {key: value for key, value in found.items() if value}
+    names, ids = checked_class_names(class_names, cfg), checked_wnids(wnids, cfg)
+    return WeightsMeta(
+        class_names=None if names is None else tuple(names),
+        wnids=None if ids is None else tuple(ids),
+        pretrained=pretrained if isinstance(pretrained, str) else None,
+    )
 
 
-def recorded_metadata(meta: Mapping[str, Any], cfg: ModelConfig, *, source: str) -> dict[str, Any]:
-    """The ``class_names``, ``wnids`` and ``pretrained`` a checkpoint's metadata ``meta`` records
-    (as JSON gives them; those it records), checked as ``checked_metadata`` checks what is
-    written, lists of strings; a ``CheckpointError`` naming ``source`` (the file) otherwise."""
-    for key in ("class_names", "wnids"):
-        value = meta.get(key)
-        if value is not None and (
-            not isinstance(value, list) or not all(isinstance(item, str) for item in value)
-        ):
-            raise CheckpointError(
-                f"{source}: {key}: expected a list of {cfg.num_classes} strings (one per "
-                f"class), found {reprlib.repr(value)}"
-            )
+def _strings(
+    recorded: Mapping[str, object], key: str, cfg: ModelConfig, *, file: str
+) -> list[str] | None:
+    """The list of strings (one per class) ``recorded`` holds under ``key``, None if it holds
+    none; a ``CheckpointError`` naming ``file`` if it holds something else."""
+    value = recorded.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise CheckpointError(
+            f"{file}: {key}: expected a list of {cfg.num_classes} strings (one per class), found "
+            f"{reprlib.repr(value)}"
+        )
+    return value
+
+
+def _recorded_run(recorded: object, file: str) -> RunConfig:
+    """The run config a checkpoint records, as a ``RunConfig``; a ``CheckpointError`` naming
+    ``file`` where it is not one."""
     try:
-        return checked_metadata(cfg, **{key: meta.get(key) for key in RECORDED})
-    except ConfigError as e:
-        raise CheckpointError(f"{source}: {e}") from None
+        return RunConfig.from_dict(recorded)  # type: ignore[arg-type]  # checked there
+    except (ConfigError, TypeError) as e:
+        raise CheckpointError(f"{file}: run: {e}") from None
 
 
 def default_preprocess(cfg: ModelConfig) -> Preprocess | None:
@@ -164,18 +229,18 @@ def check_preprocess(
     return preprocess
 
 
-def recorded_preprocess(recorded: Any, cfg: ModelConfig, *, source: str) -> dict[str, Any]:
+def recorded_preprocess(recorded: object, cfg: ModelConfig, source: str) -> Preprocess:
     """The ``preprocess`` a checkpoint's metadata records (``Preprocess.to_dict()``), checked as
     ``check_preprocess`` checks what is written; a ``CheckpointError`` naming ``source`` (the
-    file) otherwise."""
+    checkpoint) otherwise."""
     from ..data.transforms import Preprocess
 
     try:
-        preprocess = Preprocess.from_dict(recorded)
+        preprocess = Preprocess.from_dict(recorded)  # type: ignore[arg-type]  # checked there
     except ConfigError as e:
         raise CheckpointError(f"{source}: preprocess: {e}") from None
     try:
-        return check_preprocess(preprocess, cfg).to_dict()
+        return check_preprocess(preprocess, cfg)
     except ConfigError as e:  # its message names preprocess
         raise CheckpointError(f"{source}: {e}") from None
 

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from torch import Tensor
 
     from ..config import ModelConfig
+    from .metadata import WeightsMeta
 
 VIT_MODELS = "https://storage.googleapis.com/vit_models"  # the official checkpoints' bucket
 _LISTED_SIZE = re.compile(r"(\d+)(?:\.(\d+))? ([KMG]iB)")
@@ -405,12 +406,13 @@ def _from_hub(entry: Pretrained) -> tuple[ModelConfig, dict[str, Tensor]]:
     return dataclasses.replace(cfg, act="gelu_tanh"), state
 
 
-def read_pretrained(name: str) -> tuple[ModelConfig, dict[str, Tensor], dict[str, Any]]:
+def read_pretrained(name: str) -> tuple[ModelConfig, dict[str, Tensor], WeightsMeta]:
     """``io.api.read`` of a registry name: the config and weights of its official ``.npz`` (or,
     with ``VITKIT_PRETRAINED_SOURCE=hub``, of its timm Hub repository) and what travels with them
     (``class_names``, and ``wnids`` for ImageNet-21k; ``preprocess``; ``pretrained``, the name)."""
     from ..data.transforms import Preprocess
     from .formats.official import read_official_file
+    from .metadata import WeightsMeta
 
     entry = find(name)
     source = os.environ.get(SOURCE_ENV, "official")
@@ -420,17 +422,20 @@ def read_pretrained(name: str) -> tuple[ModelConfig, dict[str, Tensor], dict[str
         cfg, state = _from_hub(entry)
     else:
         cfg, state = read_official_file(weights_file(entry))
-    extra: dict[str, Any] = {
-        "pretrained": entry.name,
-        "preprocess": Preprocess(image_size=entry.image_size, in_chans=cfg.in_chans).to_dict(),
-    }
     if cfg.num_classes != entry.num_classes:
         raise CheckpointError(
             f"{entry.name}: its file holds a head of {cfg.num_classes} classes, the registry "
             f"says {entry.num_classes} ({entry.classes})"
         )
+    names, wnids = None, None
     if entry.classes == I1K:
-        extra["class_names"] = imagenet1k_classes()
+        names = imagenet1k_classes()
     elif entry.classes == I21K:
-        extra["class_names"], extra["wnids"] = imagenet21k_classes()
-    return cfg, state, extra
+        names, wnids = imagenet21k_classes()
+    meta = WeightsMeta(
+        class_names=None if names is None else tuple(names),
+        wnids=None if wnids is None else tuple(wnids),
+        pretrained=entry.name,
+        preprocess=Preprocess(image_size=entry.image_size, in_chans=cfg.in_chans),
+    )
+    return cfg, state, meta

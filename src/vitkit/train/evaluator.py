@@ -22,6 +22,7 @@ from ..config import ModelConfig, RunConfig, data_names
 from ..data import Batches
 from ..data.run_data import Images, evaluation_split
 from ..errors import ConfigError
+from ..io.metadata import WeightsMeta
 from ..model import ResNetClassifier, VisionTransformer, build_model
 from . import distributed
 from .objectives import MaskedPatchPrediction, evaluate_mpp
@@ -38,7 +39,7 @@ class Evaluator:
     ``objective``: the training step's module (an FSDP-sharded model is gathered while it is
     called outside it); ``train_set``: the images few-shot evaluation draws its shots from;
     ``fewshot_data``: ``{name: (shots drawn from, images classified)}`` (``read_fewshot_data``);
-    ``cfg`` and ``extra``: what ``best/`` is written with; ``best``: the best accuracy so far
+    ``cfg`` and ``meta``: what ``best/`` is written with; ``best``: the best accuracy so far
     (a resumed run's, else -1)."""
 
     def __init__(
@@ -53,13 +54,13 @@ class Evaluator:
         train_set: Images,
         fewshot_data: dict[str, tuple[Images, Images]],
         cfg: ModelConfig,
-        extra: dict[str, Any],
+        meta: WeightsMeta,
         best: float = -1.0,
     ) -> None:
         self.run, self.run_dir, self.objective, self.mpp = run, run_dir, objective, mpp
         self.num_classes, self.autocast = num_classes, autocast
         self.train_set, self.fewshot_data = train_set, fewshot_data
-        self.cfg, self.extra, self.best = cfg, extra, best
+        self.cfg, self.meta, self.best = cfg, meta, best
 
     def __call__(self, model: Classifier, batches: Batches, images: Images) -> dict[str, Any]:
         """``model`` on ``batches`` (of ``images``, which few-shot classifies too)."""
@@ -118,7 +119,7 @@ class Evaluator:
         """``model``'s weights to ``best/`` (every process gathers, rank 0 writes)."""
         weights = distributed.model_state(model)
         if distributed.is_main():
-            save_best(self.run_dir, self.cfg, weights, self.extra)
+            save_best(self.run_dir, self.cfg, weights, self.meta)
 
     def best_model(self, device: torch.device) -> Classifier:
         """The weights in ``best/`` (every process reads them once rank 0 has written them)."""
@@ -140,7 +141,7 @@ def read_fewshot_data(run: RunConfig) -> dict[str, tuple[Images, Images]]:
 
     splits = {}
     for name, spec in zip(data_names(run.train.fewshot_data), run.train.fewshot_data, strict=True):
-        split = evaluation_split(spec, {}, run.model, source="train.fewshot_data")
+        split = evaluation_split(spec, None, run.model, source="train.fewshot_data")
         if split.train is None:
             raise ConfigError(
                 f"train.fewshot_data: {split.name} has no training images to draw shots from "

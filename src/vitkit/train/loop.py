@@ -38,6 +38,7 @@ from ..data.device import on_device
 from ..data.loader import derive_seed
 from ..errors import VitkitError
 from ..files import atomic_write
+from ..io.metadata import WeightsMeta
 from ..runtime.clock import process_seconds
 from . import distributed, precision
 from .banner import banner
@@ -263,10 +264,12 @@ def train_prepared(prepared: PreparedRun, *, progress: bool = True) -> dict[str,
             precision_why=prepared.precision_why,
         ):
             log.info(line)
-    preprocess = Preprocess(image_size=run.model.image_size, in_chans=run.model.in_chans)
-    extra: dict[str, Any] = {"preprocess": preprocess.to_dict(), "run": run.to_dict()}
-    if len(classes) == run.model.num_classes:  # not an mpp run's head, sized apart from the data
-        extra["class_names"] = classes  # what the head's outputs are, as reading checks
+    meta = WeightsMeta(
+        # what the head's outputs are, as reading checks: not an mpp run's head, sized apart
+        class_names=tuple(classes) if len(classes) == run.model.num_classes else None,
+        preprocess=Preprocess(image_size=run.model.image_size, in_chans=run.model.in_chans),
+        run=run,
+    )
 
     metrics = MetricsLog(run_dir, main=main, earlier_s=earlier_s)
     evaluate = Evaluator(
@@ -279,10 +282,10 @@ def train_prepared(prepared: PreparedRun, *, progress: bool = True) -> dict[str,
         train_set=data.train,
         fewshot_data=inputs.fewshot_data,
         cfg=parts.model.cfg,
-        extra=extra,
+        meta=meta,
         best=best,
     )
-    trainer = _Trainer(run, run_dir, inputs, parts, evaluate, metrics, extra, autocast)
+    trainer = _Trainer(run, run_dir, inputs, parts, evaluate, metrics, meta, autocast)
     step, result = trainer.loop(step, window, progress=progress and main)
     return trainer.finish(step, result)
 
@@ -297,7 +300,7 @@ class _Trainer:
     parts: Parts
     evaluate: Evaluator
     metrics: MetricsLog
-    extra: dict[str, Any]  # what checkpoints and best/ are written with
+    meta: WeightsMeta  # what checkpoints and best/ are written with
     autocast: torch.dtype | None
 
     def loop(self, step: int, window: _Window, *, progress: bool) -> tuple[int, dict[str, Any]]:
@@ -386,7 +389,7 @@ class _Trainer:
                             parts.model.cfg,
                             weights,
                             state,
-                            extra=self.extra,
+                            meta=self.meta,
                             keep_last=tc.keep_last,
                         )
                     distributed.barrier()  # no process stops (or exits) before the checkpoint is whole

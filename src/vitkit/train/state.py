@@ -42,6 +42,7 @@ from ..io.checkpoint import (
     save_torch,
     write_ours,
 )
+from ..io.metadata import WeightsMeta
 from . import distributed
 
 STATE_FILE = "state.pt"
@@ -217,14 +218,14 @@ def save_checkpoint(
     weights: dict[str, Tensor],
     state: TrainState,
     *,
-    extra: dict[str, Any],
+    meta: WeightsMeta,
     keep_last: int,
 ) -> Path:
     """Write ``checkpoints/step_N`` (the model ``cfg`` with ``weights``, and ``state``)
     atomically, then drop all but the ``keep_last`` newest."""
     final = _step_dir(run_dir, state.step)  # may exist: a re-save (SIGTERM after a save)
     with atomic_directory(final) as tmp:
-        write_ours(cfg, weights, tmp, extra)
+        write_ours(cfg, weights, tmp, meta)
         state.write(tmp / STATE_FILE)
     for old in checkpoints(run_dir)[:-keep_last]:
         shutil.rmtree(old, ignore_errors=True)
@@ -265,11 +266,11 @@ def training_checkpoint(path: str | Path, config: dict[str, Any]) -> Path:
             f"(RUN_DIR/{CHECKPOINTS}/step_N, with {STATE_FILE}); best/ holds weights only, "
             "use --init-from to start from them"
         )
-    _, _, extra = read_ours(path)
-    if "run" not in extra:
+    _, _, meta = read_ours(path)
+    if meta.run is None:
         raise CheckpointError(f"{path} records no run config: it cannot be continued exactly")
     refuse_changes(
-        config_differences(extra["run"], config, source=path / "config.json"),
+        config_differences(meta.run.to_dict(), config, source=path / "config.json"),
         str(path),
         "continue it with that run's command, or start from its weights with --init-from",
     )
@@ -292,12 +293,12 @@ def remove_partial_writes(run_dir: Path) -> None:
 
 
 def save_best(
-    run_dir: Path, cfg: ModelConfig, weights: dict[str, Tensor], extra: dict[str, Any]
+    run_dir: Path, cfg: ModelConfig, weights: dict[str, Tensor], meta: WeightsMeta
 ) -> Path:
     """Write the weights with the best test accuracy so far to ``best/``, atomically."""
     best = run_dir / "best"
     with atomic_directory(best) as tmp:
-        write_ours(cfg, weights, tmp, extra)
+        write_ours(cfg, weights, tmp, meta)
     return best
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..compose import Request, compose
-from ..config import DataConfig, data_names, normalise_data, recorded_data
+from ..config import DataConfig, data_names, normalise_data
 from ..config.overrides import split_set
 from ..errors import ConfigError, DataError, UserFileError
 from .paper import (
@@ -204,7 +204,7 @@ class _Runs:
         from ..io.api import read
 
         self.options, self.root = options, root
-        self.pretrained, _, self.extra = read(options.checkpoint, num_heads=options.num_heads)
+        self.pretrained, _, self.meta = read(options.checkpoint, num_heads=options.num_heads)
 
     def run(
         self,
@@ -225,7 +225,7 @@ class _Runs:
             recipe=RECIPE, data=spec, sets=tuple(sets), init_from=self.options.checkpoint
         )
         composed = compose(
-            request, checkpoint=self.pretrained, checkpoint_data=recorded_data(self.extra)
+            request, checkpoint=self.pretrained, checkpoint_data=self.meta.trained_on
         )
         result, _ = train_run(
             composed,
@@ -296,7 +296,7 @@ def transfer(
     record.data |= given
     record.data.setdefault("datasets", {})
     runs = _Runs(options, run_dir)
-    model = options.paper_model or runs.extra.get("pretrained")
+    model = options.paper_model or runs.meta.pretrained
     rows = {}
     for dataset in chosen:
         row = _row(record, dataset, options, model)

@@ -24,7 +24,7 @@ import dataclasses
 import math
 import os
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +45,7 @@ from ..checkpoint import (
     read_safetensors,
     read_torch,
 )
-from ..metadata import checked_metadata, fitted_preprocess, recorded_metadata
+from ..metadata import WeightsMeta, checked_metadata, fitted_preprocess
 
 PREFIX = "vit."  # the backbone's name inside ViTForImageClassification
 _PATCH_KEY = "embeddings.patch_embeddings.projection.weight"
@@ -400,13 +400,13 @@ def _read_preprocess(
 
 def read_hf_dir(
     path: str | os.PathLike,
-) -> tuple[ModelConfig, dict[str, Tensor], dict[str, Any]]:
-    """Config, weights (vitkit layout) and extra metadata of a ``save_pretrained`` directory:
-    ``class_names`` from ``id2label`` when they are real names, ``wnids`` and ``pretrained`` from
-    the config when it has them (checked as ``metadata.recorded_metadata``; a ``pretrained`` that
-    is not a string is another tool's key, and ignored), ``preprocess`` (a
-    ``Preprocess.to_dict()``) from ``preprocessor_config.json`` when there is one that a
-    ``Preprocess`` expresses. Does not import transformers."""
+) -> tuple[ModelConfig, dict[str, Tensor], WeightsMeta]:
+    """Config, weights (vitkit layout) and what travels with them (checked as
+    ``WeightsMeta.from_dict`` checks it) of a ``save_pretrained`` directory: ``class_names`` from
+    ``id2label`` when they are real names, ``wnids`` and ``pretrained`` from the config when it
+    has them (a ``pretrained`` that is not a string is another tool's key, and ignored),
+    ``preprocess`` from ``preprocessor_config.json`` when there is one that a ``Preprocess``
+    expresses. Does not import transformers."""
     directory = Path(path)
     if not directory.is_dir():
         if not directory.exists():
@@ -425,21 +425,18 @@ def read_hf_dir(
     except CheckpointError as e:
         raise CheckpointError(f"{directory}: {e}") from None
     pretrained = hf_config.get("pretrained")  # vitkit's key, or another tool's if no string
-    extra = recorded_metadata(
-        {
-            "class_names": _class_names(hf_config, cfg.num_classes),
-            "wnids": hf_config.get("wnids"),
-            "pretrained": pretrained if isinstance(pretrained, str) else None,
-        },
-        cfg,
-        source=str(directory / "config.json"),
-    )
+    recorded = {
+        "class_names": _class_names(hf_config, cfg.num_classes),
+        "wnids": hf_config.get("wnids"),
+        "pretrained": pretrained if isinstance(pretrained, str) else None,
+    }
     if (directory / PROCESSOR_FILE).is_file():
         processor = read_json(directory / PROCESSOR_FILE)
-        preprocess = _read_preprocess(processor, cfg, directory / PROCESSOR_FILE)
-        if preprocess is not None:
-            extra["preprocess"] = preprocess
-    return cfg, ours, extra
+        recorded["preprocess"] = _read_preprocess(processor, cfg, directory / PROCESSOR_FILE)
+    meta = WeightsMeta.from_dict(
+        recorded, cfg, source=str(directory), file=str(directory / "config.json")
+    )
+    return cfg, ours, meta
 
 
 def read_hf_module(model: nn.Module) -> tuple[ModelConfig, dict[str, Tensor]]:
@@ -528,8 +525,8 @@ def write_hf(
     model: VisionTransformer,
     directory: str | os.PathLike,
     *,
-    class_names: list[str] | None = None,
-    wnids: list[str] | None = None,
+    class_names: Sequence[str] | None = None,
+    wnids: Sequence[str] | None = None,
     pretrained: str | None = None,
     preprocess: Preprocess | None = None,
 ) -> Path:
@@ -551,7 +548,6 @@ def write_hf(
     if reasons:
         raise ConfigError("cannot write this model as a Hugging Face ViT: " + "; ".join(reasons))
     recorded = checked_metadata(cfg, class_names=class_names, wnids=wnids, pretrained=pretrained)
-    class_names = recorded.pop("class_names", None)
     preprocess = fitted_preprocess(preprocess, cfg, fixed_size="a Hugging Face ViT")
     processor = None if preprocess is None else _processor_config(preprocess)
     try:
@@ -567,10 +563,12 @@ def write_hf(
     ours = model.state_dict()
     if cfg.in_chans == 1:
         cfg, ours = _rgb_from_luma(cfg, ours)
-    extra_keys: dict[str, Any] = dict(recorded)  # wnids and pretrained, as ViTConfig keeps any key
-    if class_names:
-        extra_keys["id2label"] = dict(enumerate(class_names))
-        extra_keys["label2id"] = {name: i for i, name in enumerate(class_names)}
+    extra_keys: dict[str, Any] = {  # wnids and pretrained, as ViTConfig keeps any key
+        key: value for key, value in recorded.to_dict().items() if key != "class_names"
+    }
+    if recorded.class_names:
+        extra_keys["id2label"] = dict(enumerate(recorded.class_names))
+        extra_keys["label2id"] = {name: i for i, name in enumerate(recorded.class_names)}
     elif cfg.num_classes:
         extra_keys["num_labels"] = cfg.num_classes
     if cfg.representation_size is not None:

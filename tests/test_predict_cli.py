@@ -13,8 +13,9 @@ from PIL import Image
 import vitkit
 from helpers import claimed_png, padded_image, randomize, tiny
 from vitkit.cli import main
-from vitkit.cli.common import read_image, resolve_device
+from vitkit.cli.common import resolve_device
 from vitkit.data import Preprocess
+from vitkit.data.inference import read_image
 from vitkit.errors import VitkitError
 
 NAMES = ["ant", "bee", "cat", "dog"]

@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 import glob
 import logging
-import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -314,21 +313,3 @@ def image_inputs(inputs: Sequence[str]) -> list[Path]:
             )
         found += files
     return found
-
-
-def read_image(path: str | os.PathLike, preprocess: Any) -> Any:
-    """An image file -> the float tensor (1, C, H, W) the model takes, upright (EXIF); a file
-    that is not a readable image, holds more than ``data.max_image_bytes`` or has more than
-    ``data.max_image_pixels`` pixels (their defaults) is a ``VitkitError`` naming it."""
-    from ..data import preprocess_for_inference
-    from ..data.codec import DECODE_ERRORS, decode
-    from ..data.sources.cells import MAX_IMAGE_BYTES, read_image_file
-    from ..data.transforms import mode_of
-
-    try:
-        # decoded now: a corrupt file is a user's error here, not a bug later
-        data = read_image_file(path, MAX_IMAGE_BYTES)
-        pixels = decode(data, mode_of(preprocess.in_chans))
-    except DECODE_ERRORS as e:
-        raise VitkitError(f"cannot read image {path}: {e}") from None
-    return preprocess_for_inference(pixels, preprocess)[None]

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..config import DATA_SPECS
 from ..config.fewshot import L2, PREPROCESSINGS, SAMPLINGS, SEEDS, SHOTS
 from ..errors import VitkitError
 from .common import (
@@ -21,14 +21,13 @@ from .common import (
     image_inputs,
     int8_inference,
     open_checkpoint,
-    read_image,
     resolve_device,
     resolve_precision,
     resolve_workers,
 )
 
 if TYPE_CHECKING:
-    import torch
+    pass
 
 
 def _data_spec(spec: str | None) -> str | None:
@@ -187,55 +186,11 @@ def _real_line(entries: Any, predictions: Any) -> str:
     )
 
 
-def _ranked(
-    model: Any,
-    paths: list[Path],
-    preprocess: Any,
-    names: list[str],
-    *,
-    top: int,
-    batch_size: int,
-    device: torch.device,
-    autocast: torch.dtype | None = None,
-) -> Iterator[tuple[Path, list[tuple[str, float]] | str]]:
-    """Each image's ``top`` (label, probability) pairs, best first, or why it cannot be read
-    (warned too), in the order of ``paths``; ``batch_size`` images per forward pass, under
-    ``autocast`` (a dtype) if given."""
-    import warnings
-
-    import torch
-
-    from ..data import UnreadableImageWarning
-
-    for start in range(0, len(paths), batch_size):
-        chunk = paths[start : start + batch_size]
-        images: dict[Path, Any] = {}  # the chunk's readable images, each (1, C, H, W)
-        results: dict[Path, list[tuple[str, float]] | str] = {}
-        for path in chunk:
-            try:
-                images[path] = read_image(path, preprocess)
-            except VitkitError as e:
-                results[path] = str(e)
-                warnings.warn(f"{e}; skipped", UnreadableImageWarning, stacklevel=1)
-        if images:
-            x = torch.cat(list(images.values())).to(device)  # (B, C, H, W)
-            with (
-                torch.inference_mode(),
-                torch.autocast(device.type, dtype=autocast, enabled=autocast is not None),
-            ):
-                probs = model(x).float().softmax(dim=-1)  # (B, K)
-            best = probs.topk(min(top, probs.shape[-1]), dim=-1)  # (B, top) values, indices
-            for path, ps, ids in zip(
-                images, best.values.tolist(), best.indices.tolist(), strict=True
-            ):
-                results[path] = [(names[i], p) for p, i in zip(ps, ids, strict=True)]
-        for path in chunk:
-            yield path, results[path]
-
-
 def _predict(args: argparse.Namespace) -> None:
     import json
     import sys
+
+    from ..eval.predict import ranked
 
     if args.top < 1 or args.batch_size < 1:
         raise VitkitError(
@@ -261,7 +216,7 @@ def _predict(args: argparse.Namespace) -> None:
             args.precision, model, min(args.batch_size, len(paths)), device, say=sys.stderr
         )
         run = fast(model, args.fast, autocast)
-    ranked = _ranked(
+    predictions = ranked(
         run,
         paths,
         checkpoint.preprocess,
@@ -274,7 +229,7 @@ def _predict(args: argparse.Namespace) -> None:
     width = max(len(str(p)) for p in paths) + 1  # the path column, with its colon
     entries: list[dict[str, Any]] = []
     failed = 0
-    for path, result in ranked:
+    for path, result in predictions:
         if isinstance(result, str):
             failed += 1
             entries.append({"path": str(path), "error": result})
@@ -406,7 +361,9 @@ def _inspect(args: argparse.Namespace) -> None:
     import torch
 
     from ..data import BatchOptions, subset
+    from ..data.inference import read_image
     from ..data.run_data import batches_of
+    from ..data.splits import classes_in_turn
     from ..inspect import inspect_model
     from ..model import VisionTransformer
 
@@ -426,7 +383,7 @@ def _inspect(args: argparse.Namespace) -> None:
         described = "image files"
     else:  # --num-images of the split, taking each class in turn
         split = _split(args, spec, checkpoint)
-        chosen = _classes_in_turn(split.dataset.labels)[: args.num_images]
+        chosen = classes_in_turn(split.dataset.labels)[: args.num_images]
         options = BatchOptions.evaluation(model.cfg, batch_size=256)
         batches = batches_of(subset(split.dataset, chosen), options)
         parts = list(batches.epoch(0))
@@ -462,25 +419,12 @@ def _inspect(args: argparse.Namespace) -> None:
     print(f"wrote {len(written)} files to {args.out}; open {Path(args.out) / 'index.html'}")
 
 
-def _classes_in_turn(labels: Any) -> Any:
-    """Indices ordering a dataset as its first image of each class, then its second, ...: any
-    prefix is as class-balanced as it can be (a folder lists its images class by class)."""
-    import torch
-
-    rank = torch.zeros_like(labels)
-    for k in labels.unique():
-        members = (labels == k).nonzero().flatten()
-        rank[members] = torch.arange(len(members))
-    return torch.argsort(rank * (int(labels.max()) + 1) + labels, stable=True)
-
-
 INSPECT_BATCH = 64  # images per forward pass: one batch's attention (L x (b, H, T, T)) is held
 
 DATA_HELP = (
-    "what to run on: a folder (its test/ split, else val/, or the folder itself when it holds "
-    "class folders), wds:DIR (tar shards) or hf:PATH|NAME (a Hugging Face dataset), the same "
-    "way, fashion_mnist[:DIR], cifar10[:DIR], cifar100[:DIR] or synthetic (default: the data "
-    "the checkpoint was trained on: its test split, else its validation split)"
+    f"what to run on: {DATA_SPECS}; a folder's test/ split, else its val/, or the folder itself "
+    "when it holds class folders (default: the data the checkpoint was trained on: its test "
+    "split, else its validation split)"
 )
 
 

@@ -21,9 +21,7 @@ imported only by :func:`write_hf`; reading needs JSON and safetensors (or a tens
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
-import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -31,8 +29,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ...config import ConfigError, ModelConfig, size_hw
-from ...data.transforms import NORMALIZATIONS, Preprocess
+from ...config import ConfigError, ModelConfig
+from ...data.transforms import Preprocess
 from ...errors import MissingExtraError, MissingFileError, UserFileError
 from ...files import atomic_directory
 from ...model import VisionTransformer
@@ -46,28 +44,17 @@ from ..checkpoint import (
     read_torch,
 )
 from ..metadata import WeightsMeta, checked_metadata, fitted_preprocess
+from .hf_processor import PROCESSOR_FILE, processor_config, read_preprocess
 
 PREFIX = "vit."  # the backbone's name inside ViTForImageClassification
+
+
 _PATCH_KEY = "embeddings.patch_embeddings.projection.weight"
-PROCESSOR_FILE = "preprocessor_config.json"  # the name save_pretrained gives an image processor's
+
 
 # PIL's 'L' conversion (ITU-R 601-2 luma): L = R * 299/1000 + G * 587/1000 + B * 114/1000.
 LUMA = (0.299, 0.587, 0.114)
 
-# vitkit's resize -> PIL's resampling code, which HF's image processors take as ``resample``.
-_RESAMPLE = {"bilinear": 2, "bicubic": 3}
-# ViTImageProcessor's defaults, used where a preprocessor_config.json leaves a field out.
-_PROCESSOR_DEFAULTS: dict[str, Any] = {
-    "do_resize": True,
-    "size": {"height": 224, "width": 224},
-    "resample": 2,
-    "do_center_crop": False,
-    "do_rescale": True,
-    "rescale_factor": 1 / 255,
-    "do_normalize": True,
-    "image_mean": [0.5, 0.5, 0.5],
-    "image_std": [0.5, 0.5, 0.5],
-}
 
 # HF ``hidden_act`` -> vitkit ``act``. gelu_new / gelu_fast are tanh-approximation formulas within
 # 1.2e-7 of torch's tanh GELU; anything else (relu, quick_gelu, ...) is not the paper's MLP.
@@ -78,7 +65,10 @@ _ACTS = {
     "gelu_new": "gelu_tanh",
     "gelu_fast": "gelu_tanh",
 }
+
+
 _ACT_OUT = {"gelu": "gelu", "gelu_tanh": "gelu_pytorch_tanh"}
+
 
 # ViTConfig's defaults, used where a config.json leaves a field out (as transformers would).
 _HF_DEFAULTS: dict[str, Any] = {
@@ -95,10 +85,13 @@ _HF_DEFAULTS: dict[str, Any] = {
     "pooler_act": "tanh",
 }
 
+
 # One encoder layer: vitkit module -> HF module(s), per layout. Three names = fused q, k, v.
 # "classic": what save_pretrained writes and transformers 4 modules hold; "modular": the
 # names of transformers 5 modules (it renames on load and back on save).
 _LAYER_PREFIX = {"classic": "encoder.layer.{i}.", "modular": "layers.{i}."}
+
+
 _LAYER = {
     "classic": {
         "norm1": ("layernorm_before",),
@@ -326,78 +319,6 @@ def _read_weights(directory: Path) -> dict[str, Tensor]:
     )
 
 
-def _close(value: Any, target: float) -> bool:
-    """A number, or a non-empty list of numbers, all ``target`` up to float rounding."""
-    items = list(value) if isinstance(value, (list, tuple)) else [value]
-    return bool(items) and all(
-        isinstance(v, (int, float)) and not isinstance(v, bool) and math.isclose(v, target)
-        for v in items
-    )
-
-
-def _read_preprocess(
-    processor: Mapping[str, Any], cfg: ModelConfig, source: Path
-) -> dict[str, Any] | None:
-    """The ``Preprocess`` (as a dict, as our format stores it) that a ViT image processor's config
-    describes, with the model's channels; None, with a warning saying why, when it describes
-    something a ``Preprocess`` cannot."""
-
-    def get(key: str) -> Any:
-        value = processor.get(key)
-        return _PROCESSOR_DEFAULTS[key] if value is None else value
-
-    problems = []
-    kind = processor.get("image_processor_type") or processor.get("feature_extractor_type")
-    if kind is not None and not str(kind).startswith("ViT"):
-        problems.append(f"image_processor_type={kind!r} (not ViT's)")
-    size = get("size")
-    sides = {k: v for k, v in size.items() if v is not None} if isinstance(size, Mapping) else {}
-    image_size: Any = size
-    if set(sides) == {"height", "width"}:
-        image_size = (sides["height"], sides["width"])
-    elif not isinstance(size, int):
-        problems.append(f"size={size!r} (not a (height, width) the whole image is resized to)")
-    if not get("do_resize"):
-        problems.append("do_resize=false")
-    resize = {code: name for name, code in _RESAMPLE.items()}.get(get("resample"))
-    if resize is None:
-        problems.append(f"resample={get('resample')!r} (neither bilinear, 2, nor bicubic, 3)")
-    if get("do_center_crop"):
-        problems.append("do_center_crop=true")
-    if not (get("do_rescale") and _close(get("rescale_factor"), 1 / 255)):
-        problems.append(f"do_rescale={get('do_rescale')}, rescale_factor={get('rescale_factor')}")
-    mean, std = get("image_mean"), get("image_std")
-    normalization = next(
-        (
-            name
-            for name, (m, s) in NORMALIZATIONS.items()
-            if get("do_normalize") and _close(mean, m) and _close(std, s)
-        ),
-        None,
-    )
-    if normalization is None:
-        problems.append(
-            f"do_normalize={get('do_normalize')}, image_mean={mean}, image_std={std} (vitkit's "
-            f"normalizations: {dict(NORMALIZATIONS)} as (mean, std) on every channel)"
-        )
-    if not problems:
-        try:
-            return Preprocess(
-                image_size=image_size,
-                in_chans=cfg.in_chans,
-                normalization=str(normalization),
-                resize=str(resize),
-            ).to_dict()
-        except ConfigError as e:
-            problems.append(str(e))
-    warnings.warn(  # the command line shows it as one line
-        f"{source}: preprocessing not carried over, as vitkit's Preprocess cannot express "
-        f"{'; '.join(problems)}",
-        stacklevel=3,
-    )
-    return None
-
-
 def read_hf_dir(
     path: str | os.PathLike,
 ) -> tuple[ModelConfig, dict[str, Tensor], WeightsMeta]:
@@ -432,7 +353,7 @@ def read_hf_dir(
     }
     if (directory / PROCESSOR_FILE).is_file():
         processor = read_json(directory / PROCESSOR_FILE)
-        recorded["preprocess"] = _read_preprocess(processor, cfg, directory / PROCESSOR_FILE)
+        recorded["preprocess"] = read_preprocess(processor, cfg, directory / PROCESSOR_FILE)
     meta = WeightsMeta.from_dict(
         recorded, cfg, source=str(directory), file=str(directory / "config.json")
     )
@@ -470,37 +391,6 @@ def _unexportable(cfg: ModelConfig) -> list[str]:
             "pre-logits layer (a pooler exists only on a headless ViTModel)"
         )
     return reasons
-
-
-def _processor_config(preprocess: Preprocess) -> dict[str, Any]:
-    """``ViTImageProcessor``'s arguments for ``preprocess``, on RGB images (a 1-channel model is
-    exported with 3 channels: ``_rgb_from_luma``); a ``ConfigError`` for what they cannot express."""
-    if not preprocess.antialias:
-        raise ConfigError(
-            "preprocess antialias=False cannot be written as a Hugging Face image processor: its "
-            "resize always antialiases when it shrinks an image (PIL, or torchvision with "
-            "antialias=True); expected antialias=True"
-        )
-    resample = _RESAMPLE.get(preprocess.resize)
-    if resample is None:
-        raise ConfigError(
-            f"preprocess resize={preprocess.resize!r} has no PIL resampling code for a Hugging "
-            f"Face image processor: expected one of {sorted(_RESAMPLE)}"
-        )
-    rgb = dataclasses.replace(preprocess, in_chans=3)
-    mean, std = rgb.mean_std  # the same on every channel, which makes the luma spread exact
-    height, width = size_hw(rgb.image_size)
-    return {
-        "do_resize": True,
-        "size": {"height": height, "width": width},
-        "resample": resample,
-        "do_rescale": True,
-        "rescale_factor": 1 / 255,
-        "do_normalize": True,
-        "image_mean": mean,
-        "image_std": std,
-        "do_convert_rgb": True,  # a grayscale image handed to the processor becomes R = G = B
-    }
 
 
 def _rgb_from_luma(
@@ -549,7 +439,7 @@ def write_hf(
         raise ConfigError("cannot write this model as a Hugging Face ViT: " + "; ".join(reasons))
     recorded = checked_metadata(cfg, class_names=class_names, wnids=wnids, pretrained=pretrained)
     preprocess = fitted_preprocess(preprocess, cfg, fixed_size="a Hugging Face ViT")
-    processor = None if preprocess is None else _processor_config(preprocess)
+    processor = None if preprocess is None else processor_config(preprocess)
     try:
         from transformers import (
             ViTConfig,

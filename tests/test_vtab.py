@@ -21,17 +21,8 @@ from vitkit.config import DataConfig
 from vitkit.data.sources.lists import LISTS
 from vitkit.errors import ConfigError, DataError
 from vitkit.model import VisionTransformer
-from vitkit.transfer.vtab import (
-    CANDIDATES,
-    TASKS,
-    Candidate,
-    TaskData,
-    choose,
-    find_task,
-    find_tasks,
-    stage_data,
-    summarise,
-)
+from vitkit.transfer.vtab import CANDIDATES, Candidate, choose, summarise
+from vitkit.transfer.vtab_tasks import TASKS, TaskData, find_task, find_tasks, stage_data
 
 # ------------------------------------------------------------------------------- the registry
 

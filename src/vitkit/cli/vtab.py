@@ -42,7 +42,8 @@ def _vtab(args: argparse.Namespace) -> None:
 
     from ..config import RunConfig, parse_set
     from ..transfer.paper import MAX_STEPS
-    from ..transfer.vtab import Candidate, VtabSetup, check_flags, find_tasks, run_vtab, table
+    from ..transfer.vtab import Candidate, VtabSetup, check_flags, run_vtab, table
+    from ..transfer.vtab_tasks import find_tasks
 
     lrs = _numbers(args.lrs, float, "lrs")
     steps = _numbers(args.steps, int, "steps", MAX_STEPS)

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import get_args
+from typing import TYPE_CHECKING, Any, get_args
 
 from ..config import Posemb
 from ..errors import VitkitError
 from .common import Verb, add_num_heads_argument, image_size_arg, resolution
+
+if TYPE_CHECKING:
+    from ..io.metadata import WeightsMeta
 
 
 def _presets(args: argparse.Namespace) -> None:
@@ -67,6 +70,16 @@ def _summary(args: argparse.Namespace) -> None:
     print(f"forward      {tuple(x.shape)} -> {tuple(out.shape)}")
 
 
+def _carried(meta: WeightsMeta) -> dict[str, Any]:
+    """What travels with the weights, as the keywords of ``save`` and ``export_onnx``."""
+    return {
+        "class_names": meta.class_names,
+        "wnids": meta.wnids,
+        "pretrained": meta.pretrained,
+        "preprocess": meta.preprocess,
+    }
+
+
 def _convert(args: argparse.Namespace) -> None:
     from ..io.api import load_with_meta, save
 
@@ -78,10 +91,7 @@ def _convert(args: argparse.Namespace) -> None:
         model,
         args.dst,
         format=args.format,
-        class_names=meta.class_names,
-        wnids=meta.wnids,
-        pretrained=meta.pretrained,
-        preprocess=meta.preprocess,
+        **_carried(meta),
     )
     print(
         f"wrote {out} ({args.format}): {model.num_params():,} parameters, {resolution(model.cfg)}px"
@@ -102,10 +112,7 @@ def _export(args: argparse.Namespace) -> None:
         model,
         args.onnx,
         opset=args.opset,
-        class_names=meta.class_names,
-        wnids=meta.wnids,
-        pretrained=meta.pretrained,
-        preprocess=meta.preprocess,
+        **_carried(meta),
     )
     cfg = model.cfg
     g = torch.Generator().manual_seed(0)

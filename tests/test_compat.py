@@ -74,6 +74,7 @@ def test_val_or_test_is_an_earlier_runs_value_only(tmp_path: Path) -> None:
     from vitkit.compose import Request, as_recorded, compose
     from vitkit.config.keys import describe
     from vitkit.config.overrides import field_hint
+    from vitkit.train.state import RunRecord
 
     run = RunConfig.from_dict(_config("folder_v1"))
     assert run.data.validation == VAL_OR_TEST == "val_or_test"
@@ -82,7 +83,7 @@ def test_val_or_test_is_an_earlier_runs_value_only(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text(json.dumps(written))
     command = compose(Request(recipe="smoke", data="images"))
     assert command.run.data.validation == "auto"
-    assert as_recorded(command, tmp_path).run.data.validation == VAL_OR_TEST
+    assert as_recorded(command, RunRecord.read(tmp_path)).run.data.validation == VAL_OR_TEST
     hint, spec = field_hint(RunConfig, "data.validation")
     assert describe(hint, spec) == "'auto', 'holdout', 'val' or 'test'"
     with pytest.raises(

@@ -25,6 +25,7 @@ from torch import nn
 
 from vitkit.config import ModelConfig
 from vitkit.eval.real import ENTRIES
+from vitkit.train.loop import TIMING_KEYS
 
 
 def tiny(**overrides: Any) -> ModelConfig:
@@ -268,3 +269,47 @@ def deterministic_metrics(run_dir: Path) -> list[dict]:
     """A run's metrics.jsonl, each line's ``DETERMINISTIC`` fields."""
     lines = (run_dir / "metrics.jsonl").read_text().splitlines()
     return [{k: r[k] for k in DETERMINISTIC if k in r} for r in map(json.loads, lines)]
+
+
+def save_image_to(path: Path, image: Image.Image, **kwargs: Any) -> Path:
+    """``image`` saved at ``path`` (its folders made), with PIL's ``kwargs``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    image.save(path, **kwargs)
+    return path
+
+
+def grey_image(seed: int, size: tuple[int, int] = (6, 5)) -> Image.Image:
+    """A grey noise image, mode L, of ``size`` (height, width)."""
+    return Image.fromarray(np.random.default_rng(seed).integers(0, 256, size, dtype=np.uint8))
+
+
+def colour_image(seed: int) -> Image.Image:
+    """A 6x5 colour noise image, mode RGB."""
+    return Image.fromarray(np.random.default_rng(seed).integers(0, 256, (6, 5, 3), dtype=np.uint8))
+
+
+def one_line_error(capsys: Any, argv: list[str], expected: str = "") -> str:
+    """Run ``vitkit argv``: it fails with exit status 2 and one line on stderr holding
+    ``expected``; that line."""
+    from vitkit.cli import main
+
+    capsys.readouterr()  # what came before
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1, err
+    assert expected in err, err
+    return err
+
+
+def logged_metrics(run_dir: Path) -> list[dict]:
+    """A run's metrics.jsonl without the timings (what is the same run to run)."""
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return [{k: v for k, v in json.loads(x).items() if k not in TIMING_KEYS} for x in lines]
+
+
+def random_checkpoint(path: Path, **overrides: Any) -> Path:
+    """A random tiny ViT (``tiny(**overrides)``, weights ``randomize``d) saved at ``path``."""
+    from vitkit import save
+    from vitkit.model import VisionTransformer
+
+    return save(randomize(VisionTransformer(tiny(**overrides))), path)

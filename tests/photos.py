@@ -4,7 +4,6 @@ fixtures build the folders, the tar shards and the tables from them)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +12,6 @@ from PIL import Image
 
 import vitkit
 from vitkit.data import ImageFolderDataset
-from vitkit.train.loop import TIMING_KEYS
 
 # A tiny ViT at 16 px (4x4 patches of 4), so every run takes seconds.
 TINY = ("--model", "ViT-mu/16", "--set", "model.image_size=16", "--set", "model.patch_size=4")
@@ -44,12 +42,6 @@ def rows(folder: ImageFolderDataset) -> dict[str, list]:
 def same_weights(a: Path, b: Path) -> None:
     x, y = (vitkit.load(d).state_dict() for d in (a, b))
     assert x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x)
-
-
-def logged_metrics(run_dir: Path) -> list[dict]:
-    """metrics.jsonl without the timings."""
-    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
-    return [{k: v for k, v in json.loads(x).items() if k not in TIMING_KEYS} for x in lines]
 
 
 def save_image(path: Path, seed: int) -> Path:

@@ -13,6 +13,7 @@ import pytest
 import torch
 from PIL import Image
 
+from helpers import save_image_to
 from vitkit.config import ConfigError
 from vitkit.data import (
     ArrayDataset,
@@ -207,30 +208,24 @@ def test_cifar_errors(tmp_path: Path) -> None:
 # ---------------------------------------------------------------- image folders
 
 
-def _save(path: Path, image: Image.Image, **kwargs) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    image.save(path, **kwargs)
-    return path
-
-
 @pytest.fixture
 def folder(tmp_path: Path) -> Path:
     """train/{cat,dog}: RGB PNG, JPEG (upper-case suffix), palette with transparency, RGBA,
     grayscale, 16-bit grayscale; val/{cat,dog}: one image each; plus files to ignore."""
     rng = np.random.default_rng(0)
     noise = Image.fromarray(rng.integers(0, 256, (20, 24, 3), dtype=np.uint8))
-    _save(tmp_path / "train/cat/a.png", noise)
-    _save(tmp_path / "train/cat/b.JPG", noise, quality=95)
+    save_image_to(tmp_path / "train/cat/a.png", noise)
+    save_image_to(tmp_path / "train/cat/b.JPG", noise, quality=95)
     palette = Image.new("P", (10, 12), 1)
     palette.putpalette([0, 0, 0, 200, 10, 20] + [0] * 762)
-    _save(tmp_path / "train/cat/c.png", palette, transparency=0)
-    _save(tmp_path / "train/dog/d.png", Image.new("RGBA", (16, 16), (10, 20, 30, 0)))
-    _save(tmp_path / "train/dog/e.bmp", Image.new("L", (8, 9), 100))
-    _save(tmp_path / "train/dog/f.png", Image.fromarray(np.full((5, 5), 65535, np.uint16)))
+    save_image_to(tmp_path / "train/cat/c.png", palette, transparency=0)
+    save_image_to(tmp_path / "train/dog/d.png", Image.new("RGBA", (16, 16), (10, 20, 30, 0)))
+    save_image_to(tmp_path / "train/dog/e.bmp", Image.new("L", (8, 9), 100))
+    save_image_to(tmp_path / "train/dog/f.png", Image.fromarray(np.full((5, 5), 65535, np.uint16)))
     (tmp_path / "train/dog/notes.txt").write_text("not an image")
     (tmp_path / "train/dog/._e.bmp").write_bytes(b"macOS metadata")
-    _save(tmp_path / "val/cat/g.webp", noise)
-    _save(tmp_path / "val/dog/h.jpeg", noise)
+    save_image_to(tmp_path / "val/cat/g.webp", noise)
+    save_image_to(tmp_path / "val/dog/h.jpeg", noise)
     return tmp_path
 
 
@@ -259,7 +254,7 @@ def test_image_folder_structure_errors(folder: Path) -> None:
     (folder / "train/bird").mkdir()
     with pytest.raises(ValueError, match=r"class folder .*train/bird holds no images"):
         ImageFolderDataset(folder, "train")
-    _save(folder / "train/bird/x.png", Image.new("RGB", (4, 4)))
+    save_image_to(folder / "train/bird/x.png", Image.new("RGB", (4, 4)))
     with pytest.raises(ValueError, match=r"only in train: \['bird'\]"):
         ImageFolderDataset(folder, "val")
     with pytest.raises(FileNotFoundError, match=r"test not found .*\['train', 'val'\]"):

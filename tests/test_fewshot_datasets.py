@@ -14,13 +14,11 @@ import pytest
 from PIL import Image
 
 import vitkit.eval.fewshot as fewshot
-from helpers import randomize, tiny
-from vitkit import save
+from helpers import random_checkpoint
 from vitkit.cli import main
 from vitkit.config import RunConfig, data_names, parse_set, replace
 from vitkit.data.run_data import evaluation_split
 from vitkit.io.api import load
-from vitkit.model import VisionTransformer
 from vitkit.recipes import get_recipe
 from vitkit.train.loop import train
 
@@ -54,8 +52,12 @@ def folders(tmp_path_factory) -> tuple[Path, Path]:
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory) -> Path:
     """A tiny random ViT (16 px, 10 classes: neither dataset's number) with pre-logits."""
-    model = randomize(VisionTransformer(tiny(image_size=16, patch_size=4, representation_size=24)))
-    return save(model, tmp_path_factory.mktemp("ckpt") / "tiny")
+    return random_checkpoint(
+        tmp_path_factory.mktemp("ckpt") / "tiny",
+        image_size=16,
+        patch_size=4,
+        representation_size=24,
+    )
 
 
 def test_data_names() -> None:

@@ -17,7 +17,7 @@ import pytest
 import torch
 from PIL import Image
 
-from helpers import claimed_png, padded_image
+from helpers import claimed_png, colour_image, grey_image, padded_image, save_image_to
 from vitkit.data import (
     FolderLayout,
     ImageFolderDataset,
@@ -27,28 +27,11 @@ from vitkit.data import (
 from vitkit.errors import ConfigError, DataError, MissingFileError
 
 
-def _save(path: Path, image: Image.Image, **kwargs) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    image.save(path, **kwargs)
-    return path
-
-
-def _grey(seed: int, size: tuple[int, int] = (6, 5)) -> Image.Image:
-    """A grey noise image, mode L."""
-    pixels = np.random.default_rng(seed).integers(0, 256, size, dtype=np.uint8)
-    return Image.fromarray(pixels)
-
-
-def _colour(seed: int) -> Image.Image:
-    pixels = np.random.default_rng(seed).integers(0, 256, (6, 5, 3), dtype=np.uint8)
-    return Image.fromarray(pixels)
-
-
 def _tree(root: Path, classes: dict[str, int]) -> Path:
     """``root/<class>/<k>.png``: ``classes[name]`` grey PNGs per class."""
     for name, n in classes.items():
         for k in range(n):
-            _save(root / name / f"{k}.png", _grey(k))
+            save_image_to(root / name / f"{k}.png", grey_image(k))
     return root
 
 
@@ -59,7 +42,9 @@ def test_folder_layout_reads_splits_without_opening_an_image(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _tree(tmp_path / "train", {"cat": 3, "dog": 2})
-    _save(tmp_path / "train/dog/deeper/x.JPG", _grey(9).convert("RGB"))  # nested, any case
+    save_image_to(
+        tmp_path / "train/dog/deeper/x.JPG", grey_image(9).convert("RGB")
+    )  # nested, any case
     (tmp_path / "train/dog/notes.txt").write_text("not an image")
     (tmp_path / "train/dog/.hidden.png").write_bytes(b"ignored")
     _tree(tmp_path / "test", {"cat": 1, "dog": 1})
@@ -130,14 +115,14 @@ def test_folder_layout_errors(
         if path.endswith("/"):
             (root / path).mkdir(parents=True)
         else:
-            _save(root / path, _grey(0))
+            save_image_to(root / path, grey_image(0))
     with pytest.raises(error, match=message):
         folder_layout(root)
 
 
 def test_folder_layout_errors_on_a_folder_without_folders(tmp_path: Path) -> None:
-    _save(tmp_path / "a.png", _grey(0))
-    _save(tmp_path / "b.png", _grey(1))
+    save_image_to(tmp_path / "a.png", grey_image(0))
+    save_image_to(tmp_path / "b.png", grey_image(1))
     with pytest.raises(
         DataError, match=r"holds no class folders and no split folders .*found 2 images"
     ):
@@ -206,16 +191,16 @@ def test_dataset_given_a_split_layout_as_a_tree_says_which_split(tmp_path: Path)
 
 def test_grey_images_of_every_kind_give_one_channel(tmp_path: Path, decodes: list[str]) -> None:
     root = tmp_path / "train"
-    _save(root / "a/l.png", _grey(0))
-    _save(root / "a/la.png", _grey(1).convert("LA"))
-    _save(root / "a/one.png", _grey(2).convert("1"))
-    _save(root / "a/wide.png", Image.fromarray(np.full((4, 4), 40000, np.uint16)))  # I;16
-    grey_rgb = _grey(3, (16, 16))
-    _save(root / "b/rgb.jpg", grey_rgb.convert("RGB"), quality=75)  # 4:2:0, PIL's default
-    _save(root / "b/rgb.png", grey_rgb.convert("RGB"))
+    save_image_to(root / "a/l.png", grey_image(0))
+    save_image_to(root / "a/la.png", grey_image(1).convert("LA"))
+    save_image_to(root / "a/one.png", grey_image(2).convert("1"))
+    save_image_to(root / "a/wide.png", Image.fromarray(np.full((4, 4), 40000, np.uint16)))  # I;16
+    grey_rgb = grey_image(3, (16, 16))
+    save_image_to(root / "b/rgb.jpg", grey_rgb.convert("RGB"), quality=75)  # 4:2:0, PIL's default
+    save_image_to(root / "b/rgb.png", grey_rgb.convert("RGB"))
     palette = Image.new("P", (4, 4), 1)
     palette.putpalette([0, 0, 0, 90, 90, 90, 255, 0, 0])  # entry 2 is red but no pixel uses it
-    _save(root / "b/p.png", palette)
+    save_image_to(root / "b/p.png", palette)
     ds = ImageFolderDataset(tmp_path, "train", mode=None)
     assert (ds.mode, ds.channels) == ("L", 1)
     assert ds.channels_reason == (
@@ -235,7 +220,7 @@ def test_a_grey_image_saved_as_rgb_jpeg_decodes_with_equal_channels(
 ) -> None:
     # Why grey detection needs no tolerance (see folder._grey_kind): pins the measurement.
     buffer = io.BytesIO()
-    _grey(quality, (37, 29)).convert("RGB").save(
+    grey_image(quality, (37, 29)).convert("RGB").save(
         buffer, "JPEG", quality=quality, subsampling=subsampling
     )
     rgb = np.asarray(Image.open(buffer)).astype(int)  # (H, W, 3)
@@ -245,10 +230,10 @@ def test_a_grey_image_saved_as_rgb_jpeg_decodes_with_equal_channels(
 def test_decoding_stops_at_the_first_colour_image(tmp_path: Path, decodes: list[str]) -> None:
     root = tmp_path / "train"
     for k in range(3):
-        _save(root / f"a/{k}.png", _grey(k).convert("RGB"))
-    _save(root / "a/3.png", _colour(0))
+        save_image_to(root / f"a/{k}.png", grey_image(k).convert("RGB"))
+    save_image_to(root / "a/3.png", colour_image(0))
     for k in range(4, 9):
-        _save(root / f"b/{k}.png", _grey(k).convert("RGB"))
+        save_image_to(root / f"b/{k}.png", grey_image(k).convert("RGB"))
     ds = ImageFolderDataset(tmp_path, "train", mode=None)
     assert (ds.mode, ds.channels) == ("RGB", 3) and len(ds) == 9
     assert ds.channels_reason == f"3 channels: {root / 'a/3.png'} is in colour (mode RGB)"
@@ -260,11 +245,11 @@ def test_a_used_colour_palette_entry_or_a_faint_tint_is_colour(tmp_path: Path) -
     palette = Image.new("P", (4, 4), 0)
     palette.putpalette([0, 0, 0, 255, 0, 0])
     palette.putpixel((1, 1), 1)
-    _save(tmp_path / "p/a/p.png", palette)
+    save_image_to(tmp_path / "p/a/p.png", palette)
     assert ImageFolderDataset(tmp_path / "p", None, mode=None).channels == 3
     tinted = np.full((4, 4, 3), 120, np.uint8)
     tinted[0, 0, 2] = 121  # one pixel, one level
-    _save(tmp_path / "t/a/t.png", Image.fromarray(tinted))
+    save_image_to(tmp_path / "t/a/t.png", Image.fromarray(tinted))
     ds = ImageFolderDataset(tmp_path / "t", None, mode=None)
     assert ds.channels_reason == f"3 channels: {tmp_path / 't/a/t.png'} is in colour (mode RGB)"
 
@@ -292,7 +277,7 @@ def test_a_given_mode_decodes_nothing_and_says_so(tmp_path: Path, decodes: list[
 def test_an_image_that_fails_to_decode_while_deciding_is_skipped(tmp_path: Path) -> None:
     _tree(tmp_path / "train", {"a": 9})
     buffer = io.BytesIO()
-    _grey(0, (32, 32)).convert("RGB").save(buffer, "JPEG")
+    grey_image(0, (32, 32)).convert("RGB").save(buffer, "JPEG")
     data = buffer.getvalue()
     cut = tmp_path / "train/a/cut.jpg"
     cut.write_bytes(data[: data.index(b"\xff\xda") + 40])  # passes verify(), fails to decode
@@ -309,7 +294,7 @@ def test_an_image_that_fails_to_decode_while_deciding_is_skipped(tmp_path: Path)
 
 def test_skipped_names_every_dropped_file_and_each_gets_a_warning(tmp_path: Path) -> None:
     _tree(tmp_path / "train", {"a": 10, "b": 8})
-    png = _save(tmp_path / "train/a/bad.png", _grey(0)).read_bytes()
+    png = save_image_to(tmp_path / "train/a/bad.png", grey_image(0)).read_bytes()
     at = png.index(b"IDAT") + 6  # a flipped byte inside the pixel data: its chunk's CRC fails
     (tmp_path / "train/a/bad.png").write_bytes(png[:at] + bytes([png[at] ^ 1]) + png[at + 1 :])
     (tmp_path / "train/b/bad.jpg").write_bytes(b"garbage")
@@ -368,16 +353,16 @@ def test_a_real_folders_faults_are_skipped_and_named(tmp_path: Path) -> None:
     torchvision's ImageFolder reads it."""
     root, outside = tmp_path / "data", tmp_path / "elsewhere"
     for k in range(4):
-        _save(root / "a" / f"{k}.png", _colour(k))
-        _save(root / "b" / f"{k}.png", _colour(10 + k))
-    _save(outside / "far.png", _colour(20))
+        save_image_to(root / "a" / f"{k}.png", colour_image(k))
+        save_image_to(root / "b" / f"{k}.png", colour_image(10 + k))
+    save_image_to(outside / "far.png", colour_image(20))
     (root / "a/linked.png").symlink_to(outside / "far.png")
     (root / "a/broken.png").symlink_to(tmp_path / "gone.png")
     (root / "a/empty.jpg").write_bytes(b"")
     (root / "b/folder.png").mkdir()  # a directory named like an image: nothing in it
     expected = ["a/broken.png", "a/empty.jpg"]
     if os.geteuid() != 0:
-        _save(root / "b/locked.png", _colour(30)).chmod(0)
+        save_image_to(root / "b/locked.png", colour_image(30)).chmod(0)
         expected.append("b/locked.png")
     for cached in (False, True):
         with pytest.warns(UnreadableImageWarning) as caught:
@@ -390,7 +375,7 @@ def test_a_real_folders_faults_are_skipped_and_named(tmp_path: Path) -> None:
             [*(f"{k}.png" for k in range(4)), *(f"{k}.png" for k in range(4)), "linked.png"]
         )
     far = next(i for i, (p, _) in enumerate(ds.samples) if p.name == "linked.png")
-    assert torch.equal(ds[far][0], torch.from_numpy(np.array(_colour(20))).permute(2, 0, 1))
+    assert torch.equal(ds[far][0], torch.from_numpy(np.array(colour_image(20))).permute(2, 0, 1))
 
 
 def test_images_beyond_the_byte_and_pixel_bounds_are_skipped_and_named(tmp_path: Path) -> None:
@@ -417,7 +402,7 @@ def test_images_beyond_the_byte_and_pixel_bounds_are_skipped_and_named(tmp_path:
     # bounds of one's own (the run's config passes its own: tests/test_lists.py); unverified, an
     # image beyond them is replaced when read, as one that fails to decode
     other = _tree(tmp_path / "other", {"a": 1, "b": 1})
-    _save(other / "a/1.png", _grey(1, (7, 6)))  # 6 x 7 = 42 pixels; the others 30
+    save_image_to(other / "a/1.png", grey_image(1, (7, 6)))  # 6 x 7 = 42 pixels; the others 30
     small = ImageFolderDataset(
         other, None, mode="L", verify="none", max_image_pixels=41, max_bad_fraction=0.5
     )

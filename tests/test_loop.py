@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from helpers import logged_metrics
 from vitkit.config import ConfigError, RunConfig, replace
 from vitkit.recipes import get_recipe
-from vitkit.train.loop import TIMING_KEYS, train
+from vitkit.train.loop import train
 
 # Tensor methods that read a tensor's value on the host: on CUDA each one waits for the device.
 HOST_READS = ("item", "tolist", "cpu", "numpy", "__bool__", "__float__", "__int__")
@@ -367,11 +368,6 @@ def test_loader_workers_divide_the_cores_among_the_processes(monkeypatch) -> Non
     assert loader_workers() == 0
 
 
-def _records(run_dir: Path) -> list[dict]:
-    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
-    return [{k: v for k, v in json.loads(x).items() if k not in TIMING_KEYS} for x in lines]
-
-
 def test_train_prepares_its_run_once(tmp_path: Path, monkeypatch) -> None:
     """``train(run, run_dir)`` prepares the run (``prepare``: its device, its run directory's
     record, its data) and trains it (``train_prepared``), taking nothing the caller read: a
@@ -396,7 +392,7 @@ def test_train_prepares_its_run_once(tmp_path: Path, monkeypatch) -> None:
     seen = count_preparation(monkeypatch)
     train(run, resumed, progress=False)
     assert (seen[resumed / "config.json"], seen["device"], seen["data"]) == (1, 1, 1)
-    assert _records(resumed) == _records(tmp_path / "full")  # and it resumed exactly
+    assert logged_metrics(resumed) == logged_metrics(tmp_path / "full")  # and it resumed exactly
 
 
 def test_a_run_beyond_a_new_runs_bounds_is_refused_before_its_data_is_read(
@@ -481,7 +477,9 @@ def test_fp16_scales_the_gradients_and_resumes_exactly(tmp_path: Path) -> None:
     resumed = stopped_copy(tmp_path / "full", tmp_path / "resumed", step=4)
     (resumed / "metrics.jsonl").unlink()
     train(run, resumed, progress=False)
-    assert _records(resumed) == [r for r in _records(tmp_path / "full") if r["step"] > 4]
+    assert logged_metrics(resumed) == [
+        r for r in logged_metrics(tmp_path / "full") if r["step"] > 4
+    ]
 
 
 def test_repeated_augmentation_and_timms_ema_warmup_resume_exactly(tmp_path: Path) -> None:
@@ -498,7 +496,9 @@ def test_repeated_augmentation_and_timms_ema_warmup_resume_exactly(tmp_path: Pat
     resumed = stopped_copy(tmp_path / "full", tmp_path / "resumed", step=5)
     (resumed / "metrics.jsonl").unlink()
     train(run, resumed, progress=False)
-    assert _records(resumed) == [r for r in _records(tmp_path / "full") if r["step"] > 5]
+    assert logged_metrics(resumed) == [
+        r for r in logged_metrics(tmp_path / "full") if r["step"] > 5
+    ]
 
 
 def test_a_train_step_accumulates_updates_and_marks_divergence() -> None:

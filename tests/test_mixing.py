@@ -5,7 +5,6 @@ with all of them resumes exactly; the keys exist, parse and are refused with mpp
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -15,12 +14,12 @@ import torch
 from timm.data.mixup import Mixup, cutmix_bbox_and_lam
 from timm.loss import SoftTargetCrossEntropy
 
-from helpers import stopped_copy
+from helpers import logged_metrics, stopped_copy
 from vitkit.config import ConfigError, replace
 from vitkit.recipes import get_recipe
 from vitkit.train import objectives
 from vitkit.train.erasing import erase_mask, random_erase
-from vitkit.train.loop import TIMING_KEYS, train
+from vitkit.train.loop import train
 from vitkit.train.mixing import Mix, Mixing, cutmix_box, draw, mix_images
 from vitkit.train.objectives import classification
 
@@ -217,11 +216,6 @@ def test_the_keys_exist_and_mpp_refuses_them() -> None:
         replace(smoke, {"train.objective": "mpp", "data.random_erase": 0.5})
 
 
-def _records(run_dir: Path) -> list[dict]:
-    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
-    return [{k: v for k, v in json.loads(x).items() if k not in TIMING_KEYS} for x in lines]
-
-
 def test_a_run_with_cutmix_and_erasing_resumes_exactly(tmp_path: Path) -> None:
     """Mixup, CutMix (switched, not every batch) and random erasing (up to 2 boxes): a run
     resumed from its step-4 checkpoint logs what the uninterrupted run does; without CutMix, or
@@ -244,10 +238,10 @@ def test_a_run_with_cutmix_and_erasing_resumes_exactly(tmp_path: Path) -> None:
     resumed = stopped_copy(tmp_path / "full", tmp_path / "resumed", step=4)
     (resumed / "metrics.jsonl").unlink()
     train(run, resumed, progress=False)
-    full = _records(tmp_path / "full")
-    assert _records(resumed) == [r for r in full if r["step"] > 4]
+    full = logged_metrics(tmp_path / "full")
+    assert logged_metrics(resumed) == [r for r in full if r["step"] > 4]
     # each of CutMix and erasing changes the run: it is wired from its key to the step
     for name, off in [("no_cutmix", "train.cutmix"), ("no_erasing", "data.random_erase")]:
         train(replace(run, {off: 0.0}), tmp_path / name, progress=False)
-        other = _records(tmp_path / name)
+        other = logged_metrics(tmp_path / name)
         assert [r.get("loss") for r in other] != [r.get("loss") for r in full], off

@@ -15,6 +15,7 @@ import torch
 
 import vitkit
 from helpers import (
+    one_line_error,
     png_bytes,
     real_stand_in_numbers,
     timm_real,
@@ -193,17 +194,9 @@ def test_eval_real_on_a_hugging_face_table_by_its_paths(
 
     rows["image"] = [{"bytes": png_bytes(n), "path": None} for n in shard_numbers]
     datasets.Dataset.from_dict(rows, features=features).save_to_disk(tmp_path / "bytes")
-    err = _one_line_error(capsys, ["eval", str(checkpoint), "--data", f"hf:{tmp_path / 'bytes'}",
+    err = one_line_error(capsys, ["eval", str(checkpoint), "--data", f"hf:{tmp_path / 'bytes'}",
                                    "--real"])  # fmt: skip
     assert "16 of the 16 images" in err and "named otherwise: None" in err
-
-
-def _one_line_error(capsys, argv: list[str]) -> str:
-    capsys.readouterr()
-    assert main(argv) == 2
-    err = capsys.readouterr().err
-    assert len(err.strip().splitlines()) == 1, err
-    return err
 
 
 def test_names_that_do_not_join_are_one_line(
@@ -219,7 +212,7 @@ def test_names_that_do_not_join_are_one_line(
                              "dog_002", "ILSVRC2012_val_00000009", "x"]):  # fmt: skip
         members[f"{key}.png"], members[f"{key}.cls"] = png_bytes(i), b"3"
     write_tar(root / "images.tar", members)
-    err = _one_line_error(capsys, ["eval", str(checkpoint), "--data", f"wds:{root}", "--real"])
+    err = one_line_error(capsys, ["eval", str(checkpoint), "--data", f"wds:{root}", "--real"])
     assert "ILSVRC2012_val_00000001 to ILSVRC2012_val_00050000" in err
     assert "4 of the 6 images" in err
     assert "'cat_001', 'ILSVRC2012_val_00099999', 'dog_002' and 1 more" in err
@@ -228,7 +221,7 @@ def test_names_that_do_not_join_are_one_line(
         image_size=16, patch_size=8, hidden_size=16, num_layers=1, num_heads=2, mlp_dim=32,
         num_classes=10))  # fmt: skip
     ten = vitkit.save(small, tmp_path / "ten")
-    err = _one_line_error(capsys, ["eval", str(ten), "--data", "synthetic", "--real"])
+    err = one_line_error(capsys, ["eval", str(ten), "--data", "synthetic", "--real"])
     assert "has 10 outputs: expected 1000" in err
 
 
@@ -253,7 +246,7 @@ def test_a_validation_image_found_twice_is_one_line(
         key = name.rpartition(".")[0]
         members[name], members[f"{key}.cls"] = png_bytes(i), b"3"
     write_tar(root / "images.tar", members)
-    err = _one_line_error(capsys, ["eval", str(checkpoint), "--data", f"wds:{root}", "--real"])
+    err = one_line_error(capsys, ["eval", str(checkpoint), "--data", f"wds:{root}", "--real"])
     assert "counts each validation image once, and 3 of the 6 images" in err
     assert "'n2/ILSVRC2012_val_00000007' repeats 'n1/ILSVRC2012_val_00000007'" in err
     assert "'x/ILSVRC2012_val_00000009_n01751748' repeats 'ILSVRC2012_val_00000009'" in err

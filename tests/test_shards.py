@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from helpers import stopped_copy, write_tar
-from photos import CLASSES, SIZES, TINY, logged_metrics, pixels, rows, same_weights, save_image
+from helpers import logged_metrics, one_line_error, stopped_copy, write_tar
+from photos import CLASSES, SIZES, TINY, pixels, rows, same_weights, save_image
 from vitkit.cli import main
 from vitkit.config import replace
 from vitkit.data import ImageFolderDataset
@@ -37,16 +37,6 @@ def _pairs(dataset) -> list[tuple[int, bytes]]:
         image, label = dataset[i]
         out.append((label, bytes(image.numpy()) + bytes(str(tuple(image.shape)), "ascii")))
     return sorted(out)
-
-
-def _one_line_error(capsys, argv: list[str], expected: str) -> str:
-    """Run ``vitkit argv``: it fails with one line on stderr that contains ``expected``."""
-    capsys.readouterr()  # what came before
-    assert main(argv) == 2
-    err = capsys.readouterr().err
-    assert len(err.strip().splitlines()) == 1, err
-    assert expected in err, err
-    return err
 
 
 # ------------------------------------------------------------------------------------ pack, wds
@@ -273,8 +263,8 @@ def test_every_user_error_is_one_line(
     run = ["train", *TINY, "--set", "train.duration=1st", "--run-dir", str(tmp_path / "r")]
     empty = tmp_path / "empty"
     empty.mkdir()
-    _one_line_error(capsys, [*run, "--data", f"wds:{empty}"], "holds no .tar shards")
-    _one_line_error(capsys, [*run, "--data", f"wds:{tmp_path / 'nowhere'}"], "not found")
+    one_line_error(capsys, [*run, "--data", f"wds:{empty}"], "holds no .tar shards")
+    one_line_error(capsys, [*run, "--data", f"wds:{tmp_path / 'nowhere'}"], "not found")
     unlabelled = tmp_path / "unlabelled"
     unlabelled.mkdir()
     with tarfile.open(unlabelled / "train-0.tar", "w") as tar:
@@ -282,23 +272,23 @@ def test_every_user_error_is_one_line(
         info = tarfile.TarInfo("a.png")
         info.size = len(data)
         tar.addfile(info, io.BytesIO(data))
-    _one_line_error(capsys, [*run, "--data", f"wds:{unlabelled}"], "sample 'a' has no a.cls")
+    one_line_error(capsys, [*run, "--data", f"wds:{unlabelled}"], "sample 'a' has no a.cls")
     saved = f"hf:{hf_data['saved']}"
-    _one_line_error(capsys, [*run, "--data", saved, "--set", "data.image_column=img"],
+    one_line_error(capsys, [*run, "--data", saved, "--set", "data.image_column=img"],
                     "has no column 'img' (data.image_column): its columns are image, label")  # fmt: skip
-    _one_line_error(capsys, [*run, "--data", saved, "--set", "data.label_column=y"],
+    one_line_error(capsys, [*run, "--data", saved, "--set", "data.label_column=y"],
                     "has no column 'y' (data.label_column)")  # fmt: skip
-    _one_line_error(capsys, [*run, "--data", f"hf:{tmp_path}/none-*.parquet"], "not found")
-    _one_line_error(capsys, [*run, "--data", saved, "--set", "data.streaming=true"],
+    one_line_error(capsys, [*run, "--data", f"hf:{tmp_path}/none-*.parquet"], "not found")
+    one_line_error(capsys, [*run, "--data", saved, "--set", "data.streaming=true"],
                     "is a save_to_disk folder")  # fmt: skip
-    _one_line_error(capsys, [*run, "--data", f"wds:{shards}", "--set", "data.streaming=true"],
+    one_line_error(capsys, [*run, "--data", f"wds:{shards}", "--set", "data.streaming=true"],
                     "data.streaming=True is not valid")  # fmt: skip
     # an unknown split: a dataset without train, shards asked for a split they lack
     odd = tmp_path / "odd"
     datasets.DatasetDict(
         {"extra": datasets.load_from_disk(str(hf_data["saved"]))["test"]}
     ).save_to_disk(odd)
-    _one_line_error(
+    one_line_error(
         capsys, [*run, "--data", f"hf:{odd}"], "has the splits ['extra'] and no train split"
     )
     with pytest.raises(DataError, match=r"has no holdout shards \(expected holdout-\*.tar\)"):
@@ -311,11 +301,11 @@ def test_every_user_error_is_one_line(
     assert main(["train", "--data", f"wds:{shards}", *TINY, "--set", "train.duration=1st",
                  "--run-dir", str(best), "--no-progress"]) == 0  # fmt: skip
     capsys.readouterr()
-    _one_line_error(capsys, ["eval", str(best / "best"), "--data", f"wds:{train_only}"],
+    one_line_error(capsys, ["eval", str(best / "best"), "--data", f"wds:{train_only}"],
                     "has only train shards: give the data to evaluate")  # fmt: skip
-    _one_line_error(capsys, ["data", "pack", str(tmp_path / "nowhere"), str(tmp_path / "o"),
+    one_line_error(capsys, ["data", "pack", str(tmp_path / "nowhere"), str(tmp_path / "o"),
                              "--shard-size", "2"], "not found")  # fmt: skip
-    _one_line_error(capsys, ["data", "pack", str(hf_data["saved"]), str(shards), "--shard-size", "0"],
+    one_line_error(capsys, ["data", "pack", str(hf_data["saved"]), str(shards), "--shard-size", "0"],
                     "--shard-size 0")  # fmt: skip
 
 

@@ -17,8 +17,8 @@ import pytest
 import torch
 from PIL import Image
 
-from helpers import stopped_copy
-from photos import CLASSES, logged_metrics, pixels, same_weights
+from helpers import logged_metrics, stopped_copy
+from photos import CLASSES, pixels, same_weights
 from vitkit.config import replace
 from vitkit.data import codec as dc
 from vitkit.data import stream as st

@@ -15,11 +15,10 @@ import os
 import warnings
 from pathlib import Path
 
-import numpy as np
 import pytest
 from PIL import Image
 
-from helpers import write_tar
+from helpers import colour_image, grey_image, save_image_to, write_tar
 from vitkit.data import ImageFolderDataset, UnreadableImageWarning, verify_image_folder
 from vitkit.data import verify as vf
 from vitkit.errors import ConfigError
@@ -39,25 +38,10 @@ def opens(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return seen
 
 
-def _save(path: Path, image: Image.Image, **kwargs) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    image.save(path, **kwargs)
-    return path
-
-
-def _grey(seed: int, size: tuple[int, int] = (6, 5)) -> Image.Image:
-    return Image.fromarray(np.random.default_rng(seed).integers(0, 256, size, dtype=np.uint8))
-
-
-def _colour(seed: int) -> Image.Image:
-    rng = np.random.default_rng(seed)
-    return Image.fromarray(rng.integers(0, 256, (6, 5, 3), dtype=np.uint8))
-
-
 def _truncated_jpeg(seed: int) -> bytes:
     """A grey JPEG stored as RGB cut inside its scan: verify() passes, decoding fails."""
     buffer = io.BytesIO()
-    _grey(seed, (32, 32)).convert("RGB").save(buffer, "JPEG")
+    grey_image(seed, (32, 32)).convert("RGB").save(buffer, "JPEG")
     data = buffer.getvalue()
     return data[: data.index(b"\xff\xda") + 40]
 
@@ -66,19 +50,21 @@ def _mixed(root: Path) -> Path:
     """A tree for the channel decision: grey images (stored as L and as RGB), unreadable files,
     truncated JPEGs before and after the first colour image, then colour and grey mixed."""
     for k in range(6):
-        _save(root / f"a/{k:02d}.png", _grey(k).convert("RGB" if k % 2 else "L"))
+        save_image_to(root / f"a/{k:02d}.png", grey_image(k).convert("RGB" if k % 2 else "L"))
     (root / "a/06.png").write_bytes(b"garbage")  # fails verify()
     (root / "a/07.jpg").write_bytes(_truncated_jpeg(7))  # fails decoding: before the colour one
     for k in range(8, 12):
-        _save(root / f"a/{k:02d}.png", _grey(k).convert("RGB"))
-    _save(root / "b/12.png", _colour(12))  # the first colour image
+        save_image_to(root / f"a/{k:02d}.png", grey_image(k).convert("RGB"))
+    save_image_to(root / "b/12.png", colour_image(12))  # the first colour image
     for k in range(13, 30):
         if k in (15, 23):
             (root / f"b/{k}.jpg").write_bytes(_truncated_jpeg(k))  # after it: never decoded
         elif k == 20:
             (root / f"b/{k}.png").write_bytes(b"also garbage")
         else:
-            _save(root / f"b/{k}.png", _grey(k).convert("RGB") if k % 3 else _colour(k))
+            save_image_to(
+                root / f"b/{k}.png", grey_image(k).convert("RGB") if k % 3 else colour_image(k)
+            )
     return root
 
 
@@ -119,10 +105,10 @@ def test_names_that_are_not_utf8_are_listed_verified_and_cached(
     tmp_path: Path, opens: list[str]
 ) -> None:
     root = tmp_path / "data"
-    _save(root / "b/0.png", _colour(0))
+    save_image_to(root / "b/0.png", colour_image(0))
     (root / "a").mkdir()
     buffer = io.BytesIO()
-    _colour(1).save(buffer, "PNG")
+    colour_image(1).save(buffer, "PNG")
     with open(os.fsencode(root / "a") + b"/\xff\xfe.png", "wb") as f:  # Latin-1 bytes, not UTF-8
         f.write(buffer.getvalue())
     first = ImageFolderDataset(root, None, mode=None)
@@ -139,7 +125,7 @@ def test_a_changed_folder_misses_and_verifies_again(
 ) -> None:
     root = tmp_path / "data"
     for k in range(4):
-        _save(root / f"a/{k}.png", _grey(k))
+        save_image_to(root / f"a/{k}.png", grey_image(k))
     first = ImageFolderDataset(root, None)
     target = root / "a/2.png"
     if change == "touch":
@@ -150,7 +136,7 @@ def test_a_changed_folder_misses_and_verifies_again(
         target.write_bytes(b"x" * st.st_size)
         os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))
     elif change == "add":
-        _save(root / "a/9.png", _grey(9))
+        save_image_to(root / "a/9.png", grey_image(9))
     elif change == "remove":
         target.unlink()
     else:
@@ -184,7 +170,7 @@ def test_an_entry_that_decided_serves_a_given_mode_but_not_the_other_way(
     assert _outcome(served) == _outcome(given)  # 07.jpg, found only by decoding, is kept
     other = tmp_path / "other"
     for k in range(3):
-        _save(other / f"a/{k}.png", _grey(k).convert("RGB"))
+        save_image_to(other / f"a/{k}.png", grey_image(k).convert("RGB"))
     _quiet(other, None, mode="L")  # an entry that did not decide
     opens.clear()
     decided = ImageFolderDataset(other, None, mode=None)
@@ -197,7 +183,7 @@ def test_levels_have_their_own_entries_and_no_cache_means_none(
 ) -> None:
     root = tmp_path / "data"
     for k in range(3):
-        _save(root / f"a/{k}.png", _grey(k))
+        save_image_to(root / f"a/{k}.png", grey_image(k))
     full = ImageFolderDataset(root, None, verify="full")
     header = ImageFolderDataset(root, None, verify="header")
     assert not header.verified_cached and full.verified_from != header.verified_from
@@ -219,7 +205,7 @@ def test_a_malformed_entry_is_verified_again_and_replaced(
 ) -> None:
     root = tmp_path / "data"
     for k in range(3):
-        _save(root / f"a/{k}.png", _grey(k))
+        save_image_to(root / f"a/{k}.png", grey_image(k))
     entry = ImageFolderDataset(root, None).verified_from
     assert entry is not None
     for text in ("{not json", json.dumps({"format": 1}), "[]"):
@@ -235,7 +221,7 @@ def test_an_unwritable_home_verifies_without_a_cache(
 ) -> None:
     (tmp_path / "file").write_text("a file where the cache folder would be")
     monkeypatch.setenv("VITKIT_HOME", str(tmp_path / "file"))
-    _save(tmp_path / "data/a/0.png", _grey(0))
+    save_image_to(tmp_path / "data/a/0.png", grey_image(0))
     ds = ImageFolderDataset(tmp_path / "data", None)
     assert len(ds) == 1 and ds.verified_from is None and "cannot cache" in caplog.text
 
@@ -297,7 +283,7 @@ def test_a_large_listing_goes_to_the_pool_by_default(
     monkeypatch.setattr(vf, "PARALLEL_MIN_FILES", 8)
     monkeypatch.setattr(vf, "usable_cores", lambda: 2)
     for k in range(8):
-        _save(tmp_path / f"data/a/{k}.png", _grey(k))
+        save_image_to(tmp_path / f"data/a/{k}.png", grey_image(k))
     assert len(ImageFolderDataset(tmp_path / "data", None, verify_cache=False)) == 8
     assert calls == [2]
     ImageFolderDataset(tmp_path / "data", None, verify_cache=False, verify_workers=0)
@@ -311,7 +297,9 @@ def _construct(root: str, home: str, queue: multiprocessing.Queue) -> None:
 
 def test_processes_that_construct_at_once_verify_once(tmp_path: Path, home: Path) -> None:
     for k in range(40):
-        _save(tmp_path / f"data/a/{k}.png", _grey(k).convert("RGB"))  # grey as RGB: all decoded
+        save_image_to(
+            tmp_path / f"data/a/{k}.png", grey_image(k).convert("RGB")
+        )  # grey as RGB: all decoded
     ctx = multiprocessing.get_context("fork")
     queue = ctx.Queue()
     procs = [
@@ -331,8 +319,8 @@ def test_verify_image_folder_fills_the_cache_the_datasets_read(
 ) -> None:
     for split, n in (("train", 4), ("val", 2), ("test", 2)):
         for k in range(n):
-            _save(tmp_path / f"{split}/a/{k}.png", _grey(k).convert("RGB"))
-            _save(tmp_path / f"{split}/b/{k}.png", _grey(k))
+            save_image_to(tmp_path / f"{split}/a/{k}.png", grey_image(k).convert("RGB"))
+            save_image_to(tmp_path / f"{split}/b/{k}.png", grey_image(k))
     datasets = verify_image_folder(tmp_path, mode=None)
     assert sorted(datasets) == ["test", "train", "val"] and opens
     assert {name: ds.mode for name, ds in datasets.items()} == dict.fromkeys(datasets, "L")
@@ -352,14 +340,14 @@ def test_header_decides_channels_from_the_modes_without_decoding(
     tmp_path: Path, decodes: list[str]
 ) -> None:
     root = tmp_path / "data"
-    _save(root / "a/0.png", _grey(0))
-    _save(root / "a/1.png", _grey(1).convert("LA"))
+    save_image_to(root / "a/0.png", grey_image(0))
+    save_image_to(root / "a/1.png", grey_image(1).convert("LA"))
     ds = ImageFolderDataset(root, None, mode=None, verify="header")
     assert (ds.mode, ds.channels_reason) == (
         "L",
         f"1 channel: all 2 images in {root} are greyscale (1 in mode L, 1 in mode LA)",
     )
-    _save(root / "b/2.png", _grey(2).convert("RGB"))  # grey, stored as RGB
+    save_image_to(root / "b/2.png", grey_image(2).convert("RGB"))  # grey, stored as RGB
     header = ImageFolderDataset(root, None, mode=None, verify="header")
     assert decodes == []
     assert header.mode == "RGB" and "has mode RGB (verify='header' reads the modes" in (
@@ -374,7 +362,7 @@ def test_none_opens_nothing_and_replaces_a_bad_file_when_it_is_read(
 ) -> None:
     root = tmp_path / "data"
     for k in range(3):
-        _save(root / f"a/{k}.png", _grey(k))
+        save_image_to(root / f"a/{k}.png", grey_image(k))
     (root / "a/1.png").write_bytes(b"garbage")
     ds = ImageFolderDataset(root, None, verify="none", max_bad_fraction=0.5)
     assert opens == [] and len(ds) == 3 and ds.skipped == [] and ds.verified_from is None
@@ -386,7 +374,7 @@ def test_none_opens_nothing_and_replaces_a_bad_file_when_it_is_read(
 
 
 def test_levels_and_workers_are_checked(tmp_path: Path) -> None:
-    _save(tmp_path / "a/0.png", _grey(0))
+    save_image_to(tmp_path / "a/0.png", grey_image(0))
     with pytest.raises(ConfigError, match=r"verify='fast' is not valid: expected one of 'full'"):
         ImageFolderDataset(tmp_path, None, verify="fast")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match=r"mode=None .* expected verify='full' or 'header'"):
@@ -410,8 +398,10 @@ def test_data_verify_sets_the_level_of_a_runs_folder(
 
     root = tmp_path / "data"
     for split in ("train", "val"):
-        _save(root / f"{split}/a/0.png", _grey(0).convert("RGB"))  # grey, stored as RGB
-        _save(root / f"{split}/b/1.png", _grey(1))
+        save_image_to(
+            root / f"{split}/a/0.png", grey_image(0).convert("RGB")
+        )  # grey, stored as RGB
+        save_image_to(root / f"{split}/b/1.png", grey_image(1))
     run = replace(get_recipe("smoke"), {"data.dataset": str(root), "data.verify": "header"})
     data = build_data(run.data, run.model, seed=0)
     assert decodes == [] and data.train.verify == "header" and data.train.mode == "RGB"
@@ -433,10 +423,10 @@ def test_only_the_listed_formats_are_opened_and_older_entries_are_verified_again
     opened, whatever the name (a TIFF named .png is one of them). A cache entry written before
     (format 1, the EPS kept) is not trusted: the folder is verified again."""
     root = tmp_path / "data"
-    _save(root / "a/ok.png", _colour(0))
-    _save(root / "a/tiff.png", _colour(1), format="TIFF")
-    _save(root / "a/eps.jpg", _colour(2), format="EPS")
-    _save(root / "a/icon.bmp", _colour(3), format="ICO")
+    save_image_to(root / "a/ok.png", colour_image(0))
+    save_image_to(root / "a/tiff.png", colour_image(1), format="TIFF")
+    save_image_to(root / "a/eps.jpg", colour_image(2), format="EPS")
+    save_image_to(root / "a/icon.bmp", colour_image(3), format="ICO")
     with pytest.warns(UnreadableImageWarning):
         ds = ImageFolderDataset(root, None, max_bad_fraction=0.6)
     assert sorted(Path(p).name for p, _ in ds.skipped) == ["eps.jpg", "icon.bmp"]
@@ -543,7 +533,7 @@ def _quiet_of(make, *args, **kwargs):  # type: ignore[no-untyped-def]
 def test_a_fifo_named_like_an_image_is_skipped_not_waited_on(tmp_path: Path) -> None:
     root = tmp_path / "data"
     for k in range(3):
-        _save(root / f"a/{k}.png", _grey(k))
+        save_image_to(root / f"a/{k}.png", grey_image(k))
     os.mkfifo(root / "a/pipe.jpg")  # reading it would wait for a writer forever
     with pytest.warns(UnreadableImageWarning, match=r"pipe\.jpg \(OSError: .* not a regular file"):
         ds = ImageFolderDataset(root, None, max_bad_fraction=0.5)

@@ -14,13 +14,11 @@ import pytest
 from PIL import Image
 
 import vitkit.train.loop
-from helpers import randomize, stopped_copy, tiny, vtab_task_folder
-from vitkit import save
+from helpers import random_checkpoint, stopped_copy, tiny, vtab_task_folder
 from vitkit.cli import main
 from vitkit.config import DataConfig
 from vitkit.data.sources.lists import LISTS
 from vitkit.errors import ConfigError, DataError
-from vitkit.model import VisionTransformer
 from vitkit.transfer.vtab import CANDIDATES, Candidate, choose, summarise
 from vitkit.transfer.vtab_tasks import TASKS, TaskData, find_task, find_tasks, stage_data
 
@@ -122,8 +120,7 @@ def release(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory) -> Path:
-    model = randomize(VisionTransformer(tiny(image_size=16, patch_size=4)))
-    return save(model, tmp_path_factory.mktemp("ckpt") / "tiny")
+    return random_checkpoint(tmp_path_factory.mktemp("ckpt") / "tiny", image_size=16, patch_size=4)
 
 
 def test_a_task_from_any_spec_takes_1000_seeded_images_of_train_and_tests_its_test(

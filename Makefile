@@ -42,9 +42,10 @@ $(FMNIST):
 run: $(STAMP) $(FMNIST) $(JEMALLOC)
 	$(BIN)/vitkit train --recipe fmnist-speed --run-dir runs/fmnist-speed
 
-# The suite on every core (pytest-xdist): on 2 cores 1.2x faster than one process.
+# The suite on every core (pytest-xdist): on 2 cores 1.2x faster than one process; the tests
+# that start several processes share one worker (tests/conftest.py, loadgroup).
 test: $(STAMP) $(FMNIST) $(JEMALLOC) lint
-	$(BIN)/python -m pytest -q -n auto
+	$(BIN)/python -m pytest -q -n auto --dist loadgroup
 
 $(DOCS_STAMP): $(STAMP)
 	$(BIN)/python -m pip install -q -e '.[test,docs]'

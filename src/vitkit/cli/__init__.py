@@ -4,8 +4,9 @@ Each verb imports what it needs when it runs, so ``vitkit --help`` never imports
 error a user can cause (``VitkitError``, and an ``OSError`` of a full disk or a folder we may not
 write) is one line on stderr and exit status 2; anything else is a bug in vitkit and keeps its
 traceback; an allocation the machine refused is one line too, naming an address-space limit
-where one is set (runtime/allocator.py). ``--debug`` (or ``VITKIT_DEBUG=1``) shows the traceback of any error. A Python warning
-is one line on stderr too, ``vitkit: warning: <message>``, while ``main`` runs.
+where one is set (runtime/allocator.py). ``--debug`` (or ``VITKIT_DEBUG=1``) shows the
+traceback of any error. A Python warning is one line on stderr too, ``vitkit: warning:
+<message>``, while ``main`` runs.
 
 The verbs live by what they work on: ``models`` (presets, summary, convert, export),
 ``training`` (train, finetune), ``transfer`` (the paper's transfer protocol), ``vtab`` (the

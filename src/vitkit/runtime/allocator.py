@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import ctypes.util
 import os
-import resource
 import sys
 from pathlib import Path
 
@@ -45,7 +44,12 @@ ARENAS_UNDER_A_LIMIT = 2
 
 
 def address_space_limit() -> int | None:
-    """This process's address-space limit in bytes (``RLIMIT_AS``), or None where there is none."""
+    """This process's address-space limit in bytes (``RLIMIT_AS``), or None where there is none
+    (Windows has no such limit, nor the module that reads it)."""
+    if sys.platform == "win32":
+        return None
+    import resource
+
     soft = resource.getrlimit(resource.RLIMIT_AS)[0]
     return None if soft == resource.RLIM_INFINITY else soft
 
@@ -89,7 +93,8 @@ def out_of_memory(e: BaseException) -> str | None:
     return (
         f"out of memory under this process's address-space limit of {limit / 2**30:.2f} GiB "
         "(ulimit -v, a scheduler's h_vmem): raise it (torch alone maps about 3 GiB, its "
-        "CUDA libraries included, on a CPU too), or use a smaller batch (train.batch_size) or model"
+        "CUDA libraries included, on a CPU too), or use a smaller batch (train.batch_size) or "
+        "model"
     )
 
 

@@ -30,7 +30,7 @@ import torch
 from torch import Tensor, nn
 
 from ..config import ModelConfig
-from ..data.transforms import Preprocess
+from ..data.transforms import Preprocess, mode_of
 from ..errors import CheckpointError, ConfigError, MissingExtraError, UserFileError
 from ..model import ResNetClassifier, VisionTransformer
 from ..runtime.mode import eval_mode
@@ -77,7 +77,7 @@ def onnx_metadata(
     if preprocess is not None:
         mean, std = preprocess.mean_std
         metadata |= {
-            "color_mode": "L" if preprocess.in_chans == 1 else "RGB",
+            "color_mode": mode_of(preprocess.in_chans),
             "resize": preprocess.resize,
             "antialias": json.dumps(preprocess.antialias),
             "normalization": preprocess.normalization,

@@ -397,11 +397,8 @@ def test_synthetic_images_too_many_to_hold_are_made_when_read(monkeypatch) -> No
     """Beyond ``HELD_PIXELS`` each image is made when read, its noise drawn from (seed, index):
     the same at every read and in every view, on its class's pattern (the held draw's), labels
     cycling through the classes; up to it, the draw held is the one every run made before."""
-    import importlib
+    from vitkit.data.sources import synthetic as made  # the module (vitkit.data's is the function)
 
-    made = importlib.import_module(
-        "vitkit.data.sources.synthetic"
-    )  # vitkit.data.sources.synthetic: the function
     kw = dict(num_classes=4, per_class=16, image_size=8, channels=3, seed=3)
     held = made.synthetic_images(**kw)
     assert isinstance(held, ArrayDataset) and torch.equal(held.images, synthetic(**kw).images)

@@ -73,6 +73,8 @@ def test_out_of_memory_under_an_address_space_limit_is_one_line_naming_it(tmp_pa
         [sys.executable, "-c", OOM, "train", *args, "--run-dir", str(tmp_path / "run")],
         capture_output=True,
         text=True,
+        # one thread: on a machine of many cores their stacks alone could exhaust the 300 MB
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
     )
     assert out.returncode == 2, out.stderr[-2000:]
     last = out.stderr.strip().splitlines()[-1]
@@ -139,3 +141,15 @@ def test_eval_mode_gives_the_mode_back_even_on_error(training: bool) -> None:
     with pytest.raises(RuntimeError), eval_mode(model):
         raise RuntimeError("a failed evaluation")
     assert all(m.training == training for m in model.modules())
+
+
+def test_a_gpus_out_of_memory_is_one_line_and_other_errors_keep_their_traceback() -> None:
+    """torch's OutOfMemoryError (CUDA's) is the machine's, one line; a RuntimeError of vitkit's
+    own, or oneDNN's refusal where no address-space limit makes it memory, is not."""
+    from vitkit.runtime.allocator import address_space_limit, out_of_memory
+
+    cuda = torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+    assert (out_of_memory(cuda) or "").startswith("out of memory")
+    assert out_of_memory(RuntimeError("shape '[2, 3]' is invalid for input of size 5")) is None
+    if address_space_limit() is None:
+        assert out_of_memory(RuntimeError("could not create a primitive")) is None

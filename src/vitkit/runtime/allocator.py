@@ -80,14 +80,16 @@ def out_of_memory(e: BaseException) -> str | None:
     """One line for an error that is an allocation refused, naming the address-space limit
     where one is set; None for any other error (its traceback is kept)."""
     text = str(e).lower()
-    if not isinstance(e, MemoryError) and not any(s in text for s in _OUT_OF_MEMORY):
+    # torch.OutOfMemoryError (a GPU's memory) by name: this module never imports torch
+    refused = isinstance(e, MemoryError) or type(e).__name__ == "OutOfMemoryError"
+    if not refused and not any(s in text for s in _OUT_OF_MEMORY):
         return None
     if "could not create a primitive" in text and address_space_limit() is None:
         return None  # without a limit, oneDNN's refusal is not known to be memory
     limit = address_space_limit()
     if limit is None:
         return (
-            "out of memory: the machine has no more for this run; use a smaller batch "
+            "out of memory: the machine (or the GPU) has no more for this run; use a smaller batch "
             "(train.batch_size, with train.accum_steps to keep the mathematics) or model"
         )
     return (

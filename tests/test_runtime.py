@@ -153,3 +153,32 @@ def test_a_gpus_out_of_memory_is_one_line_and_other_errors_keep_their_traceback(
     assert out_of_memory(RuntimeError("shape '[2, 3]' is invalid for input of size 5")) is None
     if address_space_limit() is None:
         assert out_of_memory(RuntimeError("could not create a primitive")) is None
+
+
+def test_a_refused_allocation_of_any_kind_is_one_line_and_a_bug_is_not(capsys) -> None:
+    """Through the command line's error handling: ``ENOMEM`` from fork or mmap (an ``OSError``)
+    is one line, exit status 2; a library that cannot be mapped without a limit (a noexec mount)
+    and a bug's ``RuntimeError`` keep their tracebacks."""
+    import argparse
+    import errno
+
+    from vitkit.cli import _run
+    from vitkit.runtime.allocator import address_space_limit
+
+    def verb(error: BaseException) -> argparse.Namespace:
+        def run(args: argparse.Namespace) -> None:
+            raise error
+
+        return argparse.Namespace(verb="train", run=run)
+
+    enomem = OSError(errno.ENOMEM, "Cannot allocate memory")
+    assert _run(verb(enomem), debug=False) == 2
+    assert capsys.readouterr().err.startswith("vitkit train: error: out of memory")
+    with pytest.raises(RuntimeError):
+        _run(verb(RuntimeError("mat1 and mat2 shapes cannot be multiplied")), debug=False)
+    with pytest.raises(OSError):
+        _run(verb(enomem), debug=True)  # --debug: every traceback
+    if address_space_limit() is None:
+        noexec = ImportError("libx.so: failed to map segment from shared object: not permitted")
+        with pytest.raises(ImportError):
+            _run(verb(noexec), debug=False)

@@ -81,17 +81,10 @@ def _run(args: argparse.Namespace, debug: bool) -> int:
     except BrokenPipeError:  # `vitkit config | head`: the reader has all it wanted
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115  # nothing more to flush at exit
         return 0
-    except (VitkitError, OSError) as e:
-        if debug or not (isinstance(e, VitkitError) or e.errno in ENVIRONMENT_ERRNOS):
+    except (VitkitError, OSError, MemoryError, RuntimeError, ImportError) as e:
+        line = None if debug else _user_line(e)
+        if line is None:
             raise  # a bug in vitkit: its traceback says where
-        print(f"vitkit {args.verb}{_rank()}: error: {_one_line(e)}", file=sys.stderr)
-        return 2
-    except (MemoryError, RuntimeError, ImportError) as e:
-        from ..runtime.allocator import out_of_memory
-
-        line = out_of_memory(e)
-        if debug or line is None:
-            raise
         print(f"vitkit {args.verb}{_rank()}: error: {line}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
@@ -119,6 +112,17 @@ def _show_warning(
 # Errors of the machine, not of vitkit: a full disk, a quota or a file size limit (io.checkpoint's
 # DISK_ERRNOS: not imported, it would import torch), a folder we may not write.
 ENVIRONMENT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES})
+
+
+def _user_line(e: BaseException) -> str | None:
+    """The one line an error of the user's or the machine's is (None: a bug, kept whole): a
+    ``VitkitError``, an ``OSError`` of ``ENVIRONMENT_ERRNOS``, or an allocation refused
+    (``runtime.allocator.out_of_memory``: ``MemoryError``, ``ENOMEM``, torch's and oneDNN's)."""
+    if isinstance(e, VitkitError) or (isinstance(e, OSError) and e.errno in ENVIRONMENT_ERRNOS):
+        return _one_line(e)
+    from ..runtime.allocator import out_of_memory
+
+    return out_of_memory(e)
 
 
 def _one_line(e: BaseException) -> str:

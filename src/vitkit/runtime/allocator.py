@@ -74,6 +74,9 @@ _OUT_OF_MEMORY = (
     "failed to map segment from shared object",
     "cannot allocate memory",
 )
+# Of those, what says memory only under an address-space limit: oneDNN's refusal, and the loader's
+# (a library on a noexec mount fails to map too, with "Operation not permitted").
+_UNDER_A_LIMIT = ("could not create a primitive", "failed to map segment from shared object")
 
 
 def out_of_memory(e: BaseException) -> str | None:
@@ -84,8 +87,8 @@ def out_of_memory(e: BaseException) -> str | None:
     refused = isinstance(e, MemoryError) or type(e).__name__ == "OutOfMemoryError"
     if not refused and not any(s in text for s in _OUT_OF_MEMORY):
         return None
-    if "could not create a primitive" in text and address_space_limit() is None:
-        return None  # without a limit, oneDNN's refusal is not known to be memory
+    if address_space_limit() is None and any(s in text for s in _UNDER_A_LIMIT):
+        return None  # without a limit these are not known to be memory (a noexec mount, ...)
     limit = address_space_limit()
     if limit is None:
         return (

@@ -42,9 +42,8 @@ $(FMNIST):
 run: $(STAMP) $(FMNIST) $(JEMALLOC)
 	$(BIN)/vitkit train --recipe fmnist-speed --run-dir runs/fmnist-speed
 
-# One process: on 2 cores pytest-xdist (-n 2) took 414 s against 481 s, but two torchrun jobs at
-# once failed a gloo collective; with those tests kept on one worker it took 455 s, too little
-# gain for a second way the suite can fail.
+# One process: on 2 cores pytest-xdist (-n 2) took 414 s against 481 s, and 455 s with the
+# torchrun tests kept on one worker: too little gain to run the suite two ways.
 test: $(STAMP) $(FMNIST) $(JEMALLOC) lint
 	$(BIN)/python -m pytest -q
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import multiprocessing
 import sys
 from collections import Counter
 from pathlib import Path
@@ -252,24 +253,20 @@ def _one_worker(tmp_path: Path, monkeypatch, context: str) -> tuple:
         (tmp_path / "train" / f"c{k}").mkdir(parents=True)
         for i in range(4):
             Image.new("RGB", (10, 10), (90 * k, 40 * i, 50)).save(tmp_path / f"train/c{k}/{i}.png")
-    iterators: list = []
 
     class Started(loader_module.DataLoader):
         def __init__(self, *args, **kwargs) -> None:
             super().__init__(*args, multiprocessing_context=context, **kwargs)
-
-        def __iter__(self):  # type: ignore[no-untyped-def]
-            iterators.append(super().__iter__())
-            return iterators[-1]
 
     monkeypatch.setattr(loader_module, "DataLoader", Started)
     data = ImageFolderDataset(tmp_path, "train")
     batches = Batches(
         data, BatchOptions(batch_size=2, train=True, seed=0, image_size=8, num_workers=1)
     )
+    before = set(multiprocessing.active_children())
     stream = batches.stream(0)
     next(stream)
-    (worker,) = iterators[0]._workers
+    (worker,) = set(multiprocessing.active_children()) - before
     return stream, worker, batches
 
 
@@ -353,6 +350,61 @@ def test_a_worker_left_at_exit_ends_with_its_main_process(tmp_path: Path) -> Non
     assert done.returncode == 3, done.stderr
     assert "killed by signal" not in done.stderr, done.stderr
 
+
+
+def test_the_workers_of_a_loader_freed_in_a_cycle_end_when_it_is_collected(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """A loader the garbage collector frees (held by a cycle: an error's traceback, a caller's
+    objects) finds its queues closed before it shuts its workers down: they never get the word
+    to end, and torch terminates them with a SIGTERM, which must end them then, not leave them
+    until the main process exits."""
+    import gc
+
+    stream, worker, _ = _one_worker(tmp_path, monkeypatch, "fork")
+    cycle: list = [stream]
+    cycle.append(cycle)
+    del stream, cycle
+    gc.collect()
+    assert not worker.is_alive()
+
+
+def test_a_run_that_fails_ends_its_loader_workers_at_once(tmp_path: Path, monkeypatch) -> None:
+    """However the training loop ends, its stream of batches is closed: an error's traceback
+    (kept by whoever catches it) must not keep the loader's workers waiting."""
+    from PIL import Image
+
+    from vitkit.train.cadence import Cadence
+
+    for k in range(2):
+        (tmp_path / "data" / "train" / f"c{k}").mkdir(parents=True)
+        for i in range(4):
+            Image.new("RGB", (10, 10), (90 * k, 40 * i, 50)).save(
+                tmp_path / "data" / "train" / f"c{k}" / f"{i}.png"
+            )
+
+    def failing(self: Cadence, step: int) -> bool:
+        if step == 2:
+            raise RuntimeError("a failure at step 2")
+        return False
+
+    monkeypatch.setattr(Cadence, "log", failing)
+    run = replace(
+        get_recipe("smoke"),
+        {
+            "data.dataset": str(tmp_path / "data"),
+            "data.num_workers": 1,
+            "model.num_classes": 2,
+            "train.batch_size": 2,
+            "train.device": "cpu",
+            "train.duration": "4st",
+        },
+    )
+    before = set(multiprocessing.active_children())
+    with pytest.raises(RuntimeError, match="a failure at step 2") as failed:
+        train(run, tmp_path / "run", progress=False)
+    assert failed.traceback  # still held here
+    assert set(multiprocessing.active_children()) == before
 
 def test_loader_workers_divide_the_cores_among_the_processes(monkeypatch) -> None:
     import os

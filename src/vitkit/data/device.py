@@ -10,7 +10,7 @@ scaling overlap the step that runs.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 
 import torch
 from torch import Tensor
@@ -27,7 +27,7 @@ def to_input(images: Tensor, device: torch.device) -> Tensor:
 
 def on_device(
     batches: Iterator[tuple[Tensor, Tensor]], device: torch.device
-) -> Iterator[tuple[Tensor, Tensor]]:
+) -> Generator[tuple[Tensor, Tensor]]:
     """Each (uint8 images, labels) micro-batch on ``device``, scaled there. On CUDA the next
     micro-batch's copy (from page-locked memory) and scaling are issued on a side stream before
     the current one is handed over, so they run while the device computes this step; the step's

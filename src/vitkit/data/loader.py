@@ -25,7 +25,8 @@ import math
 import multiprocessing
 import os
 import signal
-from collections.abc import Callable, Iterator
+import weakref
+from collections.abc import Iterator
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any, TypeAlias
@@ -168,34 +169,52 @@ def _collate(items: list[tuple[Tensor, int]]) -> tuple[Tensor, Tensor]:
     return images, torch.tensor([label for _, label in items], dtype=torch.int64)
 
 
-def worker_start() -> Callable[[int], None]:
-    """Every loader's ``worker_init_fn``: a stop request sent to the job's whole process group
-    (Ctrl-C's SIGINT; SIGTERM from ``kill -- -PGID``, ``timeout``, SLURM, systemd) is the main
-    process's to handle: it finishes its step, saves, then ends its workers, which must serve it
-    until then, however they were started (fork, forkserver, spawn).
+def data_loader(dataset: Any, **options: Any) -> DataLoader:
+    """torch's ``DataLoader`` of ``dataset`` with ``options``, whose workers (if any) leave a stop
+    request sent to the job's whole process group (Ctrl-C's SIGINT; SIGTERM from ``kill --
+    -PGID``, ``timeout``, SLURM, systemd) to the main process: it finishes its step, saves, then
+    ends its workers, which must serve it until then, however they were started (fork,
+    forkserver, spawn).
 
-    torch's worker loop installs its own SIGTERM handler before this runs (nothing is
-    inherited): it exits quietly on a SIGTERM from the worker's parent and dies on any other, so
-    the group's SIGTERM used to kill the workers and the main process failed at its next batch,
-    unsaved. Who sent a signal cannot be read from Python where other threads may take it (a
-    BLAS library's, started by the import of torch in a forkserver or spawned worker), so the
-    main process says when it exits instead (``_exiting``): a SIGTERM then ends the worker
-    (multiprocessing terminates the workers it did not shut down so); before, it is ignored. A
-    main process killed outright leaves its workers as torch does (its worker loop stops when
-    its parent is gone)."""
-    return functools.partial(_leave_stops_to_the_main_process, _exiting())
+    torch's worker loop installs its own SIGTERM handler before ``worker_init_fn`` runs (nothing
+    is inherited): it exits quietly on a SIGTERM from the worker's parent and dies on any other,
+    so the group's SIGTERM used to kill the workers and the main process failed at its next
+    batch, unsaved. Who sent a signal cannot be read from Python where other threads may take it
+    (a BLAS library's, started by the import of torch in a forkserver or spawned worker), so the
+    main process says when a SIGTERM is its own instead: as it exits (``_exiting``:
+    multiprocessing terminates the workers it did not shut down), and once the loader is
+    released (torch terminates the workers that did not end when told to, which happens when
+    the loader goes in a collection of garbage that closed its queues first). Before either, a
+    SIGTERM is ignored. A main process killed outright leaves its workers as torch does (its
+    worker loop stops when its parent is gone)."""
+    if not options.get("num_workers"):
+        return DataLoader(dataset, **options)
+    released, release = multiprocessing.Pipe(duplex=False)
+    start = functools.partial(_leave_stops_to_the_main_process, _exiting(), released)
+    loader = DataLoader(dataset, worker_init_fn=start, **options)
+    # a weak reference's callback runs before the loader's iterator shuts its workers down, both
+    # when the last reference goes and when the garbage collector frees a cycle holding them
+    weakref.finalize(loader, _say, release)
+    return loader
 
 
-def _leave_stops_to_the_main_process(exiting: Connection, _worker: int) -> None:
-    """In a loader worker (``worker_start``): SIGINT ignored; SIGTERM ignored until the main
-    process has written to ``exiting``."""
+def _leave_stops_to_the_main_process(
+    exiting: Connection, released: Connection, _worker: int
+) -> None:
+    """In a loader worker (``data_loader``): SIGINT ignored; SIGTERM ignored until the main
+    process has written to ``exiting`` or ``released``."""
 
     def on_sigterm(_signum: int, _frame: Any) -> None:
-        if exiting.poll():  # the main process is exiting: it waits for this worker to end
+        if exiting.poll() or released.poll():  # the main process is done with this worker
             os._exit(0)  # quietly, as torch's handler does: a failure would be reported
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, on_sigterm)
+
+
+def _say(writer: Connection) -> None:
+    writer.send_bytes(b"x")
+    writer.close()
 
 
 _exit_pipe: tuple[int, Connection] | None = None  # the process that made it, its read end
@@ -216,7 +235,7 @@ def _exiting() -> Connection:
 
 def _say_exiting(pid: int, writer: Connection) -> None:
     if os.getpid() == pid:  # not in a process forked from this one (it inherits the function)
-        writer.send_bytes(b"x")
+        _say(writer)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -533,14 +552,13 @@ class Batches:
     def _loader(self, epochs: Any) -> DataLoader:
         """A ``DataLoader`` over batches of keys, ``epochs`` giving them an epoch at a time."""
         assert self.image_size is not None  # checked in __init__
-        return DataLoader(
+        return data_loader(
             _Transformed(self.dataset, self.seed, self.image_size, self.augment),
             batch_sampler=_Chained(epochs),
             num_workers=self.num_workers,
             collate_fn=_collate,
             pin_memory=self.pin_memory,
             persistent_workers=self.num_workers > 0,
-            worker_init_fn=worker_start(),
             # its own seed for worker seeding: never a draw from the global RNG (dropout's),
             # which would differ between a resumed and an uninterrupted run
             generator=generator(self.seed, _LOADER),

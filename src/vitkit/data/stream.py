@@ -28,13 +28,13 @@ from typing import Any
 import numpy as np
 import torch
 from torch import Tensor
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import Dataset
 
 from ..config import size_hw
 from ..errors import ConfigError, DataError
 from .codec import DECODE_ERRORS, decode, decode_crop
 from .decoded import count_decode_failure
-from .loader import Augment, Batches, BatchOptions, generator, worker_start
+from .loader import Augment, Batches, BatchOptions, data_loader, generator
 from .sources.cells import CellReader
 from .sources.parquet import ParquetStream, Row
 from .transforms import channels_of, resize, to_float
@@ -220,14 +220,13 @@ class StreamBatches(Batches):
                 sent.append(batch)
                 yield batch.epoch, batch.rows[batch.part]
 
-        loader = DataLoader(
+        loader = data_loader(
             decoder,
             sampler=parts(),
             batch_size=None,
             num_workers=self.num_workers,
             collate_fn=_as_is,
             pin_memory=self.pin_memory,
-            worker_init_fn=worker_start(),
             generator=generator(self.seed, _LOADER, epoch),
         )
         for images, decoded, labels, failures in loader:  # in the order handed out

@@ -24,7 +24,7 @@ import logging
 import signal
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -324,7 +324,9 @@ class _Trainer:
         diverged = torch.full((), -1, dtype=torch.int64, device=device)
         agreement = _Agreement(step)
         parts.step_fn.train()
-        with stop_requests() as stop:
+        # closed however the loop ends: an error's traceback keeps this frame, and a stream
+        # freed only with it (by the garbage collector) would keep its loader's workers waiting
+        with closing(batches), stop_requests() as stop:
             while step < cadence.total_steps:
                 if distributed.is_distributed():  # each process its own dropout, mixing, erasing
                     torch.manual_seed(derive_seed(tc.seed, rank, step))

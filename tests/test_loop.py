@@ -351,7 +351,6 @@ def test_a_worker_left_at_exit_ends_with_its_main_process(tmp_path: Path) -> Non
     assert "killed by signal" not in done.stderr, done.stderr
 
 
-
 def test_the_workers_of_a_loader_freed_in_a_cycle_end_when_it_is_collected(
     tmp_path: Path, monkeypatch
 ) -> None:
@@ -405,6 +404,7 @@ def test_a_run_that_fails_ends_its_loader_workers_at_once(tmp_path: Path, monkey
         train(run, tmp_path / "run", progress=False)
     assert failed.traceback  # still held here
     assert set(multiprocessing.active_children()) == before
+
 
 def test_loader_workers_divide_the_cores_among_the_processes(monkeypatch) -> None:
     import os

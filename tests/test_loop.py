@@ -154,6 +154,35 @@ def test_no_step_synchronises_on_cuda(tmp_path: Path) -> None:
     assert sum(counts[0].values()) > 0  # the detector sees the reads of the last step
 
 
+def test_a_second_ctrl_c_interrupts_at_once_and_a_second_sigterm_does_not(capfd) -> None:
+    """The first Ctrl-C (or SIGTERM) is a flag the loop reads at a step's end, where it saves; a
+    protocol's runs read it too (``stop_requests`` opened inside another is the outer one's). A
+    second Ctrl-C interrupts wherever the process is, with the handlers before put back. A second
+    SIGTERM stays a flag: torchrun sends one to its workers after the process group's."""
+    import signal
+    import threading
+
+    from vitkit.train.loop import stop_requests
+
+    def send(signum: int) -> None:  # to this thread: its handler runs before the next line
+        signal.pthread_kill(threading.get_ident(), signum)
+
+    before = signal.getsignal(signal.SIGINT)
+    with stop_requests() as flag, stop_requests() as inner:
+        assert inner is flag
+        send(signal.SIGTERM)
+        send(signal.SIGTERM)
+        assert flag["signal"] == signal.SIGTERM
+        send(signal.SIGINT)
+        assert flag["signal"] == signal.SIGINT
+        assert "Ctrl-C again to stop now" in capfd.readouterr().err
+        with pytest.raises(KeyboardInterrupt):
+            send(signal.SIGINT)
+            raise AssertionError("not interrupted")
+        assert signal.getsignal(signal.SIGINT) is before  # put back at once
+    assert signal.getsignal(signal.SIGINT) is before
+
+
 def test_stop_requests_are_agreed_on_a_cadence_of_seconds(monkeypatch) -> None:
     """Under torchrun the processes agree every ~10 s of steps (the slowest one's pace) and at
     every log or save step; alone, a process looks at its own flag at every step, for free."""

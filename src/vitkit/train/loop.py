@@ -21,6 +21,7 @@ averaged, and rank 0 alone writes; the RNG is reseeded from (seed, rank, step) a
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import time
 from collections.abc import Iterator
@@ -167,15 +168,32 @@ def stop_requests() -> Iterator[dict[str, int]]:
     """Turn SIGTERM/SIGINT into a flag, the signal's number (0: none), which the loop checks
     after each step (then it saves) and a protocol before each run (``stop_if_requested``).
     Opened inside another (a run of a protocol), it is the outer one's: a signal that lands after
-    a run's last step check, or between runs, is seen by the protocol's next check."""
+    a run's last step check, or between runs, is seen by the protocol's next check.
+
+    A second Ctrl-C is someone who will not wait for that check (a long evaluation, data being
+    read): the handlers in place before are put back and it interrupts at once
+    (``KeyboardInterrupt``; the last checkpoint stays whole). A second SIGTERM does not: torchrun
+    sends one to its workers after the process group's own."""
     global _open
     if _open is not None:
         yield _open
         return
     flag = {"signal": 0}
+    interrupted = False
 
     def handler(signum: int, _frame: Any) -> None:
+        nonlocal interrupted
+        if signum == signal.SIGINT:
+            if interrupted:
+                restore()
+                raise KeyboardInterrupt
+            interrupted = True
+            os.write(2, _SECOND_CTRL_C.encode())  # not print: it may be the call interrupted
         flag["signal"] = signum
+
+    def restore() -> None:
+        for s, h in previous.items():
+            signal.signal(s, h)
 
     previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
     _open = flag
@@ -183,8 +201,12 @@ def stop_requests() -> Iterator[dict[str, int]]:
         yield flag
     finally:
         _open = None
-        for s, h in previous.items():
-            signal.signal(s, h)
+        restore()
+
+
+_SECOND_CTRL_C = (
+    "\nvitkit: stopping where the run can save (a step's end); Ctrl-C again to stop now\n"
+)
 
 
 def stop_if_requested(before: str) -> None:

@@ -1,5 +1,6 @@
 """Training end to end on synthetic images: the loop, exact resume after SIGKILL and SIGTERM,
-fine-tuning at a higher resolution, evaluation and prediction from the command line."""
+fine-tuning at a higher resolution, evaluation and prediction from the command line (in this
+process, but for the signals: the README's journey runs each command in its own)."""
 
 from __future__ import annotations
 
@@ -205,45 +206,42 @@ def test_loss_falls_and_checkpoints_are_ours(tmp_path: Path) -> None:
     ]
 
 
-def _evaluates_and_predicts(checkpoint: Path, tmp_path: Path) -> str:
+def _vitkit(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    """``vitkit ARGV`` (the command line's parsing and its verb, in this process): its output."""
+    from vitkit.cli import main
+
+    capsys.readouterr()
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    return out
+
+
+def _evaluates_and_predicts(checkpoint: Path, tmp_path: Path, capsys) -> str:
     """``vitkit eval`` of ``checkpoint`` on synthetic images, then ``vitkit predict`` of a 40x30
     image file with the top 2 classes; returns predict's output."""
-    from PIL import Image
-
-    proc = subprocess.run(
-        [sys.executable, "-m", "vitkit", "eval", str(checkpoint), "--data", "synthetic"],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert proc.returncode == 0 and "top-1" in proc.stdout and "class_3" in proc.stdout, proc.stderr
+    out = _vitkit(capsys, "eval", str(checkpoint), "--data", "synthetic")
+    assert "top-1" in out and "class_3" in out, out
     Image.new("RGB", (40, 30), (200, 10, 10)).save(tmp_path / "red.png")
-    proc = subprocess.run(
-        [sys.executable, "-m", "vitkit", "predict", str(checkpoint), str(tmp_path / "red.png"), "--top", "2"],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout
+    return _vitkit(capsys, "predict", str(checkpoint), str(tmp_path / "red.png"), "--top", "2")
 
 
-def test_finetune_eval_predict_end_to_end(tmp_path: Path) -> None:
+def test_finetune_eval_predict_end_to_end(tmp_path: Path, capsys) -> None:
     pre = tmp_path / "pre"
-    assert (
-        vitkit_train("--recipe", "smoke", "--run-dir", str(pre), "--no-progress").wait(timeout=300)
-        == 0
-    )
+    _vitkit(capsys, "train", "--recipe", "smoke", "--run-dir", str(pre), "--no-progress")
     ft = tmp_path / "ft"
-    proc = subprocess.run(
-        [sys.executable, "-m", "vitkit", "finetune", "--init-from", str(pre / "best"), "--recipe", "smoke",
-         "--set", "model.image_size=24", "--set", "train.duration=4st", "--run-dir", str(ft), "--no-progress"],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
+    _vitkit(capsys, "finetune", "--init-from", str(pre / "best"), "--recipe", "smoke",
+            "--set", "model.image_size=24", "--set", "train.duration=4st", "--run-dir", str(ft),
+            "--no-progress")  # fmt: skip
     model = vitkit.load(ft / "best")
     assert model.cfg.image_size == 24 and model.pos_embed.shape == (1, 1 + 36, 32)
-    out = _evaluates_and_predicts(ft / "best", tmp_path)
+    out = _evaluates_and_predicts(ft / "best", tmp_path, capsys)
     assert out.startswith(f"{tmp_path / 'red.png'}: class_") and out.count("class_") == 2
 
 
-def test_non_square_run_finetunes_evaluates_and_predicts_at_another_size(tmp_path: Path) -> None:
+def test_non_square_run_finetunes_evaluates_and_predicts_at_another_size(
+    tmp_path: Path, capsys
+) -> None:
     from vitkit.config import replace
 
     run = replace(get_recipe("smoke"), {"model.image_size": (16, 24), "train.device": "cpu"})
@@ -252,18 +250,14 @@ def test_non_square_run_finetunes_evaluates_and_predicts_at_another_size(tmp_pat
     assert vitkit.load(pre).pos_embed.shape == (1, 1 + 4 * 6, 32)
     assert json.loads((pre / "config.json").read_text())["preprocess"]["image_size"] == [16, 24]
     ft = tmp_path / "ft"
-    proc = subprocess.run(
-        [sys.executable, "-m", "vitkit", "finetune", "--init-from", str(pre), "--recipe", "smoke",
-         "--set", "model.image_size=(24,32)", "--set", "train.device=cpu",
-         "--set", "train.duration=4st", "--run-dir", str(ft), "--no-progress"],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
+    _vitkit(capsys, "finetune", "--init-from", str(pre), "--recipe", "smoke",
+            "--set", "model.image_size=(24,32)", "--set", "train.device=cpu",
+            "--set", "train.duration=4st", "--run-dir", str(ft), "--no-progress")  # fmt: skip
     model = vitkit.load(ft / "best")
     assert model.cfg.image_size == (24, 32) and model.pos_embed.shape == (1, 1 + 6 * 8, 32)
     meta = json.loads((ft / "best" / "config.json").read_text())
     assert meta["preprocess"]["image_size"] == [24, 32]  # what predict resizes images to
-    assert _evaluates_and_predicts(ft / "best", tmp_path).count("class_") == 2
+    assert _evaluates_and_predicts(ft / "best", tmp_path, capsys).count("class_") == 2
 
 
 def test_finetune_starts_from_pretrained_with_zero_head(tmp_path: Path) -> None:

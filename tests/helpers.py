@@ -301,6 +301,18 @@ def one_line_error(capsys: Any, argv: list[str], expected: str = "") -> str:
     return err
 
 
+def vitkit_out(capsys: Any, *argv: str) -> str:
+    """Run ``vitkit argv`` (the command line's parsing and its verb, in this process): it
+    succeeds; its standard output."""
+    from vitkit.cli import main
+
+    capsys.readouterr()  # what came before
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    return out
+
+
 def logged_metrics(run_dir: Path) -> list[dict]:
     """A run's metrics.jsonl without the timings (what is the same run to run)."""
     lines = (run_dir / "metrics.jsonl").read_text().splitlines()

@@ -7,15 +7,13 @@ import dataclasses
 import json
 import math
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 import vitkit
-from helpers import tiny
+from helpers import tiny, vitkit_out
 from vitkit.config import ConfigError, replace
 from vitkit.model import VisionTransformer
 from vitkit.recipes import get_recipe
@@ -179,18 +177,11 @@ def test_mpp_config_errors(tmp_path: Path) -> None:
     assert not (tmp_path / "run").exists()
 
 
-def _vitkit(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "vitkit", *args], capture_output=True, text=True, timeout=300
-    )
-
-
-def test_mpp_backbone_loads_and_fine_tunes(tmp_path: Path) -> None:
+def test_mpp_backbone_loads_and_fine_tunes(tmp_path: Path, capsys) -> None:
     pre = tmp_path / "pre"
-    proc = _vitkit("train", "--recipe", "smoke", "--objective", "mpp", "--run-dir", str(pre),
-                   "--no-progress", "--set", "train.fewshot=(2,)")  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
-    assert "masked-patch colour accuracy" in proc.stdout and "2-shot linear" in proc.stdout
+    out = vitkit_out(capsys, "train", "--recipe", "smoke", "--objective", "mpp",
+                     "--run-dir", str(pre), "--no-progress", "--set", "train.fewshot=(2,)")  # fmt: skip
+    assert "masked-patch colour accuracy" in out and "2-shot linear" in out
     model = vitkit.load(pre / "best")  # the backbone only: no mask embedding, no MPP head
     assert set(model.state_dict()) == set(VisionTransformer(model.cfg).state_dict())
     tests = [
@@ -198,10 +189,9 @@ def test_mpp_backbone_loads_and_fine_tunes(tmp_path: Path) -> None:
     ]
     assert "fewshot_2shot" in tests[-1]
     ft = tmp_path / "ft"
-    proc = _vitkit("finetune", "--init-from", str(pre / "best"), "--recipe", "smoke",
-                   "--run-dir", str(ft), "--no-progress")  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
-    assert "test accuracy" in proc.stdout
+    out = vitkit_out(capsys, "finetune", "--init-from", str(pre / "best"), "--recipe", "smoke",
+                     "--run-dir", str(ft), "--no-progress")  # fmt: skip
+    assert "test accuracy" in out
     tuned = torch.load(ft / "checkpoints" / "step_00000004" / "state.pt", weights_only=True)
     assert tuned["objective"] is None  # fine-tuning is classification again
     # fine-tuning starts from the MPP backbone, with a zero head

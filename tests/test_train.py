@@ -20,7 +20,7 @@ import torch
 from PIL import Image
 
 import vitkit
-from helpers import RESUME_V1, deterministic_metrics, file_size_limit, vitkit_train
+from helpers import RESUME_V1, deterministic_metrics, file_size_limit, vitkit_out, vitkit_train
 from vitkit.recipes import RECIPES, get_recipe
 from vitkit.train.loop import train
 
@@ -206,31 +206,20 @@ def test_loss_falls_and_checkpoints_are_ours(tmp_path: Path) -> None:
     ]
 
 
-def _vitkit(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
-    """``vitkit ARGV`` (the command line's parsing and its verb, in this process): its output."""
-    from vitkit.cli import main
-
-    capsys.readouterr()
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    assert code == 0, err
-    return out
-
-
 def _evaluates_and_predicts(checkpoint: Path, tmp_path: Path, capsys) -> str:
     """``vitkit eval`` of ``checkpoint`` on synthetic images, then ``vitkit predict`` of a 40x30
     image file with the top 2 classes; returns predict's output."""
-    out = _vitkit(capsys, "eval", str(checkpoint), "--data", "synthetic")
+    out = vitkit_out(capsys, "eval", str(checkpoint), "--data", "synthetic")
     assert "top-1" in out and "class_3" in out, out
     Image.new("RGB", (40, 30), (200, 10, 10)).save(tmp_path / "red.png")
-    return _vitkit(capsys, "predict", str(checkpoint), str(tmp_path / "red.png"), "--top", "2")
+    return vitkit_out(capsys, "predict", str(checkpoint), str(tmp_path / "red.png"), "--top", "2")
 
 
 def test_finetune_eval_predict_end_to_end(tmp_path: Path, capsys) -> None:
     pre = tmp_path / "pre"
-    _vitkit(capsys, "train", "--recipe", "smoke", "--run-dir", str(pre), "--no-progress")
+    vitkit_out(capsys, "train", "--recipe", "smoke", "--run-dir", str(pre), "--no-progress")
     ft = tmp_path / "ft"
-    _vitkit(capsys, "finetune", "--init-from", str(pre / "best"), "--recipe", "smoke",
+    vitkit_out(capsys, "finetune", "--init-from", str(pre / "best"), "--recipe", "smoke",
             "--set", "model.image_size=24", "--set", "train.duration=4st", "--run-dir", str(ft),
             "--no-progress")  # fmt: skip
     model = vitkit.load(ft / "best")
@@ -250,7 +239,7 @@ def test_non_square_run_finetunes_evaluates_and_predicts_at_another_size(
     assert vitkit.load(pre).pos_embed.shape == (1, 1 + 4 * 6, 32)
     assert json.loads((pre / "config.json").read_text())["preprocess"]["image_size"] == [16, 24]
     ft = tmp_path / "ft"
-    _vitkit(capsys, "finetune", "--init-from", str(pre), "--recipe", "smoke",
+    vitkit_out(capsys, "finetune", "--init-from", str(pre), "--recipe", "smoke",
             "--set", "model.image_size=(24,32)", "--set", "train.device=cpu",
             "--set", "train.duration=4st", "--run-dir", str(ft), "--no-progress")  # fmt: skip
     model = vitkit.load(ft / "best")

@@ -54,6 +54,55 @@ def test_command_line_process_runs_on_jemalloc_once() -> None:
     assert _probe(limit=64 * 2**30) == "False"
 
 
+# Eight threads each hold a malloc of glibc's at once (each takes an arena of its own, up to glibc's
+# 8 per core), then glibc lists its arenas on stderr; argv[1] == "fit": fit_address_limit() first.
+ARENAS = """
+import ctypes, sys, threading
+from vitkit.runtime.allocator import fit_address_limit
+if sys.argv[1] == "fit":
+    fit_address_limit()
+libc = ctypes.CDLL(None)
+libc.malloc.restype = ctypes.c_void_p
+held = threading.Barrier(9)
+def hold():
+    block = libc.malloc(1 << 16)
+    held.wait()
+    libc.free(ctypes.c_void_p(block))
+threads = [threading.Thread(target=hold) for _ in range(8)]
+for thread in threads:
+    thread.start()
+held.wait()
+for thread in threads:
+    thread.join()
+libc.malloc_stats()
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc")
+def test_under_an_address_space_limit_threads_share_two_arenas() -> None:
+    """``fit_address_limit`` (the command line's, with the allocator): under ``ulimit -v`` each
+    thread's 64 MB glibc arena would count against the limit, so threads share
+    ``ARENAS_UNDER_A_LIMIT``; without a limit nothing changes."""
+    from vitkit.runtime.allocator import ARENAS_UNDER_A_LIMIT
+
+    def arenas(fit: bool, limit: int | None) -> int:
+        clean = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", SWITCH_ENV)}
+        done = subprocess.run(
+            [sys.executable, "-c", ARENAS, "fit" if fit else "no"],
+            env=clean,
+            capture_output=True,
+            text=True,
+            preexec_fn=None if limit is None else _limited(limit),
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stderr.count("Arena ")
+
+    # else the main thread's and one a thread (9 here; at most 8 per core)
+    assert arenas(fit=False, limit=64 * 2**30) > ARENAS_UNDER_A_LIMIT
+    assert arenas(fit=True, limit=64 * 2**30) == ARENAS_UNDER_A_LIMIT
+    assert arenas(fit=True, limit=None) > ARENAS_UNDER_A_LIMIT
+
+
 # A run whose model alone (200M parameters, 0.8 GB) exceeds the 300 MB it is left after torch.
 OOM = """
 import resource, sys

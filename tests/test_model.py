@@ -429,6 +429,8 @@ def test_create_model_builds_the_resnet_a_config_describes() -> None:
     assert isinstance(model, ResNetClassifier)
     assert model.cfg == replace(cfg, {"num_classes": 3})
     assert model.num_params() == build_model(model.cfg).num_params()
+    with pytest.raises(ConfigError, match=r"^model.arch='resnet' is not a Vision Transformer"):
+        VisionTransformer(cfg)  # the class itself would build a ViT on the same fields
 
 
 def test_study_baselines_have_golden_parameter_counts() -> None:

@@ -39,6 +39,11 @@ class VisionTransformer(nn.Module):
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
+        if cfg.arch != "vit":  # a ViT built from it would silently be another model
+            raise ConfigError(
+                f"model.arch={cfg.arch!r} is not a Vision Transformer: build it with "
+                "vitkit.create_model (or vitkit.model.build_model)"
+            )
         self.cfg = cfg
         D = cfg.hidden_size
         self.patch_embed = PatchEmbed(cfg)

@@ -17,6 +17,7 @@ from PIL import Image
 
 import vitkit
 from vitkit.cli import main
+from vitkit.io import checkpoint as checkpoint_io
 
 # A tiny ViT at 16 px (4x4 patches of 4), so every run takes seconds.
 TINY = ("--model", "ViT-mu/16", "--set", "model.image_size=16", "--set", "model.patch_size=4")
@@ -223,7 +224,17 @@ def test_resume_continues_a_checkpoint_of_another_run_directory(
     checkpoint = sorted((split_run / "checkpoints").iterdir())[0]
     step = int(checkpoint.name.removeprefix("step_"))
     args = ["train", "--data", str(splits), *TINY, "--set", "train.duration=30ep", "--set", "optim.lr=3e-3", "--run-dir", str(tmp_path / "moved"), "--no-progress", "--resume", str(checkpoint)]  # fmt: skip
-    assert main(args) == 0
+    reads: list[Path] = []  # the weights files read
+    read_safetensors = checkpoint_io.read_safetensors
+
+    def counted(path: Path) -> dict:
+        reads.append(Path(path))
+        return read_safetensors(path)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(checkpoint_io, "read_safetensors", counted)
+        assert main(args) == 0
+    assert reads.count(checkpoint / "model.safetensors") == 1  # checked, then read once
     out = capsys.readouterr().out
     assert f"resuming from step {step:,} of" in out
     moved = _records(tmp_path / "moved")

@@ -308,6 +308,13 @@ def read_ours(
 ) -> tuple[ModelConfig, dict[str, Tensor], WeightsMeta]:
     """Config, weights and what travels with them (``metadata.WeightsMeta``, checked against the
     model) of a checkpoint in our format."""
+    cfg, recorded = read_our_config(directory)
+    return cfg, read_safetensors(Path(directory) / WEIGHTS_FILE), recorded
+
+
+def read_our_config(directory: str | os.PathLike) -> tuple[ModelConfig, WeightsMeta]:
+    """``read_ours`` without the weights (config.json alone): what a caller checks before it
+    reads them, once."""
     from .metadata import WeightsMeta
 
     directory = _exists(Path(directory))
@@ -324,7 +331,6 @@ def read_ours(
         cfg = ModelConfig.from_dict(meta.get("model", {}))
     except ConfigError as e:
         raise CheckpointError(f"{directory / CONFIG_FILE}: {e}") from None
-    recorded = WeightsMeta.from_dict(
+    return cfg, WeightsMeta.from_dict(
         meta, cfg, source=str(directory), file=str(directory / CONFIG_FILE)
     )
-    return cfg, read_safetensors(directory / WEIGHTS_FILE), recorded

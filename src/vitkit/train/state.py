@@ -36,8 +36,10 @@ from ..config import ModelConfig
 from ..files import atomic_directory, atomic_write
 from ..io.checkpoint import (
     CONFIG_FILE,
+    WEIGHTS_FILE,
     CheckpointError,
     read_json,
+    read_our_config,
     read_ours,
     save_torch,
     write_ours,
@@ -266,7 +268,8 @@ def training_checkpoint(path: str | Path, config: dict[str, Any]) -> Path:
             f"(RUN_DIR/{CHECKPOINTS}/step_N, with {STATE_FILE}); best/ holds weights only, "
             "use --init-from to start from them"
         )
-    _, _, meta = read_ours(path)
+    _, meta = read_our_config(path)  # its weights are read once, when the run resumes
+    _exists(path / WEIGHTS_FILE)
     if meta.run is None:
         raise CheckpointError(f"{path} records no run config: it cannot be continued exactly")
     refuse_changes(

@@ -396,7 +396,7 @@ def test_images_beyond_the_byte_and_pixel_bounds_are_skipped_and_named(tmp_path:
     assert why["padded.png"].endswith("larger than data.max_image_bytes=67,108,864 allows")
     assert why["claimed.png"] == (
         "DecompressionBombError: 13,000 x 13,000 pixels, more than "
-        "data.max_image_pixels=64,000,000 allows"
+        "data.max_image_pixels=134,217,728 allows"
     )
     assert why["bomb.png"].startswith("DecompressionBombError: Image size (400000000 pixels)")
     # bounds of one's own (the run's config passes its own: tests/test_lists.py); unverified, an

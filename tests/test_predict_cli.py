@@ -150,7 +150,7 @@ def test_images_beyond_the_byte_and_pixel_bounds_are_unreadable(
     errors = {Path(e["path"]).name: e["error"] for e in entries if "error" in e}
     assert errors == {
         "claimed.png": f"cannot read image {claimed}: 13,000 x 13,000 pixels, more than "
-        "data.max_image_pixels=64,000,000 allows",
+        "data.max_image_pixels=134,217,728 allows",
         "padded.png": f"cannot read image {padded}: larger than data.max_image_bytes=67,108,864 "
         "allows",
     }
@@ -159,7 +159,7 @@ def test_images_beyond_the_byte_and_pixel_bounds_are_unreadable(
     err = capsys.readouterr().err
     assert err == (
         f"vitkit inspect: error: cannot read image {claimed}: 13,000 x 13,000 pixels, more than "
-        "data.max_image_pixels=64,000,000 allows\n"
+        "data.max_image_pixels=134,217,728 allows\n"
     )
 
 

@@ -265,10 +265,11 @@ class DataConfig(Section):
         ge=1,
     )
     max_image_pixels: int = key(
-        64 * 10**6,
+        2**27,
         doc="the most pixels (width x height, from the header) an image may have: a larger one is "
-        "unreadable, refused before it is decoded (a 13,000 x 13,000 PNG of 0.5 MB costs 2.9 GB "
-        "to decode); PIL refuses more than 178,956,970 whatever this says",
+        "unreadable, refused before it is decoded (134 MP: a 108 MP phone photo, 12,000 x 9,000, "
+        "reads; a 13,000 x 13,000 PNG of 0.5 MB, 2.9 GB to decode, does not); PIL refuses more "
+        "than 178,956,970 whatever this says (a 200 MP photo)",
         ge=1,
     )
     streaming: bool = key(

@@ -48,6 +48,21 @@ def test_version_does_not_import_torch() -> None:
     assert out.splitlines() == [f"vitkit {vitkit.__version__}", "0", "False"]
 
 
+def test_listing_and_downloading_weights_does_not_import_torch() -> None:
+    """``vitkit pretrained`` lists the registry, and ``io.download`` fetches files, without torch:
+    1.5 s of a 0.3 s command (``vitkit.io`` imports ``load`` and ``save`` when asked for them)."""
+    code = (
+        "import sys; from vitkit.cli import main; import vitkit.io.download\n"
+        "code = main(['pretrained', 'ViT-Ti/16@*'])\nprint(code, 'torch' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert "ViT-Ti/16@augreg-in21k" in done.stdout, done.stderr
+    assert done.stdout.splitlines()[-1] == "0 False"
+    from vitkit.io import load, save  # still there, imported when asked for
+
+    assert callable(load) and callable(save)
+
+
 def test_convert_timm_file_to_ours_and_hf(tmp_path) -> None:
     import timm
 

@@ -1,7 +1,8 @@
 """The user journey of the README and the guides (docs/guides/, in the site's order) runs as
 written, on a folder of images the test makes, with tiny settings the test adds (two training
-steps, small fine-tuning batches): the documentation cannot drift from the code. Every code block says whether it runs here
-(``<!-- docs-test -->``) or why not (``<!-- docs-test: not run (...) -->``)."""
+steps, small fine-tuning batches): the documentation cannot drift from the code. Every code
+block says whether it runs here (``<!-- docs-test -->``) or why not (``<!-- docs-test: not run
+(...) -->``)."""
 
 from __future__ import annotations
 

@@ -220,8 +220,8 @@ def test_finetune_eval_predict_end_to_end(tmp_path: Path, capsys) -> None:
     vitkit_out(capsys, "train", "--recipe", "smoke", "--run-dir", str(pre), "--no-progress")
     ft = tmp_path / "ft"
     vitkit_out(capsys, "finetune", "--init-from", str(pre / "best"), "--recipe", "smoke",
-            "--set", "model.image_size=24", "--set", "train.duration=4st", "--run-dir", str(ft),
-            "--no-progress")  # fmt: skip
+               "--set", "model.image_size=24", "--set", "train.duration=4st", "--run-dir", str(ft),
+               "--no-progress")  # fmt: skip
     model = vitkit.load(ft / "best")
     assert model.cfg.image_size == 24 and model.pos_embed.shape == (1, 1 + 36, 32)
     out = _evaluates_and_predicts(ft / "best", tmp_path, capsys)
@@ -240,8 +240,8 @@ def test_non_square_run_finetunes_evaluates_and_predicts_at_another_size(
     assert json.loads((pre / "config.json").read_text())["preprocess"]["image_size"] == [16, 24]
     ft = tmp_path / "ft"
     vitkit_out(capsys, "finetune", "--init-from", str(pre), "--recipe", "smoke",
-            "--set", "model.image_size=(24,32)", "--set", "train.device=cpu",
-            "--set", "train.duration=4st", "--run-dir", str(ft), "--no-progress")  # fmt: skip
+               "--set", "model.image_size=(24,32)", "--set", "train.device=cpu",
+               "--set", "train.duration=4st", "--run-dir", str(ft), "--no-progress")  # fmt: skip
     model = vitkit.load(ft / "best")
     assert model.cfg.image_size == (24, 32) and model.pos_embed.shape == (1, 1 + 6 * 8, 32)
     meta = json.loads((ft / "best" / "config.json").read_text())

@@ -116,15 +116,6 @@ def _noise(value: str) -> float:
     return math.inf if std > 100 else std
 
 
-def why_not_auto_augment(text: str) -> str | None:
-    """What is wrong with a ``data.auto_augment`` string (None: nothing)."""
-    try:
-        parse_auto_augment(text)
-    except ConfigError as e:
-        return str(e)
-    return None
-
-
 def why_not_new(text: str) -> str | None:
     """What a new run may not hold of a valid ``data.auto_augment`` string (None: nothing): n
     above ``MAX_OPS``, mmax above ``MAX_MAGNITUDE``."""

@@ -14,9 +14,15 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from ..compat import VAL_OR_TEST, fold_data_dir
 from ..errors import ConfigError
-from .augment import AUTO_AUGMENTS, MAX_MAGNITUDE, MAX_OPS, why_not_auto_augment, why_not_new
+from .augment import (
+    AUTO_AUGMENTS,
+    MAX_MAGNITUDE,
+    MAX_OPS,
+    parse_auto_augment,
+    why_not_new,
+)
 from .dicts import upgrade
-from .keys import Kind, Section, key
+from .keys import Kind, Section, key, refusal
 from .model import require
 
 Validation = Literal["auto", "holdout", "val", "test"]
@@ -158,20 +164,12 @@ def recorded_data(extra: Mapping[str, Any]) -> str | None:
     return dataset if isinstance(dataset, str) else None
 
 
-def _why_not_spec(spec: str) -> str | None:
-    """What is wrong with a data spec, in ``data_source``'s words (None: nothing)."""
-    try:
-        data_source(spec)
-    except ConfigError as e:
-        return str(e)
-    return None
-
-
-DataSpec = Annotated[str, Kind("data", _why_not_spec, DATA_SPECS)]
+DataSpec = Annotated[str, Kind("data", refusal(data_source), DATA_SPECS)]
 
 
 AutoAugmentSpec = Annotated[
-    str, Kind("augmentation", why_not_auto_augment, AUTO_AUGMENTS, why_not_new=why_not_new)
+    str,
+    Kind("augmentation", refusal(parse_auto_augment), AUTO_AUGMENTS, why_not_new=why_not_new),
 ]
 
 

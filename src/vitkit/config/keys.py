@@ -90,6 +90,20 @@ class Kind:
     why_not_new: Callable[[str], str | None] | None = None
 
 
+def refusal(parse: Callable[[str], object]) -> Callable[[str], str | None]:
+    """A ``Kind.why_not`` from a parser of the syntax: what its ``ConfigError`` says of a string
+    (None: it parses)."""
+
+    def why_not(text: str) -> str | None:
+        try:
+            parse(text)
+        except ConfigError as e:
+            return str(e)
+        return None
+
+    return why_not
+
+
 def key(
     default: Any = dataclasses.MISSING,
     *,

@@ -188,7 +188,8 @@ def stop_requests() -> Iterator[dict[str, int]]:
                 restore()
                 raise KeyboardInterrupt
             interrupted = True
-            os.write(2, _SECOND_CTRL_C.encode())  # not print: it may be the call interrupted
+            if distributed.is_main():  # once for a torchrun job, not once a process
+                os.write(2, _SECOND_CTRL_C.encode())  # not print: it may be the call interrupted
         flag["signal"] = signum
 
     def restore() -> None:

@@ -103,6 +103,63 @@ def test_under_an_address_space_limit_threads_share_two_arenas() -> None:
     assert arenas(fit=True, limit=None) > ARENAS_UNDER_A_LIMIT
 
 
+# A 256 MiB buffer written, then freed: the resident memory (MiB) it leaves behind, after
+# ``import vitkit`` (argv[1] == "import") or without it.
+FREED = """
+import ctypes, sys
+if sys.argv[1] == "import":
+    import vitkit
+libc = ctypes.CDLL(None)
+libc.malloc.restype = ctypes.c_void_p
+size = 256 * 2**20
+block = libc.malloc(size)
+ctypes.memset(block, 1, size)
+libc.free(ctypes.c_void_p(block))
+resident = int(open("/proc/self/statm").read().split()[1]) * 4096
+print(resident // 2**20)
+"""
+
+
+def _kept_after_free(imported: bool, limit: int | None = None, **env: str) -> int:
+    clean = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", SWITCH_ENV)}
+    done = subprocess.run(
+        [sys.executable, "-c", FREED, "import" if imported else "no"],
+        env={**clean, **env},
+        capture_output=True,
+        text=True,
+        preexec_fn=None if limit is None else _limited(limit),
+    )
+    assert done.returncode == 0, done.stderr
+    return int(done.stdout)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc")
+def test_import_vitkit_keeps_freed_memory_for_reuse_unless_told_not_to() -> None:
+    """A library cannot preload jemalloc: ``import vitkit`` tells glibc's malloc to keep what is
+    freed (a freed 256 MiB buffer stays resident for the next one), except with
+    ``VITKIT_MALLOPT=0`` and under an address-space limit, where glibc gives it back."""
+    from vitkit.runtime.allocator import MALLOPT_ENV
+
+    plain = _kept_after_free(imported=False)
+    assert _kept_after_free(imported=True) > plain + 200  # the buffer, kept
+    assert _kept_after_free(imported=True, **{MALLOPT_ENV: "0"}) < plain + 50
+    assert _kept_after_free(imported=True, limit=64 * 2**30) < plain + 50
+
+
+@pytest.mark.skipif(find_jemalloc() is None, reason="jemalloc is not installed (libjemalloc2)")
+def test_keep_freed_memory_leaves_jemalloc_alone() -> None:
+    probe = "from vitkit.runtime.allocator import keep_freed_memory; print(keep_freed_memory())"
+    clean = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", SWITCH_ENV)}
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        env={**clean, "LD_PRELOAD": str(find_jemalloc())},
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("jemalloc or tcmalloc"), done.stdout
+
+
 # A run whose model alone (200M parameters, 0.8 GB) exceeds the 300 MB it is left after torch.
 OOM = """
 import resource, sys

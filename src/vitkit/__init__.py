@@ -10,6 +10,9 @@ Public API::
     fast = vitkit.optimize_for_inference(model)           # compiled, frozen weights: same logits
 
 Submodules are imported lazily, so ``import vitkit`` does not import torch until a model is built.
+It sets one thing for the whole process: glibc's malloc keeps freed memory for reuse, as the
+``vitkit`` command's jemalloc does (``runtime.allocator.keep_freed_memory``; ``VITKIT_MALLOPT=0``
+leaves glibc's defaults).
 """
 
 from __future__ import annotations
@@ -27,7 +30,12 @@ from .config import (
 )
 from .errors import ConfigError
 from .presets import list_models
+from .runtime.allocator import keep_freed_memory
 from .version import __version__
+
+# a library cannot preload jemalloc: without this, a plain process's forward passes page-fault
+# their activations in again at every call (a third slower; benchmarks/allocator.py)
+keep_freed_memory()
 
 if TYPE_CHECKING:
     from .io.api import load, save

@@ -19,6 +19,10 @@ under ``ulimit -v 3600000`` that run finishes where glibc's defaults failed in O
 jemalloc in numpy. Most of the address space is not vitkit's: PyPI's torch maps its CUDA
 libraries (2.4 GB of the 3.2 GB after ``import torch``) on a CPU too. An allocation that still
 fails is one line naming the limit (``out_of_memory``), not a traceback.
+
+A library cannot preload: ``import vitkit`` in a plain Python process (a notebook, a script) tells
+glibc's malloc to keep what is freed instead (``keep_freed_memory``), process-wide; off with
+``VITKIT_MALLOPT=0``.
 """
 
 from __future__ import annotations
@@ -38,9 +42,15 @@ MALLOC_CONF = "background_thread:true,metadata_thp:auto,dirty_decay_ms:-1,muzzy_
 _SEARCH = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib")
 
 
-# glibc's mallopt parameter for the number of arenas (malloc.h's M_ARENA_MAX).
+# glibc's mallopt parameters (malloc.h).
+_M_TRIM_THRESHOLD = -1
+_M_MMAP_THRESHOLD = -3
+_M_MMAP_MAX = -4
 _M_ARENA_MAX = -8
 ARENAS_UNDER_A_LIMIT = 2
+MALLOPT_ENV = "VITKIT_MALLOPT"
+# glibc caps M_MMAP_THRESHOLD at 32 MiB (HEAP_MAX_SIZE / 2 on 64-bit): set above, it is refused
+_MMAP_THRESHOLD_MAX = 32 * 2**20
 
 
 def address_space_limit() -> int | None:
@@ -62,6 +72,37 @@ def fit_address_limit() -> None:
     mallopt = getattr(ctypes.CDLL(None), "mallopt", None)
     if mallopt is not None:
         mallopt(_M_ARENA_MAX, ARENAS_UNDER_A_LIMIT)
+
+
+def keep_freed_memory() -> str:
+    """glibc's malloc set, for this whole process, to keep freed memory for reuse as jemalloc
+    does under the command: no buffer is given back to the kernel when it is freed, so the next
+    forward pass does not page-fault its activations in again. Returns what was done, in words.
+
+    Measured on 2 cores of an AMD EPYC Zen 4, eager bf16 ViT-S/16 at batch 32 in a plain process
+    (benchmarks/allocator.py): see benchmarks/RESULTS.md, "The Python API's allocator". Nothing
+    where it does not apply: off Linux or glibc, ``VITKIT_MALLOPT=0``, jemalloc or tcmalloc
+    loaded (they keep freed pages themselves), or under an address-space limit, where memory
+    kept is address space a later allocation needs (``fit_address_limit`` decides there)."""
+    if os.environ.get(MALLOPT_ENV, "1") == "0":
+        return f"{MALLOPT_ENV}=0: glibc's defaults kept"
+    if not sys.platform.startswith("linux"):
+        return "not Linux: the allocator's defaults kept"
+    libc = ctypes.CDLL(None)
+    if jemalloc_loaded() or hasattr(libc, "tc_malloc"):
+        return "jemalloc or tcmalloc is this process's allocator: nothing to set"
+    if address_space_limit() is not None:
+        return "an address-space limit is set: glibc's defaults kept (fit_address_limit)"
+    if not hasattr(libc, "gnu_get_libc_version") or not hasattr(libc, "mallopt"):
+        return "not glibc: the allocator's defaults kept"
+    # a fixed mmap threshold at glibc's cap (else it moves with what is freed), then no mmap at
+    # all: every buffer comes from the heap, which is trimmed only above 1 GiB free at its top
+    done = (
+        libc.mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_MAX)
+        and libc.mallopt(_M_MMAP_MAX, 0)
+        and libc.mallopt(_M_TRIM_THRESHOLD, 2**30)
+    )
+    return "glibc's malloc keeps freed memory" if done else "glibc refused mallopt: defaults kept"
 
 
 # What an allocation that failed says: Python and numpy (MemoryError), torch's CPU allocator,

@@ -37,9 +37,7 @@ print(batch / statistics.median(times[2:]))
 
 def contenders() -> dict[str, dict[str, str]]:
     """Each contender's environment, beside this one's (LD_PRELOAD and the switches cleared)."""
-    base = {
-        k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", MALLOPT_ENV, SWITCH_ENV)
-    }
+    base = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", MALLOPT_ENV, SWITCH_ENV)}
     found = {
         "python (import vitkit)": base,
         "python, glibc defaults": {**base, MALLOPT_ENV: "0"},

@@ -14,7 +14,7 @@ Contenders of a row (every one holds the same weights: throughput.py's ``make_su
 * ``vitkit fp32``, ``vitkit bf16``; ``timm fp32`` (timm's default), ``timm bf16``, under the same
   ``torch.autocast``;
 * inference only: ``vitkit bf16 fast`` (``optimize_for_inference(bf16=True)``: compiled, frozen
-  weights; ``--fast``) and ``vitkit int8`` (runtime/int8.py: calibrated on 4 batches of random
+  weights; ``--fast``) and ``vitkit int8`` (inference/int8.py: calibrated on 4 batches of random
   images, compiled).
 
 A training step is forward, cross-entropy, backward and AdamW (fused for both). Each round times
@@ -35,9 +35,9 @@ import torch
 import torch.nn.functional as F
 
 from throughput import FMNIST, build_timm, build_vitkit, environment, make_subject, timed
+from vitkit.inference.compiled import optimize_for_inference
 from vitkit.model.flops import count_flops
 from vitkit.runtime.arithmetic import cpu_features, decide_auto
-from vitkit.runtime.inference import optimize_for_inference
 
 MODELS = ("ViT-Ti/16", "ViT-S/16", "ViT-B/16", FMNIST)
 ROWS = ("infer:1", "infer:32", "train:32")
@@ -96,7 +96,7 @@ def contenders(subject: Any, task: str, x: torch.Tensor, y: torch.Tensor) -> dic
     if task == "infer":
         fast = optimize_for_inference(build_vitkit(subject, "bf16"), bf16=True)
         steps["vitkit bf16 fast"] = lambda: fast(x)
-        from vitkit.runtime.int8 import quantize_int8
+        from vitkit.inference.int8 import quantize_int8
 
         calibration = [torch.rand_like(x) * 2 - 1 for _ in range(4)]
         int8 = quantize_int8(build_vitkit(subject, "fp32"), calibration)

@@ -74,10 +74,10 @@ from torch import Tensor, nn
 
 import vitkit
 from vitkit.config import ModelConfig
+from vitkit.inference.compiled import OneDNNLinear, optimize_for_inference
 from vitkit.model.flops import count_flops
 from vitkit.presets import PRESETS, get_config, resolve_name
 from vitkit.recipes import fmnist_vit
-from vitkit.runtime.inference import OneDNNLinear, optimize_for_inference
 
 FMNIST = "fmnist"
 TASKS = ("infer", "train")

@@ -133,13 +133,15 @@ def api_page() -> str:
     lines = [
         "# Python API",
         "",
-        "The functions `import vitkit` gives, rendered from their docstrings; the model's own "
+        "The functions `import vitkit` gives, rendered from their docstrings; the object that "
+        "runs a checkpoint and the model's own "
         "methods are below them.",
         "",
     ]
     for name in API:
         lines += [f"::: vitkit.{name}", ""]
-    lines += ["::: vitkit.model.VisionTransformer", "", "::: vitkit.config.ModelConfig", ""]
+    lines += ["::: vitkit.inference.Inference", "", "::: vitkit.model.VisionTransformer", ""]
+    lines += ["::: vitkit.config.ModelConfig", ""]
     return "\n".join(lines)
 
 

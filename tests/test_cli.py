@@ -258,26 +258,3 @@ def test_class_names_a_checkpoint_records_are_checked_by_every_verb(
         err = capsys.readouterr().err
         assert err.startswith(f"vitkit {args[0]}: error: {ckpt / 'config.json'}: {found}")
         assert err.endswith("\n") and err.count("\n") == 1
-
-
-def test_a_verb_opens_a_checkpoint_as_its_model_and_what_travels_with_it(tmp_path) -> None:
-    """``open_checkpoint``: the model in eval mode, what travels with its weights as recorded
-    (``WeightsMeta``), and what a verb uses of it: the class names as a terminal shows them (the
-    classes' numbers where none are recorded), and the preprocessing (the official one at the
-    model's resolution where none is recorded)."""
-    from helpers import tiny
-    from vitkit.cli.common import open_checkpoint
-    from vitkit.data import Preprocess
-    from vitkit.io.api import read
-    from vitkit.model import VisionTransformer
-
-    names = ["two\nlines", "b", "c"]
-    model = vitkit.create_model(tiny(num_layers=1, num_classes=3))
-    ckpt = vitkit.save(model, tmp_path / "ckpt", class_names=names)
-    opened = open_checkpoint(str(ckpt))
-    assert isinstance(opened.model, VisionTransformer) and not opened.model.training
-    assert opened.meta == read(ckpt)[2] and opened.meta.class_names == tuple(names)
-    assert opened.names == ["two\\nlines", "b", "c"]
-    assert opened.preprocess == Preprocess(image_size=32) and opened.meta.preprocess is None
-    bare = vitkit.save(vitkit.create_model(tiny(num_layers=1, num_classes=2)), tmp_path / "bare")
-    assert open_checkpoint(str(bare)).names == ["0", "1"]

@@ -166,7 +166,12 @@ def test_eval_fast_prints_the_same_figures(best: str, capsys) -> None:
     assert main(["eval", best, "--data", "synthetic", "--no-flip"]) == 0
     eager = capsys.readouterr().out
     assert main(["eval", best, "--data", "synthetic", "--fast", "--no-flip"]) == 0
-    assert capsys.readouterr().out == eager and "top-1" in eager
+    fast = capsys.readouterr().out
+    assert "engine torch, eager (the default)" in eager.splitlines()
+    assert "engine torch, compiled by " in fast and "(--fast, backend auto: measured)" in fast
+    figures = [line for line in eager.splitlines() if not line.startswith("engine ")]
+    assert [line for line in fast.splitlines() if not line.startswith("engine ")] == figures
+    assert "top-1" in eager
 
 
 def test_train_reports_time_to_accuracy_only_for_a_recipe_with_targets(

@@ -20,7 +20,7 @@ from helpers import exif_photo, randomize, tiny
 from vitkit.cli import main
 from vitkit.config import ConfigError
 from vitkit.data import Preprocess
-from vitkit.data.inference import read_image
+from vitkit.data.image_file import read_image
 from vitkit.io.api import read
 from vitkit.io.formats.hf import read_hf_dir
 from vitkit.model import VisionTransformer, build_model

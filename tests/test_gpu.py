@@ -77,7 +77,7 @@ def test_fast_inference_on_cuda_equals_eager() -> None:
     x = _images(model.cfg).cuda()
     with torch.no_grad():
         expected = model(x)
-    fast = vitkit.optimize_for_inference(model)
+    fast = vitkit.optimize_for_inference(model, precision="fp32")
     torch.testing.assert_close(fast(x), expected, rtol=1e-4, atol=1e-4)
 
 

@@ -1,4 +1,4 @@
-"""int8 inference (runtime/int8.py, eval/int8.py): a trained tiny checkpoint quantized by
+"""int8 inference (inference/int8.py): a trained tiny checkpoint quantized by
 torchao's x86 quantizer, calibrated on its own training images and checked against fp32 on
 held-out ones before ``vitkit eval`` and ``vitkit predict`` use it; refused in one line past the
 bound; never a default."""
@@ -13,8 +13,8 @@ import torch
 
 from vitkit.cli import main
 from vitkit.config import replace
+from vitkit.inference.int8 import Int8Check, check_int8
 from vitkit.recipes import get_recipe
-from vitkit.runtime.int8 import Int8Check, check_int8
 from vitkit.train.loop import train
 
 pytest.importorskip("torchao")
@@ -68,7 +68,7 @@ def test_eval_and_predict_in_int8_say_their_check_and_keep_the_figures(
 def test_int8_past_its_bound_is_refused_in_one_line(best: str, monkeypatch, capsys) -> None:
     """A check that moves top-1 by more than ``--int8-max-change`` stops the command before it
     predicts anything."""
-    from vitkit.eval import int8
+    from vitkit.inference import int8
 
     moved = Int8Check(images=32, agreement=0.9, top1_fp32=0.9, top1_int8=0.85, max_logit_change=2.0)
     monkeypatch.setattr(int8, "check_int8", lambda *_: moved)
@@ -89,20 +89,22 @@ def test_int8_settings_that_cannot_run_are_one_line(best: str, tmp_path: Path, c
     from helpers import tiny
 
     for extra, why in [
-        (["--fast"], "--fast with --precision int8: int8 is compiled already; give one"),
-        (["--int8-calibration", "0"], "--int8-calibration 0 --int8-max-change 0.5: expected"),
+        (
+            ["--fast"],
+            "--fast=True is not valid: expected False with precision int8 (int8 is "
+            "compiled already): give one of --fast and --precision int8",
+        ),
+        (
+            ["--int8-calibration", "0"],
+            "--int8-calibration=0 is not valid: expected an integer >= 1",
+        ),
+        (
+            ["--int8-max-change", "nan"],
+            "--int8-max-change=nan is not valid: expected a number >= 0",
+        ),
     ]:
         assert main(["eval", best, "--precision", "int8", *extra]) == 2
-        assert (
-            capsys.readouterr().err
-            == f"vitkit eval: error: {why}"
-            + (
-                ""
-                if why.endswith("give one")
-                else " a positive number of images and a change >= 0 points"
-            )
-            + "\n"
-        )
+        assert capsys.readouterr().err == f"vitkit eval: error: {why}\n"
     from PIL import Image
 
     alone = vitkit.save(vitkit.create_model(tiny(num_classes=4)), tmp_path / "alone")

@@ -24,7 +24,7 @@ LAYERS: list[set[str]] = [
     {"presets", "runtime"},
     {"recipes", "model", "data"},
     {"io"},
-    {"eval", "inspect"},
+    {"eval", "inspect", "inference"},  # inference: a checkpoint run (io below, the CLI above)
     {"train"},
     {"compose"},
     {"transfer"},  # the paper's two protocols (transfer, VTAB-1k) and the runs of a sweep

@@ -15,7 +15,7 @@ from helpers import claimed_png, padded_image, randomize, tiny
 from vitkit.cli import main
 from vitkit.cli.common import resolve_device
 from vitkit.data import Preprocess
-from vitkit.data.inference import read_image
+from vitkit.data.image_file import read_image
 from vitkit.errors import VitkitError
 
 NAMES = ["ant", "bee", "cat", "dog"]
@@ -125,8 +125,9 @@ def test_unreadable_images_are_warnings_and_exit_status_2(
         str(photos / n) for n in ("a.png", "b.JPG", "sub/c.bmp")
     ]
     assert all(len(row.split()) == 1 + 2 * 4 for row in rows)  # path, then 4 label-prob pairs
-    precision, *warnings, error = err.splitlines()
+    precision, engine, *warnings, error = err.splitlines()
     assert precision.startswith("precision fp32 (auto: ")  # said where the JSON is not
+    assert engine == "engine torch, eager (the default)"
     assert len(warnings) == 2  # one line per unreadable file, naming it and why
     for warning, path in zip(warnings, (broken, truncated), strict=True):
         prefix = f"vitkit: warning: cannot read image {path}: "

@@ -306,7 +306,7 @@ def test_an_imagenet21k_head_predicts_its_synsets_names(served_in21k, tmp_path, 
 
     from vitkit.cli import main
     from vitkit.data import Preprocess
-    from vitkit.data.inference import read_image
+    from vitkit.data.image_file import read_image
     from vitkit.io.api import read
 
     model, data = served_in21k
@@ -343,7 +343,7 @@ def test_what_is_converted_from_an_imagenet21k_head_keeps_names_wnids_and_source
 
     from vitkit.cli import main
     from vitkit.data import Preprocess
-    from vitkit.data.inference import read_image
+    from vitkit.data.image_file import read_image
 
     transformers = pytest.importorskip("transformers")
     onnx = pytest.importorskip("onnx")

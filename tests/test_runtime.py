@@ -14,9 +14,9 @@ import torch
 
 import vitkit
 from helpers import randomize, tiny
-from vitkit.runtime import inference
+from vitkit.inference import compiled as inference
+from vitkit.inference.compiled import OneDNNLinear, onednn_speedup, optimize_for_inference
 from vitkit.runtime.allocator import SWITCH_ENV, find_jemalloc
-from vitkit.runtime.inference import OneDNNLinear, onednn_speedup, optimize_for_inference
 from vitkit.runtime.mode import eval_mode
 
 PROBE = (
@@ -200,7 +200,7 @@ def eager() -> tuple[torch.nn.Module, torch.Tensor, torch.Tensor]:
 @pytest.mark.slow
 def test_fast_inference_gives_the_eager_logits(eager) -> None:
     model, images, want = eager
-    fast = optimize_for_inference(model, backend="inductor")
+    fast = optimize_for_inference(model, precision="fp32", backend="inductor")
     assert not fast.training and fast.eval() is fast
     got = fast(images)
     assert (got - want).abs().max().item() <= 1e-4 and want.abs().max() > 0.1
@@ -213,7 +213,7 @@ def test_fast_inference_gives_the_eager_logits(eager) -> None:
 
 def test_onednn_backend_gives_the_eager_logits_and_leaves_the_model_alone(eager) -> None:
     model, images, want = eager
-    fast = optimize_for_inference(model, backend="onednn")
+    fast = optimize_for_inference(model, precision="fp32", backend="onednn")
     assert fast.backend == "onednn"
     assert any(isinstance(m, OneDNNLinear) for m in fast.modules())
     assert not any(isinstance(m, OneDNNLinear) for m in model.modules())  # packed a copy
@@ -226,16 +226,44 @@ def test_onednn_backend_gives_the_eager_logits_and_leaves_the_model_alone(eager)
 
 
 @pytest.mark.parametrize(
-    ("speedup", "bf16", "chosen"),
-    [(2.0, False, "onednn"), (1.1, False, "inductor"), (2.0, True, "inductor")],
+    ("speedup", "precision", "chosen"),
+    [
+        (2.0, "fp32", "onednn"),
+        (1.1, "fp32", "inductor"),
+        (2.0, "bf16", "inductor"),
+        (2.0, "auto", "inductor"),
+    ],
 )
 def test_auto_takes_onednn_only_where_it_is_clearly_faster_in_fp32(
-    monkeypatch, speedup: float, bf16: bool, chosen: str
+    monkeypatch, speedup: float, precision: str, chosen: str
 ) -> None:
     # the machine's measurement replaced by a given one: the rule, not this CPU, is under test
     monkeypatch.setattr(inference, "onednn_speedup", lambda model: speedup)
     model = vitkit.create_model(tiny())
-    assert inference.choose_backend(model, bf16=bf16) == chosen
+    assert inference.choose_backend(model, precision=precision) == chosen  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("cpu", "batch", "bf16"),
+    [("none", 32, False), ("avx512_bf16", 32, True), ("amx_bf16", 1, True), ("none", 1, False)],
+)
+def test_auto_precision_decides_per_input_shape_as_the_commands_do(
+    monkeypatch, cpu: str, batch: int, bf16: bool
+) -> None:
+    """``precision="auto"`` decides at the first batch of each shape as ``--precision auto``
+    (``decide_auto``: ViT-S/16 is 4.6 GFLOP an image, over the 1.0 from which bf16 pays), and
+    ``bf16=`` keeps its meaning; every CPU kind through ``VITKIT_CPU_BF16``."""
+    from vitkit.runtime.arithmetic import CPU_ENV
+
+    monkeypatch.setenv(CPU_ENV, cpu)
+    model = vitkit.create_model("ViT-S/16")
+    fast = optimize_for_inference(model, backend="inductor")  # compiled at a first call only
+    assert fast.bf16_for(torch.empty(batch, 3, 224, 224)) is bf16
+    monkeypatch.setenv(CPU_ENV, "none")  # a shape decided stays decided
+    assert fast.bf16_for(torch.empty(batch, 3, 224, 224)) is bf16
+    assert fast.bf16_for(torch.empty(batch + 1, 3, 224, 224)) is False
+    assert optimize_for_inference(model, bf16=True, backend="inductor").precision == "bf16"
+    assert optimize_for_inference(model, bf16=False, backend="inductor").precision == "fp32"
 
 
 @pytest.mark.parametrize("training", [True, False])

@@ -7,7 +7,8 @@ Public API::
     vitkit.list_models("ViT-L/*")
     model = vitkit.load("ViT-B_16.npz", image_size=384)   # official, big_vision, timm, HF, ours
     vitkit.save(model, "runs/b16")                        # model.safetensors + config.json
-    fast = vitkit.optimize_for_inference(model)           # compiled, frozen weights: same logits
+    fast = vitkit.optimize_for_inference(model)           # compiled, frozen weights, auto precision
+    run = vitkit.Inference.open("runs/b16").prepare(batch=32)  # a checkpoint, engine decided
 
 Submodules are imported lazily, so ``import vitkit`` does not import torch until a model is built.
 It sets one thing for the whole process: glibc's malloc keeps freed memory for reuse, as the
@@ -38,9 +39,10 @@ from .version import __version__
 keep_freed_memory()
 
 if TYPE_CHECKING:
+    from .inference import Inference
+    from .inference.compiled import optimize_for_inference
     from .io.api import load, save
     from .model import ResNetClassifier, VisionTransformer
-    from .runtime.inference import optimize_for_inference
 
 
 _KEEP: Any = object()  # "leave the preset's value", where None is a meaningful value
@@ -138,20 +140,25 @@ def _pretrained(name: str, tag: bool | str, overrides: dict[str, Any]) -> Vision
 
 
 def __getattr__(name: str) -> Any:
-    """``vitkit.load`` and ``vitkit.save`` come from ``vitkit.io.api``, ``optimize_for_inference``
-    from ``vitkit.runtime.inference``, imported on first use."""
+    """``vitkit.load`` and ``vitkit.save`` come from ``vitkit.io.api``, ``Inference`` and
+    ``optimize_for_inference`` from ``vitkit.inference``, imported on first use."""
     if name in ("load", "save"):
         from .io import api
 
         return getattr(api, name)
-    if name == "optimize_for_inference":
-        from .runtime import inference
+    if name == "Inference":
+        from .inference import Inference
 
-        return inference.optimize_for_inference
+        return Inference
+    if name == "optimize_for_inference":
+        from .inference.compiled import optimize_for_inference
+
+        return optimize_for_inference
     raise AttributeError(f"module 'vitkit' has no attribute {name!r}")
 
 
 __all__ = [
+    "Inference",
     "ModelConfig",
     "ResNetConfig",
     "__version__",

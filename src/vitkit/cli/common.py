@@ -1,6 +1,5 @@
-"""What several verbs share: help texts, ``--device``, reading a checkpoint with its class names
-and preprocessing, images from files, folders and globs, and the registration of a verb's
-parser."""
+"""What several verbs share: help texts, ``--device``, ``--workers``, images from files, folders
+and globs, and the registration of a verb's parser."""
 
 from __future__ import annotations
 
@@ -9,7 +8,6 @@ import glob
 import logging
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, get_args
 
@@ -19,33 +17,13 @@ from ..errors import MissingFileError, VitkitError
 if TYPE_CHECKING:
     import torch
 
-    from ..data import Preprocess
-    from ..io.metadata import WeightsMeta
-    from ..model import ResNetClassifier, VisionTransformer
 
 NPROC_HELP = (
     "data-parallel on N processes of this machine: runs this command under torchrun "
     "--standalone --nproc-per-node N (docs/guides/scale-out.md)"
 )
 
-FAST_HELP = (
-    "compile the model with frozen weights (vitkit.optimize_for_inference): the same logits, "
-    "faster once compiled (tens of seconds): worth it for many images"
-)
-
 DEBUG_HELP = "show the traceback of any error (also VITKIT_DEBUG=1)"
-
-PRECISIONS = ("auto", "fp32", "bf16")
-PRECISION_HELP = (
-    "the arithmetic of the forward passes: auto (bf16 autocast on CUDA, and on a CPU with "
-    "native bf16 (AVX512_BF16, AMX) when a batch is large enough to gain; else fp32), fp32, or "
-    "bf16"
-)
-INT8_HELP = (
-    "; or int8 on a CPU (torchao: calibrated on the checkpoint's training images, checked "
-    "against fp32 on held-out images and refused past --int8-max-change; tens of seconds "
-    "first: worth it for many images)"
-)
 
 
 class Verb(Protocol):
@@ -101,86 +79,6 @@ def add_num_heads_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def fast(model: Any, enabled: bool, autocast: torch.dtype | None = None) -> Any:
-    """``model``, or its compiled inference path with ``--fast`` (computing in bf16 when
-    ``autocast`` is)."""
-    if not enabled:
-        return model
-    from ..runtime.inference import optimize_for_inference
-
-    return optimize_for_inference(model, bf16=autocast is not None)
-
-
-def add_precision_argument(parser: argparse.ArgumentParser, *, int8: bool = False) -> None:
-    """``--precision auto|fp32|bf16`` (and ``int8`` with its settings, where ``int8``) on a verb
-    that runs a model; ``resolve_precision`` reads it, ``int8_inference`` int8."""
-    if not int8:
-        parser.add_argument("--precision", choices=PRECISIONS, default="auto", help=PRECISION_HELP)
-        return
-    from ..config.int8 import CALIBRATION, MAX_TOP1_CHANGE
-
-    parser.add_argument(
-        "--precision",
-        choices=(*PRECISIONS, "int8"),
-        default="auto",
-        help=PRECISION_HELP + INT8_HELP,
-    )
-    parser.add_argument(
-        "--int8-calibration",
-        type=int,
-        default=CALIBRATION,
-        metavar="N",
-        help="training images int8 is calibrated on",
-    )
-    parser.add_argument(
-        "--int8-max-change",
-        type=float,
-        default=MAX_TOP1_CHANGE,
-        metavar="POINTS",
-        help="the most int8 may move top-1 accuracy on held-out images before it is refused",
-    )
-
-
-def int8_inference(
-    args: argparse.Namespace, model: Any, split: Any, device: torch.device, *, say: Any = None
-) -> Any:
-    """``--precision int8``: ``model`` calibrated and checked on ``split`` (``eval.int8``),
-    said in one line on ``say`` (None: stdout)."""
-    if device.type != "cpu":
-        raise VitkitError(f"--precision int8 runs on the CPU (x86 int8 kernels): not on {device}")
-    if args.fast:
-        raise VitkitError("--fast with --precision int8: int8 is compiled already; give one")
-    from ..eval.int8 import int8_model
-
-    calibrated = int8_model(
-        model,
-        split,
-        batch_size=args.batch_size,
-        source=args.checkpoint,
-        calibration=args.int8_calibration,
-        max_change=args.int8_max_change,
-    )
-    print(calibrated.said(split), file=say or sys.stdout, flush=True)
-    return calibrated.model
-
-
-def resolve_precision(
-    precision: str, model: Any, batch: int, device: torch.device, *, say: Any = None
-) -> torch.dtype | None:
-    """``--precision`` made concrete for forward passes of ``batch`` images of ``model`` on
-    ``device`` (``runtime.arithmetic.inference_precision``), said in one line on ``say`` (a
-    file; None: stdout): the autocast dtype, None for fp32."""
-    import torch
-
-    from ..model.flops import count_flops
-    from ..runtime.arithmetic import inference_precision
-
-    gflop = count_flops(model.cfg) * max(batch, 1) / 1e9
-    chosen, why = inference_precision(precision, device, gflop=gflop)  # type: ignore[arg-type]  # argparse's choices
-    print(f"precision {chosen} ({why})", file=say or sys.stdout, flush=True)
-    return torch.bfloat16 if chosen == "bf16" else None
-
-
 def resolution(cfg: Any) -> str:
     """A config's image size as printed: '224' for a square, 'HxW' otherwise."""
     h, w = cfg.image_hw
@@ -208,37 +106,6 @@ def checkpoint_name(checkpoint: str) -> str:
     if path.name == "best" or path.name.startswith("step_"):
         return path.parent.name
     return path.stem
-
-
-def printable(name: str) -> str:
-    """A name from a file (a class name a checkpoint records) as a terminal may show it: its
-    non-printable characters escaped as Python writes them (a newline as ``\\n``, an escape
-    sequence's ``\\x1b``, U+202E, which turns the rest of a line around, as ``\\u202e``)."""
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in name)
-
-
-@dataclass(frozen=True)
-class Checkpoint:
-    """A checkpoint as a verb runs it (``open_checkpoint``)."""
-
-    model: VisionTransformer | ResNetClassifier  # in eval mode
-    meta: WeightsMeta  # what travels with the weights, as recorded (and checked when read)
-    names: list[str]  # a name per output as printed (``printable``), else the class's number
-    preprocess: Preprocess  # the recorded one, else the official one at the model's resolution
-
-
-def open_checkpoint(path: str) -> Checkpoint:
-    """A checkpoint's model, what travels with it, and the class names and preprocessing a verb
-    uses, from one read."""
-    from ..data import Preprocess
-    from ..io.api import load_with_meta
-
-    model, meta = load_with_meta(path)
-    recorded = meta.class_names or [str(i) for i in range(model.cfg.num_classes)]
-    preprocess = meta.preprocess or Preprocess(
-        image_size=model.cfg.image_size, in_chans=model.cfg.in_chans
-    )
-    return Checkpoint(model, meta, [printable(name) for name in recorded], preprocess)
 
 
 def add_device_argument(parser: argparse.ArgumentParser) -> None:

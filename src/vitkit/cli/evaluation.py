@@ -9,25 +9,91 @@ from typing import TYPE_CHECKING, Any
 
 from ..config import DATA_SPECS
 from ..config.fewshot import L2, PREPROCESSINGS, SAMPLINGS, SEEDS, SHOTS
-from ..errors import VitkitError
+from ..config.inference import INFERENCE_PRECISIONS, InferenceConfig
+from ..config.keys import default_of, spec_of
+from ..errors import ConfigError, VitkitError
 from .common import (
-    FAST_HELP,
-    Checkpoint,
     Verb,
     add_device_argument,
-    add_precision_argument,
     add_workers_argument,
-    fast,
     image_inputs,
-    int8_inference,
-    open_checkpoint,
     resolve_device,
-    resolve_precision,
     resolve_workers,
 )
 
 if TYPE_CHECKING:
-    pass
+    from ..inference import Inference
+
+
+def _help(name: str) -> str:
+    """The documentation ``InferenceConfig`` declares for its key ``name``."""
+    field = InferenceConfig.__dataclass_fields__[name]
+    spec = spec_of(field)
+    assert spec is not None  # every field is a key()
+    return spec.doc
+
+
+# an InferenceConfig key -> the argument that sets it
+_FLAGS = {
+    "precision": "--precision",
+    "compile": "--fast",
+    "int8_calibration": "--int8-calibration",
+    "int8_max_change": "--int8-max-change",
+}
+
+
+def _inference_arguments(p: argparse.ArgumentParser, *, int8: bool, fast: bool) -> None:
+    """``--precision`` (with ``int8`` and its settings where ``int8``), and ``--fast`` where
+    ``fast``, on a verb that runs a checkpoint; their defaults are ``InferenceConfig``'s."""
+    choices = (
+        INFERENCE_PRECISIONS if int8 else tuple(c for c in INFERENCE_PRECISIONS if c != "int8")
+    )
+    p.add_argument(
+        "--precision",
+        choices=choices,
+        default=default_of(InferenceConfig, "precision"),
+        help=_help("precision") + " (default: %(default)s)",
+    )
+    if fast:
+        p.add_argument("--fast", action="store_true", help=_help("compile"))
+    if int8:
+        p.add_argument(
+            "--int8-calibration",
+            type=int,
+            default=default_of(InferenceConfig, "int8_calibration"),
+            metavar="N",
+            help=_help("int8_calibration") + " (default: %(default)s)",
+        )
+        p.add_argument(
+            "--int8-max-change",
+            type=float,
+            default=default_of(InferenceConfig, "int8_max_change"),
+            metavar="POINTS",
+            help=_help("int8_max_change") + " (default: %(default)s)",
+        )
+
+
+def _settings(args: argparse.Namespace) -> InferenceConfig:
+    """The verb's ``InferenceConfig``, checked before torch is imported; a bad value is one
+    line naming its argument."""
+    given = {key: getattr(args, key.replace("compile", "fast"), None) for key in _FLAGS}
+    try:
+        return InferenceConfig(**{k: v for k, v in given.items() if v is not None})
+    except ConfigError as e:
+        message = str(e)
+        for key, flag in _FLAGS.items():
+            message = message.replace(f"inference.{key}", flag)
+        raise ConfigError(message) from None
+
+
+def _open(args: argparse.Namespace) -> Inference:
+    """The checkpoint the verb runs, opened on ``--device`` with the verb's settings (checked
+    before torch is imported)."""
+    settings = _settings(args)
+    from ..inference import Inference
+
+    device = resolve_device(args.device)
+    return Inference.open(args.checkpoint, settings, device=device)
 
 
 def _data_spec(spec: str | None) -> str | None:
@@ -42,7 +108,7 @@ def _data_spec(spec: str | None) -> str | None:
 
 
 def _split(
-    args: argparse.Namespace, spec: str | None, checkpoint: Checkpoint, *, head: bool = True
+    args: argparse.Namespace, spec: str | None, checkpoint: Inference, *, head: bool = True
 ) -> Any:
     """The split a verb runs the checkpoint over (``spec``: ``_data_spec``'s), checked against
     its classes when the verb uses the checkpoint's ``head`` and put in the order of the classes
@@ -60,7 +126,7 @@ def _split(
     return split
 
 
-def _in_the_heads_classes(args: argparse.Namespace, split: Any, checkpoint: Checkpoint) -> Any:
+def _in_the_heads_classes(args: argparse.Namespace, split: Any, checkpoint: Inference) -> Any:
     """``split`` checked against the checkpoint's classes, in their order when it names them."""
     from ..data.run_data import another_order
 
@@ -87,12 +153,10 @@ def _eval(args: argparse.Namespace) -> None:
     from ..eval.metrics import evaluate
 
     spec = _data_spec(args.data)
-    device = resolve_device(args.device)
-    checkpoint = open_checkpoint(args.checkpoint)
-    model, names = checkpoint.model, checkpoint.names
+    checkpoint = _open(args)
+    model, names, device = checkpoint.model, checkpoint.names, checkpoint.device
     split = _split(args, spec, checkpoint)
     real = _real_entries(args, model, split)  # before the model runs: a name that fails, fails now
-    model.to(device)
     options = BatchOptions.evaluation(
         model.cfg,
         batch_size=args.batch_size,
@@ -104,18 +168,12 @@ def _eval(args: argparse.Namespace) -> None:
     flip = args.flip
     if flip is None:  # as the run evaluated, when the checkpoint records its run
         flip = checkpoint.meta.run is not None and checkpoint.meta.run.data.test_flip
-    if args.precision == "int8":
-        run, autocast = int8_inference(args, model, split, device), None
-    else:
-        autocast = resolve_precision(
-            args.precision, model, min(args.batch_size, len(split.dataset)), device
-        )
-        run = fast(model, args.fast, autocast)
+    # int8 calibrated on the training images of the data evaluated, checked on its images
+    checkpoint.prepare(min(args.batch_size, len(split.dataset)), calibration=split)
     result = evaluate(
-        run,
+        checkpoint,
         batches.epoch(0),
         model.cfg.num_classes,
-        autocast=autocast,
         flip=flip,
         predictions=real is not None,
     )
@@ -190,42 +248,20 @@ def _predict(args: argparse.Namespace) -> None:
     import json
     import sys
 
-    from ..eval.predict import ranked
-
     if args.top < 1 or args.batch_size < 1:
         raise VitkitError(
             f"--top {args.top} --batch-size {args.batch_size}: expected positive numbers"
         )
     paths = image_inputs(args.inputs)  # before loading the model: a mistyped input fails at once
-    device = resolve_device(args.device)
-    checkpoint = open_checkpoint(args.checkpoint)
-    model, names = checkpoint.model, checkpoint.names
+    checkpoint = _open(args)
+    names = checkpoint.names
     wnids = checkpoint.meta.wnids  # each class's WordNet id, where they are ImageNet's
     wnid_of = dict(zip(names, wnids, strict=True)) if wnids else {}
-    if model.cfg.num_classes < 1:
+    if checkpoint.model.cfg.num_classes < 1:
         raise VitkitError(f"{args.checkpoint} has no classifier head (num_classes=0) to predict")
-    model.to(device)
-    # said on stderr: --json's stdout is the JSON alone
-    if args.precision == "int8":  # calibrated on the data the checkpoint was trained on
-        from ..data.run_data import evaluation_split
-
-        split = evaluation_split(None, checkpoint.meta.run, model.cfg, source=args.checkpoint)
-        run, autocast = int8_inference(args, model, split, device, say=sys.stderr), None
-    else:
-        autocast = resolve_precision(
-            args.precision, model, min(args.batch_size, len(paths)), device, say=sys.stderr
-        )
-        run = fast(model, args.fast, autocast)
-    predictions = ranked(
-        run,
-        paths,
-        checkpoint.preprocess,
-        names,
-        top=args.top,
-        batch_size=args.batch_size,
-        device=device,
-        autocast=autocast,
-    )
+    # said on stderr: --json's stdout is the JSON alone; int8 calibrated on the checkpoint's data
+    checkpoint.prepare(min(args.batch_size, len(paths)), say=sys.stderr)
+    predictions = checkpoint.ranked(paths, top=args.top, batch_size=args.batch_size)
     width = max(len(str(p)) for p in paths) + 1  # the path column, with its colon
     entries: list[dict[str, Any]] = []
     failed = 0
@@ -264,12 +300,11 @@ def _fewshot(args: argparse.Namespace) -> None:
     specs = [_data_spec(spec) for spec in given]  # every one before torch
     if len(set(specs)) < len(specs):
         raise VitkitError(f"--data names a dataset twice: {', '.join(map(str, specs))}")
-    device = resolve_device(args.device)
-    checkpoint = open_checkpoint(args.checkpoint)
-    model = checkpoint.model.to(device)
+    checkpoint = _open(args)
+    model = checkpoint.model
     names = data_names([spec or checkpoint.meta.trained_on or "data" for spec in specs])
     rows = []
-    autocast = resolve_precision(args.precision, model, args.batch_size, device)
+    autocast = checkpoint.prepare(args.batch_size).autocast  # features of the eager model
     for name, spec in zip(names, specs, strict=True):  # each dataset's features once
         split = _split(args, spec, checkpoint, head=False)
         if split.train is None:
@@ -361,7 +396,7 @@ def _inspect(args: argparse.Namespace) -> None:
     import torch
 
     from ..data import BatchOptions, subset
-    from ..data.inference import read_image
+    from ..data.image_file import read_image
     from ..data.run_data import batches_of
     from ..data.splits import classes_in_turn
     from ..inspect import inspect_model
@@ -372,9 +407,8 @@ def _inspect(args: argparse.Namespace) -> None:
             f"--num-images {args.num_images} --max-maps {args.max_maps}: expected positive numbers"
         )
     spec = _data_spec(args.data)
-    device = resolve_device(args.device)
-    checkpoint = open_checkpoint(args.checkpoint)
-    model, names = checkpoint.model, checkpoint.names
+    checkpoint = _open(args)
+    model, names, device = checkpoint.model, checkpoint.names, checkpoint.device
     if not isinstance(model, VisionTransformer):
         raise VitkitError(f"{args.checkpoint} is a ResNet: inspection needs a Vision Transformer")
     if args.images:
@@ -391,9 +425,8 @@ def _inspect(args: argparse.Namespace) -> None:
         labels = torch.cat([y for _, y in parts])
         titles = [split.classes[i] for i in labels.tolist()]
         described = f"{split.name}, each class in turn"
-    model.to(device)
     batch = min(len(images), INSPECT_BATCH)
-    autocast = resolve_precision(args.precision, model, batch, device)
+    autocast = checkpoint.prepare(batch).autocast  # attention maps: the eager model's
     with (
         torch.inference_mode(),
         torch.autocast(device.type, dtype=autocast, enabled=autocast is not None),
@@ -461,8 +494,7 @@ def add_verbs(verb: Verb) -> None:
         'each label with its "wnid" where the checkpoint records them (ImageNet-21k heads)',
     )
     add_device_argument(p)
-    add_precision_argument(p, int8=True)
-    p.add_argument("--fast", action="store_true", help=FAST_HELP)
+    _inference_arguments(p, int8=True, fast=True)
 
     p = verb(
         "eval",
@@ -473,9 +505,8 @@ def add_verbs(verb: Verb) -> None:
     )
     _checkpoint_and_data(p)
     p.add_argument("--batch-size", type=int, default=256)
-    p.add_argument("--fast", action="store_true", help=FAST_HELP)
     add_device_argument(p)
-    add_precision_argument(p, int8=True)
+    _inference_arguments(p, int8=True, fast=True)
     add_workers_argument(p)
     p.add_argument(
         "--flip",
@@ -539,7 +570,7 @@ def add_verbs(verb: Verb) -> None:
     p.add_argument("--json", default=None, metavar="FILE", help="also write the results as JSON")
     p.add_argument("--batch-size", type=int, default=256)
     add_device_argument(p)
-    add_precision_argument(p)
+    _inference_arguments(p, int8=False, fast=False)
     add_workers_argument(p)
 
     p = verb(
@@ -559,4 +590,4 @@ def add_verbs(verb: Verb) -> None:
     )
     p.add_argument("--max-maps", type=int, default=16, help="images shown with attention maps")
     add_device_argument(p)
-    add_precision_argument(p)
+    _inference_arguments(p, int8=False, fast=False)

@@ -1,5 +1,7 @@
-"""The fast inference path: one call turns a model into a function of images that computes the same
-logits faster (fp32 logits match eager ones to rounding: the tests hold them to 1e-4).
+"""The compiled torch path: one call turns a model into a function of images that computes its
+logits faster: in fp32 the same logits as eager ones to rounding (the tests hold them to 1e-4); in
+bf16, which ``precision="auto"`` takes where ``--precision auto`` would, within bf16's rounding
+of them.
 
 Two backends, the same mathematics:
 
@@ -13,7 +15,8 @@ Two backends, the same mathematics:
 
 ``backend="auto"`` measures, once, the model's widest fp32 product both ways and takes ``onednn``
 where it beats MKL by ``ONEDNN_MARGIN``, else ``inductor``. The returned function keeps the
-weights as they were: train first, optimize last. ``vitkit predict/eval --fast`` use it.
+weights as they were: train first, optimize last. ``vitkit predict/eval --fast`` (the torch
+engine, compiled: ``inference.engine``) use it.
 """
 
 from __future__ import annotations
@@ -27,21 +30,29 @@ from typing import Literal
 import torch
 from torch import Tensor, nn
 
+from ..config.inference import Backend
 from ..errors import ConfigError
+from ..model.flops import count_flops
+from ..runtime.arithmetic import decide_auto
 
-Backend = Literal["auto", "inductor", "onednn"]
+Precision = Literal["auto", "fp32", "bf16"]
 ONEDNN_MARGIN = 1.2  # oneDNN must beat MKL by this much: packing costs copies at every layer
 
 
 class FrozenInference(nn.Module):
     """``model``'s forward on frozen weights (compiled, or with oneDNN-packed linear layers), called
-    under ``inference_mode`` (and bf16 autocast when asked), in eval mode."""
+    under ``inference_mode`` (and bf16 autocast where ``precision`` says so), in eval mode.
+    ``precision="auto"`` decides for the first batch of each input shape, as ``--precision auto``
+    does for a command's batches (``runtime.arithmetic.decide_auto``), and keeps that choice."""
 
-    def __init__(self, model: nn.Module, *, bf16: bool, backend: Literal["inductor", "onednn"]):
+    def __init__(
+        self, model: nn.Module, *, precision: Precision, backend: Literal["inductor", "onednn"]
+    ):
         super().__init__()
         self.backend = backend
-        self.bf16 = bf16
+        self.precision = precision
         self.model = model.eval()
+        self.decided: dict[tuple[int, ...], bool] = {}  # an input shape -> bf16 for it
         self.run: Callable[[Tensor], Tensor]
         if backend == "onednn":  # a copy: the caller's model keeps its own layers
             self.model = _pack_linears(copy.deepcopy(self.model))
@@ -52,10 +63,24 @@ class FrozenInference(nn.Module):
             self.run = torch.compile(self.model, fullgraph=True, options={"freezing": True})
         self.eval()
 
+    def bf16_for(self, images: Tensor) -> bool:
+        """Whether a batch of this shape is computed in bf16 (decided at its first call)."""
+        if self.precision != "auto":
+            return self.precision == "bf16"
+        shape = tuple(images.shape)
+        if shape not in self.decided:
+            size = (images.shape[-2], images.shape[-1])
+            cfg = self.model.cfg  # a vitkit model's config (its ModelConfig)
+            gflop = count_flops(cfg, size) * images.shape[0] / 1e9  # type: ignore[arg-type]
+            chosen, _ = decide_auto(images.device, task="infer", gflop=gflop)
+            self.decided[shape] = chosen == "bf16"
+        return self.decided[shape]
+
     def forward(self, images: Tensor) -> Tensor:
+        bf16 = self.bf16_for(images)
         with (
             torch.inference_mode(),
-            torch.autocast(images.device.type, dtype=torch.bfloat16, enabled=self.bf16),
+            torch.autocast(images.device.type, dtype=torch.bfloat16, enabled=bf16),
         ):
             return self.run(images)  # (B, K)
 
@@ -127,23 +152,40 @@ def _on_cpu(model: nn.Module) -> bool:
     return all(p.device.type == "cpu" for p in model.parameters())
 
 
-def choose_backend(model: nn.Module, *, bf16: bool) -> Literal["inductor", "onednn"]:
+def choose_backend(model: nn.Module, *, precision: Precision) -> Literal["inductor", "onednn"]:
     """``auto``'s choice: ``onednn`` for fp32 on a CPU where it beats MKL by ``ONEDNN_MARGIN``."""
-    if bf16 or not _on_cpu(model) or onednn_speedup(model) < ONEDNN_MARGIN:
+    if precision != "fp32" or not _on_cpu(model) or onednn_speedup(model) < ONEDNN_MARGIN:
         return "inductor"
     return "onednn"
 
 
 def optimize_for_inference(
-    model: nn.Module, *, bf16: bool = False, backend: Backend = "auto"
+    model: nn.Module,
+    *,
+    precision: Precision = "auto",
+    backend: Backend = "auto",
+    bf16: bool | None = None,
 ) -> FrozenInference:
     """``model`` (any vitkit model) as a weight-frozen inference function: call it on images
-    (B, C, S, S) for logits (B, K). ``bf16`` computes under bf16 autocast (fp32 weights, bf16
-    matrix products; logits within ~1e-2 of fp32). ``backend``: see the module docstring."""
+    (B, C, S, S) for logits (B, K).
+
+    ``precision``: ``fp32`` (the eager logits to rounding), ``bf16`` (bf16 autocast: fp32
+    weights, bf16 matrix products; logits within bf16's rounding, ~1e-2 on logits of scale 1),
+    or ``auto``: as ``--precision auto`` decides (bf16 on CUDA, and on a CPU with native bf16 for
+    a batch large enough to gain; else fp32), for the first batch of each input shape.
+    ``bf16=True``/``False``: the earlier spelling of ``precision="bf16"``/``"fp32"``.
+    ``backend``: see the module docstring."""
+    if bf16 is not None:
+        precision = "bf16" if bf16 else "fp32"
+    if precision not in ("auto", "fp32", "bf16"):
+        raise ConfigError(f"precision={precision!r}: expected 'auto', 'fp32' or 'bf16'")
     if backend not in ("auto", "inductor", "onednn"):
         raise ConfigError(f"backend={backend!r}: expected 'auto', 'inductor' or 'onednn'")
-    if backend == "onednn" and (bf16 or not _on_cpu(model)):
-        raise ConfigError("backend='onednn' packs fp32 weights on the CPU: use 'inductor' here")
+    if backend == "onednn" and (precision != "fp32" or not _on_cpu(model)):
+        raise ConfigError(
+            "backend='onednn' packs fp32 weights on the CPU: use 'inductor' here, or "
+            "precision='fp32' on the CPU"
+        )
     if backend == "auto":
-        backend = choose_backend(model, bf16=bf16)
-    return FrozenInference(model, bf16=bf16, backend=backend)
+        backend = choose_backend(model, precision=precision)
+    return FrozenInference(model, precision=precision, backend=backend)

@@ -9,9 +9,13 @@ int8 (QDQ, U8S8) of the same model (benchmarks/RESULTS.md, "bf16 on a CPU, and i
 price: a calibration pass in fp32 and a compilation (tens of seconds): it pays for many images.
 
 ``check_int8`` compares the quantized model with fp32 on held-out images: top-1 agreement, the
-change of top-1 accuracy and the largest change of a logit. int8 is never a default: ``auto``
-chooses between fp32 and bf16 (runtime/arithmetic.py), and a command asks for int8 by name.
-``torchao`` is the ``int8`` extra (``pip install 'vitkit[int8]'``).
+change of top-1 accuracy and the largest change of a logit. ``int8_model`` does both for a
+checkpoint: calibrated on ``calibration`` of its training images drawn by a seeded permutation
+(the first of ``torch.randperm(N)`` under ``manual_seed(seed)``), checked on up to ``held_out``
+images of the evaluated split drawn the same way, which training never saw, and refused in one
+line when top-1 accuracy moves by more than a bound. int8 is never a default: ``auto`` chooses
+between fp32 and bf16 (runtime/arithmetic.py), and a command asks for int8 by name. ``torchao``
+is the ``int8`` extra (``pip install 'vitkit[int8]'``).
 """
 
 from __future__ import annotations
@@ -23,8 +27,12 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from ..errors import ConfigError, MissingExtraError
-from .mode import eval_mode
+from ..config.inference import InferenceConfig
+from ..data import BatchOptions, subset
+from ..data.run_data import Split, batches_of
+from ..errors import ConfigError, MissingExtraError, VitkitError
+from ..model import ResNetClassifier, VisionTransformer
+from ..runtime.mode import eval_mode
 
 
 def require_torchao() -> None:
@@ -132,3 +140,65 @@ def check_int8(
     if count == 0:
         raise ValueError("check_int8 needs at least one held-out image")
     return Int8Check(count, same / count, right_fp32 / count, right_int8 / count, largest)
+
+
+@dataclass(frozen=True)
+class Calibrated:
+    """A checkpoint's int8 model, the training images it was calibrated on (indices into the
+    split's training images) and its check."""
+
+    model: Int8Inference
+    indices: list[int]
+    check: Int8Check
+
+    def said(self, split: Split) -> str:
+        """The line a command says of it."""
+        return (
+            f"precision int8 (torchao PT2E; calibrated on {len(self.indices)} training images; "
+            f"{_checked(self.check, split)})"
+        )
+
+
+def _checked(check: Int8Check, split: Split) -> str:
+    return f"on {check.images:,} held-out images of {split.name}: {check}"
+
+
+def _drawn(count: int, size: int, seed: int) -> torch.Tensor:
+    """The first ``count`` of a seeded permutation of ``size`` indices."""
+    return torch.randperm(size, generator=torch.Generator().manual_seed(seed))[:count]
+
+
+def int8_model(
+    model: VisionTransformer | ResNetClassifier,
+    split: Split,
+    settings: InferenceConfig,
+    *,
+    batch_size: int,
+    source: str,
+    seed: int = 0,
+) -> Calibrated:
+    """``model`` (the checkpoint ``source``'s, on the CPU) in int8, calibrated on ``split``'s
+    training images and checked on its evaluated images in batches of ``batch_size``, as
+    ``settings`` (``int8_*``) say; a ``VitkitError`` when it has no training images or when the
+    check moves top-1 accuracy by more than ``settings.int8_max_change`` points."""
+    if split.train is None or len(split.train) == 0:
+        raise VitkitError(
+            f"--precision int8 calibrates on the training images of {source}'s data, and "
+            f"{split.name} has none beside it: give data with a train split, or use bf16"
+        )
+    calibration, held_out = settings.int8_calibration, settings.int8_held_out
+    max_change = settings.int8_max_change
+    options = BatchOptions.evaluation(model.cfg, batch_size=batch_size)
+    indices = _drawn(calibration, len(split.train), seed)
+    images = (x for x, _ in batches_of(subset(split.train, indices), options).epoch(0))
+    quantized = quantize_int8(model, images)
+    checked = _drawn(held_out, len(split.dataset), seed)
+    check = check_int8(
+        model, quantized, batches_of(subset(split.dataset, checked), options).epoch(0)
+    )
+    if abs(check.top1_change) > max_change:
+        raise VitkitError(
+            f"int8 refused: {_checked(check, split)}; more than --int8-max-change "
+            f"{max_change:g} points: use --precision bf16 or fp32, or allow more"
+        )
+    return Calibrated(quantized, indices.tolist(), check)

@@ -359,6 +359,34 @@ def test_a_recorded_preprocessing_size_is_checked_on_reading(tmp_path, image_siz
             vitkit.save(model, tmp_path / "again", preprocess=Preprocess(image_size=image_size))
 
 
+@pytest.mark.parametrize(
+    ("posemb", "image_size", "why"),
+    [
+        ("sincos2d", 10**6, "expected at most 4096 pixels a side"),
+        ("none", 2056, "expected at most 65,536 tokens, found 257 x 257 patches of 8 pixels"),
+    ],
+)
+def test_a_checkpoints_image_size_is_bounded_where_no_weight_ties_it(
+    tmp_path, posemb: str, image_size: int, why: str
+) -> None:
+    """No weight of a sin-cos (or no) posemb model ties its image size, so config.json alone
+    set it: 10^6 made ``predict`` allocate 21.8 GB, and 6,000 hung on one 20-pixel image. It
+    is refused in one line naming the checkpoint; a training run reads its own checkpoints as
+    its config.json recorded them (a run begun before the bound resumes)."""
+    from vitkit.io.checkpoint import read_our_config
+
+    vitkit.save(VisionTransformer(tiny(posemb=posemb, classifier="gap", num_layers=1)), tmp_path)
+    meta = json.loads((tmp_path / "config.json").read_text())
+    meta["model"]["image_size"] = image_size
+    (tmp_path / "config.json").write_text(json.dumps(meta))
+    with pytest.raises(CheckpointError) as err:
+        vitkit.load(tmp_path)
+    assert str(err.value) == (
+        f"{tmp_path / 'config.json'}: model.image_size={image_size} is not valid: {why}"
+    )
+    assert read_our_config(tmp_path, own_run=True)[0].image_size == image_size
+
+
 def test_missing_file_and_unknown_type(tmp_path) -> None:
     with pytest.raises(FileNotFoundError, match="checkpoint not found"):
         vitkit.load(tmp_path / "nope.npz")

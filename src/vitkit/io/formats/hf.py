@@ -36,6 +36,7 @@ from ...files import atomic_directory
 from ...model import VisionTransformer
 from ..checkpoint import (
     CheckpointError,
+    bounded,
     check_depth,
     check_state_dict,
     load_state_dict_strict,
@@ -212,7 +213,7 @@ def _model_config(
     if isinstance(eps, int) and not isinstance(eps, bool):
         eps = float(eps)  # ModelConfig takes a float; a hand-written JSON may hold an int
     try:
-        return ModelConfig(
+        cfg = ModelConfig(
             image_size=get("image_size"),  # an int or a (height, width) pair, as ViTConfig's
             patch_size=_square("patch_size", get("patch_size")),
             hidden_size=hidden,
@@ -227,6 +228,7 @@ def _model_config(
             act=_ACTS[act],  # type: ignore[arg-type]  # a str; ModelConfig checks the Activation
             layer_norm_eps=eps,
         )
+        return bounded(cfg)
     except ConfigError as e:
         raise CheckpointError(f"Hugging Face config does not describe a vitkit ViT: {e}") from None
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import warnings
 
 import numpy as np
 import pytest
@@ -22,6 +23,7 @@ from vitkit.inspect import (
     posemb_similarity,
     rollout_maps,
 )
+from vitkit.inspect.figures import plot_rollout
 from vitkit.model import VisionTransformer
 
 GRID = (4, 5)
@@ -224,6 +226,19 @@ def test_inspect_model_on_a_hybrid(tmp_path):
     pngs, page = _written_figures(tmp_path, written)
     assert pngs == {"posemb_similarity.png", "attention_distance.png", "attention_rollout.png"}
     assert page.count("Skipped") == 1  # the embedding filters: not pixel filters in a hybrid
+
+
+def test_titles_are_plain_text_whatever_a_name_holds(tmp_path):
+    """Class and file names title the rollout maps: '$...$' was parsed as mathtext (a
+    traceback on an unknown command, a RecursionError on 140 nested square roots). Each is
+    drawn as the text it is, without a warning."""
+    names = ["$\\notacommand$", "$" + "\\sqrt{" * 140 + "$", "$x_1$", "a $5 b"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        path = plot_rollout(
+            torch.rand(4, 3, 16, 16) * 2 - 1, torch.rand(4, 2, 2), tmp_path / "r.png", titles=names
+        )
+    assert path.stat().st_size > 0
 
 
 def test_inspect_model_rejects_images_of_the_wrong_channels(tmp_path):

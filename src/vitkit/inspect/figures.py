@@ -143,6 +143,9 @@ def plot_rollout(
         ax_input.imshow(picture, **style)
         ax_map.imshow(picture, **style)
         ax_map.imshow(up[b].numpy(), cmap="jet", alpha=0.5, vmin=0, vmax=float(up[b].max()))
-        ax_input.set_title(titles[b] if titles else f"image {b}", fontsize=8)
+        # a class or file name is plain text: matplotlib would parse '$...$' as mathtext (a
+        # traceback, or a RecursionError on 140 nested \sqrt{)
+        title = titles[b] if titles else f"image {b}"
+        ax_input.set_title(title, fontsize=8, parse_math=False)
         ax_map.set_title("attention rollout", fontsize=8)
     return _save(fig, path)

@@ -354,6 +354,32 @@ def test_a_cut_shard_and_a_hostile_label_are_one_line_errors(
         open_hf(DataConfig(dataset=f"hf:{tmp_path / 'big-label.parquet'}"))
 
 
+@pytest.mark.parametrize("kind", [tarfile.XHDTYPE, tarfile.GNUTYPE_LONGNAME], ids=["pax", "gnu"])
+def test_an_extended_header_claiming_a_terabyte_is_a_corrupt_shard(
+    tmp_path: Path, kind: bytes
+) -> None:
+    """tarfile reads a pax or GNU long-name header whole, at the size it claims: a shard
+    claiming gigabytes was read into memory (and the line said to raise the memory). One above
+    MAX_EXTENDED_HEADER is refused before it is read; a real one (a long name) reads."""
+    from vitkit.data.sources.shards import index_shard
+
+    key = "k" * 150  # beyond ustar's 100 characters: written with a pax header
+    named = write_tar(tmp_path / "long" / "train-0.tar", {f"{key}.png": b"x", f"{key}.cls": b"0"})
+    assert index_shard(named).keys == (key,)
+
+    header = tarfile.TarInfo("././@PaxHeader" if kind == tarfile.XHDTYPE else "././@LongLink")
+    header.type, header.size = kind, 2**40
+    hostile = tmp_path / "hostile" / "train-0.tar"
+    hostile.parent.mkdir()
+    hostile.write_bytes(header.tobuf(format=tarfile.GNU_FORMAT) + named.read_bytes())
+    with pytest.raises(DataError) as err:
+        WebDatasetShards(hostile.parent, "train", verify="none")
+    assert str(err.value) == (
+        f"shard {hostile} is corrupt: an extended header (pax or GNU long name) at byte 0 claims "
+        "1,099,511,627,776 bytes, expected at most 1,048,576: copy it again or pack it again"
+    )
+
+
 def test_class_names_longer_than_a_thousand_characters_are_refused(
     tmp_path: Path, hf_cache: None
 ) -> None:

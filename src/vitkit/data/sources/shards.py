@@ -130,6 +130,27 @@ def index_shard(path: Path) -> ShardIndex:
     return _index_shard(str(path), stat.st_size, stat.st_mtime_ns)
 
 
+# The most a tar member's extended header (pax, or GNU's long name or link) may hold: a path of
+# PATH_MAX and a few attributes take a few KB. tarfile reads the size a header claims in one
+# read, so a shard claiming gigabytes was read whole into memory.
+MAX_EXTENDED_HEADER = 2**20
+_EXTENDED = (tarfile.XHDTYPE, tarfile.XGLTYPE, tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK)
+
+
+class _HugeHeaderError(Exception):
+    """A member's extended header claims more than ``MAX_EXTENDED_HEADER`` bytes."""
+
+
+class _BoundedTarInfo(tarfile.TarInfo):
+    """tarfile's member, refusing an extended header above ``MAX_EXTENDED_HEADER`` before
+    tarfile reads it (``_proc_member`` reads it, and the headers after it are this class's)."""
+
+    def _proc_member(self, tarfile: tarfile.TarFile) -> tarfile.TarInfo:
+        if self.type in _EXTENDED and self.size > MAX_EXTENDED_HEADER:
+            raise _HugeHeaderError(f"at byte {self.offset:,} claims {self.size:,} bytes")
+        return super()._proc_member(tarfile)  # type: ignore[misc]  # tarfile's own, untyped
+
+
 # Our own index on tarfile, no library: the loader needs sample i of a shard, not the next sample
 # of a stream. tarfile lists every member with its data's offset, so sample i is one seek and one
 # read (hence uncompressed tars only). webdataset's WebDataset is a stream (a resumed run would see
@@ -143,7 +164,10 @@ def _index_shard(path: str, size: int, mtime_ns: int) -> ShardIndex:
     labels: dict[str, int] = {}
     end = 0  # where the last member's data ends, in 512-byte blocks
     try:
-        with open(path, "rb") as f, tarfile.open(fileobj=f, mode="r:") as tar:
+        with (
+            open(path, "rb") as f,
+            tarfile.open(fileobj=f, mode="r:", tarinfo=_BoundedTarInfo) as tar,
+        ):
             for member in tar:
                 end = member.offset_data + -(-member.size // tarfile.BLOCKSIZE) * tarfile.BLOCKSIZE
                 if not member.isfile():
@@ -162,6 +186,11 @@ def _index_shard(path: str, size: int, mtime_ns: int) -> ShardIndex:
                 f"shard {path} is truncated: its {size:,} bytes end without tar's end-of-archive "
                 "marker after the last whole member (an interrupted copy?): copy it again"
             )
+    except _HugeHeaderError as e:
+        raise DataError(
+            f"shard {path} is corrupt: an extended header (pax or GNU long name) {e}, expected "
+            f"at most {MAX_EXTENDED_HEADER:,}: copy it again or pack it again"
+        ) from None
     except tarfile.TarError as e:
         raise DataError(
             f"shard {path} is not a readable uncompressed tar file ({e}): expected a .tar "

@@ -7,7 +7,10 @@ test_hf_data.py. No test touches the Hub: every dataset here is made by the test
 from __future__ import annotations
 
 import io
+import re
 import shutil
+import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -15,7 +18,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from helpers import logged_metrics, one_line_error, stopped_copy, write_tar
+from helpers import file_size_limit, logged_metrics, one_line_error, stopped_copy, write_tar
 from photos import CLASSES, SIZES, TINY, pixels, rows, same_weights, save_image
 from vitkit.cli import main
 from vitkit.config import replace
@@ -65,6 +68,37 @@ def test_pack_writes_shards_that_read_back_as_the_folder(photos: Path, shards: P
         assert _pairs(ours) == _pairs(folder)  # pixel for pixel, label for label
     grey = WebDatasetShards(shards, "val", mode="L")
     assert grey[0][0].shape == (1, 12, 14)
+
+
+def test_an_interrupted_pack_leaves_no_shard_behind(tmp_path: Path) -> None:
+    """``data pack`` stopped by a full disk (RLIMIT_FSIZE: EFBIG, as ENOSPC) left its first
+    shards in the folder, and ``wds:`` read them without a word (it trained on 15 of 24 images).
+    Now nothing of the pack is there: neither a new folder, nor a split added to a folder of
+    shards, whose own shards stay as they were."""
+    folder, out = tmp_path / "photos", tmp_path / "shards"
+    for k in range(6):
+        save_image(folder / "train" / "a" / f"{k}.png", k)
+        save_image(folder / "val" / "a" / f"{k}.png", 10 + k)
+    noise = np.random.default_rng(0).integers(0, 256, (128, 128, 3), dtype=np.uint8)
+    Image.fromarray(noise).save(folder / "val" / "a" / "big.png")  # 49 KB: past the limit
+    pack = [sys.executable, "-m", "vitkit", "data", "pack", str(folder)]
+    assert (
+        main(["data", "pack", str(folder), str(out), "--split", "train", "--shard-size", "1"]) == 0
+    )
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    for target in (out, tmp_path / "new"):
+        proc = subprocess.run(
+            [*pack, str(target), "--split", "val", "--shard-size", "1"],
+            capture_output=True, text=True, timeout=120, preexec_fn=file_size_limit(20_000),
+        )  # fmt: skip
+        assert proc.returncode == 2, proc.stderr
+        assert re.fullmatch(
+            rf"vitkit data: error: File too large: {re.escape(str(target))}/val-\d+\.tar\n",
+            proc.stderr,
+        )
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert not (tmp_path / "new").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["photos", "shards"]  # nothing hidden
 
 
 def test_a_tree_packed_as_one_split_and_keys_classes_without_a_classes_file(

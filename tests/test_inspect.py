@@ -14,6 +14,7 @@ import torch
 
 from helpers import randomize, tiny
 from vitkit.config import ResNetConfig
+from vitkit.errors import UserFileError
 from vitkit.inspect import (
     attention_distance,
     attention_rollout,
@@ -239,6 +240,26 @@ def test_titles_are_plain_text_whatever_a_name_holds(tmp_path):
             torch.rand(4, 3, 16, 16) * 2 - 1, torch.rand(4, 2, 2), tmp_path / "r.png", titles=names
         )
     assert path.stat().st_size > 0
+
+
+def test_every_file_replaces_a_link_and_a_file_is_no_folder(tmp_path):
+    """``inspect --out`` wrote through symbolic links (a link named index.html overwrote its
+    target), and an --out naming a file was mkdir's FileExistsError, a traceback. Every file is
+    written beside its name and renamed over the link; a file as the folder is one line."""
+    target = tmp_path / "precious.txt"
+    target.write_text("keep")
+    out = tmp_path / "out"
+    out.mkdir()
+    linked = ["index.html", "attention_rollout.png", "attention_distance.json"]
+    for name in [*linked, "attention_rollout.npz"]:
+        (out / name).symlink_to(target)
+    images = torch.rand(2, 3, 32, 32) * 2 - 1
+    written = inspect_model(model(), images, out)
+    assert target.read_text() == "keep"
+    assert not any(p.is_symlink() for p in out.iterdir()) and set(linked) <= set(written)
+    with pytest.raises(UserFileError) as err:
+        inspect_model(model(), images, target)
+    assert str(err.value) == f"{target} is a file: expected a folder to write the figures to"
 
 
 def test_inspect_model_rejects_images_of_the_wrong_channels(tmp_path):

@@ -123,6 +123,21 @@ def test_a_full_disk_is_the_os_error_naming_the_file(tmp_path) -> None:
     assert os.listdir(tmp_path / "out") == []
 
 
+def test_a_text_file_replaces_a_link_and_a_folder_is_refused(tmp_path) -> None:
+    """``atomic_write_text`` (``fewshot --json``, inspect's pages) writes beside the name and
+    renames: a link there is replaced, its target untouched; a folder there is one line."""
+    from vitkit.errors import UserFileError
+    from vitkit.files import atomic_write_text
+
+    target, link = tmp_path / "target", tmp_path / "results.json"
+    target.write_text("keep")
+    link.symlink_to(target)
+    assert atomic_write_text(link, "{}\n") == link
+    assert (link.read_text(), link.is_symlink(), target.read_text()) == ("{}\n", False, "keep")
+    with pytest.raises(UserFileError, match=rf"^{tmp_path} is a folder: expected the name of a "):
+        atomic_write_text(tmp_path, "{}")
+
+
 def test_atomic_directory_replaces_whole_or_not_at_all(tmp_path, monkeypatch) -> None:
     from vitkit.files import atomic_directory
 

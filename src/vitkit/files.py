@@ -84,6 +84,16 @@ def atomic_write(path: Path, write: Callable[[Path], object]) -> None:
         raise
 
 
+def atomic_write_text(path: Path, text: str) -> Path:
+    """``text`` (UTF-8) as the file ``path``, through ``atomic_write``: a symbolic link there is
+    replaced, never written through (a link named ``index.html`` overwrote its target); a folder
+    there is a ``UserFileError`` (``IsADirectoryError`` was a traceback)."""
+    if path.is_dir():
+        raise UserFileError(f"{path} is a folder: expected the name of a file to write")
+    atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+    return path
+
+
 @contextmanager
 def exclusive(path: Path, waiting: str) -> Iterator[None]:
     """An exclusive ``flock`` on the file ``path`` (created if missing) for the block, so that

@@ -18,11 +18,14 @@ import torch.nn.functional as F
 from matplotlib.figure import Figure
 from torch import Tensor
 
+from ..files import atomic_write
+
 
 def _save(fig: Figure, path: str | os.PathLike) -> Path:
+    """``fig`` as the PNG ``path``, written beside it and renamed (``atomic_write``): a link
+    there is replaced, never written through."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100, bbox_inches="tight")
+    atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=100, bbox_inches="tight"))
     return path
 
 

@@ -256,11 +256,17 @@ def save_safetensors(tensors: Mapping[str, Tensor], path: Path) -> None:
     try:
         save_file(dict(tensors), str(path), metadata={"format": "pt"})
     except SafetensorError as e:
-        found = re.search(r"\(os error (\d+)\)", str(e))  # Rust's io::Error: "... (os error 28)"
-        if found is None:
-            raise
-        code = int(found[1])
-        raise OSError(code, os.strerror(code), str(path)) from None
+        raise safetensors_os_error(e, path) from None
+
+
+def safetensors_os_error(e: Exception, path: Path) -> Exception:
+    """The ``OSError`` naming ``path`` that safetensors' ``SafetensorError`` ``e`` of a failed
+    write (a full disk) names by its errno only in its text; ``e`` itself otherwise."""
+    found = re.search(r"\(os error (\d+)\)", str(e))  # Rust's io::Error: "... (os error 28)"
+    if found is None:
+        return e
+    code = int(found[1])
+    return OSError(code, os.strerror(code), str(path))
 
 
 def save_torch(obj: Any, path: Path) -> None:

@@ -23,11 +23,8 @@ import io
 import json
 import os
 import re
-import shutil
 import tarfile
-import uuid
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -35,8 +32,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ...errors import ConfigError, DataError, MissingFileError, UserFileError
-from ...files import TooLargeError, atomic_write
+from ...errors import ConfigError, DataError, MissingFileError
+from ...files import TooLargeError, atomic_files, atomic_write
 from ..decoded import MAX_BAD_FRACTION, DecodedImages, Reading, ReadOptions
 from .cells import label_from_text, long_class_name, read_image_file, too_large
 from .contract import SourceState
@@ -422,8 +419,8 @@ def pack_folder(
     classes for a reader that streams them; keys are the sample's position in that order, eight
     digits, so they are unique and sorted in every shard. Images are stored as their files' bytes
     (not re-encoded), ``KEY.<suffix>`` beside ``KEY.cls``. ``out`` must hold no shard of a split
-    written. Everything is written into a hidden folder (``_staging``) that joins ``out`` once
-    whole, so ``wds:out`` never reads what an interrupted pack left.
+    written. Everything is written into a hidden folder that joins ``out`` once whole
+    (``files.atomic_files``), so ``wds:out`` never reads what an interrupted pack left.
     """
     if not isinstance(shard_size, int) or shard_size < 1:
         raise ConfigError(f"--shard-size {shard_size!r}: expected a number of images >= 1")
@@ -449,8 +446,6 @@ def pack_folder(
                 f"{', '.join(str(s) for s in layout.splits)}"
             )
         sources = {s: s for s in chosen}
-    if out.exists() and not out.is_dir():
-        raise UserFileError(f"{out} is a file: expected a folder to write the shards to")
     if out.is_dir():
         there = sorted(p.name for s in chosen for p in out.glob(f"{s}-*.tar"))
         if there:
@@ -467,47 +462,14 @@ def pack_folder(
             f"{classes_file} lists other classes than {layout.root}'s: expected a folder of "
             "shards of the same classes, or a new one"
         )
-    with _staging(out) as staging:
+    # an interrupted pack left its first shards in out, and wds: read them without a word (15
+    # of 24 images, no test split): they join out once all are written
+    with atomic_files(out) as staging:
         atomic_write(staging / CLASS_FILES[0], lambda tmp: tmp.write_text(listing, "utf-8"))
         written, skipped = _pack_splits(
             layout.root, sources, staging, shard_size, seed, max_bad_fraction
         )
     return [Packed(out / p.path.name, p.split, p.samples) for p in written], skipped
-
-
-@contextmanager
-def _staging(out: Path) -> Iterator[Path]:
-    """A hidden folder to write ``out``'s new files in; when the block ends without error they
-    join ``out``: the folder becomes ``out`` by one rename, or, where ``out`` exists (a split
-    added to its shards), each file is renamed into it (one moved before an error is moved
-    back). An interrupted ``vitkit data pack`` left its first shards in ``out``, and ``wds:``
-    read them without a word (15 of 24 images, no test split). The staging folder is deleted
-    on error; one a killed process left is hidden from every reader (``_visible``)."""
-    tag = uuid.uuid4().hex[:8]
-    exists = out.is_dir()
-    staging = out / f".tmp-pack-{tag}" if exists else out.with_name(f".tmp-{out.name}-{tag}")
-    staging.mkdir(parents=True)
-    try:
-        yield staging
-        if not exists:
-            os.replace(staging, out)
-            return
-        moved: list[str] = []
-        try:
-            for name in sorted(os.listdir(staging)):
-                os.replace(staging / name, out / name)
-                moved.append(name)
-        except BaseException:
-            for name in moved:
-                if name != CLASS_FILES[0]:  # the same listing as out's own, if it had one
-                    os.replace(out / name, staging / name)
-            raise
-    except OSError as e:  # a full disk: the file's name in ``out``, the one the user knows
-        if e.filename is None or Path(e.filename).parent != staging:
-            raise
-        raise OSError(e.errno, e.strerror, str(out / Path(e.filename).name)) from None
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
 
 
 def _pack_splits(

@@ -231,9 +231,10 @@ def test_inspect_model_on_a_hybrid(tmp_path):
 
 def test_titles_are_plain_text_whatever_a_name_holds(tmp_path):
     """Class and file names title the rollout maps: '$...$' was parsed as mathtext (a
-    traceback on an unknown command, a RecursionError on 140 nested square roots). Each is
-    drawn as the text it is, without a warning."""
-    names = ["$\\notacommand$", "$" + "\\sqrt{" * 140 + "$", "$x_1$", "a $5 b"]
+    traceback on an unknown command, a RecursionError on 140 nested square roots), and a raw
+    ESC warned that its glyph is missing. Each is drawn as the text it is (a control character
+    escaped, as a terminal is shown it), without a warning."""
+    names = ["$\\notacommand$", "$" + "\\sqrt{" * 140 + "$", "$x_1$", "\x1b[31mred"]
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         path = plot_rollout(

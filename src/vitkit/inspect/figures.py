@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from matplotlib.figure import Figure
 from torch import Tensor
 
+from ..data.sources.cells import printable
 from ..files import atomic_write
 
 
@@ -147,8 +148,8 @@ def plot_rollout(
         ax_map.imshow(picture, **style)
         ax_map.imshow(up[b].numpy(), cmap="jet", alpha=0.5, vmin=0, vmax=float(up[b].max()))
         # a class or file name is plain text: matplotlib would parse '$...$' as mathtext (a
-        # traceback, or a RecursionError on 140 nested \sqrt{)
-        title = titles[b] if titles else f"image {b}"
+        # traceback, or a RecursionError on 140 nested \sqrt{) and warn of a raw ESC's glyph
+        title = printable(titles[b]) if titles else f"image {b}"
         ax_input.set_title(title, fontsize=8, parse_math=False)
         ax_map.set_title("attention rollout", fontsize=8)
     return _save(fig, path)

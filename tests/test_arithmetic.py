@@ -124,10 +124,17 @@ def test_a_stand_in_that_names_no_cpu_is_one_line(monkeypatch: pytest.MonkeyPatc
         cpu_features()
 
 
-def test_this_machines_cpu_is_read_from_pytorch(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("unset", [None, ""], ids=["unset", "empty"])
+def test_this_machines_cpu_is_read_from_pytorch(
+    monkeypatch: pytest.MonkeyPatch, unset: str | None
+) -> None:
     """The real path, on whatever machine runs the suite: what PyTorch reports, and the decision
-    that follows from it."""
-    monkeypatch.delenv("VITKIT_CPU_BF16")
+    that follows from it. ``VITKIT_CPU_BF16=`` (empty) is unset, as ``VITKIT_HOME=`` is (it
+    was refused)."""
+    if unset is None:
+        monkeypatch.delenv("VITKIT_CPU_BF16")
+    else:
+        monkeypatch.setenv("VITKIT_CPU_BF16", unset)
     found = cpu_features()
     reported = torch.cpu.get_capabilities()
     assert found == CpuFeatures(

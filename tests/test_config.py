@@ -240,6 +240,19 @@ def test_sections_are_frozen_and_checked_on_creation() -> None:
             "data.auto_augment='rand-m9-mmax101' is not valid: 'rand-m9-mmax101' has mmax=101: "
             "expected mmax <= 100",
         ),
+        (  # no weight ties a sin-cos model's size: a checkpoint of it is held to the same
+            {"model.posemb": "sincos2d", "model.image_size": 10**6},
+            "model.image_size=1000000 is not valid: expected at most 4096 pixels a side",
+        ),
+        (
+            {"model.image_size": (16, 1028 * 64)},
+            "model.image_size=(16, 65792) is not valid: expected at most 4096 pixels a side",
+        ),
+        (
+            {"model.posemb": "none", "model.image_size": 1028},
+            "model.image_size=1028 is not valid: expected at most 65,536 tokens, found 257 x 257 "
+            "patches of 4 pixels",
+        ),
     ],
 )
 def test_a_new_run_keeps_the_toolbox_counts_bounded_and_a_recorded_run_its_own(
@@ -258,7 +271,7 @@ def test_a_new_run_keeps_the_toolbox_counts_bounded_and_a_recorded_run_its_own(
             check_new(run, other)
         assert str(info.value).startswith(message), str(info.value)
         assert "\n" not in str(info.value)
-    at_most = {"data.aug_repeats": 64, "data.random_erase_count": 16}
+    at_most = {"data.aug_repeats": 64, "data.random_erase_count": 16, "model.image_size": 1024}
     check_new(replace(smoke, {**at_most, "data.auto_augment": "rand-n16-m100-mmax100"}), None)
 
 

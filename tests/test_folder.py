@@ -154,6 +154,54 @@ def test_a_val_folder_given_directly_is_checked_against_train_beside_it(tmp_path
     assert ImageFolderDataset(tmp_path / "other", None).classes == ["cat"]
 
 
+def test_a_link_back_into_the_folder_is_skipped_with_a_warning(tmp_path: Path) -> None:
+    """``ln -s . digit_0/self`` was followed 40 levels deep (516 images counted for 36, and a
+    holdout of copies of training images); each such link is skipped and named, a linked class
+    folder is still read."""
+    root = _tree(tmp_path / "digits", {"digit_0": 3, "digit_1": 2})
+    _tree(tmp_path / "elsewhere", {"two": 2})
+    (root / "digit_2").symlink_to(tmp_path / "elsewhere/two")  # a linked class folder: read
+    (root / "digit_0/self").symlink_to(".")
+    (root / "digit_1/deeper").mkdir()
+    (root / "digit_1/deeper/up").symlink_to("..")
+    for read in (
+        lambda: folder_layout(root).counts[None],
+        lambda: len(ImageFolderDataset(root, None)),
+    ):
+        with pytest.warns(UserWarning) as caught:
+            assert read() == 7
+        assert sorted(str(w.message) for w in caught) == [
+            f"skipping {root}/digit_0/self: it is {root}/digit_0, a folder already listed (a "
+            "link back into the folder would list its images again)",
+            f"skipping {root}/digit_1/deeper/up: it is {root}/digit_1, a folder already listed (a "
+            "link back into the folder would list its images again)",
+        ]
+
+
+@pytest.mark.parametrize("link", ["symlink", "hard link", "linked folder"])
+def test_an_image_in_two_splits_is_refused(tmp_path: Path, link: str) -> None:
+    """Two paths to one file in different splits (a link, a hard link, a linked folder) would
+    score memorised images; train/ is listed last, the split it is refused in."""
+    _tree(tmp_path / "train", {"cat": 2, "dog": 1})
+    _tree(tmp_path / "val", {"dog": 1})
+    (tmp_path / "val/cat").mkdir()
+    target, in_val = tmp_path / "train/cat/1.png", tmp_path / "val/cat/x.png"
+    if link == "symlink":
+        in_val.symlink_to(target)
+    elif link == "hard link":
+        os.link(target, in_val)
+    else:
+        (tmp_path / "val/cat").rmdir()
+        (tmp_path / "val/cat").symlink_to(tmp_path / "train/cat")
+        target, in_val = tmp_path / "train/cat/0.png", tmp_path / "val/cat/0.png"
+    with pytest.raises(DataError) as err:
+        folder_layout(tmp_path)
+    assert str(err.value) == (
+        f"{target} in train/ is {in_val} in val/ (a link or the same file): expected splits "
+        "without common images"
+    )
+
+
 # ---------------------------------------------------------------- the dataset on both layouts
 
 

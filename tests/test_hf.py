@@ -8,7 +8,9 @@ vitkit model written with ``write_hf`` must read back bit for bit and load in tr
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -16,6 +18,7 @@ import pytest
 import torch
 from torch import nn
 
+from helpers import file_size_limit
 from vitkit.config import ConfigError, ModelConfig, ResNetConfig
 from vitkit.data import Preprocess
 from vitkit.io.checkpoint import CheckpointError, load_state_dict_strict, read_safetensors
@@ -342,14 +345,39 @@ def test_write_into_existing_directory_and_refuse_a_file(tmp_path: Path) -> None
         write_hf(model, tmp_path / "file")
 
 
-def test_failed_write_leaves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    def broken(self, *args, **kwargs):
-        raise RuntimeError("disk full")
+_WRITE_PAST_THE_LIMIT = """
+import sys
+from vitkit.config import ModelConfig
+from vitkit.io.formats.hf import write_hf
+from vitkit.model import VisionTransformer
+cfg = ModelConfig(image_size=16, patch_size=4, hidden_size=64, num_layers=2, num_heads=4,
+                  mlp_dim=256, num_classes=2)
+for out in sys.argv[1:]:
+    try:
+        write_hf(VisionTransformer(cfg), out)
+    except OSError as e:
+        print(type(e).__name__, e.errno, e.filename)
+"""
 
-    monkeypatch.setattr(transformers.ViTForImageClassification, "save_pretrained", broken)
-    with pytest.raises(RuntimeError, match="disk full"):
-        write_hf(_random_vitkit(num_classes=2), tmp_path / "export")
-    assert list(tmp_path.iterdir()) == []
+
+def test_a_full_disk_leaves_nothing_and_names_the_file(tmp_path: Path) -> None:
+    """Weights written past a file size limit (EFBIG, as a full disk's ENOSPC) were safetensors'
+    SafetensorError, a traceback, after the config had been written into an existing directory.
+    They are the OSError naming the file, and neither a new directory nor an existing one gets
+    any file of the export."""
+    there = tmp_path / "there"
+    there.mkdir()
+    (there / "README.md").write_text("mine")
+    proc = subprocess.run(
+        [sys.executable, "-c", _WRITE_PAST_THE_LIMIT, str(tmp_path / "new"), str(there)],
+        capture_output=True, text=True, timeout=120, preexec_fn=file_size_limit(100_000),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == [
+        f"OSError {errno.EFBIG} {out / 'model.safetensors'}" for out in (tmp_path / "new", there)
+    ]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["there"]
+    assert [p.name for p in there.iterdir()] == ["README.md"]
 
 
 @pytest.mark.parametrize(

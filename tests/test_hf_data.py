@@ -61,6 +61,31 @@ def test_a_split_without_labels_is_left_out_with_a_warning(streaming: bool, tmp_
     assert data.test is None and len(data.train) + len(data.val) == 9
 
 
+def test_a_damaged_parquet_file_is_named_in_one_line(tmp_path: Path, caplog) -> None:
+    """A parquet file cut short in a folder (or a glob) of them was datasets'
+    DatasetGenerationError, a traceback after datasets' own log line; it is one line naming the
+    file, and datasets says nothing."""
+    from vitkit.config import DataConfig
+    from vitkit.data.sources.hf import open_hf
+
+    table = datasets.Dataset.from_dict({"image": [b"x"] * 4, "label": [0, 1, 0, 1]})
+    folder = tmp_path / "parquet"
+    folder.mkdir()
+    for k in range(2):
+        table.to_parquet(folder / f"train-{k}.parquet")
+    damaged = folder / "train-1.parquet"
+    damaged.write_bytes(damaged.read_bytes()[:-100])
+    for spec in (folder, folder / "*.parquet"):
+        with pytest.raises(DataError) as err:
+            open_hf(DataConfig(dataset=f"hf:{spec}"))
+        assert str(err.value) == (
+            f"hf:{spec} cannot be read: {damaged} is not a readable parquet file (ArrowInvalid: "
+            "Parquet magic bytes not found in footer. Either the file is corrupted or this is "
+            "not a parquet file.)"
+        )
+    assert not [r for r in caplog.records if r.name.startswith("datasets")]
+
+
 def test_columns_are_settings_and_labels_may_be_names(photos: Path, tmp_path: Path, capsys) -> None:
     """Images in 'img' and class names as text in 'y' (no ClassLabel): the classes are the names,
     sorted; eval --data reads the columns the checkpoint's run named."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import warnings
 
 import numpy as np
 import pytest
@@ -13,6 +14,7 @@ import torch
 
 from helpers import randomize, tiny
 from vitkit.config import ResNetConfig
+from vitkit.errors import UserFileError
 from vitkit.inspect import (
     attention_distance,
     attention_rollout,
@@ -22,6 +24,7 @@ from vitkit.inspect import (
     posemb_similarity,
     rollout_maps,
 )
+from vitkit.inspect.figures import plot_rollout
 from vitkit.model import VisionTransformer
 
 GRID = (4, 5)
@@ -224,6 +227,40 @@ def test_inspect_model_on_a_hybrid(tmp_path):
     pngs, page = _written_figures(tmp_path, written)
     assert pngs == {"posemb_similarity.png", "attention_distance.png", "attention_rollout.png"}
     assert page.count("Skipped") == 1  # the embedding filters: not pixel filters in a hybrid
+
+
+def test_titles_are_plain_text_whatever_a_name_holds(tmp_path):
+    """Class and file names title the rollout maps: '$...$' was parsed as mathtext (a
+    traceback on an unknown command, a RecursionError on 140 nested square roots), and a raw
+    ESC warned that its glyph is missing. Each is drawn as the text it is (a control character
+    escaped, as a terminal is shown it), without a warning."""
+    names = ["$\\notacommand$", "$" + "\\sqrt{" * 140 + "$", "$x_1$", "\x1b[31mred"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        path = plot_rollout(
+            torch.rand(4, 3, 16, 16) * 2 - 1, torch.rand(4, 2, 2), tmp_path / "r.png", titles=names
+        )
+    assert path.stat().st_size > 0
+
+
+def test_every_file_replaces_a_link_and_a_file_is_no_folder(tmp_path):
+    """``inspect --out`` wrote through symbolic links (a link named index.html overwrote its
+    target), and an --out naming a file was mkdir's FileExistsError, a traceback. Every file is
+    written beside its name and renamed over the link; a file as the folder is one line."""
+    target = tmp_path / "precious.txt"
+    target.write_text("keep")
+    out = tmp_path / "out"
+    out.mkdir()
+    linked = ["index.html", "attention_rollout.png", "attention_distance.json"]
+    for name in [*linked, "attention_rollout.npz"]:
+        (out / name).symlink_to(target)
+    images = torch.rand(2, 3, 32, 32) * 2 - 1
+    written = inspect_model(model(), images, out)
+    assert target.read_text() == "keep"
+    assert not any(p.is_symlink() for p in out.iterdir()) and set(linked) <= set(written)
+    with pytest.raises(UserFileError) as err:
+        inspect_model(model(), images, target)
+    assert str(err.value) == f"{target} is a file: expected a folder to write the figures to"
 
 
 def test_inspect_model_rejects_images_of_the_wrong_channels(tmp_path):

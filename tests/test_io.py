@@ -123,6 +123,21 @@ def test_a_full_disk_is_the_os_error_naming_the_file(tmp_path) -> None:
     assert os.listdir(tmp_path / "out") == []
 
 
+def test_a_text_file_replaces_a_link_and_a_folder_is_refused(tmp_path) -> None:
+    """``atomic_write_text`` (``fewshot --json``, inspect's pages) writes beside the name and
+    renames: a link there is replaced, its target untouched; a folder there is one line."""
+    from vitkit.errors import UserFileError
+    from vitkit.files import atomic_write_text
+
+    target, link = tmp_path / "target", tmp_path / "results.json"
+    target.write_text("keep")
+    link.symlink_to(target)
+    assert atomic_write_text(link, "{}\n") == link
+    assert (link.read_text(), link.is_symlink(), target.read_text()) == ("{}\n", False, "keep")
+    with pytest.raises(UserFileError, match=rf"^{tmp_path} is a folder: expected the name of a "):
+        atomic_write_text(tmp_path, "{}")
+
+
 def test_atomic_directory_replaces_whole_or_not_at_all(tmp_path, monkeypatch) -> None:
     from vitkit.files import atomic_directory
 
@@ -357,6 +372,34 @@ def test_a_recorded_preprocessing_size_is_checked_on_reading(tmp_path, image_siz
     if isinstance(image_size, int):
         with pytest.raises(ConfigError, match=match):
             vitkit.save(model, tmp_path / "again", preprocess=Preprocess(image_size=image_size))
+
+
+@pytest.mark.parametrize(
+    ("posemb", "image_size", "why"),
+    [
+        ("sincos2d", 10**6, "expected at most 4096 pixels a side"),
+        ("none", 2056, "expected at most 65,536 tokens, found 257 x 257 patches of 8 pixels"),
+    ],
+)
+def test_a_checkpoints_image_size_is_bounded_where_no_weight_ties_it(
+    tmp_path, posemb: str, image_size: int, why: str
+) -> None:
+    """No weight of a sin-cos (or no) posemb model ties its image size, so config.json alone
+    set it: 10^6 made ``predict`` allocate 21.8 GB, and 6,000 hung on one 20-pixel image. It
+    is refused in one line naming the checkpoint; a training run reads its own checkpoints as
+    its config.json recorded them (a run begun before the bound resumes)."""
+    from vitkit.io.checkpoint import read_our_config
+
+    vitkit.save(VisionTransformer(tiny(posemb=posemb, classifier="gap", num_layers=1)), tmp_path)
+    meta = json.loads((tmp_path / "config.json").read_text())
+    meta["model"]["image_size"] = image_size
+    (tmp_path / "config.json").write_text(json.dumps(meta))
+    with pytest.raises(CheckpointError) as err:
+        vitkit.load(tmp_path)
+    assert str(err.value) == (
+        f"{tmp_path / 'config.json'}: model.image_size={image_size} is not valid: {why}"
+    )
+    assert read_our_config(tmp_path, own_run=True)[0].image_size == image_size
 
 
 def test_missing_file_and_unknown_type(tmp_path) -> None:

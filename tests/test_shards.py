@@ -7,7 +7,10 @@ test_hf_data.py. No test touches the Hub: every dataset here is made by the test
 from __future__ import annotations
 
 import io
+import re
 import shutil
+import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -15,7 +18,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from helpers import logged_metrics, one_line_error, stopped_copy, write_tar
+from helpers import file_size_limit, logged_metrics, one_line_error, stopped_copy, write_tar
 from photos import CLASSES, SIZES, TINY, pixels, rows, same_weights, save_image
 from vitkit.cli import main
 from vitkit.config import replace
@@ -65,6 +68,37 @@ def test_pack_writes_shards_that_read_back_as_the_folder(photos: Path, shards: P
         assert _pairs(ours) == _pairs(folder)  # pixel for pixel, label for label
     grey = WebDatasetShards(shards, "val", mode="L")
     assert grey[0][0].shape == (1, 12, 14)
+
+
+def test_an_interrupted_pack_leaves_no_shard_behind(tmp_path: Path) -> None:
+    """``data pack`` stopped by a full disk (RLIMIT_FSIZE: EFBIG, as ENOSPC) left its first
+    shards in the folder, and ``wds:`` read them without a word (it trained on 15 of 24 images).
+    Now nothing of the pack is there: neither a new folder, nor a split added to a folder of
+    shards, whose own shards stay as they were."""
+    folder, out = tmp_path / "photos", tmp_path / "shards"
+    for k in range(6):
+        save_image(folder / "train" / "a" / f"{k}.png", k)
+        save_image(folder / "val" / "a" / f"{k}.png", 10 + k)
+    noise = np.random.default_rng(0).integers(0, 256, (128, 128, 3), dtype=np.uint8)
+    Image.fromarray(noise).save(folder / "val" / "a" / "big.png")  # 49 KB: past the limit
+    pack = [sys.executable, "-m", "vitkit", "data", "pack", str(folder)]
+    assert (
+        main(["data", "pack", str(folder), str(out), "--split", "train", "--shard-size", "1"]) == 0
+    )
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    for target in (out, tmp_path / "new"):
+        proc = subprocess.run(
+            [*pack, str(target), "--split", "val", "--shard-size", "1"],
+            capture_output=True, text=True, timeout=120, preexec_fn=file_size_limit(20_000),
+        )  # fmt: skip
+        assert proc.returncode == 2, proc.stderr
+        assert re.fullmatch(
+            rf"vitkit data: error: File too large: {re.escape(str(target))}/val-\d+\.tar\n",
+            proc.stderr,
+        )
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert not (tmp_path / "new").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["photos", "shards"]  # nothing hidden
 
 
 def test_a_tree_packed_as_one_split_and_keys_classes_without_a_classes_file(
@@ -352,6 +386,32 @@ def test_a_cut_shard_and_a_hostile_label_are_one_line_errors(
     table.to_parquet(tmp_path / "big-label.parquet")
     with pytest.raises(DataError, match=r"train split holds the label 1000000000000: expected"):
         open_hf(DataConfig(dataset=f"hf:{tmp_path / 'big-label.parquet'}"))
+
+
+@pytest.mark.parametrize("kind", [tarfile.XHDTYPE, tarfile.GNUTYPE_LONGNAME], ids=["pax", "gnu"])
+def test_an_extended_header_claiming_a_terabyte_is_a_corrupt_shard(
+    tmp_path: Path, kind: bytes
+) -> None:
+    """tarfile reads a pax or GNU long-name header whole, at the size it claims: a shard
+    claiming gigabytes was read into memory (and the line said to raise the memory). One above
+    MAX_EXTENDED_HEADER is refused before it is read; a real one (a long name) reads."""
+    from vitkit.data.sources.shards import index_shard
+
+    key = "k" * 150  # beyond ustar's 100 characters: written with a pax header
+    named = write_tar(tmp_path / "long" / "train-0.tar", {f"{key}.png": b"x", f"{key}.cls": b"0"})
+    assert index_shard(named).keys == (key,)
+
+    header = tarfile.TarInfo("././@PaxHeader" if kind == tarfile.XHDTYPE else "././@LongLink")
+    header.type, header.size = kind, 2**40
+    hostile = tmp_path / "hostile" / "train-0.tar"
+    hostile.parent.mkdir()
+    hostile.write_bytes(header.tobuf(format=tarfile.GNU_FORMAT) + named.read_bytes())
+    with pytest.raises(DataError) as err:
+        WebDatasetShards(hostile.parent, "train", verify="none")
+    assert str(err.value) == (
+        f"shard {hostile} is corrupt: an extended header (pax or GNU long name) at byte 0 claims "
+        "1,099,511,627,776 bytes, expected at most 1,048,576: copy it again or pack it again"
+    )
 
 
 def test_class_names_longer_than_a_thousand_characters_are_refused(

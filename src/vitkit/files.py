@@ -3,8 +3,8 @@ directories written atomically, and an exclusive lock between processes.
 
 Below both ``data`` and ``io`` (it imports only ``errors``): ``data`` caches its verifications
 and writes shards with these, ``io`` its checkpoints and downloads, ``train`` its run directories.
-``home()`` is the cache folder (``weights/``, ``verified/``); ``atomic_write`` and
-``atomic_directory`` rename a finished temporary sibling into place, so a reader (or a process
+``home()`` is the cache folder (``weights/``, ``verified/``); ``atomic_write``,
+``atomic_directory`` and ``atomic_files`` rename a finished temporary sibling into place, so a reader (or a process
 killed at any moment) finds the old one whole or the new one whole; ``exclusive`` is a ``flock``
 processes take in turns; ``read_regular`` reads a regular file of bounded size only (a dataset
 may name a FIFO, a device or ``/dev/zero``); ``DISK_ERRNOS`` are the errors that mean the disk
@@ -84,6 +84,16 @@ def atomic_write(path: Path, write: Callable[[Path], object]) -> None:
         raise
 
 
+def atomic_write_text(path: Path, text: str) -> Path:
+    """``text`` (UTF-8) as the file ``path``, through ``atomic_write``: a symbolic link there is
+    replaced, never written through (a link named ``index.html`` overwrote its target); a folder
+    there is a ``UserFileError`` (``IsADirectoryError`` was a traceback)."""
+    if path.is_dir():
+        raise UserFileError(f"{path} is a folder: expected the name of a file to write")
+    atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+    return path
+
+
 @contextmanager
 def exclusive(path: Path, waiting: str) -> Iterator[None]:
     """An exclusive ``flock`` on the file ``path`` (created if missing) for the block, so that
@@ -109,6 +119,47 @@ def exclusive(path: Path, waiting: str) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+@contextmanager
+def atomic_files(directory: Path) -> Iterator[Path]:
+    """A hidden folder to write new files of ``directory`` in; when the block ends without error
+    they join it: the folder becomes ``directory`` by one rename where it does not exist, else
+    each file is renamed into it (an error midway moves back the new ones moved, a file that
+    replaced one stays). A reader (or a process killed at any moment) finds none of them or all
+    of them, except in the instant of those renames. A failed write (a full disk) is the
+    ``OSError`` naming the file's place in ``directory``, the name the user knows. The folder is
+    deleted on error; one a killed process left is hidden (a leading dot)."""
+    if directory.exists() and not directory.is_dir():
+        raise UserFileError(f"{directory} exists and is not a directory")
+    tag = uuid.uuid4().hex[:8]
+    exists = directory.is_dir()
+    # inside an existing directory (whose parent we may not write), beside a new one
+    tmp = (
+        directory / f".tmp-{tag}" if exists else directory.with_name(f".tmp-{directory.name}-{tag}")
+    )
+    tmp.mkdir(parents=True)
+    try:
+        yield tmp
+        if not exists:
+            os.replace(tmp, directory)
+            return
+        moved: list[str] = []
+        try:
+            for name in sorted(os.listdir(tmp)):
+                new = not os.path.lexists(directory / name)
+                os.replace(tmp / name, directory / name)
+                moved += [name] if new else []
+        except BaseException:
+            for name in moved:
+                os.replace(directory / name, tmp / name)
+            raise
+    except OSError as e:
+        if e.filename is None or Path(e.filename).parent != tmp:
+            raise
+        raise OSError(e.errno, e.strerror, str(directory / Path(e.filename).name)) from None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 @contextmanager

@@ -18,6 +18,7 @@ from .keys import (
     describe,
     fields_of,
     hints,
+    qualified,
     shown,
     spec_of,
     split_annotated,
@@ -88,17 +89,33 @@ def recorded_as(cls: type, recorded: Mapping[str, Any] | None) -> Any | None:
 
 
 def check_new(cfg: Any, recorded: Mapping[str, Any] | None) -> None:
-    """The bounds a new run keeps (``Key.new_le``, ``Kind.why_not_new``): a ``ConfigError``
+    """The bounds a new run keeps (``Key.new_le``, ``Kind.why_not_new``, a section's
+    ``why_not_new`` across its fields), and a checkpoint's model when read: a ``ConfigError``
     naming the first key of ``cfg`` beyond one, unless ``recorded`` (its run directory's
     config.json, as read) holds the same value, so that a run started before the bound existed
     continues as it began."""
     old = recorded_as(type(cfg), recorded)
-    for dotted, value, hint, spec in _leaves(cfg):
-        if old is not None and _value_at(old, dotted) == value:
+    bounds = [(d, v, _why_not_new(h, s, v)) for d, v, h, s in _leaves(cfg)]
+    for prefix, section in _sections(cfg):
+        across = section.why_not_new()
+        if across is not None:
+            name, why = across
+            bounds.append((prefix + name, getattr(section, name), why))
+    for dotted, value, why in bounds:
+        if why is None or (old is not None and _value_at(old, dotted) == value):
             continue
-        why = _why_not_new(hint, spec, value)
-        if why is not None:
-            raise ConfigError(f"{dotted}={shown(repr(value))} is not valid: {why}")
+        # a section checked alone (a checkpoint's model) is named by its SECTION
+        raise ConfigError(f"{qualified(cfg, dotted)}={shown(repr(value))} is not valid: {why}")
+
+
+def _sections(cfg: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    """(dotted prefix, section) of ``cfg`` and of every section below it."""
+    out = [(prefix, cfg)]
+    for f in fields_of(type(cfg)):
+        value = getattr(cfg, f.name)
+        if dataclasses.is_dataclass(value):
+            out += _sections(value, f"{prefix}{f.name}.")
+    return out
 
 
 def _leaves(cfg: Any, prefix: str = "") -> list[tuple[str, Any, Any, Key | None]]:

@@ -151,6 +151,12 @@ class Section:
             )
             object.__setattr__(self, f.name, value)  # frozen: normalised (lists become tuples)
 
+    def why_not_new(self) -> tuple[str, str] | None:
+        """A bound across this section's fields that a new run keeps (one field's alone is
+        ``Key.new_le``), checked by ``check_new``: the field it names and why its value may not
+        be; None where it may."""
+        return None
+
     def to_dict(self) -> dict[str, Any]:
         return to_dict(self)
 

@@ -95,6 +95,14 @@ class ResNetConfig(Section):
         return self.width * 2 ** (len(self.num_layers) - 1) * 4
 
 
+# The largest model a new run or a checkpoint read may hold (``ModelConfig.why_not_new``): 4096
+# pixels a side and 256 x 256 tokens (a /16 model at 4096 px). Where no weight ties the image size
+# (posemb none or sincos2d, the ResNet baseline) a checkpoint's config.json alone set it: 10^6
+# made predict allocate 21.8 GB, 6,000 hung on one 20-pixel image (issue 43). A run recorded
+# beyond them resumes as it began (config/dicts.py ``check_new``).
+MAX_IMAGE_SIDE, MAX_TOKENS = 4096, 256 * 256
+
+
 @dataclass(frozen=True, kw_only=True)
 class ModelConfig(Section):
     """A Vision Transformer, pure or hybrid [P §3.1, Table 1; DESIGN.md "Configuration"].
@@ -114,7 +122,8 @@ class ModelConfig(Section):
 
     image_size: ImageSize = key(
         doc="input resolution: S for S x S images, or (height, width); each side a multiple of "
-        "the patch stride",
+        f"the patch stride; a new run's (and a checkpoint's) at most {MAX_IMAGE_SIDE} a side and "
+        f"{MAX_TOKENS:,} tokens",
         ge=1,
     )
     patch_size: int = key(
@@ -197,6 +206,19 @@ class ModelConfig(Section):
             + (" x ResNet stride" if self.resnet else "")
             + ")",
         )
+
+    def why_not_new(self) -> tuple[str, str] | None:
+        """``image_size`` beyond ``MAX_IMAGE_SIDE`` a side, or a ViT's beyond ``MAX_TOKENS``
+        patches: the memory and time a model of it takes grow with the pixels and the tokens."""
+        if max(self.image_hw) > MAX_IMAGE_SIDE:
+            return "image_size", f"expected at most {MAX_IMAGE_SIDE} pixels a side"
+        gh, gw = self.grid
+        if self.arch == "vit" and gh * gw > MAX_TOKENS:
+            return "image_size", (
+                f"expected at most {MAX_TOKENS:,} tokens, found {gh} x {gw} patches of "
+                f"{self.total_stride} pixels"
+            )
+        return None
 
     @property
     def total_stride(self) -> int:

@@ -18,11 +18,15 @@ import torch.nn.functional as F
 from matplotlib.figure import Figure
 from torch import Tensor
 
+from ..data.sources.cells import printable
+from ..files import atomic_write
+
 
 def _save(fig: Figure, path: str | os.PathLike) -> Path:
+    """``fig`` as the PNG ``path``, written beside it and renamed (``atomic_write``): a link
+    there is replaced, never written through."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100, bbox_inches="tight")
+    atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=100, bbox_inches="tight"))
     return path
 
 
@@ -143,6 +147,9 @@ def plot_rollout(
         ax_input.imshow(picture, **style)
         ax_map.imshow(picture, **style)
         ax_map.imshow(up[b].numpy(), cmap="jet", alpha=0.5, vmin=0, vmax=float(up[b].max()))
-        ax_input.set_title(titles[b] if titles else f"image {b}", fontsize=8)
+        # a class or file name is plain text: matplotlib would parse '$...$' as mathtext (a
+        # traceback, or a RecursionError on 140 nested \sqrt{) and warn of a raw ESC's glyph
+        title = printable(titles[b]) if titles else f"image {b}"
+        ax_input.set_title(title, fontsize=8, parse_math=False)
         ax_map.set_title("attention rollout", fontsize=8)
     return _save(fig, path)

@@ -11,13 +11,14 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from ..errors import ConfigError
+from ..errors import ConfigError, UserFileError
+from ..files import atomic_write, atomic_write_text
 from ..model import VisionTransformer
 from .attention import attention_distance, attention_rollout, collect_attention, rollout_maps
 from .figures import plot_attention_distance, plot_filters, plot_posemb_similarity, plot_rollout
@@ -64,7 +65,19 @@ def _write_html(path: Path, heading: str, sections: list[_Section]) -> Path:
             parts.append(f'<img src="{html.escape(s.png)}" alt="{html.escape(s.title)}">')
         parts.append(f"<figcaption>{html.escape(s.caption)}</figcaption></figure>")
     parts.append("</body></html>")
-    path.write_text("\n".join(parts) + "\n")
+    return atomic_write_text(path, "\n".join(parts) + "\n")
+
+
+def _savez(path: Path, **arrays: np.ndarray) -> Path:
+    """``np.savez`` through ``atomic_write`` (a link at ``path`` replaced, never written
+    through)."""
+
+    def write(tmp: Path) -> None:
+        with open(tmp, "wb") as f:  # a file object: np.savez would add .npz to the name
+            # Any: mypy cannot tell that no key is np.savez's allow_pickle (a bool)
+            np.savez(f, **cast(dict[str, Any], arrays))
+
+    atomic_write(path, write)
     return path
 
 
@@ -102,6 +115,8 @@ def inspect_model(
     if titles is not None and len(titles) < num_maps:
         raise ConfigError(f"{len(titles)} titles for {num_maps} attention maps")
     out = Path(out_dir)
+    if out.exists() and not out.is_dir():  # mkdir's FileExistsError was a traceback
+        raise UserFileError(f"{out} is a file: expected a folder to write the figures to")
     out.mkdir(parents=True, exist_ok=True)
     grid = model.patch_embed.grid(images.shape[-2], images.shape[-1])
     prefix = cfg.num_prefix_tokens
@@ -116,9 +131,7 @@ def inspect_model(
     if cfg.resnet is None:
         filters = embedding_filters(model)
         k, C, P, _ = filters["components"].shape
-        # Any: mypy cannot tell that no key is np.savez's allow_pickle (a bool)
-        arrays: dict[str, Any] = {n: t.numpy() for n, t in filters.items()}
-        np.savez(out / "embedding_filters.npz", **arrays)
+        _savez(out / "embedding_filters.npz", **{n: t.numpy() for n, t in filters.items()})
         keep(out / "embedding_filters.npz")
         keep(
             plot_filters(
@@ -149,7 +162,7 @@ def inspect_model(
     title = "Position embedding similarity"
     if cfg.posemb != "none":
         similarity = posemb_similarity(model)
-        np.savez(out / "posemb_similarity.npz", similarity=similarity.numpy())
+        _savez(out / "posemb_similarity.npz", similarity=similarity.numpy())
         keep(out / "posemb_similarity.npz")
         keep(plot_posemb_similarity(similarity, out / "posemb_similarity.png"))
         gh, gw = cfg.grid
@@ -188,7 +201,7 @@ def inspect_model(
         "pixels_per_patch": cfg.total_stride,
         "class_token": "left out; patch-to-patch weights renormalised to sum to 1",
     }
-    (out / "attention_distance.json").write_text(json.dumps(data, indent=1) + "\n")
+    atomic_write_text(out / "attention_distance.json", json.dumps(data, indent=1) + "\n")
     keep(out / "attention_distance.json")
     keep(plot_attention_distance(distance, out / "attention_distance.png"))
     caption = (
@@ -203,7 +216,7 @@ def inspect_model(
 
     raw = rollout_maps(rollout, grid=grid, num_prefix=prefix, normalize=False)  # (n, gh, gw)
     maps = raw / raw.amax(dim=(1, 2), keepdim=True).clamp_min(1e-12)  # max 1 per map
-    np.savez(out / "attention_rollout.npz", maps=maps.numpy(), raw=raw.numpy())
+    _savez(out / "attention_rollout.npz", maps=maps.numpy(), raw=raw.numpy())
     keep(out / "attention_rollout.npz")
     keep(
         plot_rollout(

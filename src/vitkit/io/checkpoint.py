@@ -28,6 +28,7 @@ import torch
 from torch import Tensor, nn
 
 from ..config import ConfigError, ModelConfig
+from ..config.dicts import check_new
 from ..errors import CheckpointError, MissingFileError, UserFileError
 from ..files import atomic_write
 from ..model import ResNetClassifier, VisionTransformer, build_model
@@ -42,6 +43,15 @@ FORMAT_VERSION = 1
 WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
 LISTED = 10  # names of each kind a mismatch lists; the rest are counted
+
+
+def bounded(cfg: ModelConfig) -> ModelConfig:
+    """``cfg``, a checkpoint's model, if it keeps a new run's bounds (``check_new``); a
+    ``ConfigError`` naming the key otherwise, which each format's reader names the file in.
+    Nothing of a size a checkpoint claims is allocated before this, in every format: where no
+    weight ties ``image_size`` (posemb none or sincos2d) config.json alone decides it."""
+    check_new(cfg, None)
+    return cfg
 
 
 def _exists(path: Path) -> Path:
@@ -246,11 +256,17 @@ def save_safetensors(tensors: Mapping[str, Tensor], path: Path) -> None:
     try:
         save_file(dict(tensors), str(path), metadata={"format": "pt"})
     except SafetensorError as e:
-        found = re.search(r"\(os error (\d+)\)", str(e))  # Rust's io::Error: "... (os error 28)"
-        if found is None:
-            raise
-        code = int(found[1])
-        raise OSError(code, os.strerror(code), str(path)) from None
+        raise safetensors_os_error(e, path) from None
+
+
+def safetensors_os_error(e: Exception, path: Path) -> Exception:
+    """The ``OSError`` naming ``path`` that safetensors' ``SafetensorError`` ``e`` of a failed
+    write (a full disk) names by its errno only in its text; ``e`` itself otherwise."""
+    found = re.search(r"\(os error (\d+)\)", str(e))  # Rust's io::Error: "... (os error 28)"
+    if found is None:
+        return e
+    code = int(found[1])
+    return OSError(code, os.strerror(code), str(path))
 
 
 def save_torch(obj: Any, path: Path) -> None:
@@ -304,17 +320,20 @@ def is_ours(directory: Path) -> bool:
 
 
 def read_ours(
-    directory: str | os.PathLike,
+    directory: str | os.PathLike, *, own_run: bool = False
 ) -> tuple[ModelConfig, dict[str, Tensor], WeightsMeta]:
     """Config, weights and what travels with them (``metadata.WeightsMeta``, checked against the
-    model) of a checkpoint in our format."""
-    cfg, recorded = read_our_config(directory)
+    model) of a checkpoint in our format; ``own_run``: ``read_our_config``'s."""
+    cfg, recorded = read_our_config(directory, own_run=own_run)
     return cfg, read_safetensors(Path(directory) / WEIGHTS_FILE), recorded
 
 
-def read_our_config(directory: str | os.PathLike) -> tuple[ModelConfig, WeightsMeta]:
+def read_our_config(
+    directory: str | os.PathLike, *, own_run: bool = False
+) -> tuple[ModelConfig, WeightsMeta]:
     """``read_ours`` without the weights (config.json alone): what a caller checks before it
-    reads them, once."""
+    reads them, once. Its model is held to a new run's bounds (``bounded``) unless ``own_run``:
+    a training run reads its own checkpoints as its config.json recorded them."""
     from .metadata import WeightsMeta
 
     directory = _exists(Path(directory))
@@ -329,6 +348,8 @@ def read_our_config(directory: str | os.PathLike) -> tuple[ModelConfig, WeightsM
         )
     try:
         cfg = ModelConfig.from_dict(meta.get("model", {}))
+        if not own_run:
+            bounded(cfg)
     except ConfigError as e:
         raise CheckpointError(f"{directory / CONFIG_FILE}: {e}") from None
     return cfg, WeightsMeta.from_dict(

@@ -56,7 +56,7 @@ class CpuFeatures:
 def cpu_features() -> CpuFeatures:
     """This machine's CPU as PyTorch reports it (``torch.cpu.get_capabilities``, or its older
     probes), unless ``VITKIT_CPU_BF16`` stands in for it."""
-    override = os.environ.get(CPU_ENV)
+    override = os.environ.get(CPU_ENV) or None  # empty is unset, as VITKIT_HOME= is
     if override is not None:
         if override not in _OVERRIDES:
             raise ConfigError(f"{CPU_ENV}={override!r}: expected one of {', '.join(_OVERRIDES)}")

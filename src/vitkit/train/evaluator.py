@@ -126,7 +126,7 @@ class Evaluator:
         from ..io.checkpoint import load_state_dict_strict, read_ours
 
         distributed.barrier()
-        _, weights, _ = read_ours(self.run_dir / "best")
+        _, weights, _ = read_ours(self.run_dir / "best", own_run=True)
         model = build_model(self.run.model)
         load_state_dict_strict(model, weights, source=str(self.run_dir / "best"))
         return model.to(device).eval()

@@ -249,7 +249,7 @@ def _on_cpu(value: Any) -> Any:
 def load_checkpoint(path: Path, cfg: ModelConfig) -> tuple[dict[str, Tensor], TrainState]:
     """The model weights and the training state of checkpoint ``path``, whose model must be
     ``cfg``. The caller loads them (into a sharded model or not)."""
-    saved, weights, _ = read_ours(path)
+    saved, weights, _ = read_ours(path, own_run=True)
     if saved != cfg:
         raise CheckpointError(f"{path} holds a different model than this run's config")
     state = TrainState.read(path / STATE_FILE)
@@ -268,7 +268,7 @@ def training_checkpoint(path: str | Path, config: dict[str, Any]) -> Path:
             f"(RUN_DIR/{CHECKPOINTS}/step_N, with {STATE_FILE}); best/ holds weights only, "
             "use --init-from to start from them"
         )
-    _, meta = read_our_config(path)  # its weights are read once, when the run resumes
+    _, meta = read_our_config(path, own_run=True)  # its weights are read once, at the resume
     _exists(path / WEIGHTS_FILE)
     if meta.run is None:
         raise CheckpointError(f"{path} records no run config: it cannot be continued exactly")

@@ -58,6 +58,13 @@ def shown(text: str, limit: int = _SHOWN) -> str:
     return repr(text)
 
 
+def printable(text: str) -> str:
+    """``text`` (a name from a file) as a terminal or a figure may show it: its non-printable
+    characters escaped as Python writes them (a newline as ``\\n``, an escape sequence's
+    ``\\x1b``, U+202E, which turns the rest of a line around, as ``\\u202e``)."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def read_image_file(path: str | os.PathLike, max_bytes: int) -> bytes:
     """The encoded image in the file ``path``: a regular file of at most ``max_bytes``
     (``data.max_image_bytes``), else an ``OSError`` saying which (``TooLargeError`` for a larger

@@ -5,7 +5,8 @@ The layout of ImageNet-style releases and torchvision's ``ImageFolder``: one fol
 (sorted names give the label order, or sorted numbers when every name is a number:
 ``cells.class_order``), images anywhere below it with a suffix of ``IMAGE_SUFFIXES`` in any case.
 Hidden files and folders (``.DS_Store``, macOS ``._x.jpg``) are ignored; links are followed, as
-``ImageFolder`` follows them. ``folder_layout`` tells the two layouts apart without opening an
+``ImageFolder`` follows them, but a folder reached again (a loop) is skipped with a warning and
+one file in two splits is an error. ``folder_layout`` tells the two layouts apart without opening an
 image. A folder is one source (``FolderSource``) of ``decoded.DecodedImages``: its faults (a
 dangling link, no read permission, an empty file, a FIFO named like an image, a file larger than
 ``data.max_image_bytes``) are unreadable images, skipped and named by verification, never a
@@ -16,6 +17,7 @@ every split once, before the processes of a job join their group.
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,16 +58,68 @@ def _class_folders(folder: Path) -> list[str]:
     return class_order(_subfolders(folder))
 
 
-def _walk_images(folder: Path) -> Iterator[tuple[str, str]]:
-    for dirpath, dirnames, filenames in os.walk(folder, followlinks=True):
-        dirnames[:] = [d for d in dirnames if _visible(d)]
-        yield from ((dirpath, f) for f in filenames if _is_image(f))
+FileId = tuple[int, int]  # (st_dev, st_ino): one file or folder, whatever path reaches it
+
+
+def _walk_images(folder: Path) -> Iterator[tuple[str, str, FileId | None]]:
+    """(folder, name, ``FileId``; None for a dangling link) of every image below ``folder``.
+
+    Links are followed (a linked class folder is a normal layout), but a folder reached again
+    (by ``FileId``) is skipped with a warning naming it: ``os.walk(followlinks=True)`` followed
+    ``ln -s . digit_0/self`` 40 levels deep (516 images listed for 36, copies of training images
+    in the holdout) and two such loops hung on 2^40 paths. As ``os.walk``, an unreadable folder
+    is left out."""
+    try:
+        top = os.stat(folder)
+    except OSError:
+        return
+    listed = {(top.st_dev, top.st_ino): str(folder)}
+    stack = [(str(folder), top.st_dev)]
+    while stack:
+        dirpath, dev = stack.pop()
+        try:
+            with os.scandir(dirpath) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError:
+            continue
+        for entry in entries:
+            if not _visible(entry.name):
+                continue
+            if entry.is_dir():  # through a link too
+                try:
+                    st = entry.stat()
+                except OSError:
+                    continue
+                first = listed.setdefault((st.st_dev, st.st_ino), entry.path)
+                if first != entry.path:
+                    warnings.warn(
+                        f"skipping {entry.path}: it is {first}, a folder already listed (a link "
+                        "back into the folder would list its images again)",
+                        stacklevel=2,
+                    )
+                    continue
+                stack.append((entry.path, st.st_dev))
+            elif _is_image(entry.name):
+                yield dirpath, entry.name, _file_id(entry, dev)
+
+
+def _file_id(entry: os.DirEntry[str], dev: int) -> FileId | None:
+    """``entry``'s ``FileId``: a plain file's from its folder's listing (no stat call), a
+    link's from its target (None when dangling: an unreadable image, named when verified)."""
+    if not entry.is_symlink():
+        return dev, entry.inode()
+    try:
+        st = entry.stat()
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
 
 
 def image_files(folder: Path) -> list[Path]:
     """Every image file below ``folder``, recursively and sorted (path by path); hidden files and
-    folders (a leading dot: .DS_Store, macOS ._x.jpg shadows) are skipped."""
-    return sorted(Path(dirpath, f) for dirpath, f in _walk_images(folder))
+    folders (a leading dot: .DS_Store, macOS ._x.jpg shadows) are skipped, and so is a folder
+    reached again through a link (``_walk_images``)."""
+    return sorted(Path(dirpath, f) for dirpath, f, _ in _walk_images(folder))
 
 
 def _no_images_error(class_dir: Path) -> DataError:
@@ -168,8 +222,9 @@ def folder_layout(root: str | os.PathLike) -> FolderLayout:
     the split-named folders looks like a split (folders inside, no image directly: a class 'train'
     of images beside 'bus' and 'car'), and an error otherwise (``train/`` beside ``logs/``). A
     folder with no subfolder is an error. Class folders of val/test must equal train's, also for a
-    val/ or test/ folder given directly beside a train/ folder. Counts are of image files, before
-    ``ImageFolderDataset`` verifies them.
+    val/ or test/ folder given directly beside a train/ folder, and no file may be in two splits
+    (through a link or a hard link). Counts are of image files, before ``ImageFolderDataset``
+    verifies them.
     """
     root = Path(root)
     names = _split_names(root)
@@ -177,7 +232,11 @@ def folder_layout(root: str | os.PathLike) -> FolderLayout:
     splits: dict[str | None, Path] = {k: root if k is None else root / k for k in keys}
     counts: dict[str | None, int] = {}
     classes: list[str] = []
-    for key, split_dir in splits.items():
+    # a file of val or test (by FileId, through links and hard links) -> its split and path:
+    # held out of train, and val out of test, or scores measure memorised images. Train is
+    # listed last, so only the smaller splits are held in memory.
+    held: dict[FileId, tuple[str | None, str]] = {}
+    for key, split_dir in sorted(splits.items(), key=lambda item: item[0] == "train"):
         found = _class_folders(split_dir)
         if not found:
             raise DataError(f"{split_dir} holds no class folders, expected <class>/<image>")
@@ -186,7 +245,20 @@ def folder_layout(root: str | os.PathLike) -> FolderLayout:
             classes = found
         counts[key] = 0
         for name in found:
-            n = sum(1 for _ in _walk_images(split_dir / name))
+            n = 0
+            for dirpath, file, file_id in _walk_images(split_dir / name):
+                n += 1
+                if file_id is None or len(splits) == 1:
+                    continue
+                path = os.path.join(dirpath, file)
+                split, first = held.get(file_id, (key, path))
+                if split != key:
+                    raise DataError(
+                        f"{path} in {key}/ is {first} in {split}/ (a link or the same file): "
+                        "expected splits without common images"
+                    )
+                if key != "train":
+                    held.setdefault(file_id, (key, path))
             if n == 0:
                 raise _no_images_error(split_dir / name)
             counts[key] += n

@@ -20,9 +20,11 @@ import dataclasses
 import functools
 import glob
 import hashlib
+import logging
 import os
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -156,6 +158,36 @@ def _load(path: str, datasets: Any) -> Any:
     return datasets.load_dataset("parquet", data_files=_files(path), split="train")
 
 
+@contextmanager
+def _quiet() -> Iterator[None]:
+    """``datasets``' logger silent for the block: what it logs of a file it cannot read
+    ("Failed to read file ...") came before the one line vitkit says of it."""
+    logger = logging.getLogger("datasets")  # the library's root logger: all of its modules
+    level = logger.level
+    logger.setLevel(logging.CRITICAL + 1)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def _damaged_parquet(path: str) -> str | None:
+    """The first parquet file of a local ``hf:path`` whose footer pyarrow cannot read, and why:
+    ``datasets``' ``DatasetGenerationError`` names no file."""
+    import pyarrow.parquet as pq
+
+    if not hf_is_local(path):
+        return None
+    local = Path(path).expanduser()
+    files = sorted(map(str, local.rglob("*.parquet"))) if local.is_dir() else _files(path)
+    for file in files:
+        try:
+            pq.read_metadata(file)
+        except (OSError, ValueError) as e:  # pyarrow's ArrowInvalid is a ValueError
+            return f"{file} is not a readable parquet file ({_first_line(e)})"
+    return None
+
+
 def _files(pattern: str) -> list[str]:
     """The parquet files of a file or glob, sorted; an error when there are none."""
     found = sorted(glob.glob(os.path.expanduser(pattern)))
@@ -229,14 +261,18 @@ def open_hf(cfg: DataConfig) -> HFSource:
     spec = f"hf:{path}"
     cells = _cell_reader(path, cfg)
     try:
-        if cfg.streaming:
-            found = _open_stream(path, spec, datasets, image_column, label_column, cells)
-            return dataclasses.replace(found, max_pixels=cfg.max_image_pixels)
-        loaded = _load(path, datasets)
+        with _quiet():
+            if cfg.streaming:
+                found = _open_stream(path, spec, datasets, image_column, label_column, cells)
+                return dataclasses.replace(found, max_pixels=cfg.max_image_pixels)
+            loaded = _load(path, datasets)
     except VitkitError:
         raise
     except (OSError, ValueError) as e:  # the Hub's, a file's, datasets' own
         raise DataError(f"{spec} cannot be read: {_first_line(e)}") from None
+    except datasets.exceptions.DatasetGenerationError as e:  # a file of a folder or a glob
+        why = _damaged_parquet(path) or _first_line(e.__cause__ or e)
+        raise DataError(f"{spec} cannot be read: {why}") from None
     named = isinstance(loaded, Mapping)
     tables = _by_vitkit_split(loaded if named else {"train": loaded}, spec)
     for split, table in tables.items():

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ...errors import ConfigError, DataError, MissingFileError
-from ...files import TooLargeError, atomic_write
+from ...files import TooLargeError, atomic_files, atomic_write
 from ..decoded import MAX_BAD_FRACTION, DecodedImages, Reading, ReadOptions
 from .cells import label_from_text, long_class_name, read_image_file, too_large
 from .contract import SourceState
@@ -130,6 +130,27 @@ def index_shard(path: Path) -> ShardIndex:
     return _index_shard(str(path), stat.st_size, stat.st_mtime_ns)
 
 
+# The most a tar member's extended header (pax, or GNU's long name or link) may hold: a path of
+# PATH_MAX and a few attributes take a few KB. tarfile reads the size a header claims in one
+# read, so a shard claiming gigabytes was read whole into memory.
+MAX_EXTENDED_HEADER = 2**20
+_EXTENDED = (tarfile.XHDTYPE, tarfile.XGLTYPE, tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK)
+
+
+class _HugeHeaderError(Exception):
+    """A member's extended header claims more than ``MAX_EXTENDED_HEADER`` bytes."""
+
+
+class _BoundedTarInfo(tarfile.TarInfo):
+    """tarfile's member, refusing an extended header above ``MAX_EXTENDED_HEADER`` before
+    tarfile reads it (``_proc_member`` reads it, and the headers after it are this class's)."""
+
+    def _proc_member(self, tarfile: tarfile.TarFile) -> tarfile.TarInfo:
+        if self.type in _EXTENDED and self.size > MAX_EXTENDED_HEADER:
+            raise _HugeHeaderError(f"at byte {self.offset:,} claims {self.size:,} bytes")
+        return super()._proc_member(tarfile)  # type: ignore[misc]  # tarfile's own, untyped
+
+
 # Our own index on tarfile, no library: the loader needs sample i of a shard, not the next sample
 # of a stream. tarfile lists every member with its data's offset, so sample i is one seek and one
 # read (hence uncompressed tars only). webdataset's WebDataset is a stream (a resumed run would see
@@ -143,7 +164,10 @@ def _index_shard(path: str, size: int, mtime_ns: int) -> ShardIndex:
     labels: dict[str, int] = {}
     end = 0  # where the last member's data ends, in 512-byte blocks
     try:
-        with open(path, "rb") as f, tarfile.open(fileobj=f, mode="r:") as tar:
+        with (
+            open(path, "rb") as f,
+            tarfile.open(fileobj=f, mode="r:", tarinfo=_BoundedTarInfo) as tar,
+        ):
             for member in tar:
                 end = member.offset_data + -(-member.size // tarfile.BLOCKSIZE) * tarfile.BLOCKSIZE
                 if not member.isfile():
@@ -162,6 +186,11 @@ def _index_shard(path: str, size: int, mtime_ns: int) -> ShardIndex:
                 f"shard {path} is truncated: its {size:,} bytes end without tar's end-of-archive "
                 "marker after the last whole member (an interrupted copy?): copy it again"
             )
+    except _HugeHeaderError as e:
+        raise DataError(
+            f"shard {path} is corrupt: an extended header (pax or GNU long name) {e}, expected "
+            f"at most {MAX_EXTENDED_HEADER:,}: copy it again or pack it again"
+        ) from None
     except tarfile.TarError as e:
         raise DataError(
             f"shard {path} is not a readable uncompressed tar file ({e}): expected a .tar "
@@ -389,8 +418,9 @@ def pack_folder(
     Samples are written in a seeded random order (``seed``), so that every shard mixes the
     classes for a reader that streams them; keys are the sample's position in that order, eight
     digits, so they are unique and sorted in every shard. Images are stored as their files' bytes
-    (not re-encoded), ``KEY.<suffix>`` beside ``KEY.cls``. Each shard is written beside its name
-    and renamed, so a shard that exists is whole; ``out`` must hold no shard of a split written.
+    (not re-encoded), ``KEY.<suffix>`` beside ``KEY.cls``. ``out`` must hold no shard of a split
+    written. Everything is written into a hidden folder that joins ``out`` once whole
+    (``files.atomic_files``), so ``wds:out`` never reads what an interrupted pack left.
     """
     if not isinstance(shard_size, int) or shard_size < 1:
         raise ConfigError(f"--shard-size {shard_size!r}: expected a number of images >= 1")
@@ -432,12 +462,30 @@ def pack_folder(
             f"{classes_file} lists other classes than {layout.root}'s: expected a folder of "
             "shards of the same classes, or a new one"
         )
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write(classes_file, lambda tmp: tmp.write_text(listing, encoding="utf-8"))
+    # an interrupted pack left its first shards in out, and wds: read them without a word (15
+    # of 24 images, no test split): they join out once all are written
+    with atomic_files(out) as staging:
+        atomic_write(staging / CLASS_FILES[0], lambda tmp: tmp.write_text(listing, "utf-8"))
+        written, skipped = _pack_splits(
+            layout.root, sources, staging, shard_size, seed, max_bad_fraction
+        )
+    return [Packed(out / p.path.name, p.split, p.samples) for p in written], skipped
+
+
+def _pack_splits(
+    root: Path,
+    sources: Mapping[str, str | None],
+    out: Path,
+    shard_size: int,
+    seed: int,
+    max_bad_fraction: float,
+) -> tuple[list[Packed], list[tuple[str, str]]]:
+    """``pack_folder``'s shards of each split of ``sources`` (a split -> its folder's split
+    name), written into ``out``."""
     written: list[Packed] = []
     skipped: list[tuple[str, str]] = []
     for split, split_dir in sources.items():
-        images = ImageFolderDataset(layout.root, split_dir, max_bad_fraction=max_bad_fraction)
+        images = ImageFolderDataset(root, split_dir, max_bad_fraction=max_bad_fraction)
         skipped += images.skipped
         samples = images.samples  # built once: a list of every (file, label)
         order = np.random.default_rng(seed).permutation(len(samples))

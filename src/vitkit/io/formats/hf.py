@@ -31,17 +31,19 @@ from torch import Tensor, nn
 
 from ...config import ConfigError, ModelConfig
 from ...data.transforms import Preprocess
-from ...errors import MissingExtraError, MissingFileError, UserFileError
-from ...files import atomic_directory
+from ...errors import MissingExtraError, MissingFileError
+from ...files import atomic_files
 from ...model import VisionTransformer
 from ..checkpoint import (
     CheckpointError,
+    bounded,
     check_depth,
     check_state_dict,
     load_state_dict_strict,
     read_json,
     read_safetensors,
     read_torch,
+    safetensors_os_error,
 )
 from ..metadata import WeightsMeta, checked_metadata, fitted_preprocess
 from .hf_processor import PROCESSOR_FILE, processor_config, read_preprocess
@@ -212,7 +214,7 @@ def _model_config(
     if isinstance(eps, int) and not isinstance(eps, bool):
         eps = float(eps)  # ModelConfig takes a float; a hand-written JSON may hold an int
     try:
-        return ModelConfig(
+        cfg = ModelConfig(
             image_size=get("image_size"),  # an int or a (height, width) pair, as ViTConfig's
             patch_size=_square("patch_size", get("patch_size")),
             hidden_size=hidden,
@@ -227,6 +229,7 @@ def _model_config(
             act=_ACTS[act],  # type: ignore[arg-type]  # a str; ModelConfig checks the Activation
             layer_norm_eps=eps,
         )
+        return bounded(cfg)
     except ConfigError as e:
         raise CheckpointError(f"Hugging Face config does not describe a vitkit ViT: {e}") from None
 
@@ -428,8 +431,9 @@ def write_hf(
     (default: the official one at the model's resolution) becomes ``preprocessor_config.json``,
     for ``ViTImageProcessor``. A 1-channel model is written as the 3-channel model that reads RGB
     as it reads PIL's 'L' (``_rgb_from_luma``); a model of other than 1 or 3 channels keeps them,
-    and gets no image processor. A new directory appears whole
-    (written beside it, then renamed); into an existing one the files are written in place.
+    and gets no image processor. The files are written in a hidden folder and join the directory
+    when whole (``files.atomic_files``): a new directory appears whole, an existing one gets all
+    of them or none; a full disk is the ``OSError`` naming the file.
     """
     if not isinstance(model, VisionTransformer):
         raise TypeError(f"write_hf expects a vitkit VisionTransformer, got {type(model).__name__}")
@@ -499,19 +503,16 @@ def write_hf(
     hf_model.to(next(model.parameters()).dtype)
     load_state_dict_strict(hf_model, state, source="converted vitkit state")
 
-    def write(into: Path) -> None:
-        hf_model.save_pretrained(into)
-        if processor is not None:
-            ViTImageProcessor(**processor).save_pretrained(into)
-        else:  # a model of other than 1 or 3 channels: no processor, not an earlier export's
-            (into / PROCESSOR_FILE).unlink(missing_ok=True)
+    from safetensors import SafetensorError
 
     directory = Path(directory)
-    if directory.exists():
-        if not directory.is_dir():
-            raise UserFileError(f"{directory} exists and is not a directory")
-        write(directory)
-        return directory
-    with atomic_directory(directory) as tmp:
-        write(tmp)
+    with atomic_files(directory) as into:
+        try:
+            hf_model.save_pretrained(into)
+        except SafetensorError as e:  # a full disk: the OSError it is, then named in directory
+            raise safetensors_os_error(e, into / "model.safetensors") from None
+        if processor is not None:
+            ViTImageProcessor(**processor).save_pretrained(into)
+    if processor is None:  # a model of other than 1 or 3 channels: no processor, not an earlier
+        (directory / PROCESSOR_FILE).unlink(missing_ok=True)  # export's
     return directory

@@ -36,7 +36,7 @@ from ...errors import UserFileError
 from ...files import atomic_write
 from ...model import ResNetClassifier, VisionTransformer
 from ...model.posemb import grid_of
-from ..checkpoint import CheckpointError, listing, npz_shapes, read_npz
+from ..checkpoint import CheckpointError, bounded, listing, npz_shapes, read_npz
 
 PREFIXES = ("", "opt/target/", "params/")  # plain / vit_jax training state / big_vision
 # The released files' naming (older flax numbered submodules across types), and current flax's.
@@ -274,6 +274,7 @@ def _infer(w: _Arrays, posemb: str | None) -> tuple[ModelConfig, tuple[str, ...]
             layer_norm_eps=LAYER_NORM_EPS,
             resnet=resnet,
         )
+        bounded(cfg)
     except ConfigError as e:
         raise CheckpointError(f"official checkpoint describes an invalid model: {e}") from None
     return cfg, names, scan, posemb_key

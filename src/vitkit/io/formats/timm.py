@@ -26,7 +26,7 @@ from torch import Tensor, nn
 from ...config import ConfigError, ModelConfig, ResNetConfig
 from ...model.posemb import grid_of
 from ...presets import SIZES
-from ..checkpoint import CheckpointError
+from ..checkpoint import CheckpointError, bounded
 
 # timm features outside the paper's ViT (and outside vitkit's model).
 _UNSUPPORTED = {
@@ -146,6 +146,7 @@ def read_timm(
             layer_norm_eps=layer_norm_eps,
             resnet=resnet,
         )
+        bounded(cfg)
     except ConfigError as e:
         raise CheckpointError(f"timm state dict implies an invalid model: {e}") from None
     return cfg, dict(state)

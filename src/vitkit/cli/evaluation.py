@@ -289,6 +289,7 @@ def _fewshot(args: argparse.Namespace) -> None:
 
     from ..config import data_names
     from ..eval.fewshot import fewshot_model
+    from ..files import atomic_write_text
 
     try:
         shots = tuple(int(k) for k in args.shots.split(","))
@@ -349,7 +350,9 @@ def _fewshot(args: argparse.Namespace) -> None:
     for line in _fewshot_table(rows, settings, model.cfg.image_size):
         print(line)
     if args.json is not None:
-        Path(args.json).write_text(json.dumps({**settings, "datasets": rows}, indent=2) + "\n")
+        atomic_write_text(
+            Path(args.json), json.dumps({**settings, "datasets": rows}, indent=2) + "\n"
+        )
         print(f"wrote {args.json}")
 
 

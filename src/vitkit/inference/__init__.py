@@ -5,6 +5,6 @@ int8 (int8.py). Its settings are ``config.inference.InferenceConfig``, torch-fre
 
 from __future__ import annotations
 
-from .runner import Inference, printable
+from .runner import Inference
 
-__all__ = ["Inference", "printable"]
+__all__ = ["Inference"]

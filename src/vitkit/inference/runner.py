@@ -23,6 +23,7 @@ from torch import Tensor, nn
 from ..config.inference import InferenceConfig
 from ..data import Preprocess, UnreadableImageWarning
 from ..data.image_file import read_image
+from ..data.sources.cells import printable
 from ..errors import ConfigError, VitkitError
 from ..io.api import load_with_meta
 from ..model.flops import count_flops
@@ -33,13 +34,6 @@ if TYPE_CHECKING:
     from ..data.run_data import Split
     from ..io.metadata import WeightsMeta
     from ..model import ResNetClassifier, VisionTransformer
-
-
-def printable(name: str) -> str:
-    """A name from a file (a class name a checkpoint records) as a terminal may show it: its
-    non-printable characters escaped as Python writes them (a newline as ``\\n``, an escape
-    sequence's ``\\x1b``, U+202E, which turns the rest of a line around, as ``\\u202e``)."""
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in name)
 
 
 class Inference(nn.Module):

@@ -13,10 +13,13 @@ import vitkit
 from helpers import randomize, tiny
 from vitkit.config.inference import InferenceConfig
 from vitkit.data import Preprocess
+from vitkit.errors import ConfigError, MissingExtraError, VitkitError
 from vitkit.inference import Inference
+from vitkit.inference.engines import decide_engine
+from vitkit.inference.openvino import openvino_version
 from vitkit.io.api import read
 from vitkit.model import VisionTransformer
-from vitkit.runtime.arithmetic import CPU_ENV
+from vitkit.runtime.arithmetic import CPU_ENV, CpuFeatures
 
 
 def test_opened_once_with_its_model_class_names_and_preprocessing(tmp_path) -> None:
@@ -50,7 +53,7 @@ def test_each_decision_is_said_once_with_its_reason(tmp_path, monkeypatch) -> No
     eager = Inference.open(str(ckpt), device="cpu")
     assert _said(eager, 8) == [
         "precision fp32 (auto: this CPU has no native bf16 (neither AVX512_BF16 nor AMX-BF16))",
-        "engine torch, eager (the default)",
+        "engine torch, eager (auto: this CPU has no native bf16, where openvino was not measured)",
     ]
     assert eager.precision == "fp32" and eager.autocast is None
     assert _said(eager, 64) == []  # decided once
@@ -90,3 +93,122 @@ def test_ranked_names_each_files_classes_and_says_an_unreadable_one(tmp_path) ->
     assert red.name == "red.png" and [name for name, _ in top] != [] and len(top) == 2
     assert {name for name, _ in top} <= {"cat", "dog", "emu"} and top[0][1] >= top[1][1]
     assert isinstance(why, str) and "cannot read image" in why
+
+
+CPU = torch.device("cpu")
+KINDS = {
+    "none": CpuFeatures(),
+    "avx512_bf16": CpuFeatures(avx512_bf16=True),
+    "amx_bf16": CpuFeatures(amx_bf16=True),
+}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_auto_engine_is_openvino_only_on_native_bf16_with_enough_work(kind: str) -> None:
+    """Every CPU kind, with and without openvino installed, for a handful of images and many,
+    and what names torch: --fast, int8, a GPU."""
+    cpu = KINDS[kind]
+
+    def auto(images: int | None, *, openvino: str | None = "2026.4.1", **given) -> str:
+        settings = {"device": CPU, "precision": "bf16", "compile": False, **given}
+        chosen, why = decide_engine(
+            "auto", images=images, image_gflop=4.6, openvino=openvino, cpu=cpu, **settings
+        )
+        assert why.startswith(("auto", "--"))
+        return chosen
+
+    many = "openvino" if cpu.native_bf16 else "torch"
+    assert auto(10_000) == many and auto(None) == many
+    assert auto(1) == "torch"  # one image: the conversion costs more than it saves
+    assert auto(10_000, openvino=None) == "torch"
+    assert auto(10_000, compile=True) == "torch" and auto(10_000, precision="int8") == "torch"
+    assert auto(10_000, device=torch.device("cuda")) == "torch"
+    _, why = decide_engine(
+        "auto",
+        device=CPU,
+        precision="bf16",
+        compile=False,
+        images=1,
+        image_gflop=4.6,
+        openvino=None,
+        cpu=cpu,
+    )
+    assert why == "auto: openvino is not installed (pip install 'vitkit[openvino]')"
+
+
+def test_engine_openvino_by_name_is_refused_where_it_cannot_run() -> None:
+    def named(**given) -> tuple[str, str]:
+        settings = {"device": CPU, "precision": "fp32", "compile": False, **given}
+        return decide_engine("openvino", images=1, image_gflop=1.0, **settings)
+
+    assert named(openvino="2026.4.1") == ("openvino", "--engine openvino")
+    with pytest.raises(MissingExtraError, match=r"pip install 'vitkit\[openvino\]'"):
+        named(openvino=None)
+    for given in ({"compile": True}, {"precision": "int8"}):
+        with pytest.raises(ConfigError, match=r"with --fast or --precision int8 \(both are torch"):
+            InferenceConfig(engine="openvino", **given)
+    with pytest.raises(VitkitError, match="runs on the CPU: not on cuda"):
+        named(openvino="2026.4.1", device=torch.device("cuda"))
+    assert decide_engine(
+        "torch",
+        device=CPU,
+        precision="fp32",
+        compile=False,
+        images=None,
+        image_gflop=1.0,
+        openvino="2026.4.1",
+    ) == ("torch", "--engine torch")
+
+
+@pytest.mark.skipif(openvino_version() is None, reason="openvino is not installed")
+def test_openvino_gives_the_eager_logits_at_every_batch_size(tmp_path) -> None:
+    """f32: the model's logits to 1e-4, at batch sizes other than the traced one (the
+    conversion keeps the batch dynamic); bf16: within bf16's rounding of them."""
+    from vitkit.inference.openvino import OpenVINOInference
+
+    model = randomize(vitkit.create_model(tiny(num_layers=2, num_classes=5))).eval()
+    f32 = OpenVINOInference(model, bf16=False)
+    bf16 = OpenVINOInference(model, bf16=True)
+    for batch in (3, 1, 5):
+        images = torch.randn(batch, 3, 32, 32)
+        with torch.no_grad():
+            want = model(images)  # (B, 5)
+        assert want.abs().max() > 0.1
+        assert (f32(images) - want).abs().max().item() <= 1e-4
+        # bf16 keeps 8 bits of mantissa: products and sums over 64 features round to ~1e-2
+        assert (bf16(images) - want).abs().max().item() <= 5e-2 * want.abs().max().item()
+    assert len(f32.converted) == 1 and len(f32.requests) == 3  # converted once, compiled 3x
+
+
+@pytest.mark.skipif(openvino_version() is None, reason="openvino is not installed")
+def test_predict_by_the_openvino_engine_says_it_and_names_the_same_classes(tmp_path, capsys):
+    from PIL import Image
+
+    from vitkit.cli import main
+
+    model = randomize(vitkit.create_model(tiny(num_layers=1, num_classes=3)))
+    ckpt = str(vitkit.save(model, tmp_path / "ckpt", class_names=["cat", "dog", "emu"]))
+    for i, colour in enumerate([(200, 10, 10), (10, 200, 10), (10, 10, 200)]):
+        Image.new("RGB", (40, 30), colour).save(tmp_path / f"{i}.png")
+    images = [str(tmp_path / f"{i}.png") for i in range(3)]
+    assert main(["predict", ckpt, *images, "--precision", "fp32", "--top", "3"]) == 0
+    eager = capsys.readouterr()
+    assert (
+        main(
+            ["predict", ckpt, *images, "--precision", "fp32", "--top", "3", "--engine", "openvino"]
+        )
+        == 0
+    )
+    got = capsys.readouterr()
+    assert got.err.splitlines()[1] == (
+        f"engine openvino {openvino_version()}, fp32 (--engine openvino)"
+    )
+    assert eager.err.splitlines()[1].startswith("engine torch, eager (auto: ")
+    assert [row.split()[1::2] for row in got.out.splitlines()] == [
+        row.split()[1::2] for row in eager.out.splitlines()
+    ]  # each image's classes, in the same order
+    assert main(["predict", ckpt, *images, "--engine", "openvino", "--fast"]) == 2
+    assert capsys.readouterr().err == (  # before the checkpoint is read
+        "vitkit predict: error: --engine='openvino' is not valid: expected torch or auto with "
+        "--fast or --precision int8 (both are torch's): give one\n"
+    )

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..config import DATA_SPECS
 from ..config.fewshot import L2, PREPROCESSINGS, SAMPLINGS, SEEDS, SHOTS
-from ..config.inference import INFERENCE_PRECISIONS, InferenceConfig
+from ..config.inference import ENGINES, INFERENCE_PRECISIONS, InferenceConfig
 from ..config.keys import default_of, spec_of
 from ..errors import ConfigError, VitkitError
 from .common import (
@@ -35,6 +35,7 @@ def _help(name: str) -> str:
 
 # an InferenceConfig key -> the argument that sets it
 _FLAGS = {
+    "engine": "--engine",
     "precision": "--precision",
     "compile": "--fast",
     "int8_calibration": "--int8-calibration",
@@ -54,7 +55,13 @@ def _inference_arguments(p: argparse.ArgumentParser, *, int8: bool, fast: bool) 
         default=default_of(InferenceConfig, "precision"),
         help=_help("precision") + " (default: %(default)s)",
     )
-    if fast:
+    if fast:  # the verbs that run the whole model, not its intermediates
+        p.add_argument(
+            "--engine",
+            choices=ENGINES,
+            default=default_of(InferenceConfig, "engine"),
+            help=_help("engine") + " (default: %(default)s)",
+        )
         p.add_argument("--fast", action="store_true", help=_help("compile"))
     if int8:
         p.add_argument(
@@ -169,7 +176,8 @@ def _eval(args: argparse.Namespace) -> None:
     if flip is None:  # as the run evaluated, when the checkpoint records its run
         flip = checkpoint.meta.run is not None and checkpoint.meta.run.data.test_flip
     # int8 calibrated on the training images of the data evaluated, checked on its images
-    checkpoint.prepare(min(args.batch_size, len(split.dataset)), calibration=split)
+    views = len(split.dataset) * (2 if flip else 1)  # the forward passes' images
+    checkpoint.prepare(min(args.batch_size, len(split.dataset)), images=views, calibration=split)
     result = evaluate(
         checkpoint,
         batches.epoch(0),
@@ -260,7 +268,7 @@ def _predict(args: argparse.Namespace) -> None:
     if checkpoint.model.cfg.num_classes < 1:
         raise VitkitError(f"{args.checkpoint} has no classifier head (num_classes=0) to predict")
     # said on stderr: --json's stdout is the JSON alone; int8 calibrated on the checkpoint's data
-    checkpoint.prepare(min(args.batch_size, len(paths)), say=sys.stderr)
+    checkpoint.prepare(min(args.batch_size, len(paths)), images=len(paths), say=sys.stderr)
     predictions = checkpoint.ranked(paths, top=args.top, batch_size=args.batch_size)
     width = max(len(str(p)) for p in paths) + 1  # the path column, with its colon
     entries: list[dict[str, Any]] = []
@@ -305,7 +313,7 @@ def _fewshot(args: argparse.Namespace) -> None:
     model = checkpoint.model
     names = data_names([spec or checkpoint.meta.trained_on or "data" for spec in specs])
     rows = []
-    autocast = checkpoint.prepare(args.batch_size).autocast  # features of the eager model
+    autocast = checkpoint.prepare(args.batch_size, intermediates=True).autocast
     for name, spec in zip(names, specs, strict=True):  # each dataset's features once
         split = _split(args, spec, checkpoint, head=False)
         if split.train is None:
@@ -429,7 +437,7 @@ def _inspect(args: argparse.Namespace) -> None:
         titles = [split.classes[i] for i in labels.tolist()]
         described = f"{split.name}, each class in turn"
     batch = min(len(images), INSPECT_BATCH)
-    autocast = checkpoint.prepare(batch).autocast  # attention maps: the eager model's
+    autocast = checkpoint.prepare(batch, intermediates=True).autocast
     with (
         torch.inference_mode(),
         torch.autocast(device.type, dtype=autocast, enabled=autocast is not None),

@@ -11,7 +11,7 @@ from typing import Literal, get_args
 from .keys import Section, key
 from .model import require
 
-Engine = Literal["auto", "torch"]
+Engine = Literal["auto", "torch", "openvino"]
 InferencePrecision = Literal["auto", "fp32", "bf16", "int8"]
 Backend = Literal["auto", "inductor", "onednn"]
 ENGINES: tuple[str, ...] = get_args(Engine)
@@ -26,7 +26,12 @@ class InferenceConfig(Section):
 
     SECTION = "inference"
 
-    engine: Engine = key("auto", doc="what computes the forward passes: auto or torch")
+    engine: Engine = key(
+        "auto",
+        doc="what computes the forward passes: auto (openvino on a CPU with native bf16 when it "
+        "is installed and the run has enough images to pay for its conversion; else torch), "
+        "torch or openvino (the openvino extra)",
+    )
     precision: InferencePrecision = key(
         "auto",
         doc="the arithmetic: auto (bf16 on CUDA, and on a CPU with native bf16 when a batch is "
@@ -58,4 +63,10 @@ class InferenceConfig(Section):
             self.compile,
             "False with precision int8 (int8 is compiled already): give one of --fast and "
             "--precision int8",
+        )
+        require(
+            not (self.engine == "openvino" and (self.compile or self.precision == "int8")),
+            "inference.engine",
+            self.engine,
+            "torch or auto with --fast or --precision int8 (both are torch's): give one",
         )

@@ -29,6 +29,8 @@ from ..io.api import load_with_meta
 from ..model.flops import count_flops
 from ..runtime.arithmetic import inference_precision
 from ..runtime.machine import this_device
+from .engines import decide_engine
+from .openvino import openvino_version
 
 if TYPE_CHECKING:
     from ..data.run_data import Split
@@ -93,12 +95,20 @@ class Inference(nn.Module):
         return cls(model, meta, source=str(source), settings=settings, device=device)
 
     def prepare(
-        self, batch: int, *, calibration: Split | None = None, say: TextIO | None = None
+        self,
+        batch: int,
+        *,
+        images: int | None = None,
+        calibration: Split | None = None,
+        intermediates: bool = False,
+        say: TextIO | None = None,
     ) -> Inference:
-        """Decide the precision and the engine once, for forward passes of ``batch`` images,
-        and say each with its reason on ``say`` (None: stdout). int8 is calibrated on
-        ``calibration``'s training images and checked on its images (None: the data the
-        checkpoint records). A second call keeps the first decisions."""
+        """Decide the precision and the engine once, for forward passes of ``batch`` images of
+        a run of ``images`` (None: not known), and say each with its reason on ``say`` (None:
+        stdout). int8 is calibrated on ``calibration``'s training images and checked on its
+        images (None: the data the checkpoint records). ``intermediates``: the caller reads the
+        model's own features or attention (``model``), so the engine is torch, eager. A second
+        call keeps the first decisions."""
         if self.precision is not None:
             return self
         say = say or sys.stdout
@@ -108,14 +118,33 @@ class Inference(nn.Module):
             self.precision, self.engine = "int8", "torch, compiled by inductor (int8)"
             print(f"engine {self.engine} (--precision int8)", file=say, flush=True)
             return self
-        gflop = count_flops(self.model.cfg) * max(batch, 1) / 1e9
-        chosen, why = inference_precision(settings.precision, self.device, gflop=gflop)
+        image_gflop = count_flops(self.model.cfg) / 1e9
+        chosen, why = inference_precision(
+            settings.precision,  # int8 taken above
+            self.device,
+            gflop=image_gflop * max(batch, 1),
+        )
         print(f"precision {chosen} ({why})", file=say, flush=True)
         self.precision = chosen
         self.autocast = torch.bfloat16 if chosen == "bf16" else None
-        if settings.engine not in ("auto", "torch"):
-            raise ConfigError(f"inference.engine={settings.engine!r}: expected auto or torch")
-        if settings.compile:
+        if intermediates:
+            engine, why = "torch", "the model's own features and attention are read"
+        else:
+            engine, why = decide_engine(
+                settings.engine,
+                device=self.device,
+                precision=chosen,
+                compile=settings.compile,
+                images=images,
+                image_gflop=image_gflop,
+                openvino=openvino_version(),
+            )
+        if engine == "openvino":
+            from .openvino import OpenVINOInference
+
+            self.run = OpenVINOInference(self.model, bf16=chosen == "bf16")
+            self.engine = f"openvino {openvino_version()}, {chosen}"
+        elif settings.compile:
             from .compiled import optimize_for_inference
 
             compiled = optimize_for_inference(
@@ -125,11 +154,10 @@ class Inference(nn.Module):
             )
             self.run = compiled
             self.engine = f"torch, compiled by {compiled.backend}"
-            why = "--fast" + ("" if settings.backend != "auto" else ", backend auto: measured")
+            why += "" if settings.backend != "auto" else "; backend auto: measured"
         else:
             self.run = _Eager(self.model, self.autocast)
             self.engine = "torch, eager"
-            why = "the default" if settings.engine == "auto" else "--engine torch"
         print(f"engine {self.engine} ({why})", file=say, flush=True)
         return self
 
@@ -173,7 +201,7 @@ class Inference(nn.Module):
         cannot be read (warned too), in the order of ``paths``, ``batch_size`` files a forward
         pass, read with the checkpoint's preprocessing (upright, as EXIF says). Prepares for
         ``batch_size`` files if ``prepare`` was not called."""
-        self.prepare(min(batch_size, len(paths)))
+        self.prepare(min(batch_size, len(paths)), images=len(paths))
         files = [Path(p) for p in paths]
         for start in range(0, len(files), batch_size):
             chunk = files[start : start + batch_size]

@@ -1,0 +1,74 @@
+"""Which engine computes a checkpoint's forward passes (``inference.engine``), decided once, with
+its reason, from the settings, the device, what the CPU has and how much work the run holds.
+
+``auto`` takes OpenVINO (the ``openvino`` extra) on a CPU with native bf16 (AMX-BF16 or
+AVX512_BF16) when the run's work pays for its conversion, and torch everywhere else: on a GPU;
+on a CPU without native bf16, where OpenVINO was not measured; with ``--fast`` (torch, compiled)
+or ``--precision int8`` (torchao's), which are torch's by name; and for a handful of images,
+where the conversion costs more than it saves (``vitkit predict CKPT one.png``).
+
+Measured on 2 cores of an AMD EPYC Zen 4 (AVX512_BF16) and of an Intel Xeon with AMX
+(benchmarks/RESULTS.md, "Inference against OpenVINO"): OpenVINO's bf16 ran ViT-S/16 and ViT-B/16
+1.3-2.5x faster than torch's fastest bf16 path, at batch 1 and 32.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+
+from ..errors import MissingExtraError, VitkitError
+from ..runtime.arithmetic import CpuFeatures, cpu_features
+
+Chosen = Literal["torch", "openvino"]
+# The work of a run (images x GFLOP an image) from which OpenVINO's conversion (3-6 s for
+# ViT-S/16 to ViT-B/16) is paid back by its faster forward passes: see the module docstring.
+OPENVINO_MIN_GFLOP = 500.0
+
+
+def decide_engine(
+    engine: str,
+    *,
+    device: torch.device,
+    precision: str,
+    compile: bool,
+    images: int | None,
+    image_gflop: float,
+    openvino: str | None,
+    cpu: CpuFeatures | None = None,
+) -> tuple[Chosen, str]:
+    """The engine ``engine`` (``auto``, ``torch`` or ``openvino``) stands for, and why, for
+    ``images`` images (None: not known, taken as many) of ``image_gflop`` each at ``precision``
+    (decided: fp32, bf16 or int8) on ``device``; ``compile``: torch's compiled path asked for
+    (``InferenceConfig`` refuses it, and int8, with ``openvino`` by name). ``openvino``: the installed version, or None;
+    ``cpu``: the CPU's features (None: this machine's)."""
+    if engine == "torch":
+        return "torch", "--engine torch"
+    if engine == "openvino":
+        if device.type != "cpu":
+            raise VitkitError(f"--engine openvino runs on the CPU: not on {device}")
+        if openvino is None:
+            raise MissingExtraError("the openvino engine", "openvino", "openvino")
+        return "openvino", "--engine openvino"
+    if compile:
+        return "torch", "--fast: torch, compiled"
+    if precision == "int8":
+        return "torch", "--precision int8: torchao's, on torch"
+    if device.type != "cpu":
+        return "torch", f"auto on {device.type}"
+    if openvino is None:
+        return "torch", "auto: openvino is not installed (pip install 'vitkit[openvino]')"
+    native = (cpu or cpu_features()).native_bf16
+    if native is None:
+        return "torch", "auto: this CPU has no native bf16, where openvino was not measured"
+    if images is not None and images * image_gflop < OPENVINO_MIN_GFLOP:
+        return "torch", (
+            f"auto: {images:,} images of {image_gflop:.2g} GFLOP are too few to pay for "
+            f"openvino's conversion (it pays from {OPENVINO_MIN_GFLOP:g} GFLOP)"
+        )
+    many = "a run of unknown length" if images is None else f"{images:,} images"
+    return "openvino", (
+        f"auto: openvino {openvino} is installed, this CPU has {native}, and {many} of "
+        f"{image_gflop:.2g} GFLOP pay for its conversion"
+    )

@@ -167,8 +167,8 @@ def test_openvino_gives_the_eager_logits_at_every_batch_size(tmp_path) -> None:
     from vitkit.inference.openvino import OpenVINOInference
 
     model = randomize(vitkit.create_model(tiny(num_layers=2, num_classes=5))).eval()
-    f32 = OpenVINOInference(model, bf16=False)
-    bf16 = OpenVINOInference(model, bf16=True)
+    f32 = OpenVINOInference(model, precision="fp32")
+    bf16 = OpenVINOInference(model, precision="bf16")
     for batch in (3, 1, 5):
         images = torch.randn(batch, 3, 32, 32)
         with torch.no_grad():
@@ -212,3 +212,21 @@ def test_predict_by_the_openvino_engine_says_it_and_names_the_same_classes(tmp_p
         "vitkit predict: error: --engine='openvino' is not valid: expected torch or auto with "
         "--fast or --precision int8 (both are torch's): give one\n"
     )
+
+
+@pytest.mark.skipif(openvino_version() is None, reason="openvino is not installed")
+@pytest.mark.parametrize(("cpu", "backend"), [("none", "inductor"), ("avx512_bf16", "openvino")])
+def test_optimize_for_inference_takes_openvino_where_the_engine_would(monkeypatch, cpu, backend):
+    """``backend="auto"``: OpenVINO on a CPU with native bf16 (a function kept for many
+    calls), torch's compiled path elsewhere; each with ``precision="auto"`` per input shape."""
+    from vitkit.inference.compiled import optimize_for_inference
+
+    monkeypatch.setenv(CPU_ENV, cpu)
+    model = randomize(vitkit.create_model(tiny(num_layers=1, num_classes=3)))
+    fast = optimize_for_inference(model)
+    assert fast.backend == backend and fast.precision == "auto"
+    images = torch.randn(2, 3, 32, 32)
+    assert fast.bf16_for(images) is False  # a tiny model's batch: under bf16's 1 GFLOP
+    if backend == "openvino":
+        with torch.no_grad():
+            assert (fast(images) - model.eval()(images)).abs().max().item() <= 1e-4

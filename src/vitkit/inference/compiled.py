@@ -30,38 +30,25 @@ from typing import Literal
 import torch
 from torch import Tensor, nn
 
-from ..config.inference import Backend
 from ..errors import ConfigError
 from ..model.flops import count_flops
 from ..runtime.arithmetic import decide_auto
 
 Precision = Literal["auto", "fp32", "bf16"]
+Backend = Literal["auto", "inductor", "onednn", "openvino"]
 ONEDNN_MARGIN = 1.2  # oneDNN must beat MKL by this much: packing costs copies at every layer
 
 
-class FrozenInference(nn.Module):
-    """``model``'s forward on frozen weights (compiled, or with oneDNN-packed linear layers), called
-    under ``inference_mode`` (and bf16 autocast where ``precision`` says so), in eval mode.
-    ``precision="auto"`` decides for the first batch of each input shape, as ``--precision auto``
-    does for a command's batches (``runtime.arithmetic.decide_auto``), and keeps that choice."""
+class ByShape(nn.Module):
+    """An inference function of ``model`` whose ``precision="auto"`` is decided for the first
+    batch of each input shape, as ``--precision auto`` decides for a command's batches
+    (``runtime.arithmetic.decide_auto``), and kept."""
 
-    def __init__(
-        self, model: nn.Module, *, precision: Precision, backend: Literal["inductor", "onednn"]
-    ):
+    def __init__(self, model: nn.Module, precision: Precision) -> None:
         super().__init__()
-        self.backend = backend
-        self.precision = precision
         self.model = model.eval()
+        self.precision = precision
         self.decided: dict[tuple[int, ...], bool] = {}  # an input shape -> bf16 for it
-        self.run: Callable[[Tensor], Tensor]
-        if backend == "onednn":  # a copy: the caller's model keeps its own layers
-            self.model = _pack_linears(copy.deepcopy(self.model))
-            self.run = self.model
-        else:
-            # freezing: weights as constants (folded, pre-packed); fullgraph: a graph break would
-            # fall back to eager silently, which is not the path the user asked for
-            self.run = torch.compile(self.model, fullgraph=True, options={"freezing": True})
-        self.eval()
 
     def bf16_for(self, images: Tensor) -> bool:
         """Whether a batch of this shape is computed in bf16 (decided at its first call)."""
@@ -75,6 +62,26 @@ class FrozenInference(nn.Module):
             chosen, _ = decide_auto(images.device, task="infer", gflop=gflop)
             self.decided[shape] = chosen == "bf16"
         return self.decided[shape]
+
+
+class FrozenInference(ByShape):
+    """``model``'s forward on frozen weights (compiled, or with oneDNN-packed linear layers), called
+    under ``inference_mode`` (and bf16 autocast where ``precision`` says so), in eval mode."""
+
+    def __init__(
+        self, model: nn.Module, *, precision: Precision, backend: Literal["inductor", "onednn"]
+    ):
+        super().__init__(model, precision)
+        self.backend = backend
+        self.run: Callable[[Tensor], Tensor]
+        if backend == "onednn":  # a copy: the caller's model keeps its own layers
+            self.model = _pack_linears(copy.deepcopy(self.model))
+            self.run = self.model
+        else:
+            # freezing: weights as constants (folded, pre-packed); fullgraph: a graph break would
+            # fall back to eager silently, which is not the path the user asked for
+            self.run = torch.compile(self.model, fullgraph=True, options={"freezing": True})
+        self.eval()
 
     def forward(self, images: Tensor) -> Tensor:
         bf16 = self.bf16_for(images)
@@ -165,27 +172,52 @@ def optimize_for_inference(
     precision: Precision = "auto",
     backend: Backend = "auto",
     bf16: bool | None = None,
-) -> FrozenInference:
+) -> ByShape:
     """``model`` (any vitkit model) as a weight-frozen inference function: call it on images
     (B, C, S, S) for logits (B, K).
 
-    ``precision``: ``fp32`` (the eager logits to rounding), ``bf16`` (bf16 autocast: fp32
-    weights, bf16 matrix products; logits within bf16's rounding, ~1e-2 on logits of scale 1),
-    or ``auto``: as ``--precision auto`` decides (bf16 on CUDA, and on a CPU with native bf16 for
-    a batch large enough to gain; else fp32), for the first batch of each input shape.
-    ``bf16=True``/``False``: the earlier spelling of ``precision="bf16"``/``"fp32"``.
-    ``backend``: see the module docstring."""
+    ``precision``: ``fp32`` (the eager logits to rounding), ``bf16`` (bf16 matrix products;
+    logits within bf16's rounding, ~1e-2 on logits of scale 1), or ``auto``: as ``--precision
+    auto`` decides (bf16 on CUDA, and on a CPU with native bf16 for a batch large enough to gain;
+    else fp32), for the first batch of each input shape. ``bf16=True``/``False``: the earlier
+    spelling of ``precision="bf16"``/``"fp32"``.
+
+    ``backend``: ``inductor`` or ``onednn`` (see the module docstring), ``openvino`` (the
+    ``openvino`` extra: ``inference.openvino``), or ``auto``: OpenVINO where the commands' engine
+    would take it for a long run (``inference.engines``: installed, on a CPU with native bf16),
+    else torch's backend as the module docstring says."""
     if bf16 is not None:
         precision = "bf16" if bf16 else "fp32"
     if precision not in ("auto", "fp32", "bf16"):
         raise ConfigError(f"precision={precision!r}: expected 'auto', 'fp32' or 'bf16'")
-    if backend not in ("auto", "inductor", "onednn"):
-        raise ConfigError(f"backend={backend!r}: expected 'auto', 'inductor' or 'onednn'")
+    if backend not in ("auto", "inductor", "onednn", "openvino"):
+        raise ConfigError(
+            f"backend={backend!r}: expected 'auto', 'inductor', 'onednn' or 'openvino'"
+        )
     if backend == "onednn" and (precision != "fp32" or not _on_cpu(model)):
         raise ConfigError(
             "backend='onednn' packs fp32 weights on the CPU: use 'inductor' here, or "
             "precision='fp32' on the CPU"
         )
+    if backend == "auto" and _on_cpu(model):
+        from .engines import decide_engine
+        from .openvino import openvino_version
+
+        chosen, _ = decide_engine(
+            "auto",
+            device=torch.device("cpu"),
+            precision=precision,
+            compile=False,
+            images=None,  # a function kept for many calls
+            image_gflop=count_flops(model.cfg) / 1e9,  # type: ignore[arg-type]
+            openvino=openvino_version(),
+        )
+        if chosen == "openvino":
+            backend = "openvino"
+    if backend == "openvino":
+        from .openvino import OpenVINOInference
+
+        return OpenVINOInference(model, precision=precision)
     if backend == "auto":
         backend = choose_backend(model, precision=precision)
     return FrozenInference(model, precision=precision, backend=backend)

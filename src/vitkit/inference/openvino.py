@@ -21,6 +21,7 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import ConfigError, MissingExtraError
+from .compiled import ByShape, Precision
 
 
 def openvino_version() -> str | None:
@@ -39,24 +40,20 @@ def require_openvino() -> None:
         raise MissingExtraError("the openvino engine", "openvino", "openvino") from None
 
 
-class OpenVINOInference(nn.Module):
+class OpenVINOInference(ByShape):
     """``model``'s forward pass by OpenVINO on the CPU: images (B, C, H, W) -> logits (B, K),
-    fp32 tensors in and out. ``model`` stays as it was (its parameters say the device); the
+    fp32 tensors in and out, computed in bf16 or f32 as ``precision`` says (``auto``: for each
+    input shape, ``ByShape``). ``model`` stays as it was (its parameters say the device); the
     converted graph is OpenVINO's."""
 
-    def __init__(self, model: nn.Module, *, bf16: bool) -> None:
-        super().__init__()
+    backend = "openvino"
+
+    def __init__(self, model: nn.Module, *, precision: Precision) -> None:
+        super().__init__(model, precision)
         require_openvino()
         import openvino as ov
 
-        self.model = model.eval()
-        self.bf16 = bf16
         self.core = ov.Core()
-        self.properties = {
-            "INFERENCE_PRECISION_HINT": "bf16" if bf16 else "f32",
-            "PERFORMANCE_HINT": "LATENCY",  # one request at a time, every core on it
-            "INFERENCE_NUM_THREADS": torch.get_num_threads(),  # the threads torch was given
-        }
         self.converted: dict[tuple[int, int], Any] = {}  # (H, W) -> OpenVINO's model
         self.requests: dict[tuple[int, ...], Any] = {}  # an input shape -> its compiled request
         self.training = False
@@ -79,7 +76,12 @@ class OpenVINOInference(nn.Module):
                 self.converted[size] = self._convert(images)
             graph = self.converted[size].clone()
             graph.reshape(list(shape))  # static: OpenVINO plans its kernels for this shape
-            compiled = self.core.compile_model(graph, "CPU", self.properties)
+            properties = {
+                "INFERENCE_PRECISION_HINT": "bf16" if self.bf16_for(images) else "f32",
+                "PERFORMANCE_HINT": "LATENCY",  # one request at a time, every core on it
+                "INFERENCE_NUM_THREADS": torch.get_num_threads(),  # the threads torch was given
+            }
+            compiled = self.core.compile_model(graph, "CPU", properties)
             self.requests[shape] = compiled.create_infer_request()
         return self.requests[shape]
 

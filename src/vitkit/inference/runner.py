@@ -142,7 +142,9 @@ class Inference(nn.Module):
         if engine == "openvino":
             from .openvino import OpenVINOInference
 
-            self.run = OpenVINOInference(self.model, bf16=chosen == "bf16")
+            self.run = OpenVINOInference(
+                self.model, precision="bf16" if chosen == "bf16" else "fp32"
+            )
             self.engine = f"openvino {openvino_version()}, {chosen}"
         elif settings.compile:
             from .compiled import optimize_for_inference

@@ -251,7 +251,7 @@ def test_auto_precision_decides_per_input_shape_as_the_commands_do(
     monkeypatch, cpu: str, batch: int, bf16: bool
 ) -> None:
     """``precision="auto"`` decides at the first batch of each shape as ``--precision auto``
-    (``decide_auto``: ViT-S/16 is 4.6 GFLOP an image, over the 1.0 from which bf16 pays), and
+    (``decide_auto``: ViT-S/16 is 9.2 GFLOP an image, over the 1.0 from which bf16 pays), and
     ``bf16=`` keeps its meaning; every CPU kind through ``VITKIT_CPU_BF16``."""
     from vitkit.runtime.arithmetic import CPU_ENV
 

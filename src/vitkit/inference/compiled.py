@@ -209,7 +209,6 @@ def optimize_for_inference(
             precision=precision,
             compile=False,
             images=None,  # a function kept for many calls
-            image_gflop=count_flops(model.cfg) / 1e9,  # type: ignore[arg-type]
             openvino=openvino_version(),
         )
         if chosen == "openvino":

@@ -5,7 +5,8 @@ its reason, from the settings, the device, what the CPU has and how much work th
 AVX512_BF16) when the run's work pays for its conversion, and torch everywhere else: on a GPU;
 on a CPU without native bf16, where OpenVINO was not measured; with ``--fast`` (torch, compiled)
 or ``--precision int8`` (torchao's), which are torch's by name; and for a handful of images,
-where the conversion costs more than it saves (``vitkit predict CKPT one.png``).
+where the conversion costs more than it saves (``vitkit predict CKPT one.png``: under
+``OPENVINO_MIN_IMAGES``).
 
 Measured on 2 cores of an AMD EPYC Zen 4 (AVX512_BF16) and of an Intel Xeon with AMX
 (benchmarks/RESULTS.md, "Inference against OpenVINO"): OpenVINO's bf16 ran ViT-S/16 and ViT-B/16
@@ -22,9 +23,11 @@ from ..errors import MissingExtraError, VitkitError
 from ..runtime.arithmetic import CpuFeatures, cpu_features
 
 Chosen = Literal["torch", "openvino"]
-# The work of a run (images x GFLOP an image) from which OpenVINO's conversion (3-6 s for
-# ViT-S/16 to ViT-B/16) is paid back by its faster forward passes: see the module docstring.
-OPENVINO_MIN_GFLOP = 500.0
+# The images of a run from which OpenVINO's conversion (2.5 s for ViT-S/16, 4.5 s for ViT-B/16,
+# where its forward passes save 30%) is paid back: `vitkit predict` end to end, batch 32, on 2
+# Zen 4 cores, openvino/torch wall time 1.80 (S) and 1.63 (B) at 16 images, 1.14 (S) and 1.16 (B)
+# at 64 and 32, 0.73 (S) at 128 (benchmarks/RESULTS.md, "Inference against OpenVINO")
+OPENVINO_MIN_IMAGES = 100
 
 
 def decide_engine(
@@ -34,12 +37,11 @@ def decide_engine(
     precision: str,
     compile: bool,
     images: int | None,
-    image_gflop: float,
     openvino: str | None,
     cpu: CpuFeatures | None = None,
 ) -> tuple[Chosen, str]:
-    """The engine ``engine`` (``auto``, ``torch`` or ``openvino``) stands for, and why, for
-    ``images`` images (None: not known, taken as many) of ``image_gflop`` each at ``precision``
+    """The engine ``engine`` (``auto``, ``torch`` or ``openvino``) stands for, and why, for a run
+    of ``images`` images (None: not known, taken as many) at ``precision``
     (decided: fp32, bf16 or int8) on ``device``; ``compile``: torch's compiled path asked for
     (``InferenceConfig`` refuses it, and int8, with ``openvino`` by name). ``openvino``: the installed version, or None;
     ``cpu``: the CPU's features (None: this machine's)."""
@@ -62,13 +64,13 @@ def decide_engine(
     native = (cpu or cpu_features()).native_bf16
     if native is None:
         return "torch", "auto: this CPU has no native bf16, where openvino was not measured"
-    if images is not None and images * image_gflop < OPENVINO_MIN_GFLOP:
+    if images is not None and images < OPENVINO_MIN_IMAGES:
         return "torch", (
-            f"auto: {images:,} images of {image_gflop:.2g} GFLOP are too few to pay for "
-            f"openvino's conversion (it pays from {OPENVINO_MIN_GFLOP:g} GFLOP)"
+            f"auto: {images:,} images are too few to pay for openvino's conversion (it pays "
+            f"from about {OPENVINO_MIN_IMAGES})"
         )
     many = "a run of unknown length" if images is None else f"{images:,} images"
     return "openvino", (
-        f"auto: openvino {openvino} is installed, this CPU has {native}, and {many} of "
-        f"{image_gflop:.2g} GFLOP pay for its conversion"
+        f"auto: openvino {openvino} is installed, this CPU has {native}, and {many} pay for "
+        "its conversion"
     )

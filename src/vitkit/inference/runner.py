@@ -136,7 +136,6 @@ class Inference(nn.Module):
                 precision=chosen,
                 compile=settings.compile,
                 images=images,
-                image_gflop=image_gflop,
                 openvino=openvino_version(),
             )
         if engine == "openvino":

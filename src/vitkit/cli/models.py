@@ -98,40 +98,58 @@ def _convert(args: argparse.Namespace) -> None:
     )
 
 
+# How far OpenVINO's f32 logits may be from torch's on the check's random images: rounding only
+OPENVINO_BOUND = 1e-4
+
+
 def _export(args: argparse.Namespace) -> None:
     import torch
 
     from ..io.api import load_with_meta
-    from ..io.export import export_onnx, require_onnx, verify_onnx
 
-    require_onnx()  # before loading and exporting, which take a while
     if args.batch_size < 1:
         raise VitkitError(f"--batch-size must be at least 1, got {args.batch_size}")
+    if args.onnx is not None:
+        from ..io.export import require_onnx
+
+        require_onnx()  # before loading and exporting, which take a while
+    else:
+        from ..inference.openvino import require_openvino
+
+        require_openvino()
     model, meta = load_with_meta(args.checkpoint)
-    out = export_onnx(
-        model,
-        args.onnx,
-        opset=args.opset,
-        **_carried(meta),
-    )
     cfg = model.cfg
     g = torch.Generator().manual_seed(0)
     # A second batch size, unlike the one traced, proves the batch dimension dynamic.
     sizes = (args.batch_size, args.batch_size + 3)
-    diff = max(
-        verify_onnx(
-            model,
-            out,
-            torch.rand(n, cfg.in_chans, *cfg.image_hw, generator=g) * 2 - 1,  # (n, C, H, W)
+    batches = [torch.rand(n, cfg.in_chans, *cfg.image_hw, generator=g) * 2 - 1 for n in sizes]
+    if args.onnx is not None:
+        from ..io.export import export_onnx, verify_onnx
+
+        out = export_onnx(model, args.onnx, opset=args.opset, **_carried(meta))
+        diff = max(verify_onnx(model, out, images) for images in batches)
+        files = [out, out.with_name(f"{out.name}.data")]
+        checked = f"max |onnxruntime - torch| = {diff:.1e}"
+        bound = float("inf")  # said, not bounded: opsets differ in what they fuse
+    else:
+        from ..io.export import export_openvino, verify_openvino
+
+        out = export_openvino(model, args.openvino, **_carried(meta))
+        diff = max(verify_openvino(model, out, images, bf16=False) for images in batches)
+        bf16 = max(verify_openvino(model, out, images, bf16=True) for images in batches)
+        files = [out, out.with_suffix(".bin")]
+        checked = (
+            f"max |openvino f32 - torch| = {diff:.1e} (in bf16, OpenVINO's default on a CPU "
+            f"with native bf16: {bf16:.1e})"
         )
-        for n in sizes
-    )
-    files = [f for f in (out, out.with_name(f"{out.name}.data")) if f.exists()]
-    megabytes = sum(f.stat().st_size for f in files) / 1e6
-    print(
-        f"wrote {out} ({megabytes:.1f} MB): max |onnxruntime - torch| = {diff:.1e} "
-        f"on batches of {sizes[0]} and {sizes[1]}"
-    )
+        bound = OPENVINO_BOUND
+    megabytes = sum(f.stat().st_size for f in files if f.exists()) / 1e6
+    if not diff <= bound:  # NaN too: a NaN weight makes every output NaN
+        raise VitkitError(
+            f"{out}: {checked} on batches of {sizes[0]} and {sizes[1]}, past {bound:g}: the "
+            "export does not compute what the checkpoint does"
+        )
+    print(f"wrote {out} ({megabytes:.1f} MB): {checked} on batches of {sizes[0]} and {sizes[1]}")
 
 
 def _pretrained(args: argparse.Namespace) -> None:
@@ -231,13 +249,19 @@ def add_verbs(verb: Verb) -> None:
 
     p = verb(
         "export",
-        "export a checkpoint to ONNX (dynamic batch; class names and preprocessing in its "
-        "metadata) and check it with onnxruntime",
+        "export a checkpoint to ONNX or OpenVINO's IR (dynamic batch; class names and "
+        "preprocessing in its metadata) and check it against torch in fp32",
         _export,
-        "vitkit export runs/fmnist/best --onnx fmnist.onnx",
+        "vitkit export runs/fmnist/best --onnx fmnist.onnx   |   ... --openvino fmnist.xml",
     )
     p.add_argument("checkpoint", help="checkpoint directory or file (any format vitkit reads)")
-    p.add_argument("--onnx", required=True, metavar="OUT.onnx", help="the ONNX file to write")
+    formats = p.add_mutually_exclusive_group(required=True)
+    formats.add_argument("--onnx", metavar="OUT.onnx", help="the ONNX file to write")
+    formats.add_argument(
+        "--openvino",
+        metavar="OUT.xml",
+        help="OpenVINO's IR to write: OUT.xml and its fp32 weights OUT.bin (the openvino extra)",
+    )
     p.add_argument(
         "--batch-size",
         type=int,

@@ -1,4 +1,4 @@
-"""ONNX export of a vitkit model, and its check against PyTorch.
+"""ONNX and OpenVINO IR export of a vitkit model, and their checks against PyTorch.
 
 The graph takes ``images`` (B, C, H, W) float32 in [-1, 1] at the model's ``image_size``, B
 dynamic, and returns ``logits`` (B, K), or ``features`` (B, R or D) for a model without a head.
@@ -13,7 +13,9 @@ is, so that other tools need not ask vitkit::
     normalization, mean, std        "minus_one_to_one"; input = (pixel / 255 - mean) / std
 
 The preprocessing keys (``color_mode`` on) are the checkpoint's ``Preprocess``, else the official
-one at the model's resolution; a model whose channels are not 1 or 3 has none of them.
+one at the model's resolution; a model whose channels are not 1 or 3 has none of them. The
+OpenVINO IR (``export_openvino``: ``OUT.xml`` and its weights ``OUT.bin``, fp32) carries the same
+keys in its ``rt_info`` under ``model_info``, where OpenVINO's Model API reads a model's labels.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import importlib
 import json
 import os
 import tempfile
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -179,3 +182,74 @@ def verify_onnx(model: nn.Module, path: str | os.PathLike, images: Tensor) -> fl
             f"{path} returns shape {got.shape} where the model returns {want.shape}"
         )
     return float(np.abs(got - want).max())
+
+
+def export_openvino(
+    model: VisionTransformer | ResNetClassifier,
+    path: str | os.PathLike,
+    *,
+    class_names: Sequence[str] | None = None,
+    wnids: Sequence[str] | None = None,
+    pretrained: str | None = None,
+    preprocess: Preprocess | None = None,
+) -> Path:
+    """Export ``model`` to OpenVINO's IR: ``path`` (``.xml``, the graph) and the same name with
+    ``.bin`` (its fp32 weights), converted by OpenVINO's PyTorch frontend with a dynamic batch;
+    what travels with the weights goes into the IR's ``rt_info`` (``model_info``; the ONNX
+    file's keys). Staged in a temporary directory and renamed into place, weights first."""
+    from ..inference.openvino import require_openvino
+
+    require_openvino()
+    import openvino as ov
+
+    path = Path(path)
+    if path.suffix != ".xml" or path.is_dir():
+        raise UserFileError(f"{path}: expected the IR's graph file, e.g. model.xml")
+    cfg = model.cfg
+    metadata = onnx_metadata(
+        cfg, class_names=class_names, wnids=wnids, pretrained=pretrained, preprocess=preprocess
+    )
+    c, (h, w) = cfg.in_chans, cfg.image_hw
+    example = torch.zeros(2, c, h, w)  # a batch of one could be traced as a constant 1
+    with eval_mode(model), torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the tracer's warnings on Python conditions
+        converted = ov.convert_model(model.cpu(), example_input=example, input=[(-1, c, h, w)])
+    converted.inputs[0].get_tensor().set_names({"images"})
+    converted.outputs[0].get_tensor().set_names({"logits" if cfg.num_classes else "features"})
+    for key, value in metadata.items():
+        converted.set_rt_info(value, ["model_info", key])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    weights = path.with_suffix(".bin")
+    with tempfile.TemporaryDirectory(prefix=f".{path.name}.", dir=path.parent) as tmp:
+        staged = Path(tmp) / path.name
+        # fp32 weights: OpenVINO compresses them to fp16 by default, which would move logits
+        ov.save_model(converted, staged, compress_to_fp16=False)
+        for written in (staged.with_suffix(".bin"), staged):
+            with open(written, "rb") as f:
+                os.fsync(f.fileno())
+        os.replace(staged.with_suffix(".bin"), weights)
+        os.replace(staged, path)
+    return path
+
+
+def verify_openvino(
+    model: nn.Module, path: str | os.PathLike, images: Tensor, *, bf16: bool
+) -> float:
+    """Max absolute difference between OpenVINO's CPU outputs for ``images`` (B, C, H, W), in
+    f32 (or bf16, ``bf16``) inference precision, and ``model``'s (fp32); NaN where either has
+    a NaN."""
+    import openvino as ov
+
+    core = ov.Core()
+    read = core.read_model(str(path))
+    read.reshape([-1, *images.shape[1:]])
+    hint = {"INFERENCE_PRECISION_HINT": "bf16" if bf16 else "f32"}
+    compiled = core.compile_model(read, "CPU", hint)
+    got = compiled.create_infer_request().infer([images.detach().float().cpu().numpy()])[0]
+    with eval_mode(model), torch.inference_mode():
+        want = model(images.to(_device(model))).float().cpu().numpy()  # (B, K) or (B, R)
+    if got.shape != want.shape:
+        raise CheckpointError(
+            f"{path} returns shape {got.shape} where the model returns {want.shape}"
+        )
+    return float(np.abs(got - want).max()) if np.isfinite(got).all() else float("nan")

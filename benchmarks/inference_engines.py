@@ -7,6 +7,7 @@ Contenders, each on the same random-initialised model and the same images:
   checkpoint and prepared for a run of ``--images`` images (it says what it decided);
 - ``optimize_for_inference``: ``vitkit.optimize_for_inference(model)``, as a Python user calls it;
 - ``torch eager bf16``: the model under bf16 autocast, for reference;
+- ``int8 (torchao)`` with ``--int8``: ``--precision int8``'s model, calibrated on the batch;
 - ``openvino``: OpenVINO's own path as its documentation gives it, ``openvino.convert_model`` on
   the model with a static input shape, ``Core().compile_model(model, "CPU")`` with its defaults
   (bf16 on a CPU with native bf16, the LATENCY hint).
@@ -41,7 +42,9 @@ def _timed(call: Callable[[], object]) -> float:
     return time.perf_counter() - start
 
 
-def contenders(name: str, batch: int, images: int, folder: Path) -> dict[str, Callable]:
+def contenders(
+    name: str, batch: int, images: int, folder: Path, *, int8: bool
+) -> dict[str, Callable]:
     """Each contender's forward pass on one batch, after its first call (timed and printed)."""
     import openvino as ov
 
@@ -87,6 +90,14 @@ def contenders(name: str, batch: int, images: int, folder: Path) -> dict[str, Ca
     first("optimize_for_inference", python_api)
     first("torch eager bf16", eager)
     first("openvino", openvino)
+    if int8:
+        from vitkit.inference.int8 import quantize_int8
+
+        def quantized() -> Callable:
+            run = quantize_int8(model, [x])
+            return lambda: run(x)
+
+        first("int8 (torchao)", quantized)
     with torch.inference_mode():
         want = model(x).float()  # (B, 1000): eager fp32
     for label, run in found.items():
@@ -101,6 +112,7 @@ def main() -> None:
     parser.add_argument("--batches", nargs="+", type=int, default=[1, 32])
     parser.add_argument("--images", type=int, default=256, help="images timed per contender")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--int8", action="store_true", help="int8 (torchao) as a contender too")
     args = parser.parse_args()
     import openvino
 
@@ -113,7 +125,7 @@ def main() -> None:
         for name in args.models:
             for batch in args.batches:
                 print(f"{name}, batch {batch}:")
-                found = contenders(name, batch, args.images, Path(folder))
+                found = contenders(name, batch, args.images, Path(folder), int8=args.int8)
                 calls = math.ceil(args.images / (batch * args.rounds))
                 seconds: dict[str, list[float]] = {label: [] for label in found}
                 for _ in range(args.rounds):

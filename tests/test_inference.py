@@ -111,13 +111,16 @@ def test_auto_engine_is_openvino_only_on_native_bf16_with_enough_work(kind: str)
 
     def auto(images: int | None, *, openvino: str | None = "2026.4.1", **given) -> str:
         settings = {"device": CPU, "precision": "bf16", "compile": False, **given}
-        chosen, why = decide_engine("auto", images=images, openvino=openvino, cpu=cpu, **settings)
+        chosen, why = decide_engine(
+            "auto", images=images, image_gflop=9.2, openvino=openvino, cpu=cpu, **settings
+        )
         assert why.startswith(("auto", "--"))
         return chosen
 
     many = "openvino" if cpu.native_bf16 else "torch"
     assert auto(10_000) == many and auto(None) == many
     assert auto(1) == "torch"  # one image: the conversion costs more than it saves
+    assert auto(100) == "torch" and auto(200) == many  # 920 and 1,840 GFLOP: 1,500 pays
     assert auto(10_000, openvino=None) == "torch"
     assert auto(10_000, compile=True) == "torch" and auto(10_000, precision="int8") == "torch"
     assert auto(10_000, device=torch.device("cuda")) == "torch"
@@ -127,6 +130,7 @@ def test_auto_engine_is_openvino_only_on_native_bf16_with_enough_work(kind: str)
         precision="bf16",
         compile=False,
         images=1,
+        image_gflop=9.2,
         openvino=None,
         cpu=cpu,
     )
@@ -136,7 +140,7 @@ def test_auto_engine_is_openvino_only_on_native_bf16_with_enough_work(kind: str)
 def test_engine_openvino_by_name_is_refused_where_it_cannot_run() -> None:
     def named(**given) -> tuple[str, str]:
         settings = {"device": CPU, "precision": "fp32", "compile": False, **given}
-        return decide_engine("openvino", images=1, **settings)
+        return decide_engine("openvino", images=1, image_gflop=9.2, **settings)
 
     assert named(openvino="2026.4.1") == ("openvino", "--engine openvino")
     with pytest.raises(MissingExtraError, match=r"pip install 'vitkit\[openvino\]'"):
@@ -152,6 +156,7 @@ def test_engine_openvino_by_name_is_refused_where_it_cannot_run() -> None:
         precision="fp32",
         compile=False,
         images=None,
+        image_gflop=9.2,
         openvino="2026.4.1",
     ) == ("torch", "--engine torch")
 

@@ -79,8 +79,12 @@ class FrozenInference(ByShape):
             self.run = self.model
         else:
             # freezing: weights as constants (folded, pre-packed); fullgraph: a graph break would
-            # fall back to eager silently, which is not the path the user asked for
-            self.run = torch.compile(self.model, fullgraph=True, options={"freezing": True})
+            # fall back to eager silently, which is not the path the user asked for; dynamic off:
+            # one graph per batch size, each planned for its shape, where a second size would
+            # otherwise recompile the graph with a symbolic batch
+            self.run = torch.compile(
+                self.model, fullgraph=True, dynamic=False, options={"freezing": True}
+            )
         self.eval()
 
     def forward(self, images: Tensor) -> Tensor:
@@ -209,6 +213,7 @@ def optimize_for_inference(
             precision=precision,
             compile=False,
             images=None,  # a function kept for many calls
+            image_gflop=count_flops(model.cfg) / 1e9,  # type: ignore[arg-type]
             openvino=openvino_version(),
         )
         if chosen == "openvino":

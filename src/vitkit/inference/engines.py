@@ -6,7 +6,7 @@ AVX512_BF16) when the run's work pays for its conversion, and torch everywhere e
 on a CPU without native bf16, where OpenVINO was not measured; with ``--fast`` (torch, compiled)
 or ``--precision int8`` (torchao's), which are torch's by name; and for a handful of images,
 where the conversion costs more than it saves (``vitkit predict CKPT one.png``: under
-``OPENVINO_MIN_IMAGES``).
+``OPENVINO_MIN_GFLOP`` of work), or a small model's images, whose passes save little.
 
 Measured on 2 cores of an AMD EPYC Zen 4 (AVX512_BF16) and of an Intel Xeon with AMX
 (benchmarks/RESULTS.md, "Inference against OpenVINO"): OpenVINO's bf16 ran ViT-S/16 and ViT-B/16
@@ -23,11 +23,13 @@ from ..errors import MissingExtraError, VitkitError
 from ..runtime.arithmetic import CpuFeatures, cpu_features
 
 Chosen = Literal["torch", "openvino"]
-# The images of a run from which OpenVINO's conversion (2.5 s for ViT-S/16, 4.5 s for ViT-B/16,
-# where its forward passes save 30%) is paid back: `vitkit predict` end to end, batch 32, on 2
-# Zen 4 cores, openvino/torch wall time 1.80 (S) and 1.63 (B) at 16 images, 1.14 (S) and 1.16 (B)
-# at 64 and 32, 0.73 (S) at 128 (benchmarks/RESULTS.md, "Inference against OpenVINO")
-OPENVINO_MIN_IMAGES = 100
+# The work of a run (images x GFLOP an image, count_flops) from which OpenVINO's conversion and
+# compilation (2-4.5 s) are paid back by its faster forward passes. Measured on 2 Zen 4 cores
+# (benchmarks/RESULTS.md, "Inference against OpenVINO"), end to end, openvino over torch:
+# ViT-S/16 (9.2 GFLOP) 1.80x the time at 16 images, 1.14x at 64, 0.73x at 128; ViT-B/16 (35)
+# 1.63x at 16, 1.16x at 32; the main job's ViT (0.028) 2.1x over 10,000 images, though 1.45x
+# faster once compiled: break-even near 900, 1,500-2,200 and 1,400 GFLOP.
+OPENVINO_MIN_GFLOP = 1500.0
 
 
 def decide_engine(
@@ -37,11 +39,12 @@ def decide_engine(
     precision: str,
     compile: bool,
     images: int | None,
+    image_gflop: float,
     openvino: str | None,
     cpu: CpuFeatures | None = None,
 ) -> tuple[Chosen, str]:
     """The engine ``engine`` (``auto``, ``torch`` or ``openvino``) stands for, and why, for a run
-    of ``images`` images (None: not known, taken as many) at ``precision``
+    of ``images`` images (None: not known, taken as many) of ``image_gflop`` each at ``precision``
     (decided: fp32, bf16 or int8) on ``device``; ``compile``: torch's compiled path asked for
     (``InferenceConfig`` refuses it, and int8, with ``openvino`` by name). ``openvino``: the installed version, or None;
     ``cpu``: the CPU's features (None: this machine's)."""
@@ -64,13 +67,13 @@ def decide_engine(
     native = (cpu or cpu_features()).native_bf16
     if native is None:
         return "torch", "auto: this CPU has no native bf16, where openvino was not measured"
-    if images is not None and images < OPENVINO_MIN_IMAGES:
+    if images is not None and images * image_gflop < OPENVINO_MIN_GFLOP:
         return "torch", (
-            f"auto: {images:,} images are too few to pay for openvino's conversion (it pays "
-            f"from about {OPENVINO_MIN_IMAGES})"
+            f"auto: {images:,} images of {image_gflop:.2g} GFLOP are too few to pay for "
+            f"openvino's conversion (it pays from about {OPENVINO_MIN_GFLOP:,.0f} GFLOP)"
         )
     many = "a run of unknown length" if images is None else f"{images:,} images"
     return "openvino", (
-        f"auto: openvino {openvino} is installed, this CPU has {native}, and {many} pay for "
-        "its conversion"
+        f"auto: openvino {openvino} is installed, this CPU has {native}, and {many} of "
+        f"{image_gflop:.2g} GFLOP pay for its conversion"
     )

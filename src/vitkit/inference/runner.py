@@ -136,6 +136,7 @@ class Inference(nn.Module):
                 precision=chosen,
                 compile=settings.compile,
                 images=images,
+                image_gflop=image_gflop,
                 openvino=openvino_version(),
             )
         if engine == "openvino":

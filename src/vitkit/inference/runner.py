@@ -27,7 +27,7 @@ from ..data.sources.cells import printable
 from ..errors import ConfigError, VitkitError
 from ..io.api import load_with_meta
 from ..model.flops import count_flops
-from ..runtime.arithmetic import inference_precision
+from ..runtime.arithmetic import cpu_features, inference_precision
 from ..runtime.machine import this_device
 from .engines import decide_engine
 from .openvino import openvino_version
@@ -116,7 +116,10 @@ class Inference(nn.Module):
         if settings.precision == "int8":
             self.run = self._int8(batch, calibration, say)
             self.precision, self.engine = "int8", "torch, compiled by inductor (int8)"
-            print(f"engine {self.engine} (--precision int8)", file=say, flush=True)
+            why = "--precision int8"
+            if openvino_version() is not None and cpu_features().amx_bf16:
+                why += "; slower on AMX than the openvino engine's bf16 (--precision auto)"
+            print(f"engine {self.engine} ({why})", file=say, flush=True)
             return self
         image_gflop = count_flops(self.model.cfg) / 1e9
         chosen, why = inference_precision(

@@ -69,8 +69,8 @@ def decide_engine(
         return "torch", "auto: this CPU has no native bf16, where openvino was not measured"
     if images is not None and images * image_gflop < OPENVINO_MIN_GFLOP:
         return "torch", (
-            f"auto: {images:,} image{'s' * (images != 1)} of {image_gflop:.2g} GFLOP are too "
-            f"few to pay for openvino's conversion (it pays from about "
+            f"auto: {images:,} image{'s' * (images != 1)} of {image_gflop:.2g} GFLOP, too "
+            f"little work to pay for openvino's conversion (it pays from about "
             f"{OPENVINO_MIN_GFLOP:,.0f} GFLOP)"
         )
     many = "a run of unknown length" if images is None else f"{images:,} images"

@@ -43,41 +43,26 @@ _FLAGS = {
 }
 
 
+def _setting(p: argparse.ArgumentParser, flag: str, key: str, **kwargs: Any) -> None:
+    """``flag`` on ``p``, setting ``InferenceConfig``'s ``key``: its default and its doc."""
+    default = default_of(InferenceConfig, key)
+    p.add_argument(flag, default=default, help=_help(key) + " (default: %(default)s)", **kwargs)
+
+
 def _inference_arguments(p: argparse.ArgumentParser, *, int8: bool, fast: bool) -> None:
-    """``--precision`` (with ``int8`` and its settings where ``int8``), and ``--fast`` where
-    ``fast``, on a verb that runs a checkpoint; their defaults are ``InferenceConfig``'s."""
+    """``--precision`` (with ``int8`` and its settings where ``int8``), and ``--engine`` and
+    ``--fast`` where ``fast``, on a verb that runs a checkpoint; their defaults are
+    ``InferenceConfig``'s."""
     choices = (
         INFERENCE_PRECISIONS if int8 else tuple(c for c in INFERENCE_PRECISIONS if c != "int8")
     )
-    p.add_argument(
-        "--precision",
-        choices=choices,
-        default=default_of(InferenceConfig, "precision"),
-        help=_help("precision") + " (default: %(default)s)",
-    )
+    _setting(p, "--precision", "precision", choices=choices)
     if fast:  # the verbs that run the whole model, not its intermediates
-        p.add_argument(
-            "--engine",
-            choices=ENGINES,
-            default=default_of(InferenceConfig, "engine"),
-            help=_help("engine") + " (default: %(default)s)",
-        )
+        _setting(p, "--engine", "engine", choices=ENGINES)
         p.add_argument("--fast", action="store_true", help=_help("compile"))
     if int8:
-        p.add_argument(
-            "--int8-calibration",
-            type=int,
-            default=default_of(InferenceConfig, "int8_calibration"),
-            metavar="N",
-            help=_help("int8_calibration") + " (default: %(default)s)",
-        )
-        p.add_argument(
-            "--int8-max-change",
-            type=float,
-            default=default_of(InferenceConfig, "int8_max_change"),
-            metavar="POINTS",
-            help=_help("int8_max_change") + " (default: %(default)s)",
-        )
+        _setting(p, "--int8-calibration", "int8_calibration", type=int, metavar="N")
+        _setting(p, "--int8-max-change", "int8_max_change", type=float, metavar="POINTS")
 
 
 def _settings(args: argparse.Namespace) -> InferenceConfig:

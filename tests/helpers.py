@@ -325,3 +325,15 @@ def random_checkpoint(path: Path, **overrides: Any) -> Path:
     from vitkit.model import VisionTransformer
 
     return save(randomize(VisionTransformer(tiny(**overrides))), path)
+
+
+def in_a_child(code: str, *args: str) -> Any:
+    """What ``code`` prints as JSON on its last line, run by a fresh interpreter (``sys.argv[1:]``
+    are ``args``) whose error fails the test with its stderr. For OpenVINO: loaded into the test
+    process, it made a later torchao/Inductor compilation there end in SIGSEGV (after pyarrow was
+    loaded too; tests/test_inference.py), so no test loads it here."""
+    done = subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])

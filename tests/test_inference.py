@@ -5,12 +5,15 @@ object the commands and the Python API run a checkpoint through."""
 from __future__ import annotations
 
 import io
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 
 import vitkit
-from helpers import randomize, tiny
+from helpers import in_a_child, randomize, tiny
 from vitkit.config.inference import InferenceConfig
 from vitkit.data import Preprocess
 from vitkit.errors import ConfigError, MissingExtraError, VitkitError
@@ -96,6 +99,7 @@ def test_ranked_names_each_files_classes_and_says_an_unreadable_one(tmp_path) ->
 
 
 CPU = torch.device("cpu")
+TESTS = Path(__file__).resolve().parent
 KINDS = {
     "none": CpuFeatures(),
     "avx512_bf16": CpuFeatures(avx512_bf16=True),
@@ -161,24 +165,39 @@ def test_engine_openvino_by_name_is_refused_where_it_cannot_run() -> None:
     ) == ("torch", "--engine torch")
 
 
+# OpenVINO is run in child processes here (helpers.in_a_child says why).
+LOGITS = """
+import json, torch, vitkit
+from helpers import randomize, tiny
+from vitkit.inference.openvino import OpenVINOInference
+
+model = randomize(vitkit.create_model(tiny(num_layers=2, num_classes=5))).eval()
+f32 = OpenVINOInference(model, precision="fp32")
+bf16 = OpenVINOInference(model, precision="bf16")
+rows = []
+for batch in (3, 1, 5):
+    images = torch.randn(batch, 3, 32, 32)
+    with torch.no_grad():
+        want = model(images)  # (B, 5)
+    rows.append([
+        want.abs().max().item(),
+        (f32(images) - want).abs().max().item(),
+        (bf16(images) - want).abs().max().item(),
+    ])
+print(json.dumps({"rows": rows, "converted": len(f32.converted), "compiled": len(f32.requests)}))
+"""
+
+
 @pytest.mark.skipif(openvino_version() is None, reason="openvino is not installed")
-def test_openvino_gives_the_eager_logits_at_every_batch_size(tmp_path) -> None:
+def test_openvino_gives_the_eager_logits_at_every_batch_size() -> None:
     """f32: the model's logits to 1e-4, at batch sizes other than the traced one (the
     conversion keeps the batch dynamic); bf16: within bf16's rounding of them."""
-    from vitkit.inference.openvino import OpenVINOInference
-
-    model = randomize(vitkit.create_model(tiny(num_layers=2, num_classes=5))).eval()
-    f32 = OpenVINOInference(model, precision="fp32")
-    bf16 = OpenVINOInference(model, precision="bf16")
-    for batch in (3, 1, 5):
-        images = torch.randn(batch, 3, 32, 32)
-        with torch.no_grad():
-            want = model(images)  # (B, 5)
-        assert want.abs().max() > 0.1
-        assert (f32(images) - want).abs().max().item() <= 1e-4
+    found = in_a_child(f"import sys; sys.path.insert(0, {str(TESTS)!r})\n" + LOGITS)
+    for scale, f32, bf16 in found["rows"]:
+        assert scale > 0.1 and f32 <= 1e-4
         # bf16 keeps 8 bits of mantissa: products and sums over 64 features round to ~1e-2
-        assert (bf16(images) - want).abs().max().item() <= 5e-2 * want.abs().max().item()
-    assert len(f32.converted) == 1 and len(f32.requests) == 3  # converted once, compiled 3x
+        assert bf16 <= 5e-2 * scale
+    assert found["converted"] == 1 and found["compiled"] == 3  # converted once, compiled 3x
 
 
 @pytest.mark.skipif(openvino_version() is None, reason="openvino is not installed")
@@ -192,21 +211,21 @@ def test_predict_by_the_openvino_engine_says_it_and_names_the_same_classes(tmp_p
     for i, colour in enumerate([(200, 10, 10), (10, 200, 10), (10, 10, 200)]):
         Image.new("RGB", (40, 30), colour).save(tmp_path / f"{i}.png")
     images = [str(tmp_path / f"{i}.png") for i in range(3)]
-    assert main(["predict", ckpt, *images, "--precision", "fp32", "--top", "3"]) == 0
-    eager = capsys.readouterr()
-    assert (
-        main(
-            ["predict", ckpt, *images, "--precision", "fp32", "--top", "3", "--engine", "openvino"]
-        )
-        == 0
-    )
-    got = capsys.readouterr()
-    assert got.err.splitlines()[1] == (
+
+    def predict(*flags: str) -> subprocess.CompletedProcess:
+        command = [sys.executable, "-m", "vitkit", "predict", ckpt, *images, "--top", "3"]
+        done = subprocess.run([*command, *flags], capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done
+
+    eager = predict("--precision", "fp32")
+    got = predict("--precision", "fp32", "--engine", "openvino")
+    assert got.stderr.splitlines()[1] == (
         f"engine openvino {openvino_version()}, fp32 (--engine openvino)"
     )
-    assert eager.err.splitlines()[1].startswith("engine torch, eager (auto: ")
-    assert [row.split()[1::2] for row in got.out.splitlines()] == [
-        row.split()[1::2] for row in eager.out.splitlines()
+    assert eager.stderr.splitlines()[1].startswith("engine torch, eager (auto: ")
+    assert [row.split()[1::2] for row in got.stdout.splitlines()] == [
+        row.split()[1::2] for row in eager.stdout.splitlines()
     ]  # each image's classes, in the same order
     assert main(["predict", ckpt, *images, "--engine", "openvino", "--fast"]) == 2
     assert capsys.readouterr().err == (  # before the checkpoint is read
@@ -215,19 +234,29 @@ def test_predict_by_the_openvino_engine_says_it_and_names_the_same_classes(tmp_p
     )
 
 
+OPTIMIZED = """
+import json, sys, torch, vitkit
+from helpers import randomize, tiny
+from vitkit.inference.compiled import optimize_for_inference
+
+model = randomize(vitkit.create_model(tiny(num_layers=1, num_classes=3)))
+fast = optimize_for_inference(model)
+images = torch.randn(2, 3, 32, 32)
+with torch.no_grad():
+    gap = (fast(images) - model.eval()(images)).abs().max().item() if sys.argv[1] == "run" else 0
+found = {"backend": fast.backend, "precision": fast.precision, "bf16": fast.bf16_for(images)}
+print(json.dumps({**found, "gap": gap}))
+"""
+
+
 @pytest.mark.skipif(openvino_version() is None, reason="openvino is not installed")
 @pytest.mark.parametrize(("cpu", "backend"), [("none", "inductor"), ("avx512_bf16", "openvino")])
 def test_optimize_for_inference_takes_openvino_where_the_engine_would(monkeypatch, cpu, backend):
     """``backend="auto"``: OpenVINO on a CPU with native bf16 (a function kept for many
-    calls), torch's compiled path elsewhere; each with ``precision="auto"`` per input shape."""
-    from vitkit.inference.compiled import optimize_for_inference
-
+    calls), torch's compiled path elsewhere; each with ``precision="auto"`` per input shape
+    (a tiny model's batch: under the 1 GFLOP from which bf16 pays)."""
     monkeypatch.setenv(CPU_ENV, cpu)
-    model = randomize(vitkit.create_model(tiny(num_layers=1, num_classes=3)))
-    fast = optimize_for_inference(model)
-    assert fast.backend == backend and fast.precision == "auto"
-    images = torch.randn(2, 3, 32, 32)
-    assert fast.bf16_for(images) is False  # a tiny model's batch: under bf16's 1 GFLOP
-    if backend == "openvino":
-        with torch.no_grad():
-            assert (fast(images) - model.eval()(images)).abs().max().item() <= 1e-4
+    code = f"import sys; sys.path.insert(0, {str(TESTS)!r})\n" + OPTIMIZED
+    found = in_a_child(code, "run" if backend == "openvino" else "build")
+    assert found["backend"] == backend and found["precision"] == "auto"
+    assert found["bf16"] is False and found["gap"] <= 1e-4

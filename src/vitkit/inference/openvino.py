@@ -14,6 +14,7 @@ by Intel; also what optimum-intel serves through): ``pip install 'vitkit[openvin
 from __future__ import annotations
 
 import importlib.metadata
+import os
 import warnings
 from typing import Any
 
@@ -32,12 +33,18 @@ def openvino_version() -> str | None:
         return None
 
 
-def require_openvino() -> None:
-    """A ``MissingExtraError`` naming the extra when openvino is not installed."""
+def require_openvino() -> Any:
+    """The ``openvino`` module, imported so that it runs under the ``vitkit`` command's jemalloc;
+    a ``MissingExtraError`` naming the extra when it is not installed."""
+    # oneTBB, OpenVINO's threading, dlopens its hwloc binding with RTLD_DEEPBIND, which binds
+    # hwloc to glibc's free() while glibc hands it jemalloc's memory: "munmap_chunk(): invalid
+    # pointer" under a preloaded allocator (oneTBB issue 1636). This variable drops DEEPBIND.
+    os.environ.setdefault("TBB_ENABLE_SANITIZERS", "1")
     try:
-        import openvino  # noqa: F401
+        import openvino
     except ImportError:
         raise MissingExtraError("the openvino engine", "openvino", "openvino") from None
+    return openvino
 
 
 class OpenVINOInference(ByShape):
@@ -50,9 +57,7 @@ class OpenVINOInference(ByShape):
 
     def __init__(self, model: nn.Module, *, precision: Precision) -> None:
         super().__init__(model, precision)
-        require_openvino()
-        import openvino as ov
-
+        ov = require_openvino()
         self.core = ov.Core()
         self.converted: dict[tuple[int, int], Any] = {}  # (H, W) -> OpenVINO's model
         self.requests: dict[tuple[int, ...], Any] = {}  # an input shape -> its compiled request
@@ -60,8 +65,7 @@ class OpenVINOInference(ByShape):
 
     def _convert(self, images: Tensor) -> Any:
         """The model as OpenVINO's graph for images of this height and width, any batch."""
-        import openvino as ov
-
+        ov = require_openvino()
         _, c, h, w = images.shape
         example = torch.zeros(2, c, h, w)  # a batch of one could be traced as a constant 1
         with torch.no_grad(), warnings.catch_warnings():

@@ -199,9 +199,7 @@ def export_openvino(
     file's keys). Staged in a temporary directory and renamed into place, weights first."""
     from ..inference.openvino import require_openvino
 
-    require_openvino()
-    import openvino as ov
-
+    ov = require_openvino()
     path = Path(path)
     if path.suffix != ".xml" or path.is_dir():
         raise UserFileError(f"{path}: expected the IR's graph file, e.g. model.xml")
@@ -238,9 +236,9 @@ def verify_openvino(
     """Max absolute difference between OpenVINO's CPU outputs for ``images`` (B, C, H, W), in
     f32 (or bf16, ``bf16``) inference precision, and ``model``'s (fp32); NaN where either has
     a NaN."""
-    import openvino as ov
+    from ..inference.openvino import require_openvino
 
-    core = ov.Core()
+    core = require_openvino().Core()
     read = core.read_model(str(path))
     read.reshape([-1, *images.shape[1:]])
     hint = {"INFERENCE_PRECISION_HINT": "bf16" if bf16 else "f32"}

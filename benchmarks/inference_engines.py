@@ -4,7 +4,8 @@ Contenders, each on the same random-initialised model and the same images:
 
 - ``predict/eval``: the forward passes ``vitkit predict --batch-size B`` and ``vitkit eval
   --batch-size B`` run without a precision or engine flag: ``vitkit.Inference`` opened from a
-  checkpoint and prepared for a run of ``--images`` images (it says what it decided);
+  checkpoint and prepared for a run of ``--run-images`` images (default 10,000, a test set's:
+  it says what it decided; a short run stays on torch, whose first call is cheaper);
 - ``optimize_for_inference``: ``vitkit.optimize_for_inference(model)``, as a Python user calls it;
 - ``torch eager bf16``: the model under bf16 autocast, for reference;
 - ``int8 (torchao)`` with ``--int8``: ``--precision int8``'s model, calibrated on the batch;
@@ -111,6 +112,9 @@ def main() -> None:
     parser.add_argument("--models", nargs="+", default=["ViT-S/16", "ViT-B/16"])
     parser.add_argument("--batches", nargs="+", type=int, default=[1, 32])
     parser.add_argument("--images", type=int, default=256, help="images timed per contender")
+    parser.add_argument(
+        "--run-images", type=int, default=10_000, help="the run predict/eval is prepared for"
+    )
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--int8", action="store_true", help="int8 (torchao) as a contender too")
     args = parser.parse_args()
@@ -125,7 +129,7 @@ def main() -> None:
         for name in args.models:
             for batch in args.batches:
                 print(f"{name}, batch {batch}:")
-                found = contenders(name, batch, args.images, Path(folder), int8=args.int8)
+                found = contenders(name, batch, args.run_images, Path(folder), int8=args.int8)
                 calls = math.ceil(args.images / (batch * args.rounds))
                 seconds: dict[str, list[float]] = {label: [] for label in found}
                 for _ in range(args.rounds):

@@ -124,7 +124,7 @@ def test_auto_engine_is_openvino_only_on_native_bf16_with_enough_work(kind: str)
     many = "openvino" if cpu.native_bf16 else "torch"
     assert auto(10_000) == many and auto(None) == many
     assert auto(1) == "torch"  # one image: the conversion costs more than it saves
-    assert auto(100) == "torch" and auto(200) == many  # 920 and 1,840 GFLOP: 1,500 pays
+    assert auto(800) == "torch" and auto(1_000) == many  # 7,360 and 9,200 GFLOP: 8,000 pays
     assert auto(10_000, openvino=None) == "torch"
     assert auto(10_000, compile=True) == "torch" and auto(10_000, precision="int8") == "torch"
     assert auto(10_000, device=torch.device("cuda")) == "torch"

@@ -23,13 +23,13 @@ from ..errors import MissingExtraError, VitkitError
 from ..runtime.arithmetic import CpuFeatures, cpu_features
 
 Chosen = Literal["torch", "openvino"]
-# The work of a run (images x GFLOP an image, count_flops) from which OpenVINO's conversion and
-# compilation (2-4.5 s) are paid back by its faster forward passes. Measured on 2 Zen 4 cores
-# (benchmarks/RESULTS.md, "Inference against OpenVINO"), end to end, openvino over torch:
-# ViT-S/16 (9.2 GFLOP) 1.80x the time at 16 images, 1.14x at 64, 0.73x at 128; ViT-B/16 (35)
-# 1.63x at 16, 1.16x at 32; the main job's ViT (0.028) 2.1x over 10,000 images, though 1.45x
-# faster once compiled: break-even near 900, 1,500-2,200 and 1,400 GFLOP.
-OPENVINO_MIN_GFLOP = 1500.0
+# The work of a run (images x GFLOP an image, count_flops) from which OpenVINO's first call
+# (import, conversion, a compilation per batch shape: 4-8 s in a command) is paid back by its
+# faster forward passes. `vitkit predict --batch-size 32` end to end on 2 Zen 4 cores, openvino
+# over torch (benchmarks/RESULTS.md, "Inference against OpenVINO"): ViT-S/16 (9.2 GFLOP) 1.71x
+# the time at 64 images, 1.36x at 128, 1.19x at 256, about 9 ms saved an image: break-even near
+# 500 images (4,600 GFLOP); ViT-B/16 (35) 1.74x at 32, 1.44x at 64: near 250 (9,000 GFLOP).
+OPENVINO_MIN_GFLOP = 8000.0
 
 
 def decide_engine(

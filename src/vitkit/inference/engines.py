@@ -8,9 +8,9 @@ or ``--precision int8`` (torchao's), which are torch's by name; and for a handfu
 where the conversion costs more than it saves (``vitkit predict CKPT one.png``: under
 ``OPENVINO_MIN_GFLOP`` of work), or a small model's images, whose passes save little.
 
-Measured on 2 cores of an AMD EPYC Zen 4 (AVX512_BF16) and of an Intel Xeon with AMX
-(benchmarks/RESULTS.md, "Inference against OpenVINO"): OpenVINO's bf16 ran ViT-S/16 and ViT-B/16
-1.3-2.5x faster than torch's fastest bf16 path, at batch 1 and 32.
+OpenVINO's bf16 forward passes, measured: 1.2-1.4x torch eager bf16's for ViT-S/16 and B/16 at
+batch 1 and 32 on 2 cores of an AMD EPYC Zen 4 (benchmarks/RESULTS.md, "Inference against
+OpenVINO"); 1.3-2.5x torch's fastest bf16 path on 2 cores of an Intel Xeon with AMX (issue 42).
 """
 
 from __future__ import annotations

@@ -15,7 +15,10 @@ Contenders of a row (every one holds the same weights: throughput.py's ``make_su
   ``torch.autocast``;
 * inference only: ``vitkit bf16 fast`` (``optimize_for_inference(bf16=True)``: compiled, frozen
   weights; ``--fast``) and ``vitkit int8`` (inference/int8.py: calibrated on 4 batches of random
-  images, compiled).
+  images, compiled); where openvino is installed, ``vitkit openvino`` (the engine ``vitkit
+  predict/eval`` take for a long run on a CPU with native bf16: inference/openvino.py, precision
+  ``auto``) and ``openvino`` (OpenVINO at its defaults: ``convert_model`` at the row's static
+  shape, ``compile_model(model, "CPU")``: bf16 on a CPU with native bf16, the LATENCY hint).
 
 A training step is forward, cross-entropy, backward and AdamW (fused for both). Each round times
 every contender for ``--min-time`` seconds' worth of iterations, the order rotated by one per round;
@@ -38,6 +41,7 @@ from throughput import FMNIST, build_timm, build_vitkit, environment, make_subje
 from vitkit.inference.compiled import optimize_for_inference
 from vitkit.model.flops import count_flops
 from vitkit.runtime.arithmetic import cpu_features, decide_auto
+from vitkit.runtime.openvino import openvino_version
 
 MODELS = ("ViT-Ti/16", "ViT-S/16", "ViT-B/16", FMNIST)
 ROWS = ("infer:1", "infer:32", "train:32")
@@ -49,6 +53,9 @@ RATIOS = (
     ("vitkit bf16", "timm bf16"),
     ("vitkit int8", "vitkit bf16"),
     ("vitkit int8", "vitkit bf16 fast"),
+    ("vitkit openvino", "openvino"),
+    ("vitkit bf16 fast", "openvino"),
+    ("vitkit int8", "openvino"),
 )
 
 
@@ -101,7 +108,26 @@ def contenders(subject: Any, task: str, x: torch.Tensor, y: torch.Tensor) -> dic
         calibration = [torch.rand_like(x) * 2 - 1 for _ in range(4)]
         int8 = quantize_int8(build_vitkit(subject, "fp32"), calibration)
         steps["vitkit int8"] = lambda: int8(x)
+        if openvino_version() is not None:
+            steps |= _openvino(build_vitkit(subject, "fp32"), x)
     return {"steps": steps, "default": default}
+
+
+def _openvino(model: Any, x: torch.Tensor) -> dict[str, Callable[[], Any]]:
+    """vitkit's OpenVINO engine and OpenVINO at its own defaults, on the same weights."""
+    from vitkit.inference.openvino import OpenVINOInference
+    from vitkit.runtime.openvino import require_openvino
+
+    ov = require_openvino()  # under this process's jemalloc: see require_openvino
+    engine = OpenVINOInference(model, precision="auto")
+    with torch.no_grad():
+        converted = ov.convert_model(model.eval(), example_input=x, input=[tuple(x.shape)])
+    request = ov.Core().compile_model(converted, "CPU").create_infer_request()
+    array = x.numpy()
+    return {
+        "vitkit openvino": lambda: engine(x),
+        "openvino": lambda: request.infer([array])[0],
+    }
 
 
 def measure(subject: Any, task: str, batch: int, rounds: int, min_time: float) -> dict[str, Any]:

@@ -19,10 +19,10 @@ from vitkit.data import Preprocess
 from vitkit.errors import ConfigError, MissingExtraError, VitkitError
 from vitkit.inference import Inference
 from vitkit.inference.engines import decide_engine
-from vitkit.inference.openvino import openvino_version
 from vitkit.io.api import read
 from vitkit.model import VisionTransformer
 from vitkit.runtime.arithmetic import CPU_ENV, CpuFeatures
+from vitkit.runtime.openvino import openvino_version
 
 
 def test_opened_once_with_its_model_class_names_and_preprocessing(tmp_path) -> None:
@@ -165,10 +165,11 @@ def test_engine_openvino_by_name_is_refused_where_it_cannot_run() -> None:
     ) == ("torch", "--engine torch")
 
 
-# OpenVINO is run in child processes here (helpers.in_a_child says why).
-LOGITS = """
+# OpenVINO is run in a child process here (helpers.in_a_child says why), once for two tests.
+OPENVINO = """
 import json, torch, vitkit
 from helpers import randomize, tiny
+from vitkit.inference.compiled import optimize_for_inference
 from vitkit.inference.openvino import OpenVINOInference
 
 model = randomize(vitkit.create_model(tiny(num_layers=2, num_classes=5))).eval()
@@ -184,20 +185,35 @@ for batch in (3, 1, 5):
         (f32(images) - want).abs().max().item(),
         (bf16(images) - want).abs().max().item(),
     ])
-print(json.dumps({"rows": rows, "converted": len(f32.converted), "compiled": len(f32.requests)}))
+fast = optimize_for_inference(model)  # VITKIT_CPU_BF16=avx512_bf16: a CPU with native bf16
+with torch.no_grad():
+    gap = (fast(images) - model(images)).abs().max().item()
+optimized = {"backend": fast.backend, "precision": fast.precision, "gap": gap,
+             "bf16": fast.bf16_for(images)}
+print(json.dumps({"rows": rows, "converted": len(f32.converted), "compiled": len(f32.requests),
+                  "optimized": optimized}))
 """
 
 
-@pytest.mark.skipif(openvino_version() is None, reason="openvino is not installed")
-def test_openvino_gives_the_eager_logits_at_every_batch_size() -> None:
+@pytest.fixture(scope="module")
+def in_openvino() -> dict:
+    """What the child running ``OPENVINO`` found, as if on a CPU with native bf16."""
+    if openvino_version() is None:
+        pytest.skip("openvino is not installed")
+    code = f"import sys; sys.path.insert(0, {str(TESTS)!r})\n" + OPENVINO
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(CPU_ENV, "avx512_bf16")
+        return in_a_child(code)
+
+
+def test_openvino_gives_the_eager_logits_at_every_batch_size(in_openvino: dict) -> None:
     """f32: the model's logits to 1e-4, at batch sizes other than the traced one (the
     conversion keeps the batch dynamic); bf16: within bf16's rounding of them."""
-    found = in_a_child(f"import sys; sys.path.insert(0, {str(TESTS)!r})\n" + LOGITS)
-    for scale, f32, bf16 in found["rows"]:
+    for scale, f32, bf16 in in_openvino["rows"]:
         assert scale > 0.1 and f32 <= 1e-4
         # bf16 keeps 8 bits of mantissa: products and sums over 64 features round to ~1e-2
         assert bf16 <= 5e-2 * scale
-    assert found["converted"] == 1 and found["compiled"] == 3  # converted once, compiled 3x
+    assert in_openvino["converted"] == 1 and in_openvino["compiled"] == 3  # converted once
 
 
 @pytest.mark.skipif(openvino_version() is None, reason="openvino is not installed")
@@ -218,14 +234,17 @@ def test_predict_by_the_openvino_engine_says_it_and_names_the_same_classes(tmp_p
         assert done.returncode == 0, done.stderr[-3000:]
         return done
 
-    eager = predict("--precision", "fp32")
+    assert main(["predict", ckpt, *images, "--top", "3", "--precision", "fp32"]) == 0
+    eager = capsys.readouterr()
+    # a command, under its jemalloc: with OpenVINO there, each run aborted in free() until
+    # TBB_ENABLE_SANITIZERS=1 (runtime.openvino.require_openvino)
     got = predict("--precision", "fp32", "--engine", "openvino")
     assert got.stderr.splitlines()[1] == (
         f"engine openvino {openvino_version()}, fp32 (--engine openvino)"
     )
-    assert eager.stderr.splitlines()[1].startswith("engine torch, eager (auto: ")
+    assert eager.err.splitlines()[1].startswith("engine torch, eager (auto: ")
     assert [row.split()[1::2] for row in got.stdout.splitlines()] == [
-        row.split()[1::2] for row in eager.stdout.splitlines()
+        row.split()[1::2] for row in eager.out.splitlines()
     ]  # each image's classes, in the same order
     assert main(["predict", ckpt, *images, "--engine", "openvino", "--fast"]) == 2
     assert capsys.readouterr().err == (  # before the checkpoint is read
@@ -234,29 +253,21 @@ def test_predict_by_the_openvino_engine_says_it_and_names_the_same_classes(tmp_p
     )
 
 
-OPTIMIZED = """
-import json, sys, torch, vitkit
-from helpers import randomize, tiny
-from vitkit.inference.compiled import optimize_for_inference
-
-model = randomize(vitkit.create_model(tiny(num_layers=1, num_classes=3)))
-fast = optimize_for_inference(model)
-images = torch.randn(2, 3, 32, 32)
-with torch.no_grad():
-    gap = (fast(images) - model.eval()(images)).abs().max().item() if sys.argv[1] == "run" else 0
-found = {"backend": fast.backend, "precision": fast.precision, "bf16": fast.bf16_for(images)}
-print(json.dumps({**found, "gap": gap}))
-"""
-
-
-@pytest.mark.skipif(openvino_version() is None, reason="openvino is not installed")
-@pytest.mark.parametrize(("cpu", "backend"), [("none", "inductor"), ("avx512_bf16", "openvino")])
-def test_optimize_for_inference_takes_openvino_where_the_engine_would(monkeypatch, cpu, backend):
+@pytest.mark.parametrize("cpu", ["none", "avx512_bf16"])
+def test_optimize_for_inference_takes_openvino_where_the_engine_would(
+    monkeypatch, in_openvino: dict, cpu: str
+) -> None:
     """``backend="auto"``: OpenVINO on a CPU with native bf16 (a function kept for many
     calls), torch's compiled path elsewhere; each with ``precision="auto"`` per input shape
     (a tiny model's batch: under the 1 GFLOP from which bf16 pays)."""
-    monkeypatch.setenv(CPU_ENV, cpu)
-    code = f"import sys; sys.path.insert(0, {str(TESTS)!r})\n" + OPTIMIZED
-    found = in_a_child(code, "run" if backend == "openvino" else "build")
-    assert found["backend"] == backend and found["precision"] == "auto"
-    assert found["bf16"] is False and found["gap"] <= 1e-4
+    if cpu == "none":  # torch's: OpenVINO is not loaded here
+        from vitkit.inference.compiled import optimize_for_inference
+
+        monkeypatch.setenv(CPU_ENV, cpu)
+        fast = optimize_for_inference(vitkit.create_model(tiny(num_layers=1, num_classes=3)))
+        found = {"backend": fast.backend, "precision": fast.precision, "gap": 0.0}
+        found["bf16"] = fast.bf16_for(torch.randn(2, 3, 32, 32))
+    else:
+        found = in_openvino["optimized"]
+    assert found["backend"] == ("inductor" if cpu == "none" else "openvino")
+    assert found["precision"] == "auto" and found["bf16"] is False and found["gap"] <= 1e-4

@@ -114,7 +114,7 @@ def _export(args: argparse.Namespace) -> None:
 
         require_onnx()  # before loading and exporting, which take a while
     else:
-        from ..inference.openvino import require_openvino
+        from ..runtime.openvino import require_openvino
 
         require_openvino()
     model, meta = load_with_meta(args.checkpoint)

@@ -13,38 +13,15 @@ by Intel; also what optimum-intel serves through): ``pip install 'vitkit[openvin
 
 from __future__ import annotations
 
-import importlib.metadata
-import os
 import warnings
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from ..errors import ConfigError, MissingExtraError
-from .compiled import ByShape, Precision
-
-
-def openvino_version() -> str | None:
-    """The installed openvino's version, or None where it is not installed (nothing imported)."""
-    try:
-        return importlib.metadata.version("openvino")
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-def require_openvino() -> Any:
-    """The ``openvino`` module, imported so that it runs under the ``vitkit`` command's jemalloc;
-    a ``MissingExtraError`` naming the extra when it is not installed."""
-    # oneTBB, OpenVINO's threading, dlopens its hwloc binding with RTLD_DEEPBIND, which binds
-    # hwloc to glibc's free() while glibc hands it jemalloc's memory: "munmap_chunk(): invalid
-    # pointer" under a preloaded allocator (oneTBB issue 1636). This variable drops DEEPBIND.
-    os.environ.setdefault("TBB_ENABLE_SANITIZERS", "1")
-    try:
-        import openvino
-    except ImportError:
-        raise MissingExtraError("the openvino engine", "openvino", "openvino") from None
-    return openvino
+from ..errors import ConfigError
+from ..runtime.openvino import require_openvino
+from .shapes import ByShape, Precision
 
 
 class OpenVINOInference(ByShape):

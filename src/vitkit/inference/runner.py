@@ -29,8 +29,8 @@ from ..io.api import load_with_meta
 from ..model.flops import count_flops
 from ..runtime.arithmetic import cpu_features, inference_precision
 from ..runtime.machine import this_device
+from ..runtime.openvino import openvino_version
 from .engines import decide_engine
-from .openvino import openvino_version
 
 if TYPE_CHECKING:
     from ..data.run_data import Split

@@ -197,7 +197,7 @@ def export_openvino(
     ``.bin`` (its fp32 weights), converted by OpenVINO's PyTorch frontend with a dynamic batch;
     what travels with the weights goes into the IR's ``rt_info`` (``model_info``; the ONNX
     file's keys). Staged in a temporary directory and renamed into place, weights first."""
-    from ..inference.openvino import require_openvino
+    from ..runtime.openvino import require_openvino
 
     ov = require_openvino()
     path = Path(path)
@@ -236,7 +236,7 @@ def verify_openvino(
     """Max absolute difference between OpenVINO's CPU outputs for ``images`` (B, C, H, W), in
     f32 (or bf16, ``bf16``) inference precision, and ``model``'s (fp32); NaN where either has
     a NaN."""
-    from ..inference.openvino import require_openvino
+    from ..runtime.openvino import require_openvino
 
     core = require_openvino().Core()
     read = core.read_model(str(path))

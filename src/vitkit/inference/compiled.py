@@ -13,8 +13,9 @@ Two backends, the same mathematics:
 - ``onednn``: every linear layer's weight packed once for oneDNN, the rest eager, no compilation:
   faster where MKL takes its generic path for fp32 (AMD CPUs), slower on Intel's.
 
-``backend="auto"`` measures, once, the model's widest fp32 product both ways and takes ``onednn``
-where it beats MKL by ``ONEDNN_MARGIN``, else ``inductor``. The returned function keeps the
+``backend="auto"`` takes OpenVINO where the commands' engine would (``optimize_for_inference``);
+else it measures, once, the model's widest fp32 product both ways and takes ``onednn`` where it
+beats MKL by ``ONEDNN_MARGIN``, else ``inductor``. The returned function keeps the
 weights as they were: train first, optimize last. ``vitkit predict/eval --fast`` (the torch
 engine, compiled: ``inference.engine``) use it.
 """

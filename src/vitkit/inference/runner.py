@@ -113,11 +113,12 @@ class Inference(nn.Module):
             return self
         say = say or sys.stdout
         settings = self.settings
+        openvino = openvino_version()  # the installed one, read once (importlib.metadata: ~35 ms)
         if settings.precision == "int8":
             self.run = self._int8(batch, calibration, say)
             self.precision, self.engine = "int8", "torch, compiled by inductor (int8)"
             why = "--precision int8"
-            if openvino_version() is not None and cpu_features().amx_bf16:
+            if openvino is not None and cpu_features().amx_bf16:
                 why += "; slower on AMX than the openvino engine's bf16 (--precision auto)"
             print(f"engine {self.engine} ({why})", file=say, flush=True)
             return self
@@ -140,7 +141,7 @@ class Inference(nn.Module):
                 compile=settings.compile,
                 images=images,
                 image_gflop=image_gflop,
-                openvino=openvino_version(),
+                openvino=openvino,
             )
         if engine == "openvino":
             from .openvino import OpenVINOInference
@@ -148,7 +149,7 @@ class Inference(nn.Module):
             self.run = OpenVINOInference(
                 self.model, precision="bf16" if chosen == "bf16" else "fp32"
             )
-            self.engine = f"openvino {openvino_version()}, {chosen}"
+            self.engine = f"openvino {openvino}, {chosen}"
         elif settings.compile:
             from .compiled import optimize_for_inference
 

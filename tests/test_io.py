@@ -568,6 +568,7 @@ def test_what_travels_with_weights_round_trips_through_config_json(tmp_path: Pat
     """Every entry of ``WeightsMeta`` is written beside ``format``, ``version`` and ``model`` under
     its own name, as JSON, and reads back equal; an empty one writes nothing."""
     from vitkit.data import Preprocess
+    from vitkit.files import sha256_of
     from vitkit.io.checkpoint import write_ours
     from vitkit.io.metadata import WeightsMeta
     from vitkit.recipes import get_recipe
@@ -583,7 +584,14 @@ def test_what_travels_with_weights_round_trips_through_config_json(tmp_path: Pat
     write_ours(run.model, VisionTransformer(run.model).state_dict(), tmp_path, meta)
     written = json.loads((tmp_path / "config.json").read_text())
     entries = json.loads(json.dumps(meta.to_dict()))
-    assert written == {"format": "vitkit", "version": 1, "model": written["model"], **entries}
+    digests = {"model.safetensors": sha256_of(tmp_path / "model.safetensors")}
+    assert written == {
+        "format": "vitkit",
+        "version": 1,
+        "model": written["model"],
+        **entries,
+        "sha256": digests,
+    }
     assert set(entries) == {"class_names", "wnids", "pretrained", "preprocess", "run"}
     assert read(tmp_path)[2] == meta
     assert WeightsMeta.from_dict(entries, run.model, source="s", file="f") == meta

@@ -4,6 +4,7 @@ device asked for; an unreadable image is a warning, an input that matches nothin
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -253,3 +254,43 @@ def test_precision_argument(checkpoint: str, images: Path, capsys, monkeypatch) 
     assert main(["predict", checkpoint, str(images / "more"), "--device", "cpu"]) == 0
     err = capsys.readouterr().err
     assert err.startswith("precision bf16 (auto: this CPU has AMX-BF16, and a forward pass of ")
+
+
+def test_changed_or_non_finite_weights_are_refused_in_one_line(
+    checkpoint: str, images: Path, tmp_path: Path, capsys
+) -> None:
+    """Weights changed since vitkit wrote them (64 bytes flipped mid-data: other probabilities,
+    exit 0) are refused in one line naming the file, by every verb that reads them; a NaN weight
+    in any format read (``nan`` probabilities, exit 0; 33% from ``eval``) is refused in one line
+    naming the file and the tensor."""
+    from safetensors.torch import load_file, save_file
+
+    weights = Path(checkpoint) / "model.safetensors"
+    whole = weights.read_bytes()
+    middle = len(whole) // 2
+    flipped = bytes(b ^ 0xFF for b in whole[middle : middle + 64])
+    weights.write_bytes(whole[:middle] + flipped + whole[middle + 64 :])
+    onnx = str(tmp_path / "m.onnx")
+    for verb in (
+        ["predict", checkpoint, str(images / "more")],
+        ["export", checkpoint, "--onnx", onnx],
+    ):
+        assert main(verb) == 2
+        err = capsys.readouterr().err
+        assert f"{weights} changed since it was written" in err and len(err.splitlines()) == 1
+
+    weights.write_bytes(whole)
+    state = load_file(weights)
+    state["blocks.0.attn.qkv.weight"][5, 1] = float("nan")
+    model = vitkit.create_model(tiny(num_classes=4, classifier="gap"))
+    model.load_state_dict(state)
+    nan = vitkit.save(model, tmp_path / "nan", class_names=NAMES)  # written as it is
+    save_file(state, tmp_path / "nan.safetensors")
+    torch.save(state, tmp_path / "nan.pth")
+    named = "tensor 'blocks.0.attn.qkv.weight' holds 1 of"
+    assert main(["predict", str(nan), str(images / "more")]) == 2
+    err = capsys.readouterr().err
+    assert f"{nan / 'model.safetensors'}: {named}" in err and len(err.splitlines()) == 1
+    for path in (tmp_path / "nan.safetensors", tmp_path / "nan.pth"):
+        with pytest.raises(VitkitError, match=re.escape(f"{path}: {named}")):
+            vitkit.load(path, num_heads=tiny().num_heads)

@@ -3,6 +3,9 @@ payload is refused."""
 
 from __future__ import annotations
 
+import json
+import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -32,3 +35,83 @@ def test_train_state_round_trips_and_refuses_incomplete_payloads(tmp_path: Path)
         torch.save(broken, tmp_path / "broken.pt")
         with pytest.raises(CheckpointError, match=f"not a vitkit training state: '{field}'"):
             TrainState.read(tmp_path / "broken.pt")
+
+
+def _flip(path: Path, at: float = 0.5, count: int = 64) -> Path:
+    """``path`` with ``count`` bytes inverted from ``at`` of its length on: what a failing disk or
+    a bad copy leaves, which a file's structure (a zip's, safetensors' header) does not reveal."""
+    data = bytearray(path.read_bytes())
+    start = int(len(data) * at)
+    data[start : start + count] = bytes(b ^ 0xFF for b in data[start : start + count])
+    path.write_bytes(bytes(data))
+    return path
+
+
+def _without_digests(checkpoint: Path) -> None:
+    """``checkpoint``'s config.json as a vitkit before digests wrote it."""
+    config = json.loads((checkpoint / "config.json").read_text())
+    del config["sha256"]
+    (checkpoint / "config.json").write_text(json.dumps(config))
+
+
+def _resumable(tmp_path: Path) -> tuple[Path, Path]:
+    """A copy of the committed run stopped at step 2, its checkpoint written again by today's
+    vitkit (``save_checkpoint``: with digests); the run directory and the checkpoint."""
+    from vitkit.config import RunConfig
+    from vitkit.io.checkpoint import read_our_config
+    from vitkit.train.state import load_checkpoint, save_checkpoint
+
+    run_dir = Path(shutil.copytree(RESUME_V1 / "run", tmp_path / "run"))
+    run = RunConfig.from_dict(json.loads((run_dir / "config.json").read_text()))
+    checkpoint = run_dir / "checkpoints" / "step_00000002"
+    weights, state = load_checkpoint(checkpoint, run.model)
+    _, meta = read_our_config(checkpoint, own_run=True)
+    assert save_checkpoint(run_dir, run.model, weights, state, meta=meta, keep_last=1) == checkpoint
+    return run_dir, checkpoint
+
+
+def test_a_checkpoint_records_its_files_digests_and_a_resume_refuses_damage(
+    tmp_path: Path,
+) -> None:
+    """A checkpoint vitkit writes records the sha256 of model.safetensors and state.pt in its
+    config.json. Resuming refuses, in one line naming the file: either file changed since it was
+    written (bytes flipped mid-data: the resume continued with weights off by 1.7e7); a damaged
+    state.pt of a checkpoint that records no digests (an earlier vitkit's: a traceback); a NaN
+    weight (reported as "the run diverged")."""
+    from safetensors.torch import load_file, save_file
+
+    from vitkit.config import RunConfig
+    from vitkit.errors import CheckpointError
+    from vitkit.files import sha256_of
+    from vitkit.train.loop import train
+
+    run_dir, checkpoint = _resumable(tmp_path)
+    weights_file, state_file = checkpoint / "model.safetensors", checkpoint / "state.pt"
+    recorded = json.loads((checkpoint / "config.json").read_text())["sha256"]
+    assert recorded == {
+        name: sha256_of(checkpoint / name) for name in ("model.safetensors", "state.pt")
+    }
+    run = RunConfig.from_dict(json.loads((run_dir / "config.json").read_text()))
+
+    def resume(expected: str) -> str:
+        """The resume's error (a ``CheckpointError``: one line at the command line)."""
+        with pytest.raises(CheckpointError, match=re.escape(expected)) as e:
+            train(run, run_dir, progress=False)
+        assert "\n" not in str(e.value)
+        return str(e.value)
+
+    whole = {p: p.read_bytes() for p in (weights_file, state_file)}
+    for damaged in (weights_file, state_file):
+        _flip(damaged)
+        resume(f"{damaged} changed since it was written")
+        damaged.write_bytes(whole[damaged])
+
+    _without_digests(checkpoint)  # an earlier vitkit's checkpoint: its damage found as it can be
+    state_file.write_bytes(whole[state_file][: len(whole[state_file]) // 2])
+    resume(f"cannot read {state_file} (damaged or truncated?)")
+    state_file.write_bytes(whole[state_file])
+    weights = load_file(weights_file)
+    weights["blocks.0.mlp.fc1.weight"][3, 1] = float("nan")
+    save_file(weights, weights_file)
+    err = resume(f"{weights_file}: tensor 'blocks.0.mlp.fc1.weight'")
+    assert "holds 1 of 512 values that are not finite" in err and "the run diverged" not in err

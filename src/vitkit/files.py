@@ -14,6 +14,7 @@ failed us, which the command line reports in one line naming the file.
 from __future__ import annotations
 
 import errno
+import hashlib
 import logging
 import os
 import shutil
@@ -56,6 +57,15 @@ def home() -> Path:
         return Path(os.environ["VITKIT_HOME"]).expanduser()
     cache = os.environ.get("XDG_CACHE_HOME") or os.path.join("~", ".cache")
     return Path(cache).expanduser() / "vitkit"
+
+
+def sha256_of(path: str | os.PathLike) -> str:
+    """The sha256 of the file ``path``, as hex."""
+    sha = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            sha.update(block)
+    return sha.hexdigest()
 
 
 def atomic_write(path: Path, write: Callable[[Path], object]) -> None:

@@ -23,7 +23,9 @@ or the new one, never half of one.
 from __future__ import annotations
 
 import json
+import pickle
 import shutil
+import zipfile
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, TypedDict
@@ -38,6 +40,8 @@ from ..io.checkpoint import (
     CONFIG_FILE,
     WEIGHTS_FILE,
     CheckpointError,
+    check_finite,
+    check_unchanged,
     read_json,
     read_our_config,
     read_ours,
@@ -139,8 +143,17 @@ class TrainState:
 
     @classmethod
     def read(cls, path: Path) -> TrainState:
-        """Read ``state.pt`` with ``torch.load(weights_only=True)``."""
-        payload = torch.load(_exists(path), map_location="cpu", weights_only=True)
+        """Read ``state.pt`` with ``torch.load(weights_only=True)``; a damaged file (one
+        ``check_unchanged`` cannot tell: written before config.json recorded digests) or a
+        tensor in it that is not finite is a ``CheckpointError`` naming it."""
+        try:
+            payload = torch.load(_exists(path), map_location="cpu", weights_only=True)
+        except (RuntimeError, OSError, EOFError, zipfile.BadZipFile, pickle.UnpicklingError) as e:
+            raise CheckpointError(
+                f"cannot read {path} (damaged or truncated?): "
+                f"{(str(e).splitlines() or [type(e).__name__])[0]}"
+            ) from None
+        check_finite(_tensors(payload), path)
         try:
             payload = upgrade_state(payload)
             missing = [f.name for f in fields(cls) if f.name not in payload]
@@ -152,6 +165,16 @@ class TrainState:
         except (KeyError, TypeError, ValueError) as e:
             raise CheckpointError(f"{path} is not a vitkit training state: {e}") from None
         return state
+
+
+def _tensors(value: Any, name: str = "") -> dict[str, Any]:
+    """Every tensor in ``value`` (nested dicts and lists: optimizer state) by a dotted name."""
+    if isinstance(value, Tensor):
+        return {name: value}
+    if not isinstance(value, (dict, list, tuple)):
+        return {}
+    items = value.items() if isinstance(value, dict) else enumerate(value)
+    return {k: t for key, v in items for k, t in _tensors(v, f"{name}.{key}".strip(".")).items()}
 
 
 def _step_dir(run_dir: Path, step: int) -> Path:
@@ -227,8 +250,8 @@ def save_checkpoint(
     atomically, then drop all but the ``keep_last`` newest."""
     final = _step_dir(run_dir, state.step)  # may exist: a re-save (SIGTERM after a save)
     with atomic_directory(final) as tmp:
-        write_ours(cfg, weights, tmp, meta)
         state.write(tmp / STATE_FILE)
+        write_ours(cfg, weights, tmp, meta, beside=[STATE_FILE])  # config.json records both
     for old in checkpoints(run_dir)[:-keep_last]:
         shutil.rmtree(old, ignore_errors=True)
     return final
@@ -252,6 +275,7 @@ def load_checkpoint(path: Path, cfg: ModelConfig) -> tuple[dict[str, Tensor], Tr
     saved, weights, _ = read_ours(path, own_run=True)
     if saved != cfg:
         raise CheckpointError(f"{path} holds a different model than this run's config")
+    check_unchanged(path, STATE_FILE)
     state = TrainState.read(path / STATE_FILE)
     return weights, state
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 import importlib
 import json
 import os
-import tempfile
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -35,6 +34,7 @@ from torch import Tensor, nn
 from ..config import ModelConfig
 from ..data.transforms import Preprocess, mode_of
 from ..errors import CheckpointError, ConfigError, MissingExtraError, UserFileError
+from ..files import atomic_files
 from ..model import ResNetClassifier, VisionTransformer
 from ..runtime.mode import eval_mode
 from .metadata import checked_metadata, fitted_preprocess
@@ -147,20 +147,16 @@ def export_onnx(
     assert program is not None  # None only from the legacy exporter (dynamo=False)
     program.model.metadata_props.update(metadata)
     data = path.with_name(f"{path.name}.data")  # the name torch gives external weights
-    path.parent.mkdir(parents=True, exist_ok=True)
     # Not files.atomic_write: torch writes the weights' file name into the graph, so the graph
-    # must be saved under its final name, which a temporary directory allows.
-    with tempfile.TemporaryDirectory(prefix=f".{path.name}.", dir=path.parent) as tmp:
-        staged = Path(tmp) / path.name
-        program.save(staged, external_data=external_data)
-        staged_data = staged.with_name(data.name)
-        external = staged_data.exists()
-        for written in (staged_data, staged) if external else (staged,):
-            with open(written, "rb") as f:
-                os.fsync(f.fileno())
-        if external:
-            os.replace(staged_data, data)
-        os.replace(staged, path)
+    # must be saved under its final name, which a hidden folder beside it allows.
+    with atomic_files(path.parent) as tmp:
+        staged = tmp / path.name
+        try:
+            program.save(staged, external_data=external_data)
+        except OSError as e:  # onnx's writer names no file
+            raise OSError(e.errno, e.strerror, str(e.filename or staged)) from None
+        external = staged.with_name(data.name).exists()
+        _fsync(staged, *([staged.with_name(data.name)] if external else []))
     if not external:
         data.unlink(missing_ok=True)  # the weights of a graph this export replaced
     return path
@@ -216,18 +212,24 @@ def export_openvino(
     converted.outputs[0].get_tensor().set_names({"logits" if cfg.num_classes else "features"})
     for key, value in metadata.items():
         converted.set_rt_info(value, ["model_info", key])
-    path.parent.mkdir(parents=True, exist_ok=True)
-    weights = path.with_suffix(".bin")
-    with tempfile.TemporaryDirectory(prefix=f".{path.name}.", dir=path.parent) as tmp:
-        staged = Path(tmp) / path.name
-        # fp32 weights: OpenVINO compresses them to fp16 by default, which would move logits
-        ov.save_model(converted, staged, compress_to_fp16=False)
-        for written in (staged.with_suffix(".bin"), staged):
-            with open(written, "rb") as f:
-                os.fsync(f.fileno())
-        os.replace(staged.with_suffix(".bin"), weights)
-        os.replace(staged, path)
+    with atomic_files(path.parent) as tmp:
+        staged = tmp / path.name
+        try:  # fp32 weights: OpenVINO compresses them to fp16 by default, which would move logits
+            ov.save_model(converted, staged, compress_to_fp16=False)
+        except RuntimeError as e:  # its writer's failure names neither the file nor the errno
+            raise UserFileError(
+                f"cannot write {path} and {path.with_suffix('.bin').name}: OpenVINO's writer "
+                f"failed ({str(e).strip()}); is the disk full?"
+            ) from None
+        _fsync(staged, staged.with_suffix(".bin"))
     return path
+
+
+def _fsync(*files: Path) -> None:
+    """Flush ``files`` to the disk, before they are renamed into place."""
+    for written in files:
+        with open(written, "rb") as f:
+            os.fsync(f.fileno())
 
 
 def verify_openvino(

@@ -32,3 +32,24 @@ def test_train_state_round_trips_and_refuses_incomplete_payloads(tmp_path: Path)
         torch.save(broken, tmp_path / "broken.pt")
         with pytest.raises(CheckpointError, match=f"not a vitkit training state: '{field}'"):
             TrainState.read(tmp_path / "broken.pt")
+
+
+def test_the_log_keeps_what_the_checkpoint_resumed_holds(tmp_path: Path) -> None:
+    """A resumed run's log is cut after its checkpoint's step; and, when that checkpoint was
+    saved without its step's evaluation (``eval_due``: a stop dropped it), before that
+    evaluation too, which the resumed run does again: a process killed after redoing it, before
+    its next checkpoint, would otherwise log it twice."""
+    import json
+
+    from vitkit.train.state import truncate_metrics
+
+    records = [{"step": 1}, {"step": 2}, {"step": 2, "split": "val"}, {"step": 3}]
+    path = tmp_path / "metrics.jsonl"
+
+    def kept(**kw: bool) -> list[dict]:
+        path.write_text("".join(json.dumps(r) + "\n" for r in records) + '{"step": 4, "lo')
+        truncate_metrics(path, 2, **kw)
+        return [json.loads(line) for line in path.read_text().splitlines()]
+
+    assert kept() == records[:3]  # and the line torn by a kill
+    assert kept(evaluated=False) == records[:2]

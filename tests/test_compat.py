@@ -106,16 +106,18 @@ def test_bf16_folds_into_precision(fixture: str) -> None:
 
 @pytest.mark.parametrize("fixture", FIXTURES)
 def test_a_state_without_seconds_and_scaler_reads(fixture: str) -> None:
-    """``state.pt`` of that time has no ``seconds`` and no ``scaler``, and its log window no
-    ``seconds``: the run's time starts at 0, and the window's images with the resumed process."""
+    """``state.pt`` of that time has no ``seconds``, ``scaler`` or ``eval_due``, and its log
+    window no ``seconds``: the run's time starts at 0, the window's images with the resumed
+    process, and its step's evaluation was done (a stop waited for it then)."""
     from vitkit.train.state import TrainState
 
     path = DATA / fixture / "run" / "checkpoints" / "step_00000002" / "state.pt"
     payload = torch.load(path, weights_only=True)
-    assert "seconds" not in payload and "scaler" not in payload
+    assert "seconds" not in payload and "scaler" not in payload and "eval_due" not in payload
     assert "seconds" not in payload["window"]
     state = TrainState.read(path)
     assert state.seconds == 0.0 and state.scaler is None and state.step == 2
+    assert state.eval_due is False
     kept = {k: payload["window"][k] for k in ("loss", "accuracy", "n")}
     assert state.window == {**kept, "images": 0, "seconds": 0.0}
 

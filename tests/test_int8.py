@@ -6,6 +6,8 @@ bound; never a default."""
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -130,3 +132,26 @@ def test_the_check_compares_top1_and_logits() -> None:
     moved = check_int8(fp32, shifted, [(images, labels)])
     assert moved.agreement == pytest.approx(5 / 6) or images[0].argmax() == 3
     assert moved.max_logit_change == pytest.approx(float((shifted(images) - images).abs().max()))
+
+
+@pytest.mark.slow
+def test_torchao_is_imported_without_torchs_deprecation_log(tmp_path: Path) -> None:
+    """torchao registers its Enum subclasses (KernelPreference, ...) as pytree constants, which
+    torch logs as deprecated, a line each on stderr, when torchao is imported: by every int8
+    command (``require_torchao`` first), and by ``convert --format hf`` (transformers imports
+    torchao when it is installed). Said to a user who can do nothing about it; dropped."""
+    import vitkit
+    from helpers import tiny
+
+    checkpoint = vitkit.save(vitkit.create_model(tiny()), tmp_path / "checkpoint")
+    commands = [
+        [sys.executable, "-c", "from vitkit.inference import int8; int8.require_torchao()"],
+        [sys.executable, "-m", "vitkit", "convert", str(checkpoint), str(tmp_path / "hf"),
+         "--format", "hf"],
+    ]  # fmt: skip
+    procs = [subprocess.Popen(c, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+             for c in commands]  # fmt: skip
+    for proc in procs:
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err
+        assert "Enum subclass" not in err, err

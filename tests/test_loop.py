@@ -156,9 +156,10 @@ def test_no_step_synchronises_on_cuda(tmp_path: Path) -> None:
 
 def test_a_second_ctrl_c_interrupts_at_once_and_a_second_sigterm_does_not(capfd) -> None:
     """The first Ctrl-C (or SIGTERM) is a flag the loop reads at a step's end, where it saves; a
-    protocol's runs read it too (``stop_requests`` opened inside another is the outer one's). A
-    second Ctrl-C interrupts wherever the process is, with the handlers before put back. A second
-    SIGTERM stays a flag: torchrun sends one to its workers after the process group's."""
+    protocol's runs read it too (``stop_requests`` opened inside another is the outer one's).
+    Either says so at once (a SIGTERM used to say nothing until the run stopped). A second
+    Ctrl-C interrupts wherever the process is, with the handlers before put back. A second
+    SIGTERM stays a flag, unsaid: torchrun sends one to its workers after the process group's."""
     import signal
     import threading
 
@@ -173,6 +174,10 @@ def test_a_second_ctrl_c_interrupts_at_once_and_a_second_sigterm_does_not(capfd)
         send(signal.SIGTERM)
         send(signal.SIGTERM)
         assert flag["signal"] == signal.SIGTERM
+        assert capfd.readouterr().err == (  # once
+            "\nvitkit: SIGTERM: stopping after the current step, saving it (an evaluation under "
+            "way is dropped)\n"
+        )
         send(signal.SIGINT)
         assert flag["signal"] == signal.SIGINT
         assert "Ctrl-C again to stop now" in capfd.readouterr().err
@@ -206,6 +211,45 @@ def test_stop_requests_are_agreed_on_a_cadence_of_seconds(monkeypatch) -> None:
     assert agreement.stop(5, 15, now=True) == 15  # a log or save step agrees whenever it comes
     assert agreement.stop(25, 15, now=False) == 15 and len(calls) == 3
     assert loop.AGREE_EVERY_S == 10.0
+
+
+def test_an_evaluation_agrees_on_a_stop_request_between_its_batches(monkeypatch) -> None:
+    """Between an evaluation's batches a stop request drops it: alone, at the next batch; under
+    torchrun where the processes agree, as between steps (at its first batch, then every ~10 s
+    of the slowest one's batches), so that all drop it at the same batch and none is left in a
+    collective. The first pass's batch is never checked before: there is nothing to drop."""
+    from vitkit.eval.metrics import between_batches
+    from vitkit.train import distributed, loop
+
+    stop = {"signal": 0}
+    served: list[int] = []
+
+    def evaluation(batches: int) -> None:
+        check = loop._between_batches(stop)
+        served.clear()
+        served.extend(between_batches(range(batches), check))
+
+    evaluation(3)
+    assert served == [0, 1, 2]
+    stop["signal"] = 15  # alone: at the next batch
+    with pytest.raises(loop._EvaluationStoppedError):
+        evaluation(3)
+    assert served == [0]  # dropped before its second batch
+    calls: list[list[float]] = []
+    monkeypatch.setattr(distributed, "is_distributed", lambda: True)
+
+    def all_max_many(values: list[float]) -> list[float]:
+        calls.append(values)
+        return [15.0 if len(calls) > 1 else 0.0, 0.5]  # another process's request, agreed late
+
+    monkeypatch.setattr(distributed, "all_max_many", all_max_many)
+    stop["signal"] = 0  # this process has none of its own
+    batches = iter(between_batches(range(100), loop._between_batches(stop)))
+    assert [next(batches) for _ in range(21)] == list(range(21))  # 10 s at 0.5 s a batch
+    assert len(calls) == 1  # at the first check only
+    with pytest.raises(loop._EvaluationStoppedError) as dropped:
+        next(batches)
+    assert dropped.value.signum == 15 and len(calls) == 2
 
 
 def test_batches_are_uint8_scaled_on_the_device_as_before() -> None:

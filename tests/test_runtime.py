@@ -316,3 +316,38 @@ def test_a_refused_allocation_of_any_kind_is_one_line_and_a_bug_is_not(capsys) -
         noexec = ImportError("libx.so: failed to map segment from shared object: not permitted")
         with pytest.raises(ImportError):
             _run(verb(noexec), debug=False)
+
+
+def test_torchao_import_drops_torchs_log_of_torchaos_enums_and_nothing_else() -> None:
+    """Inside ``torchao_import``, torch's deprecation of an Enum registered as a pytree constant
+    is dropped when the Enum is torchao's (the command test: test_int8.py); the same record of
+    another package's Enum, another record, and anything after the block are logged."""
+    import enum
+    import logging
+
+    from vitkit.runtime.torchao import torchao_import
+
+    theirs = enum.Enum("KernelPreference", "AUTO", module="torchao.quantization.fake")
+    ours = enum.Enum("Mine", "A", module="vitkit.fake")
+    seen: list[str] = []
+
+    class Seen(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(record.getMessage())
+
+    logger, handler = logging.getLogger("torch.utils._pytree"), Seen()
+    logger.addHandler(handler)
+    deprecated = "%s is an Enum subclass and is now natively supported by torch.compile (...)"
+    try:
+        with torchao_import():
+            logger.warning(deprecated, theirs)
+            logger.warning(deprecated, ours)
+            logger.warning("another record of %s", theirs)
+        logger.warning(deprecated, theirs)
+    finally:
+        logger.removeHandler(handler)
+    assert seen == [
+        deprecated % ours,
+        f"another record of {theirs}",
+        deprecated % theirs,
+    ]

@@ -115,3 +115,22 @@ def test_a_checkpoint_records_its_files_digests_and_a_resume_refuses_damage(
     save_file(weights, weights_file)
     err = resume(f"{weights_file}: tensor 'blocks.0.mlp.fc1.weight'")
     assert "holds 1 of 512 values that are not finite" in err and "the run diverged" not in err
+
+
+def test_the_log_keeps_what_the_checkpoint_resumed_holds(tmp_path: Path) -> None:
+    """A resumed run's log is cut after its checkpoint's step; and, when that checkpoint was
+    saved without its step's evaluation (``eval_due``: a stop dropped it), before that
+    evaluation too, which the resumed run does again: a process killed after redoing it, before
+    its next checkpoint, would otherwise log it twice."""
+    from vitkit.train.state import truncate_metrics
+
+    records = [{"step": 1}, {"step": 2}, {"step": 2, "split": "val"}, {"step": 3}]
+    path = tmp_path / "metrics.jsonl"
+
+    def kept(**kw: bool) -> list[dict]:
+        path.write_text("".join(json.dumps(r) + "\n" for r in records) + '{"step": 4, "lo')
+        truncate_metrics(path, 2, **kw)
+        return [json.loads(line) for line in path.read_text().splitlines()]
+
+    assert kept() == records[:3]  # and the line torn by a kill
+    assert kept(evaluated=False) == records[:2]

@@ -136,6 +136,48 @@ def test_sigterm_to_the_process_group_saves_with_loader_workers_and_resumes(
     assert deterministic_metrics(run_dir) == deterministic_metrics(tmp_path / "full")
 
 
+# One step, then an evaluation that outlasts it: 400 synthetic test images (8 a class) in 200
+# batches of 2 (the issue's `--model ViT-S/16 --set train.batch_size=2` example, tiny).
+LONG_EVALUATION = [
+    "--recipe", "smoke", "--set", "train.device=cpu", "--set", "model.num_classes=50",
+    "--set", "train.duration=1st", "--set", "optim.warmup=0st", "--set", "train.batch_size=2",
+    "--set", "train.eval_every=1st", "--no-progress",
+]  # fmt: skip
+
+
+@pytest.mark.slow
+def test_sigterm_during_an_evaluation_drops_it_saves_and_the_resumed_run_evaluates(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A SIGTERM that lands in an evaluation (here the last step's) is seen between its batches:
+    the run says so at once, drops the evaluation, saves its step and stops with 143. It used to
+    wait, silently, for the evaluation's end (past ``timeout``'s and Slurm's grace: SIGKILL, and
+    nothing saved). The same command evaluates that step first and logs what an uninterrupted
+    run logs."""
+    stopped = tmp_path / "stopped"
+    proc = vitkit_train(*LONG_EVALUATION, "--run-dir", str(stopped))
+    assert proc.stdout is not None
+    for line in proc.stdout:  # the step's log line: its evaluation starts next
+        if line.startswith("step 1/1 "):
+            break
+    signalled = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    took = time.monotonic() - signalled
+    assert proc.returncode == 143, err
+    assert "vitkit: SIGTERM: stopping after the current step" in err  # at once, not at the end
+    assert "stopped by signal 15 after step 1; checkpoint saved" in err
+    assert took < 15, f"{took:.1f} s from SIGTERM to the end"
+    assert [(r["step"], r.get("split")) for r in deterministic_metrics(stopped)] == [(1, None)]
+    assert (stopped / "checkpoints" / "step_00000001" / "state.pt").is_file()
+    assert not (stopped / "best").exists()  # only an evaluation writes it
+    vitkit_out(capsys, "train", *LONG_EVALUATION, "--run-dir", str(stopped))  # resumed
+    vitkit_out(capsys, "train", *LONG_EVALUATION, "--run-dir", str(tmp_path / "full"))
+    assert deterministic_metrics(stopped) == deterministic_metrics(tmp_path / "full")
+    assert [r.get("split") for r in deterministic_metrics(stopped)] == [None, "test"]
+    assert (stopped / "best" / "model.safetensors").is_file()
+
+
 # A run stopped after its step-2 checkpoint, written by the code of commit 7b42c39 (before the
 # training state became one class), and the deterministic log of that code's uninterrupted run:
 #   vitkit train --recipe smoke --set train.duration=6st --set train.save_every=2st
@@ -178,14 +220,14 @@ def test_resumes_a_checkpoint_of_the_previous_state_format(tmp_path: Path) -> No
         for s in (2, 6)
     )
     # the same layout, in the same order, with what was added since: the run's time summed over
-    # resumes, the log window's time (so a resumed window's images/s is right), and fp16's
-    # gradient scaler (none here)
+    # resumes, the log window's time (so a resumed window's images/s is right), fp16's
+    # gradient scaler (none here) and whether the step's evaluation is still due
     grown = _structure(old)
     assert isinstance(grown, dict) and isinstance(grown["window"], dict)
     grown["window"]["seconds"] = grown["seconds"] = "float"
-    grown["scaler"] = "NoneType"
+    grown["scaler"], grown["eval_due"] = "NoneType", "bool"
     assert _structure(new) == grown
-    assert list(new) == [*old, "seconds", "scaler"]
+    assert list(new) == [*old, "seconds", "scaler", "eval_due"]
 
 
 def test_loss_falls_and_checkpoints_are_ours(tmp_path: Path) -> None:

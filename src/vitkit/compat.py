@@ -8,8 +8,8 @@ test in ``tests/test_compat.py``:
   val/, else test/ (``VAL_OR_TEST``, a value of ``data.validation`` that only such runs hold).
   All three runs (folder_v1, folder_v1_no_val, resume_v1).
 - ``train.bf16`` (before ``train.precision``), folded by ``fold_bf16``. All three.
-- ``state.pt`` without ``seconds`` and ``scaler``, and its log window without ``seconds``
-  (``upgrade_state``). All three.
+- ``state.pt`` without ``seconds``, ``scaler`` and ``eval_due``, and its log window without
+  ``seconds`` (``upgrade_state``). All three.
 
 The config sections name their folds in ``RENAMED`` (config/keys.py reads them); any other old
 form is the one-line error of an unknown key or value.
@@ -57,10 +57,11 @@ def fold_bf16(train: dict[str, Any], bf16: Any) -> None:
 
 def upgrade_state(payload: dict[str, Any]) -> dict[str, Any]:
     """A ``state.pt`` payload with what an earlier vitkit did not write: the run's time so far
-    (``seconds``: unknown, so 0), fp16's gradient scaler (``scaler``: none then), and the log
+    (``seconds``: unknown, so 0), fp16's gradient scaler (``scaler``: none then), whether the
+    step's evaluation is still due (``eval_due``: never then, a stop waited for it), and the log
     window's ``seconds``: its images restart with the resumed process, so images/s counts only
     what this process timed."""
-    out = {"seconds": 0.0, "scaler": None, **payload}
+    out = {"seconds": 0.0, "scaler": None, "eval_due": False, **payload}
     window = out.get("window")
     if isinstance(window, dict) and "seconds" not in window:
         out["window"] = {**window, "images": 0, "seconds": 0.0}

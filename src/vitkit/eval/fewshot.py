@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,7 +38,7 @@ from ..data.transforms import central_crop
 from ..errors import ConfigError
 from ..model import ResNetClassifier, VisionTransformer
 from ..runtime.mode import eval_mode
-from .metrics import model_device
+from .metrics import between_batches, model_device
 
 log = logging.getLogger(__name__)
 
@@ -352,6 +352,7 @@ def fewshot_model(
     num_workers: int = 0,
     sampling: Sampling = "vitkit",
     preprocess: Preprocessing = "resize",
+    between: Callable[[], None] | None = None,
 ) -> dict[int, dict]:
     """Few-shot linear accuracy of ``model``'s frozen features, as ``fewshot_evaluate``.
 
@@ -363,7 +364,7 @@ def fewshot_model(
     size); ``'big_vision'``: resized to ``image_size``·8/7, then its centre ``image_size``
     (``big_vision_sizes``). Images are read by ``num_workers`` processes, in page-locked memory
     for a GPU, and scaled (and cropped) on the model's device; ``autocast``: a dtype to compute
-    the features in.
+    the features in; ``between``: called between two batches (``between_batches``).
     """
     _check_shots_seeds(shots, seeds)
     _check_choice("sampling", sampling, SAMPLINGS)
@@ -391,7 +392,7 @@ def fewshot_model(
     )
 
     def features(dataset: Images) -> tuple[Tensor, Tensor]:
-        batches = batches_of(dataset, options).epoch(0)
+        batches = between_batches(batches_of(dataset, options).epoch(0), between)
         return extract_features(model, batches, autocast=autocast, crop=crop)
 
     train_x, train_y = features(subset(train_set, used))  # (M, D), (M,)

@@ -1,9 +1,11 @@
-"""Classification metrics: top-1, top-5, per-class accuracy and the confusion matrix (sparse)."""
+"""Classification metrics: top-1, top-5, per-class accuracy and the confusion matrix (sparse);
+``between_batches``, where a training run checks for a stop request during its evaluations."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from typing import TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -12,12 +14,27 @@ from torch import Tensor, nn
 from ..data.device import to_input
 from ..runtime.mode import eval_mode
 
+T = TypeVar("T")
+
 
 def model_device(model: nn.Module) -> torch.device:
     """Where ``model`` computes: the device of its parameters (the CPU when it has none).
     Evaluations move each batch there."""
     param = next(model.parameters(), None)
     return param.device if param is not None else torch.device("cpu")
+
+
+def between_batches(batches: Iterable[T], between: Callable[[], None] | None) -> Iterable[T]:
+    """``batches``, with ``between`` called before each one but the first: a training run's
+    check for a stop request, which raises to end the evaluation there (None: ``batches``)."""
+    return batches if between is None else _checked(batches, between)
+
+
+def _checked(batches: Iterable[T], between: Callable[[], None]) -> Iterator[T]:
+    for i, batch in enumerate(batches):
+        if i:
+            between()
+        yield batch
 
 
 @torch.no_grad()

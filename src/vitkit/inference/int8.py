@@ -33,12 +33,14 @@ from ..data.run_data import Split, batches_of
 from ..errors import ConfigError, MissingExtraError, VitkitError
 from ..model import ResNetClassifier, VisionTransformer
 from ..runtime.mode import eval_mode
+from ..runtime.torchao import torchao_import
 
 
 def require_torchao() -> None:
     """A ``MissingExtraError`` naming the extra when torchao is not installed."""
     try:
-        import torchao.quantization.pt2e  # noqa: F401
+        with torchao_import():
+            import torchao.quantization.pt2e  # noqa: F401
     except ImportError:
         raise MissingExtraError("int8 inference", "int8", "torchao") from None
 

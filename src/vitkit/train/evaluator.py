@@ -12,6 +12,7 @@ whole in every process. Rank 0 alone writes ``best/``.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -62,18 +63,28 @@ class Evaluator:
         self.train_set, self.fewshot_data = train_set, fewshot_data
         self.cfg, self.meta, self.best = cfg, meta, best
 
-    def __call__(self, model: Classifier, batches: Batches, images: Images) -> dict[str, Any]:
-        """``model`` on ``batches`` (of ``images``, which few-shot classifies too)."""
+    def __call__(
+        self,
+        model: Classifier,
+        batches: Batches,
+        images: Images,
+        *,
+        between: Callable[[], None] | None = None,
+    ) -> dict[str, Any]:
+        """``model`` on ``batches`` (of ``images``, which few-shot classifies too); ``between``:
+        called between two batches of each pass, where it may raise to drop the evaluation (the
+        loop's check for a stop request)."""
         from ..config.fewshot import SEEDS, SHOTS
         from ..eval.fewshot import fewshot_model
-        from ..eval.metrics import evaluate
+        from ..eval.metrics import between_batches, evaluate
 
         tc = self.run.train
+        ordered = between_batches(batches.epoch(0), between)
         with distributed.unsharded(self.objective):  # the model is called outside the objective
             if self.mpp is None:
                 result = evaluate(
                     model,
-                    batches.epoch(0),
+                    ordered,
                     self.num_classes,
                     autocast=self.autocast,
                     flip=self.run.data.test_flip,
@@ -82,7 +93,7 @@ class Evaluator:
                 )
             else:  # the colour accuracy of the chosen patches, the same patches every time
                 result = evaluate_mpp(
-                    model, self.mpp, batches.epoch(0), seed=tc.seed, reduce=distributed.all_sum
+                    model, self.mpp, ordered, seed=tc.seed, reduce=distributed.all_sum
                 )
             if tc.fewshot:  # whole in every process: small, and the same forward passes in all
                 result["fewshot"] = fewshot_model(
@@ -93,6 +104,7 @@ class Evaluator:
                     seeds=SEEDS,
                     image_size=self.run.model.image_size,
                     autocast=self.autocast,
+                    between=between,
                 )
             for name, (shots_from, classified) in self.fewshot_data.items():  # as above
                 result.setdefault("fewshot_data", {})[name] = fewshot_model(
@@ -103,6 +115,7 @@ class Evaluator:
                     seeds=SEEDS,
                     image_size=self.run.model.image_size,
                     autocast=self.autocast,
+                    between=between,
                 )
         return result
 

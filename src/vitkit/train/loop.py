@@ -13,9 +13,12 @@ runs them.
 
 Contract: evaluations on the validation split keep the best weights in ``best/``; a test split is
 evaluated once, at the end, with them. A run stopped at any moment and restarted continues step
-for step (batches are functions of (seed, epoch, batch); the RNG is checkpointed). Under torchrun
-``train.batch_size`` is the global batch, each process takes its part, losses and evaluations are
-averaged, and rank 0 alone writes; the RNG is reseeded from (seed, rank, step) at every step.
+for step (batches are functions of (seed, epoch, batch); the RNG is checkpointed). A stop request
+is honoured at a step's end and between an evaluation's batches: that evaluation is dropped, its
+step saved without it (``TrainState.eval_due``), and the resumed run does it first. Under
+torchrun ``train.batch_size`` is the global batch, each process takes its part, losses and
+evaluations are averaged, and rank 0 alone writes; the RNG is reseeded from (seed, rank, step) at
+every step.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import logging
 import os
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -136,7 +139,8 @@ class _Agreement:
     stops them all): a collective read by the host, so not at every step, but at every log and
     save step and at least every ``AGREE_EVERY_S`` seconds of training; the next agreement's step
     comes from the slowest process's time per step, so every process agrees at the same steps.
-    A single process only looks at its own flag, at every step, which costs nothing."""
+    A single process only looks at its own flag, at every step, which costs nothing. An
+    evaluation's batches are counted as steps by one of their own (``_between_batches``)."""
 
     def __init__(self, step: int) -> None:
         self.next, self.since, self.t = step + 1, step, time.perf_counter()
@@ -159,6 +163,32 @@ class _Agreement:
 AGREE_EVERY_S = 10.0
 
 
+class _EvaluationStoppedError(Exception):
+    """A stop request agreed between an evaluation's batches (``signum``: its signal)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _between_batches(stop: dict[str, int]) -> Callable[[], None]:
+    """What an evaluation calls between two of its batches: ``_EvaluationStoppedError`` once the
+    processes agree on a stop request (``stop``: ``stop_requests``' flag). An evaluation is as
+    long as thousands of steps, and a stop that waited for its end outlived SIGTERM's grace;
+    every process calls it at the same batches (the batches are split across them, the few-shot
+    passes are whole in each), so all drop it at the same one and none waits in a collective."""
+    agreement, batch = _Agreement(0), 0
+
+    def between() -> None:
+        nonlocal batch
+        batch += 1
+        signum = agreement.stop(batch, stop["signal"], now=False)
+        if signum:
+            raise _EvaluationStoppedError(signum)
+
+    return between
+
+
 # The flag of the stop requests open in this process (``stop_requests``), if any.
 _open: dict[str, int] | None = None
 
@@ -166,14 +196,15 @@ _open: dict[str, int] | None = None
 @contextmanager
 def stop_requests() -> Iterator[dict[str, int]]:
     """Turn SIGTERM/SIGINT into a flag, the signal's number (0: none), which the loop checks
-    after each step (then it saves) and a protocol before each run (``stop_if_requested``).
-    Opened inside another (a run of a protocol), it is the outer one's: a signal that lands after
-    a run's last step check, or between runs, is seen by the protocol's next check.
+    after each step and between an evaluation's batches (then it saves), and a protocol before
+    each run (``stop_if_requested``); the first of them says so at once, on rank 0. Opened
+    inside another (a run of a protocol), it is the outer one's: a signal that lands after a
+    run's last step check, or between runs, is seen by the protocol's next check.
 
-    A second Ctrl-C is someone who will not wait for that check (a long evaluation, data being
-    read): the handlers in place before are put back and it interrupts at once
-    (``KeyboardInterrupt``; the last checkpoint stays whole). A second SIGTERM does not: torchrun
-    sends one to its workers after the process group's own."""
+    A second Ctrl-C is someone who will not wait for that check (a slow step, data being read):
+    the handlers in place before are put back and it interrupts at once (``KeyboardInterrupt``;
+    the last checkpoint stays whole). A second SIGTERM does not: torchrun sends one to its
+    workers after the process group's own."""
     global _open
     if _open is not None:
         yield _open
@@ -183,13 +214,16 @@ def stop_requests() -> Iterator[dict[str, int]]:
 
     def handler(signum: int, _frame: Any) -> None:
         nonlocal interrupted
+        said = None
         if signum == signal.SIGINT:
             if interrupted:
                 restore()
                 raise KeyboardInterrupt
-            interrupted = True
-            if distributed.is_main():  # once for a torchrun job, not once a process
-                os.write(2, _SECOND_CTRL_C.encode())  # not print: it may be the call interrupted
+            interrupted, said = True, _SECOND_CTRL_C
+        elif not flag["signal"]:  # torchrun repeats the group's SIGTERM: said once
+            said = _SIGTERM
+        if said and distributed.is_main():  # once for a torchrun job, not once a process
+            os.write(2, said.encode())  # not print: it may be the call interrupted
         flag["signal"] = signum
 
     def restore() -> None:
@@ -205,9 +239,11 @@ def stop_requests() -> Iterator[dict[str, int]]:
         restore()
 
 
-_SECOND_CTRL_C = (
-    "\nvitkit: stopping where the run can save (a step's end); Ctrl-C again to stop now\n"
-)
+# What the first request says at once: the stop itself comes at the step's end, or at the next
+# batch of an evaluation, which it drops.
+_STOPPING = "stopping after the current step, saving it (an evaluation under way is dropped)"
+_SECOND_CTRL_C = f"\nvitkit: {_STOPPING}; Ctrl-C again to stop now\n"
+_SIGTERM = f"\nvitkit: SIGTERM: {_STOPPING}\n"
 
 
 def stop_if_requested(before: str) -> None:
@@ -267,15 +303,16 @@ def train_prepared(prepared: PreparedRun, *, progress: bool = True) -> dict[str,
     resume = checkpoint_to_resume(record, run)
     pretrained = resume is None and run.init_from is not None
     parts = build_parts(run, device, autocast=autocast, pretrained=pretrained)
-    step, best, window, earlier_s = 0, -1.0, _Window(), 0.0
+    step, best, window, earlier_s, eval_due = 0, -1.0, _Window(), 0.0, False
     if resume is not None:
         state = parts.resume(resume)
         step, best, window = state.step, state.best, _Window.resumed(state.window)
+        eval_due = state.eval_due
         if not (run_dir / "best").is_dir():  # a checkpoint moved alone (--resume, a copy)
             best = -1.0  # the next evaluation writes best/, which the end of the run reads
         earlier_s = state.seconds - process_seconds()  # the run's clock goes on from there
     if main:
-        truncate_metrics(run_dir / METRICS_FILE, step)
+        truncate_metrics(run_dir / METRICS_FILE, step, evaluated=not eval_due)
         for line in banner(
             run,
             data,
@@ -309,7 +346,7 @@ def train_prepared(prepared: PreparedRun, *, progress: bool = True) -> dict[str,
         best=best,
     )
     trainer = _Trainer(run, run_dir, inputs, parts, evaluate, metrics, meta, autocast)
-    step, result = trainer.loop(step, window, progress=progress and main)
+    step, result = trainer.loop(step, window, progress=progress and main, eval_due=eval_due)
     return trainer.finish(step, result)
 
 
@@ -326,12 +363,14 @@ class _Trainer:
     meta: WeightsMeta  # what checkpoints and best/ are written with
     autocast: torch.dtype | None
 
-    def loop(self, step: int, window: _Window, *, progress: bool) -> tuple[int, dict[str, Any]]:
+    def loop(
+        self, step: int, window: _Window, *, progress: bool, eval_due: bool = False
+    ) -> tuple[int, dict[str, Any]]:
         """Train from ``step`` (with the log ``window`` so far) to the end; the last step and
-        the last evaluation (empty: none was due). ``StoppedError`` after a stop request."""
+        the last evaluation (empty: none was due). ``eval_due``: ``step``'s evaluation first (a
+        stop request dropped it). ``StoppedError`` after a stop request."""
         run, tc, cadence, parts = self.run, self.run.train, self.inputs.cadence, self.parts
-        data, split, device = self.inputs.data, self.inputs.split, parts.live.device
-        rank, world, main = distributed.rank(), distributed.world_size(), distributed.is_main()
+        device, rank, world = parts.live.device, distributed.rank(), distributed.world_size()
         # micro-batches across epochs, on the device: each moved there while the previous computes
         batches = on_device(self.inputs.train_batches.stream(step * tc.accum_steps), device)
         bar = _progress(cadence.total_steps, step, enabled=progress)
@@ -341,7 +380,6 @@ class _Trainer:
                 f"{tc.batch_size * tc.accum_steps} = {world} x {tc.batch_size // world} per process x {tc.accum_steps} accumulation steps"
             )
         result: dict[str, Any] = {}
-        what = "masked-patch colour accuracy" if parts.mpp is not None else "accuracy"
         # the first step whose loss was not finite (-1: none), kept on the device: read when the
         # host reads anyway (log and save steps, the end), never between
         diverged = torch.full((), -1, dtype=torch.int64, device=device)
@@ -350,6 +388,8 @@ class _Trainer:
         # closed however the loop ends: an error's traceback keeps this frame, and a stream
         # freed only with it (by the garbage collector) would keep its loader's workers waiting
         with closing(batches), stop_requests() as stop:
+            if eval_due:  # the checkpoint resumed was saved without it
+                result = self.evaluation(step, window, bar, stop)
             while step < cadence.total_steps:
                 if distributed.is_distributed():  # each process its own dropout, mixing, erasing
                     torch.manual_seed(derive_seed(tc.seed, rank, step))
@@ -384,45 +424,72 @@ class _Trainer:
                     bar.log(record, total=cadence.total_steps, minutes=minutes)
                     window = _Window()
                 if cadence.eval(step):
-                    started = time.perf_counter()
-                    result = self.evaluate(parts.averaged, self.inputs.evaluation, data.val)
-                    window.t += time.perf_counter() - started  # images/s counts training only
-                    self.metrics.write({"step": step, "split": split, **scalars(result)})
-                    one_view = result.get("accuracy_one_view")
-                    bar.write(
-                        f"step {step}: {split} {what} {result['accuracy']:.4f}"
-                        + (
-                            ""
-                            if one_view is None
-                            else f" (with its mirror; {one_view:.4f} without)"
-                        )
-                        + f" ({self.metrics.run_seconds() / 60:.1f} min)"
-                    )
-                    self.evaluate.keep_if_best(result, parts.averaged)
-                if cadence.save(step) or stopping:  # every process gathers, rank 0 writes
-                    weights = distributed.model_state(parts.model)
-                    state = TrainState.capture(
-                        parts.live,
-                        step=step,
-                        best=self.evaluate.best,
-                        window=window.sums(),
-                        seconds=self.metrics.run_seconds(),
-                    )
-                    if main:
-                        save_checkpoint(
-                            self.run_dir,
-                            parts.model.cfg,
-                            weights,
-                            state,
-                            meta=self.meta,
-                            keep_last=tc.keep_last,
-                        )
-                    distributed.barrier()  # no process stops (or exits) before the checkpoint is whole
+                    result = self.evaluation(step, window, bar, stop)
+                if cadence.save(step) or stopping:
+                    self.save(step, window)
                 if stopping and step < cadence.total_steps:
                     bar.close()
                     raise StoppedError(stopping, f"after step {step}; checkpoint saved")
         bar.close()
         return step, result
+
+    def evaluation(
+        self, step: int, window: _Window, bar: _NoBar, stop: dict[str, int]
+    ) -> dict[str, Any]:
+        """The evaluation due after ``step``: logged, said, its weights kept if the best yet.
+        A stop request agreed between its batches drops it: ``step`` is saved without it, the
+        resumed run does it first (``StoppedError``)."""
+        parts, split = self.parts, self.inputs.split
+        what = "masked-patch colour accuracy" if parts.mpp is not None else "accuracy"
+        started, dropped = time.perf_counter(), 0
+        try:
+            result = self.evaluate(
+                parts.averaged,
+                self.inputs.evaluation,
+                self.inputs.data.val,
+                between=_between_batches(stop),
+            )
+        except _EvaluationStoppedError as e:
+            dropped = e.signum
+        window.t += time.perf_counter() - started  # images/s counts training only
+        if dropped:
+            self.save(step, window, eval_due=True)
+            bar.close()
+            why = "checkpoint saved, its evaluation dropped (resuming does it)"
+            raise StoppedError(dropped, f"after step {step}; {why}")
+        self.metrics.write({"step": step, "split": split, **scalars(result)})
+        one_view = result.get("accuracy_one_view")
+        bar.write(
+            f"step {step}: {split} {what} {result['accuracy']:.4f}"
+            + ("" if one_view is None else f" (with its mirror; {one_view:.4f} without)")
+            + f" ({self.metrics.run_seconds() / 60:.1f} min)"
+        )
+        self.evaluate.keep_if_best(result, parts.averaged)
+        return result
+
+    def save(self, step: int, window: _Window, *, eval_due: bool = False) -> None:
+        """The checkpoint of ``step`` (every process gathers, rank 0 writes); ``eval_due``: saved
+        without the evaluation due at ``step``."""
+        parts = self.parts
+        weights = distributed.model_state(parts.model)
+        state = TrainState.capture(
+            parts.live,
+            step=step,
+            best=self.evaluate.best,
+            window=window.sums(),
+            seconds=self.metrics.run_seconds(),
+            eval_due=eval_due,
+        )
+        if distributed.is_main():
+            save_checkpoint(
+                self.run_dir,
+                parts.model.cfg,
+                weights,
+                state,
+                meta=self.meta,
+                keep_last=self.run.train.keep_last,
+            )
+        distributed.barrier()  # no process stops (or exits) before the checkpoint is whole
 
     def train_step(
         self,

@@ -11,8 +11,8 @@ A run directory holds::
 
 ``state.pt`` holds ``TrainState``'s fields: the optimizer, the EMA weights, the objective's own
 weights (masked patch prediction), the step, the best score, the log window's running sums, the
-run's time so far and the global RNG state (dropout), with the GPU's when the run computes on
-CUDA; it is read with
+run's time so far, the global RNG state (dropout), with the GPU's when the run computes on
+CUDA, and whether the step's evaluation is still due (a stop request dropped it); it is read with
 ``torch.load(weights_only=True)``. Every tensor is written from the CPU, so a checkpoint does
 not depend on the device that wrote it. The data position needs no storage: batch order and
 augmentation are functions of (seed, epoch, batch). A checkpoint directory is written under a
@@ -97,13 +97,22 @@ class TrainState:
     cuda_rng: Tensor | None  # the GPU's RNG (dropout, masks) when the run computes on CUDA
     seconds: float  # the run's time so far, summed over the processes that resumed it
     scaler: dict[str, Any] | None  # fp16's gradient scaler (scale, growth tracker)
+    # the evaluation due at ``step`` is not done: a stop request dropped it, the resumed run does it
+    eval_due: bool
 
     @classmethod
     def capture(
-        cls, run: LiveRun, *, step: int, best: float, window: WindowSums, seconds: float
+        cls,
+        run: LiveRun,
+        *,
+        step: int,
+        best: float,
+        window: WindowSums,
+        seconds: float,
+        eval_due: bool = False,
     ) -> TrainState:
         """The state of ``run`` after ``step`` steps and ``seconds`` of its time (every process
-        gathers its shards)."""
+        gathers its shards); ``eval_due``: saved without the evaluation due at ``step``."""
         return cls(
             step=step,
             best=best,
@@ -115,6 +124,7 @@ class TrainState:
             cuda_rng=torch.cuda.get_rng_state(run.device) if run.device.type == "cuda" else None,
             seconds=seconds,
             scaler=run.scaler.state_dict() if run.scaler is not None else None,
+            eval_due=eval_due,
         )
 
     def restore(self, run: LiveRun) -> None:
@@ -161,7 +171,7 @@ class TrainState:
                 raise KeyError(", ".join(missing))
             state = cls(**{f.name: payload[f.name] for f in fields(cls)})
             state.step, state.best = int(state.step), float(state.best)
-            state.seconds = float(state.seconds)
+            state.seconds, state.eval_due = float(state.seconds), bool(state.eval_due)
         except (KeyError, TypeError, ValueError) as e:
             raise CheckpointError(f"{path} is not a vitkit training state: {e}") from None
         return state
@@ -423,14 +433,20 @@ def check_run_dir(
         atomic_write(path, lambda p: p.write_text(json.dumps(config, indent=2) + "\n"))
 
 
-def truncate_metrics(path: Path, step: int) -> None:
-    """Drop log lines after ``step``, so a resumed run's log equals an uninterrupted one's."""
+def truncate_metrics(path: Path, step: int, *, evaluated: bool = True) -> None:
+    """Drop log lines after ``step``, so a resumed run's log equals an uninterrupted one's; and
+    the evaluations of ``step`` when its checkpoint was saved without them (not ``evaluated``):
+    the resumed run does them again, and a process killed after doing so, before its next
+    checkpoint, has logged them once already."""
     if not path.is_file():
         return
     kept = []
     for line in path.read_text().splitlines():
         try:
-            if json.loads(line)["step"] <= step:
+            record = json.loads(line)
+            if record["step"] < step or (
+                record["step"] == step and (evaluated or "split" not in record)
+            ):
                 kept.append(line)
         except (json.JSONDecodeError, KeyError, TypeError):
             continue  # a line torn by a kill mid-write

@@ -34,6 +34,7 @@ from ...data.transforms import Preprocess
 from ...errors import MissingExtraError, MissingFileError
 from ...files import atomic_files
 from ...model import VisionTransformer
+from ...runtime.torchao import torchao_import
 from ..checkpoint import (
     CheckpointError,
     bounded,
@@ -445,12 +446,13 @@ def write_hf(
     preprocess = fitted_preprocess(preprocess, cfg, fixed_size="a Hugging Face ViT")
     processor = None if preprocess is None else processor_config(preprocess)
     try:
-        from transformers import (
-            ViTConfig,
-            ViTForImageClassification,
-            ViTImageProcessor,
-            ViTModel,
-        )
+        with torchao_import():  # transformers imports torchao where it is installed
+            from transformers import (
+                ViTConfig,
+                ViTForImageClassification,
+                ViTImageProcessor,
+                ViTModel,
+            )
     except ImportError as e:
         raise MissingExtraError("writing a Hugging Face directory", "hf", "transformers") from e
 

@@ -7,11 +7,18 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 from PIL import Image
 
 from photos import CLASSES, SIZES, pixels, rows
 from vitkit.cli import main
 from vitkit.data import ImageFolderDataset
+
+# One thread for what this process computes: the suite's models are tiny, where a second OpenMP
+# thread costs more than it computes, and far more when the cores are busy (a 2x16x32 linear: 9 us
+# alone, 155 us with two threads on 2 loaded cores; tests/test_intermediates.py: 64 s -> 11 s).
+# The commands the tests start are processes of their own, with every core vitkit would use.
+torch.set_num_threads(1)
 
 
 @pytest.fixture(autouse=True)

@@ -6,7 +6,9 @@ write) is one line on stderr and exit status 2; anything else is a bug in vitkit
 traceback; an allocation the machine refused is one line too, naming an address-space limit
 where one is set (runtime/allocator.py). ``--debug`` (or ``VITKIT_DEBUG=1``) shows the
 traceback of any error. A Python warning is one line on stderr too, ``vitkit: warning:
-<message>``, while ``main`` runs.
+<message>``, while ``main`` runs. A process that has been in torchrun's process group ends in
+``main``, with the same exit status, without the interpreter's shutdown
+(``train.distributed.end_process``).
 
 The verbs live by what they work on: ``models`` (presets, summary, convert, export),
 ``training`` (train, finetune), ``transfer`` (the paper's transfer protocol), ``vtab`` (the
@@ -59,12 +61,27 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    if argv is None:  # the command line, not a caller in this process: the allocator, once
-        from ..runtime.allocator import fit_address_limit, preload_jemalloc
+    if argv is not None:  # a caller in this process
+        return _main(list(argv))
+    # the command line: the allocator, once
+    from ..runtime.allocator import fit_address_limit, preload_jemalloc
 
-        preload_jemalloc()
-        fit_address_limit()
-    argv = list(sys.argv[1:] if argv is None else argv)
+    preload_jemalloc()
+    fit_address_limit()
+    try:
+        status = _main(sys.argv[1:])
+    except BaseException as e:
+        if not _joined_process_group():
+            raise
+        status = _exit_status(e)
+    if _joined_process_group():  # a process of torchrun's: gloo's threads outlive the group
+        from ..train.distributed import end_process
+
+        end_process(status)
+    return status
+
+
+def _main(argv: list[str]) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     args.argv, args.parse = argv, parser.parse_args  # --nproc: the same arguments under torchrun
@@ -93,6 +110,26 @@ def _run(args: argparse.Namespace, debug: bool) -> int:
         print(f"vitkit {args.verb}: interrupted", file=sys.stderr)
         return 130
     return 0
+
+
+def _joined_process_group() -> bool:
+    """Whether this process has been in torchrun's process group (``train.distributed`` says; a
+    verb that never imported it has not been: importing it here would import torch for all)."""
+    distributed = sys.modules.get("vitkit.train.distributed")
+    return distributed is not None and distributed.joined()
+
+
+def _exit_status(e: BaseException) -> int:
+    """The exit status the interpreter would give ``e`` ending the command, with what it would
+    write: a ``SystemExit``'s status (a stop's 128 + its signal: cli/training.py), else 1 and the
+    traceback."""
+    if isinstance(e, SystemExit):
+        if e.code is None or isinstance(e.code, int):
+            return e.code or 0
+        print(e.code, file=sys.stderr)
+        return 1
+    sys.excepthook(type(e), e, e.__traceback__)
+    return 1
 
 
 def _show_warning(

@@ -10,17 +10,20 @@ CPU, in the single-process format, so every reader takes them and they resume on
 processes (why not sharded files: docs/guides/scale-out.md). The process group is NCCL's between
 GPUs (GPU ``LOCAL_RANK`` each: ``runtime.machine``), gloo's between CPUs; every collective waits
 at most ``VITKIT_DIST_TIMEOUT`` seconds (default 300), so a dead or hung peer ends the job with
-an error instead of a hang.
+an error instead of a hang. A process that has been in the group ends by ``end_process``, without
+the interpreter's shutdown, which gloo's threads outlive.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import re
+import sys
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import torch
 import torch.distributed as dist
@@ -63,18 +66,51 @@ def backend(device: torch.device) -> str:
     return "nccl" if device.type == "cuda" else "gloo"
 
 
+# Whether this process has joined torchrun's process group (``process_group``): it ends by
+# ``end_process`` then.
+_joined = False
+
+
 @contextmanager
 def process_group(device: torch.device) -> Iterator[None]:
     """Join torchrun's process group for the duration of the block, with the backend of this
     process's ``device`` (``resolve_device``'s; ``backend``); nothing without torchrun."""
+    global _joined
     if not launched() or dist.is_initialized():
         yield
         return
     dist.init_process_group(backend(device), timeout=timedelta(seconds=timeout_s()))
+    _joined = True
     try:
         yield
     finally:
         dist.destroy_process_group()
+
+
+def joined() -> bool:
+    """Whether this process has been in torchrun's process group (``process_group``)."""
+    return _joined
+
+
+def end_process(status: int) -> NoReturn:
+    """End this process now with exit status ``status``: its ``atexit`` functions run (logging's
+    handlers flushed, data loaders' workers ended: data/loader.py), its output is flushed, and
+    the interpreter's shutdown is skipped, which a process that has been in a gloo process group
+    must not take (issue 43). Its threads end where they stand (non-daemon ones are not waited
+    for: vitkit starts none)."""
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with suppress(OSError, ValueError):  # a reader gone, a stream closed: nothing to keep
+            stream.flush()
+    # destroy_process_group leaves gloo's threads running: torch keeps the group (DTensor's caches
+    # hold FSDP2's device mesh, which holds it; torch.distributed.nn.functional, imported once the
+    # group exists by DDP or the state-dict helpers, keeps it as its functions' default group)
+    # until the interpreter's shutdown frees them. A gloo thread releasing a finished barrier then
+    # frees all-gather tensors owned by Python objects, which takes the GIL; the finalizing
+    # interpreter makes it exit inside a noexcept destructor, and std::terminate aborts a process
+    # that had finished and saved (SIGABRT, a job torchrun reports failed: about 1 launch in 20 on
+    # 2 loaded cores; benchmarks/RESULTS.md)
+    os._exit(status)
 
 
 def is_distributed() -> bool:

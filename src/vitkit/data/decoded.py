@@ -1,7 +1,7 @@
 """The one image container: whatever its source (a folder, tar shards, a Hugging Face table), a
 split's images are read by index as encoded bytes and decoded here.
 
-A source (``source.ImageSource``) numbers its images 0..n-1 (records) and gives each one's label,
+A source (``contract.ImageSource``) numbers its images 0..n-1 (records) and gives each one's label,
 name and encoded bytes, and its state (the verification cache's key). ``DecodedImages`` does the
 rest, the same way for every source: verification at construction (``verify.verify_source``),
 which drops an unreadable image from the index with a warning (listed in ``skipped``, indices
@@ -34,8 +34,8 @@ from ..config.keys import default_of
 from ..errors import ConfigError, DataError
 from .arrays import as_indices, renumbering
 from .codec import DECODE_ERRORS, MAX_IMAGE_PIXELS, decode, decode_crop
+from .contract import ImageSource, SourceState
 from .sources.cells import MAX_IMAGE_BYTES
-from .sources.contract import ImageSource, SourceState
 from .transforms import INCEPTION_AREA, INCEPTION_RATIO, channels_of, check_mode
 from .verify import LEVELS, Findings, Level, verify_source
 

@@ -41,7 +41,7 @@ from ..config.data import Verify
 from ..files import atomic_write, exclusive, home
 from ..runtime.cores import usable_cores
 from .codec import DECODE_ERRORS, MAX_IMAGE_PIXELS, open_image, rgb_array
-from .sources.contract import ImageSource, SourceState
+from .contract import ImageSource, SourceState
 
 log = logging.getLogger(__name__)
 

@@ -34,10 +34,10 @@ import numpy as np
 from ...config import DataConfig, hf_is_local
 from ...errors import ConfigError, DataError, MissingExtraError, MissingFileError, VitkitError
 from ..codec import MAX_IMAGE_PIXELS
+from ..contract import SourceState
 from ..decoded import MAX_BAD_FRACTION, DecodedImages, ReadOptions
 from ..verify import Level
 from .cells import CellReader, check_labels, class_order, long_class_name
-from .contract import SourceState
 
 # The dataset's split names that are vitkit's train, val and test.
 HF_SPLITS = {

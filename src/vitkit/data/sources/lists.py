@@ -28,10 +28,10 @@ from typing import TYPE_CHECKING
 from ...config.data import ImagePaths
 from ...errors import DataError, MissingFileError
 from ...files import TooLargeError, read_regular
+from ..contract import SourceState
 from ..decoded import DecodedImages, Reading, ReadOptions
 from ..verify import listing_key
 from .cells import MAX_PATH, label_from_text, resolves_inside, shown
-from .contract import SourceState
 from .folder import FolderSource
 
 if TYPE_CHECKING:

@@ -34,9 +34,9 @@ import numpy as np
 
 from ...errors import ConfigError, DataError, MissingFileError
 from ...files import TooLargeError, atomic_files, atomic_write
+from ..contract import SourceState
 from ..decoded import MAX_BAD_FRACTION, DecodedImages, Reading, ReadOptions
 from .cells import label_from_text, long_class_name, read_image_file, too_large
-from .contract import SourceState
 from .folder import IMAGE_SUFFIXES, SPLITS, ImageFolderDataset, folder_layout
 
 if TYPE_CHECKING:

@@ -92,7 +92,7 @@ def test_list_text_is_utf8_and_its_faults_are_one_bounded_line(cifar: Path, tmp_
 
 def test_a_listed_path_leads_only_inside_the_task_folder(cifar: Path, tmp_path: Path) -> None:
     """A listed path was followed through links anywhere (as root, /etc/shadow was read and
-    decoded): the rule of a Hugging Face cell's path (``cells.resolves_inside``) holds for each
+    decoded): the rule of a Hugging Face cell's path (``bounds.resolves_inside``) holds for each
     file, which must resolve inside the task folder or the target of its images/ link, the
     layout of the releases, unless ``data.image_paths=any``. A file it refuses is unreadable:
     skipped and named."""

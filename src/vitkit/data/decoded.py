@@ -33,9 +33,9 @@ from ..config import DataConfig
 from ..config.keys import default_of
 from ..errors import ConfigError, DataError
 from .arrays import as_indices, renumbering
+from .bounds import MAX_IMAGE_BYTES
 from .codec import DECODE_ERRORS, MAX_IMAGE_PIXELS, decode, decode_crop
 from .contract import ImageSource, SourceState
-from .sources.cells import MAX_IMAGE_BYTES
 from .transforms import INCEPTION_AREA, INCEPTION_RATIO, channels_of, check_mode
 from .verify import LEVELS, Findings, Level, verify_source
 

@@ -8,8 +8,8 @@ import os
 import torch
 
 from ..errors import VitkitError
+from .bounds import MAX_IMAGE_BYTES, read_image_file
 from .codec import DECODE_ERRORS, decode
-from .sources.cells import MAX_IMAGE_BYTES, read_image_file
 from .transforms import Preprocess, mode_of, preprocess_for_inference
 
 

@@ -22,8 +22,8 @@ from torch import Tensor, nn
 
 from ..config.inference import InferenceConfig
 from ..data import Preprocess, UnreadableImageWarning
+from ..data.bounds import printable
 from ..data.image_file import read_image
-from ..data.sources.cells import printable
 from ..errors import ConfigError, VitkitError
 from ..io.api import load_with_meta
 from ..model.flops import count_flops

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from matplotlib.figure import Figure
 from torch import Tensor
 
-from ..data.sources.cells import printable
+from ..data.bounds import printable
 from ..files import atomic_write
 
 

@@ -4,7 +4,7 @@ weights' source, preprocessing and the training run, as one typed record (``Weig
 
 Every format that holds them (ours, Hugging Face, ONNX) checks them against the model here, the same
 way, before writing anything (``checked_metadata``): one class name per output, all distinct, each
-of at most ``cells.MAX_CLASS_NAME`` characters; where the classes are WordNet synsets (ImageNet's),
+of at most ``bounds.MAX_CLASS_NAME`` characters; where the classes are WordNet synsets (ImageNet's),
 one wnid per output, all distinct; the source, the registry name of the weights a checkpoint was
 converted from (``PRESET@TAG``), a string; a ``Preprocess`` with the model's channels and an image
 size the model takes, each side a multiple of its patch stride and at most
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..config import ModelConfig, RunConfig, image_size_of, size_hw
-from ..data.sources.cells import long_class_name
+from ..data.bounds import long_class_name
 from ..errors import CheckpointError, ConfigError
 
 if TYPE_CHECKING:  # imported where used: reading class names needs no torchvision
@@ -60,7 +60,7 @@ def _one_per_class(
 
 def checked_class_names(class_names: Sequence[str] | None, cfg: ModelConfig) -> list[str] | None:
     """``class_names`` as a list, or None when there are none; one per class, all distinct, each
-    of at most ``cells.MAX_CLASS_NAME`` characters."""
+    of at most ``bounds.MAX_CLASS_NAME`` characters."""
     names = _one_per_class(class_names, cfg, "class_names", "name")
     problem = None if names is None else long_class_name(names)
     if problem is not None:

@@ -28,10 +28,11 @@ import numpy as np
 import torch
 
 from ...errors import DataError, MissingFileError
+from ..bounds import MAX_IMAGE_BYTES, read_image_file
 from ..contract import SourceState
 from ..decoded import DecodedImages, Reading, ReadOptions
 from ..verify import listing_key
-from .cells import MAX_IMAGE_BYTES, class_order, read_image_file
+from .cells import class_order
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack

@@ -33,11 +33,12 @@ import numpy as np
 
 from ...config import DataConfig, hf_is_local
 from ...errors import ConfigError, DataError, MissingExtraError, MissingFileError, VitkitError
+from ..bounds import long_class_name
 from ..codec import MAX_IMAGE_PIXELS
 from ..contract import SourceState
 from ..decoded import MAX_BAD_FRACTION, DecodedImages, ReadOptions
 from ..verify import Level
-from .cells import CellReader, check_labels, class_order, long_class_name
+from .cells import CellReader, check_labels, class_order
 
 # The dataset's split names that are vitkit's train, val and test.
 HF_SPLITS = {
@@ -386,7 +387,7 @@ def _classes(
 ) -> tuple[list[str], dict[str, np.ndarray], dict[str, int] | None]:
     """(class names, each split's labels as class indices, the index of each name when the
     labels are names), by the module docstring's rule; ``names``: a ClassLabel's. A name longer
-    than ``cells.MAX_CLASS_NAME`` characters is an error (a checkpoint would record it)."""
+    than ``bounds.MAX_CLASS_NAME`` characters is an error (a checkpoint would record it)."""
     if names is not None:
         _check_names(spec, list(names))
         return list(names), {s: c.astype(np.int64) for s, c in columns.items()}, None

@@ -9,7 +9,7 @@ text, ``"0"`` to the largest label of any list of the folder (every split agrees
 UTF-8 text (a byte-order mark is skipped, as Notepad writes one); a line of more than
 ``MAX_LINE`` characters, a NUL character or bytes that are not UTF-8 are an error naming the
 line. A path may lead through links only to a file inside the task folder or the target of its
-``images/`` link (``cells.resolves_inside``, the rule of a Hugging Face cell's path), unless
+``images/`` link (``bounds.resolves_inside``, the rule of a Hugging Face cell's path), unless
 ``data.image_paths=any``: a file it refuses is unreadable, skipped and named.
 
 Two specs read it, one per stage of the VTAB protocol [P §4.1, App. B.1.1]: ``vtab800:DIR`` is
@@ -28,10 +28,11 @@ from typing import TYPE_CHECKING
 from ...config.data import ImagePaths
 from ...errors import DataError, MissingFileError
 from ...files import TooLargeError, read_regular
+from ..bounds import MAX_PATH, resolves_inside, shown
 from ..contract import SourceState
 from ..decoded import DecodedImages, Reading, ReadOptions
 from ..verify import listing_key
-from .cells import MAX_PATH, label_from_text, resolves_inside, shown
+from .cells import label_from_text
 from .folder import FolderSource
 
 if TYPE_CHECKING:

@@ -34,9 +34,10 @@ import numpy as np
 
 from ...errors import ConfigError, DataError, MissingFileError
 from ...files import TooLargeError, atomic_files, atomic_write
+from ..bounds import long_class_name, read_image_file, too_large
 from ..contract import SourceState
 from ..decoded import MAX_BAD_FRACTION, DecodedImages, Reading, ReadOptions
-from .cells import label_from_text, long_class_name, read_image_file, too_large
+from .cells import label_from_text
 from .folder import IMAGE_SUFFIXES, SPLITS, ImageFolderDataset, folder_layout
 
 if TYPE_CHECKING:
@@ -228,7 +229,7 @@ def _read_label(f: io.BufferedReader, member: tarfile.TarInfo, path: str, key: s
 def read_classes(root: Path) -> list[str] | None:
     """The class names ``root/classes.txt`` (one a line), ``root/classes.json`` (a list) or
     ``root/classnames.txt`` (one a line, the CLIP benchmark's) give, in that order of
-    preference, or None when there is none; a name longer than ``cells.MAX_CLASS_NAME`` is an
+    preference, or None when there is none; a name longer than ``bounds.MAX_CLASS_NAME`` is an
     error (a checkpoint would record it)."""
     txt, js, clip = (root / name for name in CLASS_FILES)
     if not txt.is_file() and not js.is_file() and clip.is_file():

@@ -2,12 +2,14 @@
 import graph read from the source: no module imports from a layer above it (a lazy import inside a
 function counts too), no two modules import each other however indirectly, and peers (timm,
 transformers, jax) are never imported at a module's top level. A new top-level module or package
-must be given a layer here."""
+must be given a layer here. Inside data, the readers (data/sources/) sit above the container they
+build and below the modules that take their datasets whole (``DATA_TIERS``)."""
 
 from __future__ import annotations
 
 import ast
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -33,6 +35,20 @@ LAYERS: list[set[str]] = [
     {"__main__"},
 ]
 PEERS = ("timm", "transformers", "jax", "flax")
+
+# data/ in tiers, lowest first: the container (decoded.py, verify.py) and what it and the readers
+# build on (the contract, the bounds, the codec, ...): every module of data not named below; the
+# readers (data/sources/: each builds a container, decoded.DecodedImages, so it imports it); the
+# modules that take a reader's dataset whole. So data/sources/ holds nothing the container
+# imports: a source reaches the container only through data/contract.py.
+READERS = "vitkit.data.sources"
+ABOVE_READERS = {
+    "vitkit.data",  # the public API re-exports the named datasets and readers (ImageFolderDataset)
+    "vitkit.data.run_data",  # a run's datasets: it builds the reader its data spec names
+    "vitkit.data.loader",  # it batches a reader's dataset (SyntheticImages) as it does a container
+    "vitkit.data.stream",  # it batches sources/parquet.py's stream, whose rows no container holds
+}
+DATA_TIERS: list[set[str]] = [{"container"}, {"readers"}, {"above readers"}]
 
 
 def import_graph(src: Path, package: str = "vitkit") -> dict[str, set[str]]:
@@ -66,15 +82,31 @@ def unit(module: str) -> str:
     return parts[1] if len(parts) > 1 else parts[0]
 
 
-def layering_violations(graph: dict[str, set[str]], layers: list[set[str]]) -> list[str]:
+def data_tier(module: str) -> str:
+    """The tier of ``DATA_TIERS`` a module of data is in."""
+    if module == READERS or module.startswith(f"{READERS}."):
+        return "readers"
+    return "above readers" if module in ABOVE_READERS else "container"
+
+
+def data_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """``graph`` (``import_graph``'s) between the modules of ``vitkit.data`` alone."""
+    inside = {m for m in graph if m == "vitkit.data" or m.startswith("vitkit.data.")}
+    return {m: graph[m] & inside for m in inside}
+
+
+def layering_violations(
+    graph: dict[str, set[str]], layers: list[set[str]], unit_of: Callable[[str], str] = unit
+) -> list[str]:
     """``a -> b`` for every import of a unit that is not in a lower layer than the importer's
-    (imports within one unit aside), and every unit no layer names."""
+    (imports within one unit aside), and every unit no layer names; a module's unit is
+    ``unit_of(module)``."""
     level = {u: i for i, layer in enumerate(layers) for u in layer}
-    unplaced = sorted({unit(m) for m in graph} - level.keys())
+    unplaced = sorted({unit_of(m) for m in graph} - level.keys())
     found = [f"{u}: in no layer" for u in unplaced]
     for a, targets in sorted(graph.items()):
         for b in sorted(targets):
-            ua, ub = unit(a), unit(b)
+            ua, ub = unit_of(a), unit_of(b)
             if ua != ub and ua in level and ub in level and level[ub] >= level[ua]:
                 found.append(f"{a} -> {b}")
     return found
@@ -134,6 +166,12 @@ def test_no_module_imports_from_a_layer_above_its_own() -> None:
     assert layering_violations(import_graph(SRC), LAYERS) == []
 
 
+def test_the_readers_sit_between_the_container_and_what_takes_their_datasets() -> None:
+    graph = import_graph(SRC)
+    assert ABOVE_READERS - graph.keys() == set()  # a renamed module leaves the list
+    assert layering_violations(data_graph(graph), DATA_TIERS, data_tier) == []
+
+
 def test_no_modules_import_each_other() -> None:
     assert import_cycles(import_graph(SRC)) == []
 
@@ -176,6 +214,37 @@ def test_the_check_finds_an_import_from_a_higher_layer(
     stubs |= {"vitkit/io/__init__.py": "", "vitkit/io/checkpoint.py": ""}
     src = _tree(tmp_path, {**stubs, **files})
     assert layering_violations(import_graph(src), LAYERS) == expected
+
+
+@pytest.mark.parametrize(
+    ("files", "expected"),
+    [
+        (  # the container reaching into the readers' folder for their contract: what this caught
+            {"vitkit/data/decoded.py": "from .sources.contract import SourceState\n"},
+            ["vitkit.data.decoded -> vitkit.data.sources.contract"],
+        ),
+        (  # a reader importing what batches readers' datasets
+            {"vitkit/data/sources/hf.py": "def f():\n    from ..loader import data_loader\n"},
+            ["vitkit.data.sources.hf -> vitkit.data.loader"],
+        ),
+        (  # a run's data building a reader, which builds a container: fine
+            {
+                "vitkit/data/run_data.py": "from .sources.hf import open_hf\n",
+                "vitkit/data/sources/hf.py": "from ..decoded import DecodedImages\n",
+                "vitkit/data/decoded.py": "from .contract import SourceState\n",
+            },
+            [],
+        ),
+    ],
+)
+def test_the_check_finds_an_import_of_a_reader_from_below(
+    tmp_path: Path, files: dict[str, str], expected: list[str]
+) -> None:
+    stubs = {"vitkit/data/__init__.py": "", "vitkit/data/sources/__init__.py": ""}
+    for name in ("contract", "decoded", "loader", "sources/contract", "sources/hf"):
+        stubs[f"vitkit/data/{name}.py"] = ""
+    src = _tree(tmp_path, {**stubs, **files})
+    assert layering_violations(data_graph(import_graph(src)), DATA_TIERS, data_tier) == expected
 
 
 def test_the_check_finds_modules_that_import_each_other(tmp_path: Path) -> None:

@@ -78,6 +78,7 @@ def official(height: int, width: int, channels: int = 3) -> dict[str, str]:
         "normalization": "minus_one_to_one",
         "mean": json.dumps([0.5] * channels),
         "std": json.dumps([0.5] * channels),
+        "image_orientation": "exif_transpose",
     }
 
 

@@ -156,6 +156,7 @@ def test_processor_file_says_what_preprocess_does(tmp_path: Path) -> None:
     assert processor["do_resize"] and processor["do_rescale"] and processor["do_normalize"]
     assert processor["rescale_factor"] == 1 / 255 and not processor.get("do_center_crop")
     assert processor["image_mean"] == processor["image_std"] == [0.5, 0.5, 0.5]
+    assert processor["image_orientation"] == "exif_transpose"  # for a reader decoding files itself
     _, _, recorded = read_hf_dir(directory)
     assert recorded.preprocess == preprocess
 

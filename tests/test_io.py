@@ -217,6 +217,71 @@ def test_load_at_another_image_size(tmp_path) -> None:
         vitkit.load(tmp_path, image_size=50)
 
 
+def test_a_loaded_model_fine_tuned_and_saved_keeps_what_its_checkpoint_records(
+    tmp_path, capsys
+) -> None:
+    """Issue 46: ``vitkit.load`` dropped the class names and preprocessing, so ``vitkit.save`` of
+    a loaded and fine-tuned model wrote a checkpoint that ``vitkit predict`` showed as class
+    indices (``1 0.267 3 0.250 ...``). Now save writes what the checkpoint records, as far as it
+    is still true of the model: the names go with the head (``reset_head`` drops them), the
+    preprocessing follows the model's image size."""
+    from PIL import Image
+
+    from vitkit.cli import main
+    from vitkit.data import Preprocess
+    from vitkit.data.image_file import read_image
+
+    names = ["cat", "dog", "ship"]
+    preprocess = Preprocess(image_size=32, resize="bicubic")
+    checkpoint = vitkit.save(
+        randomized(tiny(num_classes=3)),
+        tmp_path / "first",
+        class_names=names,
+        pretrained="ViT-Ti/16@augreg-in21k",
+        preprocess=preprocess,
+    )
+    model = vitkit.load(checkpoint).train()
+    g = torch.Generator().manual_seed(0)
+    images, labels = torch.randn(4, 3, 32, 32, generator=g), torch.tensor([0, 1, 2, 0])
+    before = [p.detach().clone() for p in model.parameters()]
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(2):  # fine-tuning: two steps
+        torch.nn.functional.cross_entropy(model(images), labels).backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    assert not all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
+    tuned = vitkit.save(model.eval(), tmp_path / "tuned")
+
+    photo = tmp_path / "photo.png"
+    Image.fromarray(torch.randint(0, 256, (40, 56, 3), generator=g).byte().numpy()).save(photo)
+    with torch.no_grad():
+        top = int(model(read_image(photo, preprocess)).argmax())
+    assert main(["predict", str(tuned), str(photo), "--json", "--device", "cpu"]) == 0
+    (entry,) = json.loads(capsys.readouterr().out)
+    assert entry["top"][0]["label"] == names[top]
+    assert {t["label"] for t in entry["top"]} == set(names)
+    _, _, meta = read(tuned)
+    assert (meta.class_names, meta.pretrained, meta.preprocess) == (
+        tuple(names),
+        "ViT-Ti/16@augreg-in21k",
+        preprocess,
+    )
+    # given ones win; an empty list writes none
+    _, _, meta = read(vitkit.save(model, tmp_path / "renamed", class_names=["a", "b", "c"]))
+    assert meta.class_names == ("a", "b", "c") and meta.preprocess == preprocess
+    _, _, meta = read(vitkit.save(model, tmp_path / "nameless", class_names=[]))
+    assert meta.class_names is None and meta.preprocess == preprocess
+
+    model.resize_pos_embed(6)  # 48 px: the preprocessing's size follows the model's
+    model.reset_head(3)  # a new head for other classes, though as many: the names are not its
+    _, _, meta = read(vitkit.save(model, tmp_path / "new-head"))
+    assert meta.class_names is None and meta.pretrained == "ViT-Ti/16@augreg-in21k"
+    assert meta.preprocess == Preprocess(image_size=48, resize="bicubic")
+    # a model load did not build records nothing it was not given
+    _, _, meta = read(vitkit.save(randomized(tiny(num_classes=3)), tmp_path / "fresh"))
+    assert (meta.class_names, meta.pretrained, meta.preprocess) == (None, None, None)
+
+
 def test_load_at_a_non_square_image_size(tmp_path) -> None:
     model = randomized(tiny())  # 32x32 images, 8 px patches: a 4x4 grid
     vitkit.save(model, tmp_path)

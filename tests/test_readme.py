@@ -104,12 +104,80 @@ def _official_bucket() -> dict[str, bytes]:
 
 
 @pytest.mark.slow
+def test_the_served_model_sees_a_phone_photo_as_predict_does(tmp_path: Path, capsys) -> None:
+    """The serve quickstart's blocks as written, on ``photos/a.png`` stored turned as a phone
+    stores it (EXIF orientation 6) and a random model whose head gives the photo upright one
+    class and its pixels as they lie another: onnxruntime's class and the pipeline's are ``vitkit
+    predict``'s. Before the Python block turned the photo upright (``ImageOps.exif_transpose``),
+    onnxruntime's was the other one (issue 46: "rotate 180" came out rot_270, not rot_090)."""
+    import torch
+
+    import vitkit
+    from helpers import exif_photo, randomize, tiny
+    from vitkit.cli import main
+    from vitkit.data import Preprocess
+    from vitkit.data.image_file import read_image
+    from vitkit.model import build_model
+
+    names = ["digit_0", "digit_1", "digit_2"]
+    y, x = np.mgrid[:40, :56]
+    upright = Image.fromarray(np.stack([4 * x, 6 * y, 255 * (x < 14)], -1).astype(np.uint8))
+    (tmp_path / "photos").mkdir()
+    photo = exif_photo(tmp_path / "photos" / "a.png", upright, 6, fmt="PNG")
+    lying = exif_photo(
+        tmp_path / "lying.png", upright.transpose(Image.Transpose.ROTATE_90), 1, fmt="PNG"
+    )  # the photo's pixels as they are stored
+    images = [read_image(path, Preprocess(image_size=32)) for path in (photo, lying)]
+    model = randomize(build_model(tiny(num_classes=3)), std=0.3, seed=1)
+    with torch.no_grad():  # a head that tells the two apart: class 0 upright, class 1 lying
+        upright_f, lying_f = (
+            model.forward_head(model.forward_features(x), pre_logits=True)[0] for x in images
+        )  # (D,) each
+        apart = (upright_f - lying_f) / (upright_f - lying_f).norm()  # (D,)
+        middle = float(apart @ (upright_f + lying_f)) / 2  # the score halfway between them
+        model.head.weight.copy_(torch.stack([apart, -apart, 0 * apart]) * 10)  # (3, D)
+        model.head.bias.copy_(torch.tensor([-middle, middle, 0.0]) * 10)  # (3,)
+        turned, as_stored = (int(model(x).argmax()) for x in images)
+    assert (turned, as_stored) == (0, 1)
+    checkpoint = vitkit.save(model, tmp_path / "runs" / "digits" / "best", class_names=names)
+    assert main(["predict", str(checkpoint), str(photo), "--json", "--device", "cpu"]) == 0
+    ((entry,),) = [json.loads(capsys.readouterr().out)]
+    assert entry["top"][0]["label"] == names[turned]
+
+    serve = [code for marker, _, code in blocks() if marker == RUN and "digits.onnx" in code]
+    assert len(serve) == 2, "the serve quickstart: a shell block, then a Python block"
+    venv_bin = str(Path(sys.executable).parent)
+    env = {
+        **os.environ,
+        "PATH": os.pathsep.join([venv_bin, os.environ["PATH"]]),
+        "PYTHONPATH": os.pathsep.join(
+            filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")])
+        ),
+        "HF_HUB_OFFLINE": "1",  # transformers reads the local folder
+    }
+    for command in (
+        ["bash", "-c", f"set -euo pipefail\n{serve[0]}"],
+        [sys.executable, "-c", serve[1]],
+    ):
+        proc = subprocess.run(
+            command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
+        )
+        assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    pipeline_line, onnx_line = proc.stdout.strip().splitlines()[-2:]
+    assert onnx_line == names[turned], (onnx_line, names)
+    assert f"'label': '{names[turned]}'" in pipeline_line
+
+
+@pytest.mark.slow
 def test_the_user_journey_runs_as_written(tmp_path: Path) -> None:
+    from helpers import exif_photo
     from http_server import FileServer
 
     _folder(tmp_path / "digits")
     (tmp_path / "photos").mkdir()
-    Image.open(tmp_path / "digits" / "digit_1" / "0.png").save(tmp_path / "photos" / "a.png")
+    # a phone's photo: stored turned, with the EXIF tag that turns it upright
+    with Image.open(tmp_path / "digits" / "digit_1" / "0.png") as picture:
+        exif_photo(tmp_path / "photos" / "a.png", picture.convert("L"), 6, fmt="PNG")
     # `.venv` as the README builds it: this interpreter's venv (the clone's `.venv` under make test)
     assert sys.prefix != sys.base_prefix, "the README's blocks run in a venv: run pytest in one"
     (tmp_path / ".venv").symlink_to(sys.prefix, target_is_directory=True)

@@ -6,13 +6,17 @@ a vitkit ``VisionTransformer``, a timm or transformers module, a state dict (tim
 official arrays), or a path — our directory (``config.json`` with ``"format": "vitkit"``) or its
 ``model.safetensors``, a Hugging Face ``save_pretrained`` directory (``"model_type": "vit"``), an official / big_vision
 ``.npz``, a ``.safetensors`` file or a tensor-only ``.pth``/``.pt``/``.bin``. ``save`` writes
-ours, a Hugging Face directory, or an official vit_jax ``.npz``.
+ours, a Hugging Face directory, or an official vit_jax ``.npz``. What the checkpoint records
+besides the weights (class names, preprocessing: ``WeightsMeta``) stays with the model ``load``
+built and is what ``save`` writes unless told otherwise (``loaded_meta``), so a loaded model
+fine-tuned and saved keeps its class names.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -41,6 +45,12 @@ if TYPE_CHECKING:
 
 Source = str | os.PathLike | nn.Module | Mapping[str, Any]
 _TORCH_SUFFIXES = (".pth", ".pt", ".bin")
+# What ``load`` read with each model it built, for ``save`` to write back (``loaded_meta``): the
+# checkpoint's ``WeightsMeta``, the model's config then, and the head its class names belong to.
+# Kept here, not on the model: the model files hold architecture only.
+_LOADED: weakref.WeakKeyDictionary[nn.Module, tuple[WeightsMeta, ModelConfig, nn.Module]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def _read_state(
@@ -201,7 +211,29 @@ def load_with_meta(
             if meta.preprocess is not None:
                 resized = dataclasses.replace(meta.preprocess, image_size=model.cfg.image_size)
                 meta = dataclasses.replace(meta, preprocess=resized)
+    _LOADED[model] = (meta, model.cfg, model.head)
     return model.eval(), meta
+
+
+def loaded_meta(model: VisionTransformer | ResNetClassifier) -> WeightsMeta:
+    """What the checkpoint ``model`` was loaded from records (``load``), as far as it is still true
+    of the model: the class names and wnids while it has the head it was loaded with
+    (``reset_head`` attaches another, for other classes), the weights' source, and the
+    preprocessing at the model's image size now (``resize_pos_embed`` changes it). Not the
+    training run, which the weights may since have left. None of them for a model ``load`` did
+    not build."""
+    from .metadata import WeightsMeta
+
+    found = _LOADED.get(model)
+    if found is None:
+        return WeightsMeta()
+    meta, cfg, head = found
+    if model.head is not head:  # reset_head: a new head, whose classes are not the recorded ones
+        meta = dataclasses.replace(meta, class_names=None, wnids=None)
+    preprocess = meta.preprocess
+    if preprocess is not None and model.cfg.image_size != cfg.image_size:
+        preprocess = dataclasses.replace(preprocess, image_size=model.cfg.image_size)
+    return dataclasses.replace(meta, preprocess=preprocess, run=None)
 
 
 def save(
@@ -227,14 +259,22 @@ def save(
     format as ``config.json``'s keys of those names (``preprocess`` as ``Preprocess.to_dict()``),
     as training checkpoints store them; in Hugging Face's as ``id2label`` / ``label2id``, the
     config's ``wnids`` and ``pretrained``, and ``preprocessor_config.json`` (io/formats/hf.py).
-    Without ``preprocess``, our format records none (the official preprocessing at the model's
-    resolution is assumed on reading) and Hugging Face's gets that one written out. The
-    official format holds arrays only: it gets none of them, with a warning when any is given.
+    Each one not given is what the checkpoint a model ``load`` built records, as far as it is
+    still true of the model (``loaded_meta``: class names and wnids, together, only while it has
+    the head it was loaded with); ``class_names=[]`` writes none. Without ``preprocess``
+    from either, our format records none (the official preprocessing at the model's resolution
+    is assumed on reading) and Hugging Face's gets that one written out. The official format
+    holds arrays only: it gets none of them, with a warning when there are any.
     """
     from .metadata import WeightsMeta, check_preprocess, checked_metadata
 
     if not isinstance(model, (VisionTransformer, ResNetClassifier)):
         raise TypeError(f"save expects a vitkit model, got {type(model).__name__}")
+    loaded = loaded_meta(model)
+    if class_names is None and wnids is None:  # a pair: given names have no recorded wnids
+        class_names, wnids = loaded.class_names, loaded.wnids
+    pretrained = loaded.pretrained if pretrained is None else pretrained
+    preprocess = loaded.preprocess if preprocess is None else preprocess
     recorded = checked_metadata(
         model.cfg, class_names=class_names, wnids=wnids, pretrained=pretrained
     )

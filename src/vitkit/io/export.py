@@ -11,6 +11,8 @@ is, so that other tools need not ask vitkit::
     color_mode                      "RGB" or "L": the PIL mode an image file is converted to
     resize, antialias               "bilinear" or "bicubic" of the whole image; "true" or "false"
     normalization, mean, std        "minus_one_to_one"; input = (pixel / 255 - mean) / std
+    image_orientation               "exif_transpose": an image file is first turned upright by
+                                    its EXIF orientation tag (PIL's ``ImageOps.exif_transpose``)
 
 The preprocessing keys (``color_mode`` on) are the checkpoint's ``Preprocess``, else the official
 one at the model's resolution; a model whose channels are not 1 or 3 has none of them. The
@@ -37,7 +39,7 @@ from ..errors import CheckpointError, ConfigError, MissingExtraError, UserFileEr
 from ..files import atomic_files
 from ..model import ResNetClassifier, VisionTransformer
 from ..runtime.mode import eval_mode
-from .metadata import checked_metadata, fitted_preprocess
+from .metadata import IMAGE_ORIENTATION, checked_metadata, fitted_preprocess
 
 # The exporter needs onnx and onnxscript, the check onnxruntime; the extra installs all three.
 _ONNX_MODULES = ("onnx", "onnxscript", "onnxruntime")
@@ -86,6 +88,7 @@ def onnx_metadata(
             "normalization": preprocess.normalization,
             "mean": json.dumps(mean),
             "std": json.dumps(std),
+            **IMAGE_ORIENTATION,  # as vitkit decodes a file: a phone's photo upright
         }
     return metadata
 

@@ -38,6 +38,12 @@ WNID = re.compile(r"n\d{8}")  # a WordNet noun synset's id, as ImageNet names it
 # model's own resolution: what vitkit writes (training, the registry, ``load(image_size=)``)
 # records the model's own, as fine-tuning at a higher resolution makes that the model's.
 MAX_RESOLUTION_FACTOR = 4
+# How an image file is decoded before its ``Preprocess``, as every vitkit verb decodes it
+# (data/codec.py): turned upright by its EXIF orientation tag, as PIL's ``ImageOps.exif_transpose``
+# turns it. The formats whose preprocessing is the caller's say so beside it (ONNX, OpenVINO and
+# Hugging Face's ``preprocessor_config.json``): a phone photo tagged "rotate 180" read without it
+# is another picture to the model.
+IMAGE_ORIENTATION = {"image_orientation": "exif_transpose"}
 
 
 def _one_per_class(

@@ -12,7 +12,8 @@ dropped: ``embeddings.mask_token``, a model with both pre-logits and a head (HF'
 the pooler), a non-square patch. ``image_size`` may be a (height, width) pair both ways.
 An export also carries the class names (``id2label``; vitkit's ``wnids`` and ``pretrained`` keys
 beside them) and vitkit's ``Preprocess`` as a ``preprocessor_config.json`` for
-``ViTImageProcessor`` (whole image resized, antialiased, one mean and std); reading maps it back,
+``ViTImageProcessor`` (whole image resized, antialiased, one mean and std; its
+``image_orientation`` says that image files are turned upright first); reading maps it back,
 or warns and drops one a ``Preprocess`` cannot express. A 1-channel model is exported as the
 3-channel model that reads RGB as it reads PIL's 'L' (:func:`_rgb_from_luma`). transformers is
 imported only by :func:`write_hf`; reading needs JSON and safetensors (or a tensor-only ``.bin``).

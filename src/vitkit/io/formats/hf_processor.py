@@ -14,6 +14,7 @@ from typing import Any
 
 from ...config import ConfigError, ModelConfig, size_hw
 from ...data.transforms import NORMALIZATIONS, Preprocess
+from ..metadata import IMAGE_ORIENTATION
 
 PROCESSOR_FILE = "preprocessor_config.json"  # the name save_pretrained gives an image processor's
 
@@ -136,4 +137,7 @@ def processor_config(preprocess: Preprocess) -> dict[str, Any]:
         "image_mean": mean,
         "image_std": std,
         "do_convert_rgb": True,  # a grayscale image handed to the processor becomes R = G = B
+        # kept by save_pretrained as any key, for a reader that decodes image files itself (the
+        # pipeline's load_image turns them upright already)
+        **IMAGE_ORIENTATION,
     }

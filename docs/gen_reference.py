@@ -125,7 +125,7 @@ def cli_page() -> str:
     return "\n".join(lines) + "\n"
 
 
-API = ("create_model", "list_models", "load", "save", "optimize_for_inference")
+API = ("create_model", "list_models", "load", "save", "optimize_for_inference", "fit")
 
 
 def api_page() -> str:

@@ -323,8 +323,9 @@ def test_per_sample_batches_are_the_same_however_many_workers_decode(tmp_path: P
 
 def test_a_run_with_auto_augment_resumes_exactly(tmp_path: Path) -> None:
     from helpers import stopped_copy
+    from vitkit import fit
     from vitkit.recipes import get_recipe
-    from vitkit.train.loop import TIMING_KEYS, train
+    from vitkit.train.loop import TIMING_KEYS
 
     run = replace(
         get_recipe("smoke"),
@@ -344,8 +345,8 @@ def test_a_run_with_auto_augment_resumes_exactly(tmp_path: Path) -> None:
         lines = (run_dir / "metrics.jsonl").read_text().splitlines()
         return [{k: v for k, v in json.loads(x).items() if k not in TIMING_KEYS} for x in lines]
 
-    train(run, tmp_path / "full", progress=False)
+    fit(run, run_dir=tmp_path / "full", progress=False)
     resumed = stopped_copy(tmp_path / "full", tmp_path / "resumed", step=2)
     (resumed / "metrics.jsonl").unlink()
-    train(run, resumed, progress=False)
+    fit(run, run_dir=resumed, progress=False)
     assert records(resumed) == [r for r in records(tmp_path / "full") if r["step"] > 2]

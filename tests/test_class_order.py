@@ -116,7 +116,7 @@ def test_a_resumed_run_keeps_the_class_order_its_checkpoint_records(
     record that order) is continued in that order, and says so; its checkpoints go on recording
     it."""
     from helpers import stopped_copy
-    from vitkit.train.loop import train
+    from vitkit import fit
 
     root = _digits(tmp_path / "digits", per_class=2)
     run = replace(
@@ -125,7 +125,7 @@ def test_a_resumed_run_keeps_the_class_order_its_checkpoint_records(
          "train.save_every": "2st", "train.eval_every": "2st", "train.device": "cpu",
          "optim.warmup": "0st"},
     )  # fmt: skip
-    train(run, tmp_path / "run", progress=False)
+    fit(run, run_dir=tmp_path / "run", progress=False)
     run_dir = stopped_copy(tmp_path / "run", tmp_path / "stopped", step=2)
     (stopped,) = (run_dir / "checkpoints").iterdir()
     config = json.loads((stopped / "config.json").read_text())
@@ -134,7 +134,7 @@ def test_a_resumed_run_keeps_the_class_order_its_checkpoint_records(
     (stopped / "config.json").write_text(json.dumps(config))
     caplog.clear()  # the first run's lines, kept where an earlier test left vitkit's logger at INFO
     with caplog.at_level(logging.INFO, logger="vitkit.train.loop"):
-        train(run, run_dir, progress=False)
+        fit(run, run_dir=run_dir, progress=False)
     assert (
         "classes: in the order the resumed checkpoint records (0, 1, 10, ...), not the data's own"
         in caplog.text

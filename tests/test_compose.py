@@ -332,10 +332,89 @@ def test_a_command_prepares_its_run_once(tmp_path: Path, monkeypatch, capsys) ->
     assert "resuming from step 4 of 8" in capsys.readouterr().out
 
 
+def _greyscale_folder(root: Path, classes: int = 3, each: int = 4) -> Path:
+    """``root/c<k>/<i>.png``: ``each`` greyscale 16x16 images in each of ``classes`` folders."""
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for k in range(classes):
+        (root / f"c{k}").mkdir(parents=True)
+        for i in range(each):
+            pixels = rng.integers(0, 256, (16, 16), dtype=np.uint8)
+            Image.fromarray(pixels, mode="L").save(root / f"c{k}" / f"{i}.png")
+    return root
+
+
+# A run of three steps on the CPU, as --set items
+SHORT = ("train.duration=3st", "optim.warmup=1st", "train.batch_size=4", "train.device=cpu")
+
+
+def test_fit_trains_what_the_command_trains(tmp_path: Path) -> None:
+    """``vitkit.fit(recipe=, data=, sets=)`` takes the command's path: the run it trains is the
+    one ``vitkit train`` trains with those flags (the classes and the channels the data's: 3
+    greyscale classes where the smoke recipe has 4 of RGB; what is set, as set), and it logs
+    the same steps."""
+    import json
+
+    import vitkit
+    from helpers import deterministic_metrics
+    from vitkit.cli import main
+
+    data = _greyscale_folder(tmp_path / "grey")
+    vitkit.fit(recipe="smoke", data=str(data), sets=SHORT, run_dir=tmp_path / "fit", progress=False)
+    argv = ["train", "--recipe", "smoke", "--data", str(data), "--no-progress"]
+    argv += [item for key in SHORT for item in ("--set", key)]
+    assert main([*argv, "--run-dir", str(tmp_path / "command")]) == 0
+    saved = json.loads((tmp_path / "fit" / "config.json").read_text())
+    assert saved == json.loads((tmp_path / "command" / "config.json").read_text())
+    assert (saved["model"]["num_classes"], saved["model"]["in_chans"]) == (3, 1)
+    assert saved["train"]["duration"] == "3st"
+    fitted = deterministic_metrics(tmp_path / "fit")
+    assert fitted == deterministic_metrics(tmp_path / "command") and fitted
+
+
+def test_fit_keeps_every_value_of_a_run_config_as_given(tmp_path: Path) -> None:
+    """A ``RunConfig`` given whole is set in every value: the data decides none of them (its
+    channels are read as the config says; classes that are not the config's are refused), and
+    only what the config leaves to the machine is decided."""
+    import json
+
+    import vitkit
+    from vitkit.config import parse_set, replace
+
+    data = _greyscale_folder(tmp_path / "grey")
+    run = replace(get_recipe("smoke"), {**parse_set(RunConfig, SHORT), "data.dataset": str(data)})
+    with pytest.raises(ConfigError, match=r"model\.num_classes=4 but the dataset has 3 classes"):
+        vitkit.fit(run, run_dir=tmp_path / "four", progress=False)
+    three = replace(run, {"model.num_classes": 3})
+    vitkit.fit(three, run_dir=tmp_path / "three", progress=False)
+    saved = flat(json.loads((tmp_path / "three" / "config.json").read_text()))
+    given = flat(three.to_dict())
+    # what it left to the machine: auto precision and the decoding workers of none
+    assert {k for k in given if saved[k] != given[k]} == {"train.precision", "data.num_workers"}
+    assert (given["train.precision"], saved["train.precision"]) == ("auto", "fp32")
+    assert saved["model.in_chans"] == 3  # as given: the greyscale images read as RGB
+
+
+def test_fit_takes_a_run_config_or_the_flags_that_compose_one(tmp_path: Path) -> None:
+    """``fit(run, recipe=...)`` would have to drop one of them; ``sets`` of one string would be
+    read a character at a time: each is one line, before anything is read."""
+    import vitkit
+
+    with pytest.raises(ConfigError, match=r"^fit\(run, recipe=, sets=\): a RunConfig is the whole"):
+        vitkit.fit(get_recipe("smoke"), recipe="smoke", sets=SHORT, run_dir=tmp_path)
+    with pytest.raises(ConfigError, match="expected a list of 'key=value' items"):
+        vitkit.fit(recipe="smoke", sets="train.duration=3st", run_dir=tmp_path)
+    with pytest.raises(ConfigError, match="say what to train on"):
+        vitkit.fit(run_dir=tmp_path)
+    assert not any(tmp_path.iterdir())
+
+
 def test_a_resumed_run_is_prepared_with_the_images_and_the_holdout_it_saw(tmp_path: Path) -> None:
     """A run whose checkpoint records its classes in another order than its data's own (numbered
     class folders, in order by name when it began) is prepared with its data in that order
-    before the holdout is drawn, as ``train`` prepares it: the images it validated on, not a
+    before the holdout is drawn, as ``compose.prepare`` prepares it: the images it validated on, not a
     holdout drawn in the data's order and relabelled."""
     import json
 

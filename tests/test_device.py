@@ -15,11 +15,12 @@ import torch
 
 import vitkit
 from helpers import stopped_copy
+from vitkit import fit
 from vitkit.config import ConfigError, replace
 from vitkit.recipes import get_recipe
 from vitkit.runtime.machine import choose_device
 from vitkit.train.distributed import backend, resolve_device
-from vitkit.train.loop import TIMING_KEYS, train
+from vitkit.train.loop import TIMING_KEYS
 
 CUDA = torch.cuda.is_available()
 
@@ -70,8 +71,8 @@ def _log(run_dir: Path) -> list[dict]:
 def test_cpu_asked_for_equals_auto_and_older_run_dirs_resume(tmp_path: Path) -> None:
     smoke = get_recipe("smoke")
     on_cpu = replace(smoke, {"train.device": "cpu"})
-    train(smoke, tmp_path / "auto", progress=False)
-    train(on_cpu, tmp_path / "cpu", progress=False)
+    fit(smoke, run_dir=tmp_path / "auto", progress=False)
+    fit(on_cpu, run_dir=tmp_path / "cpu", progress=False)
     assert _log(tmp_path / "cpu") == _log(tmp_path / "auto")
     a, b = (vitkit.load(tmp_path / d / "best").state_dict() for d in ("auto", "cpu"))
     assert all(torch.equal(a[k], b[k]) for k in a)
@@ -84,7 +85,7 @@ def test_cpu_asked_for_equals_auto_and_older_run_dirs_resume(tmp_path: Path) -> 
     (old / "config.json").write_text(json.dumps(config))
     state = torch.load(old / "checkpoints" / "step_00000004" / "state.pt", weights_only=True)
     assert state["cuda_rng"] is None  # a CPU run has no GPU generator
-    train(on_cpu, old, progress=False)
+    fit(on_cpu, run_dir=old, progress=False)
     assert _log(old) == _log(tmp_path / "auto")
 
 
@@ -94,7 +95,7 @@ def test_smoke_run_on_cuda_is_finite_and_resumes(tmp_path: Path) -> None:
     # dropout draws from the GPU's generator, which the checkpoint must carry for the resume
     run = replace(get_recipe("smoke"), {"train.device": "cuda", "model.dropout_rate": 0.1})
     full = tmp_path / "full"
-    result = train(run, full, progress=False)
+    result = fit(run, run_dir=full, progress=False)
     records = _log(full)
     assert all(math.isfinite(r["loss"]) for r in records) and result["accuracy"] > 0.25
     state = torch.load(full / "checkpoints" / "step_00000004" / "state.pt", weights_only=True)
@@ -103,7 +104,7 @@ def test_smoke_run_on_cuda_is_finite_and_resumes(tmp_path: Path) -> None:
     assert next(vitkit.load(full / "best").parameters()).device.type == "cpu"
 
     resumed = stopped_copy(full, tmp_path / "resumed", step=4)
-    train(run, resumed, progress=False)
+    fit(run, run_dir=resumed, progress=False)
     lines = [(d / "metrics.jsonl").read_text().splitlines() for d in (resumed, full)]
     kept = [[x for x in text if json.loads(x)["step"] <= 4] for text in lines]
     assert kept[0] == kept[1] and kept[0]  # timings too: resumed, not started over

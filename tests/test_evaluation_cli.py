@@ -9,17 +9,17 @@ from pathlib import Path
 
 import pytest
 
+from vitkit import fit
 from vitkit.cli import main
 from vitkit.config import replace
 from vitkit.recipes import get_recipe
-from vitkit.train.loop import train
 
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory) -> Path:
     """A smoke run evaluated with test-time flips."""
     run_dir = tmp_path_factory.mktemp("smoke")
-    train(replace(get_recipe("smoke"), {"data.test_flip": True}), run_dir, progress=False)
+    fit(replace(get_recipe("smoke"), {"data.test_flip": True}), run_dir=run_dir, progress=False)
     return run_dir
 
 

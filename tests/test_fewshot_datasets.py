@@ -15,12 +15,12 @@ from PIL import Image
 
 import vitkit.eval.fewshot as fewshot
 from helpers import random_checkpoint
+from vitkit import fit
 from vitkit.cli import main
 from vitkit.config import RunConfig, data_names, parse_set, replace
 from vitkit.data.run_data import evaluation_split
 from vitkit.io.api import load
 from vitkit.recipes import get_recipe
-from vitkit.train.loop import train
 
 
 def image_folder(root: Path, classes: int, train: int, test: int, seed: int) -> Path:
@@ -177,7 +177,7 @@ def test_training_evaluates_fewshot_data_under_its_names(
         get_recipe("smoke"),
         {"train.fewshot": (1, 2), "train.fewshot_data": (str(three), str(five))},
     )
-    train(run, tmp_path / "run", progress=False)
+    fit(run, run_dir=tmp_path / "run", progress=False)
     records = [
         json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().split("\n") if x
     ]
@@ -205,9 +205,12 @@ def test_training_fewshot_data_is_checked_before_the_run(
     run_dir = tmp_path / "run"
     # without train.fewshot the datasets take big_vision's shots, up to 25: too many here
     with pytest.raises(ValueError, match="fewer than shots=25"):
-        train(replace(get_recipe("smoke"), {"train.fewshot_data": (str(three),)}), run_dir)
+        fit(replace(get_recipe("smoke"), {"train.fewshot_data": (str(three),)}), run_dir=run_dir)
     with pytest.raises(ValueError, match="has no training images"):
-        train(replace(get_recipe("smoke"), {"train.fewshot_data": (str(three / "test"),)}), run_dir)
+        fit(
+            replace(get_recipe("smoke"), {"train.fewshot_data": (str(three / "test"),)}),
+            run_dir=run_dir,
+        )
     assert not run_dir.exists()
     argv = ["train", "--recipe", "smoke", "--run-dir", str(run_dir), "--no-progress"]
     assert main([*argv, "--set", f"train.fewshot_data={tmp_path / 'nope'}"]) == 2

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from vitkit import fit
 from vitkit.cli import main
 from vitkit.config import replace
 from vitkit.inference.int8 import Int8Check, check_int8
 from vitkit.recipes import get_recipe
-from vitkit.train.loop import train
 
 pytest.importorskip("torchao")
 
@@ -25,7 +25,7 @@ pytest.importorskip("torchao")
 @pytest.fixture(scope="module")
 def best(tmp_path_factory) -> str:
     run_dir = tmp_path_factory.mktemp("smoke")
-    train(replace(get_recipe("smoke"), {"train.device": "cpu"}), run_dir, progress=False)
+    fit(replace(get_recipe("smoke"), {"train.device": "cpu"}), run_dir=run_dir, progress=False)
     return str(run_dir / "best")
 
 

@@ -156,7 +156,7 @@ def _group_lrs(checkpoint: Path) -> list[tuple[float, float]]:
 def test_the_loop_scales_every_groups_lr_and_a_resume_rebuilds_the_groups(
     tmp_path: Path, caplog
 ) -> None:
-    from vitkit.train.loop import train
+    from vitkit import fit
 
     caplog.set_level("INFO", logger="vitkit")
 
@@ -173,7 +173,7 @@ def test_the_loop_scales_every_groups_lr_and_a_resume_rebuilds_the_groups(
             "train.eval_every": "0st",
         },
     )
-    train(run, tmp_path / "full", progress=False)
+    fit(run, run_dir=tmp_path / "full", progress=False)
     model = vitkit.create_model(run.model)
     settings = {id(s.param): s.name for s in param_settings(run.optim, model)}
     groups = param_groups(param_settings(run.optim, model), run.optim)  # the state's order
@@ -185,7 +185,7 @@ def test_the_loop_scales_every_groups_lr_and_a_resume_rebuilds_the_groups(
         assert [lr_ for lr_, _ in got] == pytest.approx([lr * s for s in expected_scales])
     assert "tools    layer decay 0.5" in caplog.text  # the banner says so
     resumed = stopped_copy(tmp_path / "full", tmp_path / "resumed", step=2)
-    train(run, resumed, progress=False)
+    fit(run, run_dir=resumed, progress=False)
     for step in (3, 4):
         name = f"checkpoints/step_{step:08d}"
         assert _group_lrs(resumed / name) == _group_lrs(tmp_path / "full" / name)

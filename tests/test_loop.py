@@ -14,9 +14,9 @@ import pytest
 import torch
 
 from helpers import logged_metrics
+from vitkit import fit
 from vitkit.config import ConfigError, RunConfig, replace
 from vitkit.recipes import get_recipe
-from vitkit.train.loop import train
 
 # Tensor methods that read a tensor's value on the host: on CUDA each one waits for the device.
 HOST_READS = ("item", "tolist", "cpu", "numpy", "__bool__", "__float__", "__int__")
@@ -103,9 +103,9 @@ def test_steps_that_do_not_log_read_nothing_on_the_host(tmp_path: Path, monkeypa
     for steps in (4, 8):
         with monkeypatch.context() as m:
             seen = _counting(m)
-            train(
+            fit(
                 replace(run, {"train.duration": f"{steps}st"}),
-                tmp_path / str(steps),
+                run_dir=tmp_path / str(steps),
                 progress=False,
             )
         counts.append(seen)
@@ -141,9 +141,9 @@ def test_no_step_synchronises_on_cuda(tmp_path: Path) -> None:
             with warnings.catch_warnings():
                 warnings.simplefilter("always")
                 warnings.showwarning = seen
-                train(
+                fit(
                     replace(run, {"train.duration": f"{steps}st"}),
-                    tmp_path / str(steps),
+                    run_dir=tmp_path / str(steps),
                     progress=False,
                 )
         finally:
@@ -474,7 +474,7 @@ def test_a_run_that_fails_ends_its_loader_workers_at_once(tmp_path: Path, monkey
     )
     before = set(multiprocessing.active_children())
     with pytest.raises(RuntimeError, match="a failure at step 2") as failed:
-        train(run, tmp_path / "run", progress=False)
+        fit(run, run_dir=tmp_path / "run", progress=False)
     assert failed.traceback  # still held here
     assert set(multiprocessing.active_children()) == before
 
@@ -493,29 +493,22 @@ def test_loader_workers_divide_the_cores_among_the_processes(monkeypatch) -> Non
     assert loader_workers() == 0
 
 
-def test_train_prepares_its_run_once(tmp_path: Path, monkeypatch) -> None:
-    """``train(run, run_dir)`` prepares the run (``prepare``: its device, its run directory's
-    record, its data) and trains it (``train_prepared``), taking nothing the caller read: a
-    resumed run reads its config.json once, resolves its device once and reads its data once."""
-    import inspect
-
+def test_fit_prepares_its_run_once(tmp_path: Path, monkeypatch) -> None:
+    """``vitkit.fit(run, run_dir=...)`` prepares the run (``compose.prepare``: its device, its run
+    directory's record, its data) and trains it (``train_prepared``), taking nothing the caller
+    read: a resumed run reads its config.json once, resolves its device once and reads its data
+    once."""
     from helpers import count_preparation, stopped_copy
 
-    assert list(inspect.signature(train).parameters) == [
-        "run",
-        "run_dir",
-        "progress",
-        "resume_from",
-    ]
     run = replace(
         get_recipe("smoke"),
         {"train.device": "cpu", "data.num_workers": 0, "train.duration": "4st"},
     )
     run = replace(run, {"train.save_every": "2st", "train.eval_every": "4st"})
-    train(run, tmp_path / "full", progress=False)
+    fit(run, run_dir=tmp_path / "full", progress=False)
     resumed = stopped_copy(tmp_path / "full", tmp_path / "resumed", step=2)
     seen = count_preparation(monkeypatch)
-    train(run, resumed, progress=False)
+    fit(run, run_dir=resumed, progress=False)
     assert (seen[resumed / "config.json"], seen["device"], seen["data"]) == (1, 1, 1)
     assert logged_metrics(resumed) == logged_metrics(tmp_path / "full")  # and it resumed exactly
 
@@ -523,7 +516,7 @@ def test_train_prepares_its_run_once(tmp_path: Path, monkeypatch) -> None:
 def test_a_run_beyond_a_new_runs_bounds_is_refused_before_its_data_is_read(
     tmp_path: Path, monkeypatch
 ) -> None:
-    """``train`` without the command line (the Python API) keeps the bounds too, before it reads
+    """``fit`` without the command line (the Python API) keeps the bounds too, before it reads
     the data; a run directory that records the value keeps it."""
     import vitkit.data.run_data
 
@@ -533,24 +526,24 @@ def test_a_run_beyond_a_new_runs_bounds_is_refused_before_its_data_is_read(
     monkeypatch.setattr(vitkit.data.run_data, "build_data", no_data)
     run = replace(get_recipe("smoke"), {"data.random_erase_count": 17, "train.device": "cpu"})
     with pytest.raises(ConfigError, match=r"random_erase_count=17 is not valid: .* in \[1, 16\]"):
-        train(run, tmp_path, progress=False)
+        fit(run, run_dir=tmp_path, progress=False)
     (tmp_path / "config.json").write_text(json.dumps(run.to_dict()))
     with pytest.raises(AssertionError, match="the data was read"):
-        train(run, tmp_path, progress=False)
+        fit(run, run_dir=tmp_path, progress=False)
 
 
 def test_precision_is_resolved_recorded_and_kept_on_resume(tmp_path: Path) -> None:
     run = replace(get_recipe("smoke"), {"train.device": "cpu", "data.num_workers": 0})
     assert run.train.precision == "auto"
-    train(run, tmp_path / "a", progress=False)
+    fit(run, run_dir=tmp_path / "a", progress=False)
     saved = json.loads((tmp_path / "a" / "config.json").read_text())
     assert saved["train"]["precision"] == "fp32"  # auto, on a CPU
     assert saved["data"]["num_workers"] == 0
     with pytest.raises(ConfigError, match="computes in fp32, this run would in bf16") as info:
-        train(replace(run, {"train.precision": "bf16"}), tmp_path / "a", progress=False)
+        fit(replace(run, {"train.precision": "bf16"}), run_dir=tmp_path / "a", progress=False)
     assert "--set train.precision=fp32" in str(info.value) and "\n" not in str(info.value)
     # another number of decoding workers is where the run computes, not what: it resumes
-    train(replace(run, {"data.num_workers": 1}), tmp_path / "a", progress=False)
+    fit(replace(run, {"data.num_workers": 1}), run_dir=tmp_path / "a", progress=False)
 
 
 def test_auto_is_decided_once_when_a_run_starts(tmp_path: Path, monkeypatch) -> None:
@@ -561,18 +554,19 @@ def test_auto_is_decided_once_when_a_run_starts(tmp_path: Path, monkeypatch) -> 
     from vitkit.runtime import arithmetic
 
     run = replace(get_recipe("smoke"), {"train.device": "cpu", "data.num_workers": 0})
-    train(replace(run, {"train.duration": "4st"}), tmp_path / "a", progress=False)
+    fit(replace(run, {"train.duration": "4st"}), run_dir=tmp_path / "a", progress=False)
     monkeypatch.setattr(arithmetic, "MIN_GFLOP", {"train": 0.0, "infer": 0.0})
     monkeypatch.setenv("VITKIT_CPU_BF16", "avx512_bf16")
     said: list[str] = []
     monkeypatch.setattr(logging.getLogger("vitkit.train.loop"), "info", said.append)
-    train(replace(run, {"train.duration": "4st"}), tmp_path / "a", progress=False)  # evaluated
+    # the finished run, evaluated again
+    fit(replace(run, {"train.duration": "4st"}), run_dir=tmp_path / "a", progress=False)
     saved = json.loads((tmp_path / "a" / "config.json").read_text())
     assert saved["train"]["precision"] == "fp32"
     device = next(line for line in said if line.startswith("device"))
     assert f"fp32 (recorded in {tmp_path / 'a' / 'config.json'})" in device
     said.clear()
-    train(run, tmp_path / "b", progress=False)
+    fit(run, run_dir=tmp_path / "b", progress=False)
     assert json.loads((tmp_path / "b" / "config.json").read_text())["train"]["precision"] == "bf16"
     device = next(line for line in said if line.startswith("device"))
     assert "bf16 autocast (auto: this CPU has AVX512_BF16, and a forward pass" in device
@@ -594,14 +588,14 @@ def test_fp16_scales_the_gradients_and_resumes_exactly(tmp_path: Path) -> None:
             "train.keep_last": 4,
         },
     )
-    train(run, tmp_path / "full", progress=False)
+    fit(run, run_dir=tmp_path / "full", progress=False)
     state = torch.load(
         tmp_path / "full" / "checkpoints" / "step_00000008" / "state.pt", weights_only=True
     )
     assert state["scaler"]["scale"] > 0
     resumed = stopped_copy(tmp_path / "full", tmp_path / "resumed", step=4)
     (resumed / "metrics.jsonl").unlink()
-    train(run, resumed, progress=False)
+    fit(run, run_dir=resumed, progress=False)
     assert logged_metrics(resumed) == [
         r for r in logged_metrics(tmp_path / "full") if r["step"] > 4
     ]
@@ -617,10 +611,10 @@ def test_repeated_augmentation_and_timms_ema_warmup_resume_exactly(tmp_path: Pat
     keys |= {"train.ema_warmup": "timm", "train.device": "cpu", "train.duration": "12st"}
     keys |= {"train.log_every": "1st", "train.save_every": "5st", "train.keep_last": 4}
     run = replace(get_recipe("smoke"), {**keys, "data.aug_repeats": 3})  # 8 steps an epoch
-    train(run, tmp_path / "full", progress=False)
+    fit(run, run_dir=tmp_path / "full", progress=False)
     resumed = stopped_copy(tmp_path / "full", tmp_path / "resumed", step=5)
     (resumed / "metrics.jsonl").unlink()
-    train(run, resumed, progress=False)
+    fit(run, run_dir=resumed, progress=False)
     assert logged_metrics(resumed) == [
         r for r in logged_metrics(tmp_path / "full") if r["step"] > 5
     ]

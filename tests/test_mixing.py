@@ -15,11 +15,11 @@ from timm.data.mixup import Mixup, cutmix_bbox_and_lam
 from timm.loss import SoftTargetCrossEntropy
 
 from helpers import logged_metrics, stopped_copy
+from vitkit import fit
 from vitkit.config import ConfigError, replace
 from vitkit.recipes import get_recipe
 from vitkit.train import objectives
 from vitkit.train.erasing import erase_mask, random_erase
-from vitkit.train.loop import train
 from vitkit.train.mixing import Mix, Mixing, cutmix_box, draw, mix_images
 from vitkit.train.objectives import classification
 
@@ -234,14 +234,14 @@ def test_a_run_with_cutmix_and_erasing_resumes_exactly(tmp_path: Path) -> None:
             "train.keep_last": 4,
         },
     )
-    train(run, tmp_path / "full", progress=False)
+    fit(run, run_dir=tmp_path / "full", progress=False)
     resumed = stopped_copy(tmp_path / "full", tmp_path / "resumed", step=4)
     (resumed / "metrics.jsonl").unlink()
-    train(run, resumed, progress=False)
+    fit(run, run_dir=resumed, progress=False)
     full = logged_metrics(tmp_path / "full")
     assert logged_metrics(resumed) == [r for r in full if r["step"] > 4]
     # each of CutMix and erasing changes the run: it is wired from its key to the step
     for name, off in [("no_cutmix", "train.cutmix"), ("no_erasing", "data.random_erase")]:
-        train(replace(run, {off: 0.0}), tmp_path / name, progress=False)
+        fit(replace(run, {off: 0.0}), run_dir=tmp_path / name, progress=False)
         other = logged_metrics(tmp_path / name)
         assert [r.get("loss") for r in other] != [r.get("loss") for r in full], off

@@ -14,10 +14,11 @@ import torch
 
 import vitkit
 from helpers import tiny, vitkit_out
+from vitkit import fit
 from vitkit.config import ConfigError, replace
 from vitkit.model import VisionTransformer
 from vitkit.recipes import get_recipe
-from vitkit.train.loop import TIMING_KEYS, train
+from vitkit.train.loop import TIMING_KEYS
 from vitkit.train.objectives import MaskedPatchPrediction, corrupt, patch_colours
 from vitkit.train.parts import init_from_pretrained
 
@@ -131,7 +132,7 @@ def _mpp_run(**overrides: object):
 
 def test_mpp_loss_falls_and_resume_is_exact(tmp_path: Path) -> None:
     full = tmp_path / "full"
-    result = train(_mpp_run(), full, progress=False)
+    result = fit(_mpp_run(), run_dir=full, progress=False)
     records = [json.loads(line) for line in (full / "metrics.jsonl").read_text().splitlines()]
     losses = [r["loss"] for r in records if "split" not in r]
     assert losses[-1] < losses[0] - 0.3, losses
@@ -141,7 +142,7 @@ def test_mpp_loss_falls_and_resume_is_exact(tmp_path: Path) -> None:
     shutil.copytree(full, resumed)
     for step in (16, 20, 24):
         shutil.rmtree(resumed / "checkpoints" / f"step_{step:08d}")
-    train(_mpp_run(), resumed, progress=False)
+    fit(_mpp_run(), run_dir=resumed, progress=False)
     again = [json.loads(line) for line in (resumed / "metrics.jsonl").read_text().splitlines()]
     drop = TIMING_KEYS
     assert [{k: v for k, v in r.items() if k not in drop} for r in again] == [
@@ -173,7 +174,7 @@ def test_mpp_config_errors(tmp_path: Path) -> None:
         replace(smoke, {"train.fewshot": (5, 5)})
     # a class too small for the few-shot evaluator fails before the run directory exists
     with pytest.raises(ValueError, match="fewer than shots=40"):
-        train(replace(smoke, {"train.fewshot": (40,)}), tmp_path / "run", progress=False)
+        fit(replace(smoke, {"train.fewshot": (40,)}), run_dir=tmp_path / "run", progress=False)
     assert not (tmp_path / "run").exists()
 
 
@@ -218,7 +219,7 @@ def test_mpp_run_with_a_head_of_other_classes_than_its_data_resumes(tmp_path: Pa
             Image.new("L", (16, 16), 30 * k + i).save(tmp_path / "data" / f"c{k}" / f"{i}.png")
     run = _mpp_run(**{"data.dataset": str(tmp_path / "data"), "model.num_classes": 2})
     run = replace(run, {"train.duration": "4st", "train.eval_every": "4st", "train.batch_size": 8})
-    train(run, tmp_path / "run", progress=False)
+    fit(run, run_dir=tmp_path / "run", progress=False)
     meta = json.loads((tmp_path / "run" / "best" / "config.json").read_text())
     assert "class_names" not in meta and meta["model"]["num_classes"] == 2
-    train(run, tmp_path / "run", progress=False)  # the finished run, read again
+    fit(run, run_dir=tmp_path / "run", progress=False)  # the finished run, read again

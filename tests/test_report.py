@@ -13,10 +13,10 @@ import torch
 from PIL import Image
 from torch import nn
 
+from vitkit import fit
 from vitkit.config import replace
 from vitkit.eval.metrics import evaluate
 from vitkit.recipes import get_recipe
-from vitkit.train.loop import train
 from vitkit.train.report import (
     ANNOTATED_MAX,
     BINS_MAX,
@@ -99,7 +99,7 @@ def test_a_run_with_a_thousand_classes_finishes_with_its_report(tmp_path: Path) 
     sets = {"model.num_classes": 1000, "train.device": "cpu", "train.duration": "3st"}
     sets |= {"train.eval_every": "3st", "train.save_every": "3st"}
     run = replace(get_recipe("smoke"), sets)
-    result = train(run, tmp_path, progress=False)
+    result = fit(run, run_dir=tmp_path, progress=False)
     assert result["count"] == 8000 and len(result["per_class"]) == 1000
     with Image.open(tmp_path / "confusion.png") as png:
         assert max(png.size) <= 2000

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from helpers import deterministic_metrics, vitkit_train
+from vitkit import fit
 from vitkit.recipes import get_recipe
-from vitkit.train.loop import train
 
 
 def _holder(run_dir: Path) -> int | None:
@@ -90,9 +90,9 @@ with RunLock(Path(sys.argv[1])):
 
 
 def test_the_loop_takes_the_lock_and_forked_children_do_not_keep_it(tmp_path: Path) -> None:
-    """``train()`` (the API, not only the command line) refuses a run directory another process
-    holds, before it reads or writes anything there; the lock ends with its holder, though a
-    child it forked (a data loader's worker inherits its descriptors) still runs."""
+    """``vitkit.fit()`` (the API, not only the command line) refuses a run directory another
+    process holds, before it reads or writes anything there; the lock ends with its holder, though
+    a child it forked (a data loader's worker inherits its descriptors) still runs."""
     from vitkit.errors import UserFileError
     from vitkit.train.rundir import RunLock
 
@@ -102,7 +102,7 @@ def test_the_loop_takes_the_lock_and_forked_children_do_not_keep_it(tmp_path: Pa
     pid, child = map(int, holder.stdout.readline().split())
     try:
         with pytest.raises(UserFileError, match=rf"is in use by process {pid} on "):
-            train(get_recipe("smoke"), tmp_path, progress=False)
+            fit(get_recipe("smoke"), run_dir=tmp_path, progress=False)
         assert os.listdir(tmp_path) == [".lock"]
         holder.kill()
         holder.wait()

@@ -20,6 +20,7 @@ from PIL import Image
 
 from helpers import file_size_limit, logged_metrics, one_line_error, stopped_copy, write_tar
 from photos import CLASSES, SIZES, TINY, pixels, rows, same_weights, save_image
+from vitkit import fit
 from vitkit.cli import main
 from vitkit.config import replace
 from vitkit.data import ImageFolderDataset
@@ -27,7 +28,6 @@ from vitkit.data.run_data import build_data
 from vitkit.data.sources.shards import WebDatasetShards, shard_layout
 from vitkit.errors import ConfigError, DataError
 from vitkit.recipes import get_recipe
-from vitkit.train.loop import train
 
 datasets = pytest.importorskip("datasets")
 pytestmark = pytest.mark.usefixtures("hf_cache")  # datasets' cache: the test's, not the user's
@@ -278,9 +278,9 @@ def test_a_killed_run_on_shards_resumes_as_if_never_stopped(shards: Path, tmp_pa
          "data.inception_crop": True, "model.dropout_rate": 0.1},
     )  # fmt: skip
     full = tmp_path / "full"
-    train(run, full, progress=False)
+    fit(run, run_dir=full, progress=False)
     resumed = stopped_copy(full, tmp_path / "resumed", step=4)  # mid-epoch: 3 steps an epoch
-    train(run, resumed, progress=False)
+    fit(run, run_dir=resumed, progress=False)
     assert logged_metrics(resumed) == logged_metrics(full) and len(logged_metrics(full)) == 9
     same_weights(full / "checkpoints" / "step_00000006", resumed / "checkpoints" / "step_00000006")
 

@@ -80,10 +80,10 @@ def test_a_checkpoint_records_its_files_digests_and_a_resume_refuses_damage(
     weight (reported as "the run diverged")."""
     from safetensors.torch import load_file, save_file
 
+    from vitkit import fit
     from vitkit.config import RunConfig
     from vitkit.errors import CheckpointError
     from vitkit.files import sha256_of
-    from vitkit.train.loop import train
 
     run_dir, checkpoint = _resumable(tmp_path)
     weights_file, state_file = checkpoint / "model.safetensors", checkpoint / "state.pt"
@@ -96,7 +96,7 @@ def test_a_checkpoint_records_its_files_digests_and_a_resume_refuses_damage(
     def resume(expected: str) -> str:
         """The resume's error (a ``CheckpointError``: one line at the command line)."""
         with pytest.raises(CheckpointError, match=re.escape(expected)) as e:
-            train(run, run_dir, progress=False)
+            fit(run, run_dir=run_dir, progress=False)
         assert "\n" not in str(e.value)
         return str(e.value)
 

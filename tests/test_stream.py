@@ -19,6 +19,7 @@ from PIL import Image
 
 from helpers import logged_metrics, stopped_copy
 from photos import CLASSES, pixels, same_weights
+from vitkit import fit
 from vitkit.config import replace
 from vitkit.data import codec as dc
 from vitkit.data import stream as st
@@ -26,7 +27,6 @@ from vitkit.data.loader import Augment, BatchOptions, generator
 from vitkit.data.run_data import batches_of, build_data
 from vitkit.data.sources.cells import CellReader
 from vitkit.recipes import get_recipe
-from vitkit.train.loop import train
 
 pq = pytest.importorskip("pyarrow.parquet")
 pytestmark = pytest.mark.usefixtures("hf_cache")
@@ -220,10 +220,10 @@ def test_a_killed_streaming_run_resumes_as_if_never_stopped(
                                "train.log_every": "1st", "data.flip": True,
                                "data.num_workers": 1}))  # fmt: skip
     full = tmp_path / "full"
-    train(run, full, progress=False)
+    fit(run, run_dir=full, progress=False)
     # 3 steps an epoch, windows of 10 rows: step 4 starts at row 8 of epoch 1, inside a window
     resumed = stopped_copy(full, tmp_path / "resumed", step=4)
-    train(run, resumed, progress=False)
+    fit(run, run_dir=resumed, progress=False)
     assert (
         logged_metrics(resumed) == logged_metrics(full)
         and len([r for r in logged_metrics(full) if "lr" in r]) == 8

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from vitkit import fit
 from vitkit.recipes import AUGREG_LEVELS, RECIPES, get_recipe, smoke_mode
 from vitkit.train.banner import tools_on
-from vitkit.train.loop import train
 
 TOOLBOX = [n for n in RECIPES if n.startswith(("augreg-", "deit-", "finetune-layer-decay"))]
 # One recipe of each smoke configuration: in smoke mode the sizes are the same tiny model, so the
@@ -31,7 +31,7 @@ def test_each_recipe_trains_two_steps_in_smoke_mode_with_its_tools(
     run = get_recipe(name)
     smoke = smoke_mode(run)
     assert tools_on(smoke) == tools_on(run)  # every tool kept on the tiny model
-    result = train(smoke, tmp_path / "run", progress=False)
+    result = fit(smoke, run_dir=tmp_path / "run", progress=False)
     assert result["count"] > 0 and 0.0 <= result["accuracy"] <= 1.0
 
 

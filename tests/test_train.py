@@ -21,8 +21,8 @@ from PIL import Image
 
 import vitkit
 from helpers import RESUME_V1, deterministic_metrics, file_size_limit, vitkit_out, vitkit_train
+from vitkit import fit
 from vitkit.recipes import RECIPES, get_recipe
-from vitkit.train.loop import train
 
 # A run with everything that must survive a restart: dropout and mixup (global RNG), crop, flip
 # and RandAugment (per-batch generators), warmup + cosine, clipping, EMA, gradient accumulation,
@@ -204,7 +204,7 @@ def test_resumes_a_checkpoint_of_the_previous_state_format(tmp_path: Path) -> No
 
     run_dir = Path(shutil.copytree(RESUME_V1 / "run", tmp_path / "run"))
     run = RunConfig.from_dict(json.loads((run_dir / "config.json").read_text()))
-    train(run, run_dir, progress=False)
+    fit(run, run_dir=run_dir, progress=False)
     expected = [
         json.loads(line) for line in (RESUME_V1 / "uninterrupted.jsonl").read_text().splitlines()
     ]
@@ -231,7 +231,7 @@ def test_resumes_a_checkpoint_of_the_previous_state_format(tmp_path: Path) -> No
 
 
 def test_loss_falls_and_checkpoints_are_ours(tmp_path: Path) -> None:
-    result = train(get_recipe("smoke"), tmp_path, progress=False)
+    result = fit(get_recipe("smoke"), run_dir=tmp_path, progress=False)
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     losses = [r["loss"] for r in records if "split" not in r]
     assert losses[-1] < losses[0]
@@ -276,7 +276,7 @@ def test_non_square_run_finetunes_evaluates_and_predicts_at_another_size(
     from vitkit.config import replace
 
     run = replace(get_recipe("smoke"), {"model.image_size": (16, 24), "train.device": "cpu"})
-    train(run, tmp_path / "pre", progress=False)  # synthetic 16x24 images, a 4x6 grid
+    fit(run, run_dir=tmp_path / "pre", progress=False)  # synthetic 16x24 images, a 4x6 grid
     pre = tmp_path / "pre" / "best"
     assert vitkit.load(pre).pos_embed.shape == (1, 1 + 4 * 6, 32)
     assert json.loads((pre / "config.json").read_text())["preprocess"]["image_size"] == [16, 24]
@@ -293,7 +293,7 @@ def test_non_square_run_finetunes_evaluates_and_predicts_at_another_size(
 
 def test_finetune_starts_from_pretrained_with_zero_head(tmp_path: Path) -> None:
     pre = get_recipe("smoke")
-    train(pre, tmp_path / "pre", progress=False)
+    fit(pre, run_dir=tmp_path / "pre", progress=False)
     from vitkit.train.parts import init_from_pretrained
 
     run = get_recipe("smoke")
@@ -433,7 +433,7 @@ def _tiny_run_of(name: str):
 @pytest.mark.parametrize("name", sorted(RECIPES))
 def test_every_recipe_takes_its_steps_at_a_tiny_size(name: str, tmp_path: Path) -> None:
     run = _tiny_run_of(name)
-    result = train(run, tmp_path, progress=False)
+    result = fit(run, run_dir=tmp_path, progress=False)
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in records if "split" not in r]
     assert [r["step"] for r in steps] == [1, 2], name
@@ -490,7 +490,7 @@ def test_finetune_drops_pre_logits_and_reads_other_formats(tmp_path: Path, capsy
 def test_eval_and_predict_bad_input(tmp_path: Path, capsys) -> None:
     from vitkit.cli import main
 
-    train(get_recipe("smoke"), tmp_path / "run", progress=False)
+    fit(get_recipe("smoke"), run_dir=tmp_path / "run", progress=False)
     best = str(tmp_path / "run" / "best")
     assert main(["predict", best, str(tmp_path / "missing.png")]) == 2
     assert "missing.png: no such file or folder" in capsys.readouterr().err
@@ -511,7 +511,7 @@ def test_bf16_and_compiled_training_run(tmp_path: Path, flag: str) -> None:
     from vitkit.config import RunConfig, parse_set, replace
 
     run = replace(get_recipe("smoke"), parse_set(RunConfig, [flag]))
-    result = train(run, tmp_path, progress=False)
+    result = fit(run, run_dir=tmp_path, progress=False)
     losses = [
         json.loads(line)["loss"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()
     ]

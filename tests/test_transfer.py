@@ -29,10 +29,10 @@ from helpers import (
     val_name,
     write_tar,
 )
+from vitkit import fit
 from vitkit.cli import main
 from vitkit.errors import ConfigError
 from vitkit.recipes import get_recipe
-from vitkit.train.loop import train
 from vitkit.transfer import finetuning, sweep
 from vitkit.transfer.finetuning import Options, datasets, plan, run_sets
 from vitkit.transfer.paper import (
@@ -131,7 +131,7 @@ def test_the_best_rate_is_chosen_and_a_tie_goes_to_the_smaller() -> None:
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> str:
     run_dir = tmp_path_factory.mktemp("pretrained")
-    train(get_recipe("smoke"), run_dir, progress=False)  # 16 px, 4x4 patches of 4
+    fit(get_recipe("smoke"), run_dir=run_dir, progress=False)  # 16 px, 4x4 patches of 4
     return str(run_dir / "best")
 
 

@@ -5,6 +5,7 @@ Public API::
     import vitkit
     model = vitkit.create_model("ViT-B/16", num_classes=10)
     vitkit.list_models("ViT-L/*")
+    vitkit.fit(recipe="smoke", run_dir="runs/smoke")      # vitkit train, from Python
     model = vitkit.load("ViT-B_16.npz", image_size=384)   # official, big_vision, timm, HF, ours
     vitkit.save(model, "runs/b16")                        # model.safetensors + config.json
     fast = vitkit.optimize_for_inference(model)           # compiled, frozen weights, auto precision
@@ -18,6 +19,7 @@ leaves glibc's defaults).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from .config import (
@@ -26,8 +28,10 @@ from .config import (
     Classifier,
     ImageSize,
     ModelConfig,
+    Objective,
     Posemb,
     ResNetConfig,
+    RunConfig,
 )
 from .errors import ConfigError
 from .presets import list_models
@@ -39,6 +43,8 @@ from .version import __version__
 keep_freed_memory()
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from .inference import Inference
     from .inference.compiled import optimize_for_inference
     from .io.api import load, save
@@ -139,6 +145,75 @@ def _pretrained(name: str, tag: bool | str, overrides: dict[str, Any]) -> Vision
     return model
 
 
+def fit(
+    run: RunConfig | None = None,
+    *,
+    run_dir: str | Path,
+    recipe: str | None = None,
+    model: str | None = None,
+    data: str | None = None,
+    sets: Sequence[str] = (),
+    objective: Objective | None = None,
+    resume_from: str | Path | None = None,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Train (or resume, or evaluate again when finished) a run in ``run_dir`` by the path
+    ``vitkit train`` takes (``compose``, ``compose.prepare``, ``train_prepared``); its final
+    evaluation (``split``, ``accuracy``, ``loss``, ``count``, ...).
+
+    The run is what the command's flags name: ``recipe`` (``--recipe``), ``model`` (a preset,
+    ``--model``), ``data`` (a data spec, ``--data``), ``sets`` (``--set`` items,
+    ``"key=value"``) and ``objective``; the data then decides the classes, the channels and
+    what a recipe sizes by it, unless set. Or it is ``run``, a ``RunConfig`` given whole: every
+    value in it is set, so the data decides none (``compose.given``). Either way the machine
+    decides what the config leaves to it, and a run of ``auto`` precision keeps the one its
+    directory records. ``resume_from``: another run's checkpoint (``checkpoints/step_N``) to
+    continue where ``run_dir`` holds none. Under torchrun, every process calls it inside
+    ``train.distributed.process_group``. A process that trains in ``run_dir`` already is a
+    one-line error naming it, before the directory is read.
+    """
+    import dataclasses
+    from pathlib import Path
+
+    from .compose import Request, check_run_data_exists, compose, given, prepare
+    from .train import distributed
+    from .train.loop import train_prepared
+    from .train.rundir import RunLock
+
+    if isinstance(sets, str):  # one "key=value" would be read as one key per character
+        raise ConfigError(f"sets={sets!r}: expected a list of 'key=value' items")
+    flags = {"recipe": recipe, "model": model, "data": data, "objective": objective}
+    named = [k for k, v in flags.items() if v is not None] + (["sets"] if sets else [])
+    if run is not None and named:
+        raise ConfigError(
+            f"fit(run, {', '.join(f'{k}=' for k in named)}): a RunConfig is the whole run; "
+            "give it alone, or the recipe, model, data and sets that compose one"
+        )
+    if run is None:
+        request = Request(
+            recipe=recipe, model=model, data=data, sets=tuple(sets), objective=objective
+        )
+        composed = compose(request)
+    else:
+        composed = given(run)
+    check_run_data_exists(composed.run)  # a one-line error for a missing folder, as the command
+    run_dir = Path(run_dir)
+    with RunLock(run_dir, enabled=distributed.is_main()) as lock:
+        prepared = prepare(
+            composed,
+            run_dir,
+            lock=lock,
+            resume_from=resume_from,
+            world=distributed.world_size(),
+        )
+        # the banner says why a precision left to vitkit is what it is (the command says it
+        # with the run's other choices)
+        if composed.run.train.precision == "auto":
+            why = prepared.composed.origin["train.precision"]
+            prepared = dataclasses.replace(prepared, precision_why=why)
+        return train_prepared(prepared, progress=progress)
+
+
 def __getattr__(name: str) -> Any:
     """``vitkit.load`` and ``vitkit.save`` come from ``vitkit.io.api``, ``Inference`` and
     ``optimize_for_inference`` from ``vitkit.inference``, imported on first use."""
@@ -163,6 +238,7 @@ __all__ = [
     "ResNetConfig",
     "__version__",
     "create_model",
+    "fit",
     "list_models",
     "load",
     "optimize_for_inference",

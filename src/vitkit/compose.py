@@ -9,8 +9,9 @@ Once the data is read (``adapt``), it decides the classes and channels unless se
 settings a recipe sizes by the number of training images; then the machine decides what the
 config leaves to it (``decided_on``). Every value keeps its origin (``recipe scratch``,
 ``preset ViT-S/16``, ``--set``, ``data``, ``auto on cuda``, ...), which the run states.
-``prepare`` is the one path from a command to what ``train_prepared`` takes: the run prepared
-once (train/prepare.py). No torch import until then.
+``prepare`` is the one path from a command, or ``vitkit.fit``, to what ``train_prepared`` takes:
+the run prepared once (train/prepare.py); a ``RunConfig`` given whole is composed by ``given``.
+No torch import until then.
 """
 
 from __future__ import annotations
@@ -256,6 +257,16 @@ def compose(
         _check_finetune_keys(overrides, composed.run.model)
     fixed = set(overrides) | ({"model.in_chans"} if finetuning else set())  # the checkpoint's
     return dataclasses.replace(composed.with_values(overrides, "--set"), fixed=frozenset(fixed))
+
+
+def given(run: RunConfig) -> Composed:
+    """A ``RunConfig`` given whole (``vitkit.fit(run)``): every value in it is set, as a
+    ``--set`` is: the data decides none of them (the loop checks its classes against the data's)
+    and no recipe sizes any; only what it leaves to the machine is decided (``decided_on``), and
+    an ``auto`` precision is kept from the run directory where it records one (``as_recorded``)."""
+    keys = flat(run.to_dict())
+    recipe = Recipe("given", "a RunConfig given whole", lambda: run)
+    return Composed(run, recipe, dict.fromkeys(keys, "given"), frozenset(keys))
 
 
 def _check_finetune_keys(overrides: Mapping[str, Any], model: ModelConfig) -> None:

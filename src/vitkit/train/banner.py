@@ -94,7 +94,7 @@ def banner(
     precision_why: str | None = None,
 ) -> list[str]:
     """The lines a run logs at its start (``step``: the step it resumes from, 0 if new;
-    ``precision_why``: why the precision is what it is, when ``train`` decided it)."""
+    ``precision_why``: why the precision is what it is, where vitkit decided it: ``vitkit.fit``)."""
     tc = run.train
     splits = f"{len(data.train):,} training images; validation: {data.val_name}; "
     splits += f"test: {data.test_name}" if data.test_name else "no test split"

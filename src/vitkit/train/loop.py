@@ -1,7 +1,7 @@
 """The one training loop: supervised pre-training and fine-tuning [P §4.1, App. B.1].
 
-Read top to bottom: a run prepared once (prepare.py: its device, its run directory's record,
-its data), build its batches, model and optimizer; resume from the run directory's last
+Read top to bottom: a run prepared once (``compose.prepare``: its device, its run directory's
+record, its data), build its batches, model and optimizer; resume from the run directory's last
 checkpoint if there is one (else ``init_from``: pre-trained weights with a new zero head and
 resized position embeddings); then for each optimizer step: the learning rate, ``accum_steps``
 micro-batches of forward/backward, global-norm clipping, the update, EMA, and whatever the cadence
@@ -52,9 +52,8 @@ from .inputs import Inputs, read_inputs
 from .metrics_log import METRICS_FILE, MetricsLog
 from .optim import learning_rate, set_learning_rate
 from .parts import Parts, build_parts, checkpoint_to_resume
-from .prepare import PreparedRun, prepare
+from .prepare import PreparedRun
 from .report import write_report
-from .rundir import RunLock
 from .state import (
     SKIPPED_FILE,
     TrainState,
@@ -253,29 +252,10 @@ def stop_if_requested(before: str) -> None:
         raise StoppedError(_open["signal"], f"before {before}")
 
 
-def train(
-    run: RunConfig,
-    run_dir: str | Path,
-    *,
-    progress: bool = True,
-    resume_from: str | Path | None = None,
-) -> dict[str, Any]:
-    """Train (or resume) ``run`` in ``run_dir``, the config as given (``prepare.prepare``
-    decides what it leaves to the machine), then ``train_prepared``; its final evaluation.
-    ``resume_from``: a checkpoint (``checkpoints/step_N`` of another run directory) to continue
-    from when ``run_dir`` holds none of its own. Under torchrun, every process calls it inside
-    ``distributed.process_group``. A process that trains in ``run_dir`` already (another
-    run's, ``RunLock``) is a ``UserFileError`` naming it, before the directory is read."""
-    run_dir = Path(run_dir)
-    with RunLock(run_dir, enabled=distributed.is_main()) as lock:
-        prepared = prepare(run, run_dir, lock=lock, resume_from=resume_from)
-        return train_prepared(prepared, progress=progress)
-
-
 def train_prepared(prepared: PreparedRun, *, progress: bool = True) -> dict[str, Any]:
-    """Train (or resume) the run ``prepared`` (``prepare.prepare``, ``compose.prepare``), inside
-    the block of its lock, which is taken here where the run directory is made; returns the final
-    evaluation: the best weights on the test split when the run has one apart from its
+    """Train (or resume) the run ``prepared`` (``compose.prepare``: ``vitkit.fit`` and the
+    commands), inside the block of its lock, which is taken here where the run directory is made;
+    returns the final evaluation: the best weights on the test split when the run has one apart from its
     validation split, else the last evaluation (``split`` says which)."""
     run, run_dir, device = prepared.run, prepared.run_dir, prepared.device
     record = prepared.record
@@ -536,7 +516,7 @@ class _Trainer:
         return diverged
 
     def finish(self, step: int, result: dict[str, Any]) -> dict[str, Any]:
-        """The run's result (``train``), evaluated with the best weights on a test split apart
+        """The run's result (``train_prepared``'s), evaluated with the best weights on a test split apart
         from the validation split, and its report."""
         data, split, averaged = self.inputs.data, self.inputs.split, self.parts.averaged
         if not result:  # the run was already complete: evaluate its final weights

@@ -44,9 +44,10 @@ $(FMNIST):
 run: $(STAMP) $(FMNIST) $(JEMALLOC)
 	$(BIN)/vitkit train --recipe fmnist-speed --run-dir runs/fmnist-speed
 
-# One process: pytest-xdist (-n 2, the torchrun tests on one worker) took 558 s against 574 s in
-# one on 2 cores, even with each worker computing in one thread: the commands the tests start
-# fill both cores already; and a torchrun test's timing failed under it.
+# One process, for now: pytest-xdist (-n 2, the torchrun tests on one worker, each worker in one
+# thread) took 558 s against 856 s in one process, both with every process compiling what it
+# imported; with compiled bytecode one process takes 574 s and xdist is not measured yet. Under
+# it a torchrun test's timing failed once (that test now waits for both ranks' handlers).
 test: $(STAMP) $(FMNIST) $(JEMALLOC) lint
 	$(BIN)/python -m pytest -q
 

@@ -44,12 +44,10 @@ $(FMNIST):
 run: $(STAMP) $(FMNIST) $(JEMALLOC)
 	$(BIN)/vitkit train --recipe fmnist-speed --run-dir runs/fmnist-speed
 
-# One process, for now: pytest-xdist (-n 2, the torchrun tests on one worker, each worker in one
-# thread) took 558 s against 856 s in one process, both with every process compiling what it
-# imported; with compiled bytecode one process takes 574 s and xdist is not measured yet. Under
-# it a torchrun test's timing failed once (that test now waits for both ranks' handlers).
+# A worker a core (pytest-xdist), each computing in one thread (tests/conftest.py), the torchrun
+# tests one after another on one worker (loadgroup): 354 s against 589 s in one process on 2 cores.
 test: $(STAMP) $(FMNIST) $(JEMALLOC) lint
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n auto --dist loadgroup
 
 $(DOCS_STAMP): $(STAMP)
 	$(BIN)/python -m pip install -q -e '.[test,docs]'

@@ -21,6 +21,15 @@ from vitkit.data import ImageFolderDataset
 torch.set_num_threads(1)
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under ``pytest -n`` (make test), the tests that start several processes (torchrun, gloo)
+    run one after another on one worker (``--dist loadgroup``): two jobs of ranks at once on 2
+    cores starved each other's collectives."""
+    for item in items:
+        if item.get_closest_marker("distributed") is not None:
+            item.add_marker(pytest.mark.xdist_group("distributed"))
+
+
 @pytest.fixture(autouse=True)
 def home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A fresh ``$VITKIT_HOME`` for each test (verification findings, downloads), never the

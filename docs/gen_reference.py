@@ -142,6 +142,7 @@ def api_page() -> str:
         lines += [f"::: vitkit.{name}", ""]
     lines += ["::: vitkit.inference.Inference", "", "::: vitkit.model.VisionTransformer", ""]
     lines += ["::: vitkit.config.ModelConfig", ""]
+    lines += ["::: vitkit.train.loop.RunResult", "", "::: vitkit.eval.metrics.Evaluation", ""]
     return "\n".join(lines)
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers import uninterrupted_log
 from vitkit.compose import Request, adapt, compose, default_run_dir, flat
 from vitkit.config import ConfigError, RunConfig
 from vitkit.presets import get_config
@@ -522,7 +523,7 @@ def test_the_committed_runs_resume_in_fp32_on_a_cpu_with_native_bf16(
     said = f"recorded in {run_dir / 'config.json'}: "
     assert re.search(f"{re.escape(said)}.*train\\.precision='fp32'", capsys.readouterr().out)
     assert json.loads((run_dir / "config.json").read_text())["train"]["bf16"] is False
-    expected = [json.loads(line) for line in (old / "uninterrupted.jsonl").read_text().splitlines()]
+    expected = uninterrupted_log(old)
     got = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [(r["step"], r.get("split")) for r in got] == [
         (r["step"], r.get("split")) for r in expected

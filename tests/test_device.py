@@ -97,7 +97,7 @@ def test_smoke_run_on_cuda_is_finite_and_resumes(tmp_path: Path) -> None:
     full = tmp_path / "full"
     result = fit(run, run_dir=full, progress=False)
     records = _log(full)
-    assert all(math.isfinite(r["loss"]) for r in records) and result["accuracy"] > 0.25
+    assert all(math.isfinite(r["loss"]) for r in records) and result.evaluation.accuracy > 0.25
     state = torch.load(full / "checkpoints" / "step_00000004" / "state.pt", weights_only=True)
     assert state["cuda_rng"].device.type == "cpu" and state["rng"].device.type == "cpu"
     assert all(t.device.type == "cpu" for t in state["optimizer"]["state"][0].values())

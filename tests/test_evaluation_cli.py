@@ -44,8 +44,8 @@ def test_test_flip_logs_both_accuracies(run_dir: Path) -> None:
     batches = batches_of(data.test, BatchOptions.evaluation(model.cfg, batch_size=256))
     flipped = evaluate(model, batches.epoch(0), model.cfg.num_classes, flip=True)
     plain = evaluate(model, batches.epoch(0), model.cfg.num_classes)
-    assert last["accuracy"] == flipped["accuracy"]
-    assert last["accuracy_one_view"] == plain["accuracy"] == flipped["accuracy_one_view"]
+    assert last["accuracy"] == flipped.accuracy
+    assert last["accuracy_one_view"] == plain.accuracy == flipped.accuracy_one_view
 
 
 def test_eval_flip_prints_both_accuracies(best: str, capsys) -> None:
@@ -131,8 +131,8 @@ def test_bf16_predictions_agree_with_fp32s(best: str) -> None:
                      autocast=dtype, predictions=True)
             for images in (data.train, data.test)
         ]  # fmt: skip
-        predicted[dtype] = torch.cat([r["predictions"] for r in results])  # 160 images
-        correct[dtype] = sum(r["accuracy"] * r["count"] for r in results)
+        predicted[dtype] = torch.cat([r.predictions for r in results])  # 160 images
+        correct[dtype] = sum(r.accuracy * r.count for r in results)
     agree = (predicted[None] == predicted[torch.bfloat16]).double().mean().item()
     assert len(predicted[None]) == 160
     assert agree >= 0.995 and abs(correct[None] - correct[torch.bfloat16]) / 160 <= 0.001
@@ -186,7 +186,9 @@ def test_train_reports_time_to_accuracy_only_for_a_recipe_with_targets(
 
     from vitkit.cli.training import _summary
     from vitkit.compose import Request, compose
+    from vitkit.eval.metrics import Evaluation
     from vitkit.recipes import RECIPES
+    from vitkit.train.loop import RunResult
 
     args = ["train", "--recipe", "smoke", "--no-progress", "--run-dir", str(tmp_path)]
     assert main([*args, "--set", "data.test_flip=True"]) == 0
@@ -201,7 +203,8 @@ def test_train_reports_time_to_accuracy_only_for_a_recipe_with_targets(
 
     composed = compose(Request(recipe="smoke", sets=("data.test_flip=true",)))
     timed = dataclasses.replace(composed, recipe=RECIPES["fmnist-speed"])
-    result = {"split": "test", "accuracy": 1.0, "top5": 1.0, "count": 32}
+    final = Evaluation(loss=0.1, accuracy=1.0, top5=1.0, count=32)
+    result = RunResult("test", final, best=1.0)
     line = _summary(timed, result, tmp_path)[-1]
     assert line.startswith("time to accuracy") and "at 15 min" in line
     assert "each test image with its mirror" in line and "(one view: 90% " in line

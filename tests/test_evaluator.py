@@ -3,16 +3,18 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 
 from vitkit.data.loader import BatchOptions
 from vitkit.data.run_data import batches_of, build_data
+from vitkit.eval.metrics import Evaluation
 from vitkit.io.metadata import WeightsMeta
 from vitkit.model import build_model
 from vitkit.recipes import get_recipe
-from vitkit.train.evaluator import Evaluator, scalars
+from vitkit.train.evaluator import Evaluator
 from vitkit.train.objectives import Objective
 
 
@@ -34,30 +36,31 @@ def test_evaluates_and_keeps_only_better_weights(tmp_path: Path) -> None:
     )
     batches = batches_of(data.val, BatchOptions.evaluation(run.model, batch_size=16, uint8=True))
     result = evaluate(model, batches, data.val)
-    assert 0.0 <= result["accuracy"] <= 1.0 and set(scalars(result)) >= {"loss", "accuracy"}
+    assert 0.0 <= result.accuracy <= 1.0 and set(result.scalars()) >= {"loss", "accuracy"}
 
     assert evaluate.keep_if_best(result, model)  # the first evaluation beats -1
-    assert evaluate.best == result["accuracy"] and (tmp_path / "best").is_dir()
+    assert evaluate.best == result.accuracy and (tmp_path / "best").is_dir()
     kept = {k: v.clone() for k, v in model.state_dict().items()}
     with torch.no_grad():  # other weights, no better: best/ keeps the first ones
         next(model.parameters()).add_(1.0)
-    assert not evaluate.keep_if_best({**result}, model)
+    assert not evaluate.keep_if_best(result, model)
     again = evaluate.best_model(torch.device("cpu"))
     assert all(torch.equal(again.state_dict()[k], v) for k, v in kept.items())
-    assert evaluate.keep_if_best({**result, "accuracy": result["accuracy"] + 0.1}, model)
+    assert evaluate.keep_if_best(replace(result, accuracy=result.accuracy + 0.1), model)
     again = evaluate.best_model(torch.device("cpu"))
     assert not torch.equal(next(again.parameters()), next(iter(kept.values())))
 
 
 def test_scalars_flatten_fewshot_results() -> None:
-    result = {
-        "loss": 1.0,
-        "accuracy": 0.5,
-        "predictions": [1, 2],
-        "fewshot": {5: {"mean": 0.3}},
-        "fewshot_data": {"cifar10": {10: {"mean": 0.4}}},
-    }
-    assert scalars(result) == {
+    result = Evaluation(
+        loss=1.0,
+        accuracy=0.5,
+        count=2,
+        predictions=torch.tensor([1, 2]),
+        fewshot={5: {"mean": 0.3}},
+        fewshot_data={"cifar10": {10: {"mean": 0.4}}},
+    )
+    assert result.scalars() == {
         "loss": 1.0,
         "accuracy": 0.5,
         "fewshot_5shot": 0.3,

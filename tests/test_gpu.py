@@ -89,8 +89,8 @@ def test_evaluate_on_cuda_equals_the_cpus() -> None:
     batches = [(torch.rand(8, 3, 32, 32, generator=g) * 2 - 1, torch.arange(8) % 10)] * 3
     on_cpu = evaluate(model, batches, 10, flip=True)
     on_gpu = evaluate(copy.deepcopy(model).cuda(), batches, 10, flip=True)
-    assert on_gpu["loss"] == pytest.approx(on_cpu["loss"], rel=1e-4)
-    assert on_gpu["confusion"] == on_cpu["confusion"]
+    assert on_gpu.loss == pytest.approx(on_cpu.loss, rel=1e-4)
+    assert on_gpu.confusion == on_cpu.confusion
 
 
 @pytest.mark.parametrize("name", ["adam", "muon", "sgd"])

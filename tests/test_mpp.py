@@ -136,7 +136,7 @@ def test_mpp_loss_falls_and_resume_is_exact(tmp_path: Path) -> None:
     records = [json.loads(line) for line in (full / "metrics.jsonl").read_text().splitlines()]
     losses = [r["loss"] for r in records if "split" not in r]
     assert losses[-1] < losses[0] - 0.3, losses
-    assert 0 < result["accuracy"] <= 1 and result["count"] > 0
+    assert 0 < result.evaluation.accuracy <= 1 and result.evaluation.count > 0
     # a run killed after step 12's checkpoint: later checkpoints gone, the same command again
     resumed = tmp_path / "resumed"
     shutil.copytree(full, resumed)

@@ -50,15 +50,15 @@ def test_the_confusion_of_imagenet_class_counts_is_sparse_and_its_figure_bounded
     model = nn.Sequential(nn.Flatten(), nn.Linear(3 * 2 * 2, k))
     images, labels = torch.randn(1000, 3, 2, 2), torch.randint(0, k, (1000,))
     result = evaluate(model, zip(images.split(256), labels.split(256), strict=True), k)
-    cells = result["confusion"]
-    assert len(result["per_class"]) == k
+    cells = result.confusion
+    assert len(result.per_class) == k
     assert 0 < len(cells) <= 1000 and sum(n for _, _, n in cells) == 1000
     assert all(len(cell) == 3 for cell in cells) and cells == sorted(cells)
     hits = sum(n for t, p, n in cells if t == p)
-    assert result["accuracy"] == hits / 1000
+    assert result.accuracy == hits / 1000
 
     classes = [f"n{i:08d}" for i in range(k)]
-    written = write_report(tmp_path, {"split": "test", **result}, classes)
+    written = write_report(tmp_path, result, "test", classes)
     assert [p.name for p in written] == ["curves.png", "confusion.csv", "confusion.png"]
     with open(tmp_path / "confusion.csv", newline="") as f:
         rows = list(csv.DictReader(f))
@@ -100,7 +100,7 @@ def test_a_run_with_a_thousand_classes_finishes_with_its_report(tmp_path: Path) 
     sets |= {"train.eval_every": "3st", "train.save_every": "3st"}
     run = replace(get_recipe("smoke"), sets)
     result = fit(run, run_dir=tmp_path, progress=False)
-    assert result["count"] == 8000 and len(result["per_class"]) == 1000
+    assert result.evaluation.count == 8000 and len(result.evaluation.per_class) == 1000
     with Image.open(tmp_path / "confusion.png") as png:
         assert max(png.size) <= 2000
     assert (tmp_path / "confusion.csv").is_file()

@@ -32,7 +32,7 @@ def test_each_recipe_trains_two_steps_in_smoke_mode_with_its_tools(
     smoke = smoke_mode(run)
     assert tools_on(smoke) == tools_on(run)  # every tool kept on the tiny model
     result = fit(smoke, run_dir=tmp_path / "run", progress=False)
-    assert result["count"] > 0 and 0.0 <= result["accuracy"] <= 1.0
+    assert result.evaluation.count > 0 and 0.0 <= result.evaluation.accuracy <= 1.0
 
 
 def test_the_recipes_settings_are_the_cited_ones() -> None:

@@ -16,6 +16,7 @@ import pytest
 from PIL import Image
 
 import vitkit
+from helpers import uninterrupted_log
 from vitkit.cli import main
 from vitkit.io import checkpoint as checkpoint_io
 
@@ -286,7 +287,7 @@ def test_a_run_written_before_data_specs_resumes(old: Path, tmp_path, monkeypatc
     out = capsys.readouterr().out
     assert "resuming from step 2 of 6" in out and "3 channels" in out
     got = _records(Path("run"))
-    expected = [json.loads(line) for line in (old / "uninterrupted.jsonl").read_text().splitlines()]
+    expected = uninterrupted_log(old)
     if old == OLD_RUN:
         assert got[-1]["split"] == "test" and got[-1]["step"] == 6  # test/, with the best weights
         got = got[:-1]

@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from .inference.compiled import optimize_for_inference
     from .io.api import load, save
     from .model import ResNetClassifier, VisionTransformer
+    from .train.loop import RunResult
 
 
 _KEEP: Any = object()  # "leave the preset's value", where None is a meaningful value
@@ -156,10 +157,10 @@ def fit(
     objective: Objective | None = None,
     resume_from: str | Path | None = None,
     progress: bool = True,
-) -> dict[str, Any]:
+) -> RunResult:
     """Train (or resume, or evaluate again when finished) a run in ``run_dir`` by the path
     ``vitkit train`` takes (``compose``, ``compose.prepare``, ``train_prepared``); its final
-    evaluation (``split``, ``accuracy``, ``loss``, ``count``, ...).
+    evaluation (``RunResult``: ``split``, ``evaluation.accuracy``, ...).
 
     The run is what the command's flags name: ``recipe`` (``--recipe``), ``model`` (a preset,
     ``--model``), ``data`` (a data spec, ``--data``), ``sets`` (``--set`` items,

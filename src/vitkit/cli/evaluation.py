@@ -170,9 +170,11 @@ def _eval(args: argparse.Namespace) -> None:
         flip=flip,
         predictions=real is not None,
     )
-    one_view = result.get("accuracy_one_view")
+    one_view, top5 = result.accuracy_one_view, result.top5
     print(
-        f"top-1 {result['accuracy']:.4f}  top-5 {result['top5']:.4f}  ({result['count']} images"
+        f"top-1 {result.accuracy:.4f}"
+        + ("" if top5 is None else f"  top-5 {top5:.4f}")
+        + f"  ({result.count} images"
         + (
             ""
             if one_view is None
@@ -181,10 +183,8 @@ def _eval(args: argparse.Namespace) -> None:
         + ")"
     )
     if real is not None:
-        print(_real_line(real, result["predictions"]))
-    for line in _per_class(
-        names, result["per_class"], result["per_class_images"], every=args.per_class
-    ):
+        print(_real_line(real, result.predictions))
+    for line in _per_class(names, result.per_class, result.per_class_images, every=args.per_class):
         print(line)
 
 

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from ..compose import Composed, Request
+    from ..train.loop import RunResult
     from ..train.rundir import RunLock
 
 
@@ -151,7 +152,7 @@ def _run(
             print(line)
 
 
-def _summary(composed: Composed, result: dict[str, Any], run_dir: Path) -> list[str]:
+def _summary(composed: Composed, result: RunResult, run_dir: Path) -> list[str]:
     """The end of a run: its final figures, and its time to accuracy where its recipe has
     targets, else the best validation accuracy and when it came."""
     from ..runtime.clock import process_seconds
@@ -161,17 +162,18 @@ def _summary(composed: Composed, result: dict[str, Any], run_dir: Path) -> list[
     mpp = run.train.objective == "mpp"
     what = "masked-patch colour accuracy" if mpp else "accuracy"
     best = best_evaluation(run_dir)
-    line = f"{result['split']} {what} {result['accuracy']:.4f}"
-    if "top5" in result:
-        line += f" (top-5 {result['top5']:.4f})"
-    line += f" on {result['count']:,} {'patches' if mpp else 'images'}"
-    for shots, acc in result.get("fewshot", {}).items():
+    evaluation = result.evaluation
+    line = f"{result.split} {what} {evaluation.accuracy:.4f}"
+    if evaluation.top5 is not None:
+        line += f" (top-5 {evaluation.top5:.4f})"
+    line += f" on {evaluation.count:,} {'patches' if mpp else 'images'}"
+    for shots, acc in evaluation.fewshot.items():
         line += f"; {shots}-shot linear {acc['mean']:.4f}"
-    for name, per_shots in result.get("fewshot_data", {}).items():
+    for name, per_shots in evaluation.fewshot_data.items():
         line += f"; {name} " + ", ".join(
             f"{shots}-shot {acc['mean']:.4f}" for shots, acc in per_shots.items()
         )
-    if result["split"] == "val":
+    if result.split == "val":
         line += " (no test split: the last evaluation)"
     elif best is not None and best["split"] == "val":
         line += " with the best weights"

@@ -1,11 +1,13 @@
-"""Classification metrics: top-1, top-5, per-class accuracy and the confusion matrix (sparse);
-``between_batches``, where a training run checks for a stop request during its evaluations."""
+"""Classification metrics: top-1, top-5, per-class accuracy and the confusion matrix (sparse),
+as one ``Evaluation``; ``between_batches``, where a training run checks for a stop request during
+its evaluations."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Iterator
-from typing import TypeVar
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -15,6 +17,46 @@ from ..data.device import to_input
 from ..runtime.mode import eval_mode
 
 T = TypeVar("T")
+
+TOP5_FROM = 6  # classes: with 5 or fewer, every label is in the top 5 (top-5 says nothing)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Evaluation:
+    """What one evaluation measured: a classifier's (``evaluate``), or masked patch
+    prediction's colour accuracy of the chosen patches (``count`` patches; no top-5, no classes).
+
+    ``confusion`` is sparse: the non-zero cells of the K x K matrix as ``(true, predicted,
+    count)``, sorted by (true, predicted). Few-shot figures are ``{shots: {"mean": ..., ...}}``
+    (``eval.fewshot.fewshot_model``), of the run's data and of each named set."""
+
+    loss: float
+    accuracy: float
+    count: int  # images evaluated (patches, for masked patch prediction)
+    top5: float | None = None  # None: 5 classes or fewer, or masked patch prediction
+    accuracy_one_view: float | None = None  # with the mirror images: the images' own accuracy
+    per_class: list[float] = field(default_factory=list)  # (K,), 0 for a class without images
+    per_class_images: list[int] = field(default_factory=list)  # (K,)
+    confusion: list[tuple[int, int, int]] | None = None  # None: no classes to confuse (mpp)
+    predictions: Tensor | None = None  # (count,) int64 top-1 classes, when asked for
+    fewshot: dict[int, dict[str, Any]] = field(default_factory=dict)
+    fewshot_data: dict[str, dict[int, dict[str, Any]]] = field(default_factory=dict)
+
+    def scalars(self) -> dict[str, float]:
+        """The numbers that go to metrics.jsonl: loss, accuracy, ``accuracy_one_view`` and top5
+        where measured, ``fewshot_<k>shot`` (the mean over seeds) and
+        ``fewshot_<name>_<k>shot`` for each named set (the keys the logs have always had)."""
+        out = {"loss": self.loss, "accuracy": self.accuracy}
+        if self.accuracy_one_view is not None:
+            out["accuracy_one_view"] = self.accuracy_one_view
+        if self.top5 is not None:
+            out["top5"] = self.top5
+        for shots, acc in self.fewshot.items():
+            out[f"fewshot_{shots}shot"] = acc["mean"]
+        for name, per_shots in self.fewshot_data.items():
+            for shots, acc in per_shots.items():
+                out[f"fewshot_{name}_{shots}shot"] = acc["mean"]
+        return out
 
 
 def model_device(model: nn.Module) -> torch.device:
@@ -48,15 +90,11 @@ def evaluate(
     reduce: Callable[[Tensor], Tensor] | None = None,
     gather: Callable[[Tensor], Tensor] | None = None,
     predictions: bool = False,
-) -> dict:
-    """Run ``model`` over ``batches`` (float images, labels); returns loss, accuracy, top5,
-    per_class (a list of K accuracies, 0 for a class without images), per_class_images (the
-    images of each class) and confusion, computed on ``model``'s device (uint8
-    batches are scaled there), under ``autocast`` (a dtype) if given.
-
-    ``confusion`` is sparse: the non-zero cells of the K x K matrix as ``(true, predicted,
-    count)`` tuples sorted by (true, predicted), at most one per image evaluated, so that 21,843
-    classes cost what 10 do (a dense matrix of ImageNet-21k's classes is 3.8 GB).
+) -> Evaluation:
+    """``model`` over ``batches`` (float images, labels), computed on ``model``'s device (uint8
+    batches are scaled there), under ``autocast`` (a dtype) if given. The confusion matrix is
+    kept sparse, at most one cell per image evaluated, so that 21,843 classes cost what 10 do
+    (a dense matrix of ImageNet-21k's classes is 3.8 GB).
 
     ``flip``: test-time augmentation, the class probabilities averaged over each image and its
     mirror image (two forward passes); every figure is then the averaged prediction's, and
@@ -64,8 +102,7 @@ def evaluate(
     part of the batches (data parallelism), ``reduce`` sums a tensor over processes and ``gather``
     concatenates a 1-D tensor's parts (both or neither).
 
-    ``predictions``: also ``predictions``, every image's top-1 class (int64 (count,), on the
-    CPU) in the order of ``batches`` (with ``gather``, in the order it concatenates)."""
+    ``predictions``: also every image's top-1 class (on the CPU) in the order of ``batches`` (with ``gather``, in the order it concatenates)."""
     if (reduce is None) != (gather is None):
         raise TypeError("evaluate: give both reduce and gather, or neither")
     device = model_device(model)
@@ -104,19 +141,17 @@ def evaluate(
     for true, predicted, n in confusion:
         images_of[true] += n
         hits_of[true] += n if predicted == true else 0
-    one_view = {"accuracy_one_view": one_view_hits / max(count, 1)} if flip else {}
-    top1 = {"predictions": every % num_classes} if predictions else {}
-    return {
-        "loss": loss_sum / max(count, 1),
-        "accuracy": sum(hits_of) / max(count, 1),
-        "top5": top5_hits / max(count, 1),
-        "per_class": [h / max(n, 1) for h, n in zip(hits_of, images_of, strict=True)],
-        "per_class_images": images_of,
-        "confusion": confusion,
-        "count": count,
-        **one_view,
-        **top1,
-    }
+    return Evaluation(
+        loss=loss_sum / max(count, 1),
+        accuracy=sum(hits_of) / max(count, 1),
+        count=count,
+        top5=top5_hits / max(count, 1) if num_classes >= TOP5_FROM else None,
+        accuracy_one_view=one_view_hits / max(count, 1) if flip else None,
+        per_class=[h / max(n, 1) for h, n in zip(hits_of, images_of, strict=True)],
+        per_class_images=images_of,
+        confusion=confusion,
+        predictions=every % num_classes if predictions else None,
+    )
 
 
 def _cells(every: Tensor, num_classes: int) -> list[tuple[int, int, int]]:

@@ -11,6 +11,7 @@ whole in every process. Rank 0 alone writes ``best/``.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -23,6 +24,7 @@ from ..config import ModelConfig, RunConfig, data_names
 from ..data import Batches
 from ..data.run_data import Images, evaluation_split
 from ..errors import ConfigError
+from ..eval.metrics import Evaluation
 from ..io.metadata import WeightsMeta
 from ..model import ResNetClassifier, VisionTransformer, build_model
 from . import distributed
@@ -70,7 +72,7 @@ class Evaluator:
         images: Images,
         *,
         between: Callable[[], None] | None = None,
-    ) -> dict[str, Any]:
+    ) -> Evaluation:
         """``model`` on ``batches`` (of ``images``, which few-shot classifies too); ``between``:
         called between two batches of each pass, where it may raise to drop the evaluation (the
         loop's check for a stop request)."""
@@ -95,8 +97,9 @@ class Evaluator:
                 result = evaluate_mpp(
                     model, self.mpp, ordered, seed=tc.seed, reduce=distributed.all_sum
                 )
+            fewshot: dict[int, dict[str, Any]] = {}
             if tc.fewshot:  # whole in every process: small, and the same forward passes in all
-                result["fewshot"] = fewshot_model(
+                fewshot = fewshot_model(
                     model,
                     self.train_set,
                     images,  # the images evaluated: few-shot classifies them too
@@ -106,8 +109,8 @@ class Evaluator:
                     autocast=self.autocast,
                     between=between,
                 )
-            for name, (shots_from, classified) in self.fewshot_data.items():  # as above
-                result.setdefault("fewshot_data", {})[name] = fewshot_model(
+            named = {  # as above
+                name: fewshot_model(
                     model,
                     shots_from,
                     classified,
@@ -117,14 +120,16 @@ class Evaluator:
                     autocast=self.autocast,
                     between=between,
                 )
-        return result
+                for name, (shots_from, classified) in self.fewshot_data.items()
+            }
+        return dataclasses.replace(result, fewshot=fewshot, fewshot_data=named)
 
-    def keep_if_best(self, result: dict[str, Any], model: nn.Module) -> bool:
+    def keep_if_best(self, result: Evaluation, model: nn.Module) -> bool:
         """Save ``model`` to ``best/`` when ``result`` is the best accuracy yet (the same result
         in every process: all of them gather, under FSDP); whether it was."""
-        if result["accuracy"] <= self.best:
+        if result.accuracy <= self.best:
             return False
-        self.best = result["accuracy"]
+        self.best = result.accuracy
         self.save_best(model)
         return True
 
@@ -163,19 +168,3 @@ def read_fewshot_data(run: RunConfig) -> dict[str, tuple[Images, Images]]:
         check_shots(split.train, run.train.fewshot or SHOTS)
         splits[name] = (split.train, split.dataset)
     return splits
-
-
-def scalars(result: dict[str, Any]) -> dict[str, float]:
-    """The numbers of an evaluation that go to metrics.jsonl: loss, accuracy, top5 (when
-    classifying), ``accuracy_one_view`` (with ``data.test_flip``: the accuracy without the mirror
-    images), ``fewshot_<k>shot`` (mean over seeds) when few-shot evaluation of the run's data is
-    on, and ``fewshot_<name>_<k>shot`` for each of ``train.fewshot_data``."""
-    out: dict[str, float] = {
-        k: result[k] for k in ("loss", "accuracy", "accuracy_one_view", "top5") if k in result
-    }
-    for shots, acc in result.get("fewshot", {}).items():
-        out[f"fewshot_{shots}shot"] = acc["mean"]
-    for name, per_shots in result.get("fewshot_data", {}).items():
-        for shots, acc in per_shots.items():
-            out[f"fewshot_{name}_{shots}shot"] = acc["mean"]
-    return out

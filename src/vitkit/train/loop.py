@@ -41,13 +41,14 @@ from ..data import Preprocess
 from ..data.device import on_device
 from ..data.loader import derive_seed
 from ..errors import VitkitError
+from ..eval.metrics import Evaluation
 from ..files import atomic_write
 from ..io.metadata import WeightsMeta
 from ..runtime.clock import process_seconds
 from . import distributed, precision
 from .banner import banner
 from .erasing import random_erase
-from .evaluator import Evaluator, scalars
+from .evaluator import Evaluator
 from .inputs import Inputs, read_inputs
 from .metrics_log import METRICS_FILE, MetricsLog
 from .optim import learning_rate, set_learning_rate
@@ -252,11 +253,21 @@ def stop_if_requested(before: str) -> None:
         raise StoppedError(_open["signal"], f"before {before}")
 
 
-def train_prepared(prepared: PreparedRun, *, progress: bool = True) -> dict[str, Any]:
+@dataclass(frozen=True)
+class RunResult:
+    """What a finished run reports: its final evaluation, on ``split`` ("test": the best weights
+    on the test split apart from the validation split; "val": the last evaluation, where there is
+    no such split), and the best validation accuracy, whose weights are in ``best/``."""
+
+    split: str
+    evaluation: Evaluation
+    best: float
+
+
+def train_prepared(prepared: PreparedRun, *, progress: bool = True) -> RunResult:
     """Train (or resume) the run ``prepared`` (``compose.prepare``: ``vitkit.fit`` and the
-    commands), inside the block of its lock, which is taken here where the run directory is made;
-    returns the final evaluation: the best weights on the test split when the run has one apart from its
-    validation split, else the last evaluation (``split`` says which)."""
+    commands), inside the block of its lock, which is taken here where the run directory is
+    made."""
     run, run_dir, device = prepared.run, prepared.run_dir, prepared.device
     record = prepared.record
     tc = run.train
@@ -345,9 +356,9 @@ class _Trainer:
 
     def loop(
         self, step: int, window: _Window, *, progress: bool, eval_due: bool = False
-    ) -> tuple[int, dict[str, Any]]:
+    ) -> tuple[int, Evaluation | None]:
         """Train from ``step`` (with the log ``window`` so far) to the end; the last step and
-        the last evaluation (empty: none was due). ``eval_due``: ``step``'s evaluation first (a
+        the last evaluation (None: none was due). ``eval_due``: ``step``'s evaluation first (a
         stop request dropped it). ``StoppedError`` after a stop request."""
         run, tc, cadence, parts = self.run, self.run.train, self.inputs.cadence, self.parts
         device, rank, world = parts.live.device, distributed.rank(), distributed.world_size()
@@ -359,7 +370,7 @@ class _Trainer:
                 f"{world} processes ({tc.parallel} on {device.type}): global batch "
                 f"{tc.batch_size * tc.accum_steps} = {world} x {tc.batch_size // world} per process x {tc.accum_steps} accumulation steps"
             )
-        result: dict[str, Any] = {}
+        result: Evaluation | None = None
         # the first step whose loss was not finite (-1: none), kept on the device: read when the
         # host reads anyway (log and save steps, the end), never between
         diverged = torch.full((), -1, dtype=torch.int64, device=device)
@@ -415,7 +426,7 @@ class _Trainer:
 
     def evaluation(
         self, step: int, window: _Window, bar: _NoBar, stop: dict[str, int]
-    ) -> dict[str, Any]:
+    ) -> Evaluation:
         """The evaluation due after ``step``: logged, said, its weights kept if the best yet.
         A stop request agreed between its batches drops it: ``step`` is saved without it, the
         resumed run does it first (``StoppedError``)."""
@@ -437,10 +448,10 @@ class _Trainer:
             bar.close()
             why = "checkpoint saved, its evaluation dropped (resuming does it)"
             raise StoppedError(dropped, f"after step {step}; {why}")
-        self.metrics.write({"step": step, "split": split, **scalars(result)})
-        one_view = result.get("accuracy_one_view")
+        self.metrics.write({"step": step, "split": split, **result.scalars()})
+        one_view = result.accuracy_one_view
         bar.write(
-            f"step {step}: {split} {what} {result['accuracy']:.4f}"
+            f"step {step}: {split} {what} {result.accuracy:.4f}"
             + ("" if one_view is None else f" (with its mirror; {one_view:.4f} without)")
             + f" ({self.metrics.run_seconds() / 60:.1f} min)"
         )
@@ -515,13 +526,13 @@ class _Trainer:
             parts.average.update(step)
         return diverged
 
-    def finish(self, step: int, result: dict[str, Any]) -> dict[str, Any]:
-        """The run's result (``train_prepared``'s), evaluated with the best weights on a test split apart
-        from the validation split, and its report."""
+    def finish(self, step: int, result: Evaluation | None) -> RunResult:
+        """The run's result, evaluated with the best weights on a test split apart from the
+        validation split, and its report."""
         data, split, averaged = self.inputs.data, self.inputs.split, self.parts.averaged
-        if not result:  # the run was already complete: evaluate its final weights
+        if result is None:  # the run was already complete: evaluate its final weights
             result = self.evaluate(averaged, self.inputs.evaluation, data.val)
-        result = {"split": split, **result, "best": self.evaluate.best}
+        finished = RunResult(split, result, self.evaluate.best)
         if self.inputs.final_test is not None:  # the test split, once, with the chosen weights
             assert data.test is not None  # final_test is its batches
             if not (self.run_dir / "best").is_dir():  # a finished checkpoint moved alone (--resume)
@@ -529,12 +540,12 @@ class _Trainer:
                 self.evaluate.save_best(averaged)
             tested = self.evaluate.best_model(self.parts.live.device)
             tests = self.evaluate(tested, self.inputs.final_test, data.test)
-            result = {"split": "test", **tests, "best": self.evaluate.best}
+            finished = RunResult("test", tests, self.evaluate.best)
             if not self.metrics.logged(step, "test"):  # a finished run re-evaluated: logged once
-                self.metrics.write({"step": step, "split": "test", **scalars(result)})
+                self.metrics.write({"step": step, "split": "test", **tests.scalars()})
         if distributed.is_main():
-            write_report(self.run_dir, result, data.classes)
-        return result
+            write_report(self.run_dir, finished.evaluation, finished.split, data.classes)
+        return finished
 
 
 def write_skipped(run_dir: Path, skipped: list[tuple[str, str]]) -> None:

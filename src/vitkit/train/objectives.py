@@ -21,7 +21,7 @@ from torch import Tensor, nn
 from ..config import ModelConfig
 from ..data.device import to_input
 from ..errors import ConfigError
-from ..eval.metrics import model_device
+from ..eval.metrics import Evaluation, model_device
 from ..model.vit import VisionTransformer
 from ..runtime.mode import eval_mode
 from .mixing import Mixing, draw, mix_images
@@ -178,7 +178,7 @@ def evaluate_mpp(
     *,
     seed: int = 0,
     reduce: Callable[[Tensor], Tensor] | None = None,
-) -> dict[str, float]:
+) -> Evaluation:
     """Mean loss and colour accuracy of the chosen patches over ``batches`` (images, unused
     labels) on ``model``'s device; the corruption is drawn from ``seed`` (the same patches every
     evaluation) without touching the global RNG (nor the GPU's, which draws it on CUDA).
@@ -199,4 +199,4 @@ def evaluate_mpp(
     if reduce is not None:
         totals = reduce(torch.tensor([loss_sum, hits, count], dtype=torch.float64))
         loss_sum, hits, count = totals[0].item(), totals[1].item(), int(totals[2])
-    return {"loss": loss_sum / max(count, 1), "accuracy": hits / max(count, 1), "count": count}
+    return Evaluation(loss=loss_sum / max(count, 1), accuracy=hits / max(count, 1), count=count)

@@ -8,7 +8,10 @@ from __future__ import annotations
 import csv
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..eval.metrics import Evaluation
 
 DPI = 100
 ANNOTATED_MAX = 30  # classes whose every cell is drawn with its count: at most 1,900 px a side
@@ -61,10 +64,9 @@ def best_evaluation(run_dir: Path) -> dict[str, Any] | None:
     return max(evaluations, key=lambda r: r["accuracy"])  # the first of equals
 
 
-def write_report(run_dir: Path, result: dict[str, Any], classes: list[str]) -> list[Path]:
-    """Write ``curves.png`` and, for a classifier, ``confusion.csv`` and ``confusion.png`` into
-    ``run_dir``; returns their paths. ``result["confusion"]``: the sparse cells ``evaluate``
-    returns."""
+def write_report(run_dir: Path, result: Evaluation, split: str, classes: list[str]) -> list[Path]:
+    """Write ``curves.png`` and, for a classifier, ``confusion.csv`` and ``confusion.png`` of
+    ``result`` (an evaluation on ``split``) into ``run_dir``; returns their paths."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -89,12 +91,12 @@ def write_report(run_dir: Path, result: dict[str, Any], classes: list[str]) -> l
     fig.savefig(curves, dpi=DPI)
     plt.close(fig)
 
-    if "confusion" not in result:  # masked patch prediction: no classes to confuse
+    cells = result.confusion
+    if cells is None:  # masked patch prediction: no classes to confuse
         return [curves]
-    cells = result["confusion"]
     table = run_dir / "confusion.csv"
     write_confusion_table(table, cells, classes)
-    title = f"{result.get('split', 'test')} accuracy {result['accuracy']:.4f}"
+    title = f"{split} accuracy {result.accuracy:.4f}"
     fig = confusion_figure(cells, classes, title=title)
     matrix = run_dir / "confusion.png"
     fig.savefig(matrix, dpi=DPI)

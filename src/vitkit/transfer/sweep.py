@@ -240,7 +240,13 @@ def train_run(
             result = train_prepared(prepared, progress=progress)
         except DivergedError as e:
             return {"diverged": str(e)}, data
-    out = {k: result[k] for k in ("split", "accuracy", "loss", "count")}
+    final = result.evaluation
+    out = {
+        "split": result.split,
+        "accuracy": final.accuracy,
+        "loss": final.loss,
+        "count": final.count,
+    }
     if isinstance(joined, str):
         out["real"] = {"not_measured": joined}
     elif joined is not None:
@@ -295,7 +301,8 @@ def measure_real(
         flip=run.data.test_flip,
         predictions=True,
     )
-    real = real_accuracy(entries, result["predictions"])
+    assert result.predictions is not None  # asked for
+    real = real_accuracy(entries, result.predictions)
     return {"accuracy": real.accuracy, "counted": real.counted, "left_out": real.left_out}
 
 

@@ -1,7 +1,7 @@
 """Downloads into vitkit's cache: resumable, verified, atomic, once per machine.
 
 ``fetch(url)`` returns a local path: the cached file if it is still the one downloaded, else a
-download over HTTPS, checked and renamed into place (transfer.py). ``hub_file(repo_id,
+download over HTTPS, checked and renamed into place (fetch.py). ``hub_file(repo_id,
 filename)`` does the same through ``huggingface_hub``, checking the sha256 it does not (hub.py);
 ``verify(path)`` re-checks a cached file; ``Source`` is a publisher under one base URL, with its
 mirror (source.py). Where files go and what is recorded beside them: cache.py. Environment:
@@ -10,8 +10,8 @@ mirror (source.py). Where files go and what is recorded beside them: cache.py. E
 """
 
 from .cache import cached_path, offline, verify
+from .fetch import fetch
 from .hub import hub_file
 from .source import Source
-from .transfer import fetch
 
 __all__ = ["Source", "cached_path", "fetch", "hub_file", "offline", "verify"]

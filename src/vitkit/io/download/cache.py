@@ -3,7 +3,7 @@
 A named source's file ``F`` is ``home()/weights/<source>/<path>``, a bare URL's
 ``weights/<host>/<path>``. Beside it: ``F.download.json`` (URLs, size, sha256, validator; it
 outlives ``F``, and a later download must match it), ``F.part`` and ``F.part.json`` (a transfer
-cut by the network, see transfer.py), ``F.lock`` (a ``flock``: concurrent processes download
+cut by the network, see fetch.py), ``F.lock`` (a ``flock``: concurrent processes download
 once). A file put at ``F`` by hand is used if it passes the checks; a link at ``F``, ``F.part``
 or ``F.lock`` is refused: whoever can write into the cache must not be able to make vitkit load
 or overwrite a file elsewhere.

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ...files import home
 from .cache import safe_parts
-from .transfer import fetch
+from .fetch import fetch
 
 _SOURCE_NAME = re.compile(r"[a-z][a-z0-9_]*")
 

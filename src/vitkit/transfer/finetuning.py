@@ -7,7 +7,7 @@ it on all of train, and report the test split's top-1 at the end (else its val s
 Every run is ``vitkit finetune --recipe finetune-paper --init-from CKPT --data SPEC`` composed
 through ``compose``, with the protocol's settings set as ``--set`` would set them, evaluated once
 at its last step. Layout: ``RUN_DIR/<dataset>/lr-<lr>/``, ``RUN_DIR/<dataset>/final/``, and
-``RUN_DIR/transfer.json`` (``sweep.Record``: it lets a stopped protocol resume, and ``table``
+``RUN_DIR/transfer.json`` (``records.Record``: it lets a stopped protocol resume, and ``table``
 turns it into the paper's table beside ``paper.PAPER_RESULTS``). ImageNet's final run also
 reports ImageNet ReaL (``sweep.measure_real``); where its images do not join the ReaL labels the
 row says why in one line and the protocol goes on (``vitkit eval ... --real`` measures it later).
@@ -35,12 +35,14 @@ from .paper import (
     scaled_steps,
     settings_for,
 )
-from .sweep import (
+from .records import (
     NULL,
     RERUN,
     Entries,
     Record,
     Shape,
+)
+from .sweep import (
     check_rates,
     check_same,
     check_sets,
@@ -66,7 +68,7 @@ DECIDED = {
     "data.holdout": "--holdout",
     "model.image_size": "--resolution",
 }
-# What the protocol reads back from its record (sweep.Record checks it): a run's figures, and
+# What the protocol reads back from its record (records.Record checks it): a run's figures, and
 # each dataset's settings (which must then equal this command's, sweep.check_same).
 _REAL: Shape = ({"not_measured": str}, {"accuracy": float, "counted": int, "left_out": int})
 _MEASURED: dict[str, Shape] = {"accuracy": float, "count": int, "real?": _REAL}

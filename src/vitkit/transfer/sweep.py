@@ -2,14 +2,12 @@
 what makes a sweep resumable after a kill at any point; the machinery of both protocols,
 ``vitkit transfer`` and ``vitkit vtab``.
 
-A run recorded in a record is never run again; one not recorded is trained through the path
-``vitkit train`` takes (``compose.prepare`` then ``train_prepared``: ``train_run``, with the data
-read as the protocol stages it), which resumes a half run from its last checkpoint exactly and
-evaluates a finished one again (train/loop.py). A record is rewritten whole after each run
-(``Record``, ``files.atomic_write``): a kill leaves the last one; a record of other settings is
-refused (``check_same``) rather than mixed with this command's runs, and one that is not of its
-protocol's ``Shape`` (a file edited, truncated or of another program) is refused in one line
-naming it. The flags both protocols share are checked here: ``check_sets`` (a ``--set`` of what
+A run recorded in a record (records.py) is never run again; one not recorded is trained through
+the path ``vitkit train`` takes (``compose.prepare`` then ``train_prepared``: ``train_run``, with
+the data read as the protocol stages it), which resumes a half run from its last checkpoint
+exactly and evaluates a finished one again (train/loop.py). A record is rewritten whole after
+each run; one of other settings is refused (``check_same``) rather than mixed with this
+command's runs. The flags both protocols share are checked here: ``check_sets`` (a ``--set`` of what
 a protocol decides) and ``check_rates`` (rates that would name one run). The choice among the
 runs is ``choose``: the highest accuracy; a tie goes to the smaller learning rate (closer to the
 pre-trained weights, and what a coarser grid would have found first); a run that diverged is
@@ -23,20 +21,16 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import logging
 import math
-import reprlib
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from ..compose import Composed, DataBuilder, prepare
 from ..config import RunConfig
 from ..config.overrides import split_set
-from ..errors import ConfigError, DataError, UserFileError
-from ..files import atomic_write
+from ..errors import ConfigError, DataError
 
 if TYPE_CHECKING:
     import numpy as np
@@ -48,102 +42,6 @@ log = logging.getLogger(__name__)
 
 P = ParamSpec("P")
 R = TypeVar("R")
-
-
-@dataclass(frozen=True)
-class Entries:
-    """A JSON object of any keys, each value of ``shape``."""
-
-    shape: Shape
-
-
-# What a record must hold: a type (float: any number; int: a whole number; neither takes true or
-# false), a tuple (one of its shapes), a list of one shape (a list of such values), a dict (an
-# object with these keys, each of its shape; a key ending in '?' may be missing; other keys may
-# be there), or ``Entries``. Only what a protocol reads back is required, so that a record
-# written by an earlier version still resumes.
-Shape: TypeAlias = type | tuple["Shape", ...] | list["Shape"] | dict[str, "Shape"] | Entries
-NULL = type(None)
-_KINDS = {
-    dict: "an object",
-    list: "a list",
-    str: "text",
-    bool: "true or false",
-    int: "a whole number",
-    float: "a number",
-    NULL: "null",
-}
-# What deleting a record does, as its error says: a run not recorded is run again, and a
-# finished one is only evaluated again (train/loop.py).
-RERUN = "delete it to re-run its runs (a finished run is only evaluated again)"
-
-
-def mismatch(value: Any, shape: Shape, where: str = "") -> str | None:
-    """Where the JSON ``value`` is not of ``shape`` and what is expected there (for a tuple,
-    what its last shape expects), or None."""
-    if isinstance(shape, tuple):
-        found = [mismatch(value, option, where) for option in shape]
-        return None if None in found else found[-1]
-    at = f"at {where}: " if where else ""
-    kind = _KINDS.get(type(value), type(value).__name__)
-    if isinstance(shape, Entries | dict) and not isinstance(value, dict):
-        return f"{at}expected an object, found {kind}"
-    if isinstance(shape, Entries):
-        entries = ((f"{where}[{reprlib.repr(k)}]", v, shape.shape) for k, v in value.items())
-    elif isinstance(shape, dict):
-        for key in shape:
-            if not key.endswith("?") and key not in value:
-                return f"{at}no {key!r}"
-        entries = (
-            (f"{where}[{name!r}]", value[name], inner)
-            for key, inner in shape.items()
-            if (name := key.removesuffix("?")) in value
-        )
-    elif isinstance(shape, list):
-        if not isinstance(value, list):
-            return f"{at}expected a list, found {kind}"
-        entries = ((f"{where}[{i}]", v, shape[0]) for i, v in enumerate(value))
-    else:
-        numbers = (int, float) if shape is float else shape
-        if isinstance(value, numbers) and not (isinstance(value, bool) and shape is not bool):
-            return None
-        return f"{at}expected {_KINDS.get(shape, shape.__name__)}, found {kind}"
-    return next((m for w, v, s in entries if (m := mismatch(v, s, w)) is not None), None)
-
-
-class Record:
-    """The JSON record of a sweep (or of one run) at ``path``: an object of ``shape``, read if
-    the file exists (else empty), written whole and atomically by ``save``. A file that is not
-    JSON or not of ``shape`` is a ``UserFileError`` naming it and the way out, ``fix``."""
-
-    def __init__(self, path: Path, shape: Shape, fix: str = RERUN) -> None:
-        self.path = path
-        self.data: dict[str, Any] = {}
-        if not (path.exists() or path.is_symlink()):
-            return
-        wrong: str | None
-        try:
-            if not path.is_file():
-                raise ValueError("not a file")
-            data = json.loads(path.read_text())
-        except RecursionError:  # nested deeper than the parser goes
-            data, wrong = None, "nested too deeply"
-        except ValueError as e:  # not JSON, or not UTF-8
-            data, wrong = None, str(e)
-        else:
-            wrong = mismatch(data, shape)
-        if wrong is not None:
-            raise UserFileError(f"{path} is not a record vitkit wrote ({wrong}): {fix}")
-        self.data = data
-
-    def save(self) -> None:
-        write_json(self.path, self.data)
-
-
-def write_json(path: Path, data: Any) -> None:
-    """``data`` as the JSON file ``path``, written whole and atomically."""
-    text = json.dumps(data, indent=2) + "\n"
-    atomic_write(path, lambda p: p.write_text(text))
 
 
 def check_same(recorded: Mapping[str, Any], given: Mapping[str, Any], held: str, flag: str) -> None:

@@ -29,18 +29,20 @@ from ..compose import Request, compose
 from ..config import ModelConfig
 from ..errors import ConfigError
 from .paper import check_resolution
-from .sweep import (
+from .records import (
     NULL,
     Entries,
     Record,
     Shape,
+    write_json,
+)
+from .sweep import (
     check_rates,
     check_same,
     check_sets,
     rate_name,
     stops_between_runs,
     train_run,
-    write_json,
 )
 from .vtab_tasks import (
     GROUPS,

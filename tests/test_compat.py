@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from vitkit.config import ConfigError, DataConfig, RunConfig, parse_set, recorded_data
+from vitkit.config import ConfigError, DataConfig, RunConfig, parse_set
 from vitkit.config.dicts import upgrade
+from vitkit.io.api import load_with_meta
 
 DATA = Path(__file__).parent / "data"
 FIXTURES = ["folder_v1", "folder_v1_no_val", "resume_v1"]
@@ -36,8 +37,8 @@ def test_data_dir_folds_into_the_data_spec(fixture: str) -> None:
     else:
         assert (run.data.dataset, run.data.validation) == ("images", "val_or_test")
     assert "data_dir" not in run.to_dict()["data"] and RunConfig.from_dict(run.to_dict()) == run
-    checkpoint = DATA / fixture / "run" / "checkpoints" / "step_00000002" / "config.json"
-    assert recorded_data(json.loads(checkpoint.read_text())) == run.data.dataset
+    checkpoint = DATA / fixture / "run" / "checkpoints" / "step_00000002"
+    assert load_with_meta(checkpoint)[1].trained_on == run.data.dataset  # what it records
     # the other kinds of that time
     for dataset, data_dir, spec in [
         ("cifar10", "/x", "cifar10:/x"),

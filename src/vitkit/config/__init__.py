@@ -21,7 +21,6 @@ from .data import (
     data_source,
     hf_is_local,
     normalise_data,
-    recorded_data,
 )
 from .dicts import from_dict
 from .keys import to_dict
@@ -85,7 +84,6 @@ __all__ = [
     "normalise_data",
     "parse_duration",
     "parse_set",
-    "recorded_data",
     "replace",
     "size_hw",
     "to_dict",

@@ -21,7 +21,6 @@ from .augment import (
     parse_auto_augment,
     why_not_new,
 )
-from .dicts import upgrade
 from .keys import Kind, Section, key, refusal
 from .model import require
 
@@ -153,15 +152,6 @@ def normalise_data(spec: str) -> str:
     if source.kind == "folder" and os.path.isfile(os.path.join(path, "train800val200.txt")):
         return f"vtab:{path}"  # a VTAB-1k task folder given as a folder: its lists, not a tree
     return dataclasses.replace(source, path=path).spec
-
-
-def recorded_data(extra: Mapping[str, Any]) -> str | None:
-    """The data spec a checkpoint's metadata records (the run that wrote it), if any."""
-    run = extra.get("run")
-    if not isinstance(run, Mapping) or not isinstance(run.get("data"), Mapping):
-        return None
-    dataset = upgrade(DataConfig, run["data"]).get("dataset", "fashion_mnist")
-    return dataset if isinstance(dataset, str) else None
 
 
 DataSpec = Annotated[str, Kind("data", refusal(data_source), DATA_SPECS)]

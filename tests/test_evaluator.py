@@ -8,32 +8,25 @@ from pathlib import Path
 
 import torch
 
+from vitkit.config import replace as replace_config
 from vitkit.data.loader import BatchOptions
 from vitkit.data.run_data import batches_of, build_data
 from vitkit.eval.metrics import Evaluation
 from vitkit.io.metadata import WeightsMeta
-from vitkit.model import build_model
 from vitkit.recipes import get_recipe
 from vitkit.train.evaluator import Evaluator
-from vitkit.train.objectives import Objective
+from vitkit.train.inputs import read_inputs
+from vitkit.train.parts import build_parts
 
 
 def test_evaluates_and_keeps_only_better_weights(tmp_path: Path) -> None:
-    run = get_recipe("smoke")
+    run = replace_config(get_recipe("smoke"), {"train.precision": "fp32", "data.num_workers": 0})
     data = build_data(run.data, run.model, seed=0, in_chans=run.model.in_chans)
-    model = build_model(run.model).eval()
-    evaluate = Evaluator(
-        run,
-        tmp_path,
-        objective=Objective(model, None),
-        mpp=None,
-        num_classes=len(data.classes),
-        autocast=None,
-        train_set=data.train,
-        fewshot_data={},
-        cfg=model.cfg,
-        meta=WeightsMeta(),
-    )
+    cpu = torch.device("cpu")
+    parts = build_parts(run, cpu, autocast=None, pretrained=False)
+    inputs = read_inputs(run, data, device=cpu, shard=(0, 1), recorded=None)
+    model = parts.model.eval()
+    evaluate = Evaluator(run, tmp_path, parts, inputs, WeightsMeta())
     batches = batches_of(data.val, BatchOptions.evaluation(run.model, batch_size=16, uint8=True))
     result = evaluate(model, batches, data.val)
     assert 0.0 <= result.accuracy <= 1.0 and set(result.scalars()) >= {"loss", "accuracy"}

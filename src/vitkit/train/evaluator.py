@@ -20,15 +20,17 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..config import ModelConfig, RunConfig, data_names
+from ..config import RunConfig
 from ..data import Batches
-from ..data.run_data import Images, evaluation_split
-from ..errors import ConfigError
+from ..data.run_data import Images
 from ..eval.metrics import Evaluation
 from ..io.metadata import WeightsMeta
 from ..model import ResNetClassifier, VisionTransformer, build_model
 from . import distributed
-from .objectives import MaskedPatchPrediction, evaluate_mpp
+from .inputs import Inputs
+from .objectives import evaluate_mpp
+from .parts import Parts
+from .precision import autocast_dtype
 from .state import save_best
 
 log = logging.getLogger(__name__)
@@ -39,31 +41,27 @@ Classifier = VisionTransformer | ResNetClassifier
 class Evaluator:
     """Evaluates a model of the run on a split's batches, and keeps the best weights.
 
-    ``objective``: the training step's module (an FSDP-sharded model is gathered while it is
-    called outside it); ``train_set``: the images few-shot evaluation draws its shots from;
-    ``fewshot_data``: ``{name: (shots drawn from, images classified)}`` (``read_fewshot_data``);
-    ``cfg`` and ``meta``: what ``best/`` is written with; ``best``: the best accuracy so far
-    (a resumed run's, else -1)."""
+    From the run's ``parts``: the training step's module (an FSDP-sharded model is gathered
+    while it is called outside it) and masked patch prediction's objective; from its
+    ``inputs``: the classes, the images few-shot evaluation draws its shots from, and
+    ``train.fewshot_data``'s. ``meta``: what ``best/`` is written with; ``best``: the best
+    accuracy so far (a resumed run's, else -1)."""
 
     def __init__(
         self,
         run: RunConfig,
         run_dir: Path,
-        *,
-        objective: nn.Module,
-        mpp: MaskedPatchPrediction | None,
-        num_classes: int,
-        autocast: torch.dtype | None,
-        train_set: Images,
-        fewshot_data: dict[str, tuple[Images, Images]],
-        cfg: ModelConfig,
+        parts: Parts,
+        inputs: Inputs,
         meta: WeightsMeta,
+        *,
         best: float = -1.0,
     ) -> None:
-        self.run, self.run_dir, self.objective, self.mpp = run, run_dir, objective, mpp
-        self.num_classes, self.autocast = num_classes, autocast
-        self.train_set, self.fewshot_data = train_set, fewshot_data
-        self.cfg, self.meta, self.best = cfg, meta, best
+        self.run, self.run_dir, self.objective, self.mpp = run, run_dir, parts.objective, parts.mpp
+        self.num_classes = len(inputs.data.classes)
+        self.autocast = autocast_dtype(run.train.precision)
+        self.train_set, self.fewshot_data = inputs.data.train, inputs.fewshot_data
+        self.cfg, self.meta, self.best = parts.model.cfg, meta, best
 
     def __call__(
         self,
@@ -148,23 +146,3 @@ class Evaluator:
         model = build_model(self.run.model)
         load_state_dict_strict(model, weights, source=str(self.run_dir / "best"))
         return model.to(device).eval()
-
-
-def read_fewshot_data(run: RunConfig) -> dict[str, tuple[Images, Images]]:
-    """The data of ``train.fewshot_data`` by ``data_names``: (the training images shots are
-    drawn from, every class holding enough of them; the images classified), read with the
-    model's channels as ``vitkit fewshot`` reads them."""
-    from ..config.fewshot import SHOTS
-    from ..eval.fewshot import check_shots
-
-    splits = {}
-    for name, spec in zip(data_names(run.train.fewshot_data), run.train.fewshot_data, strict=True):
-        split = evaluation_split(spec, None, run.model, source="train.fewshot_data")
-        if split.train is None:
-            raise ConfigError(
-                f"train.fewshot_data: {split.name} has no training images to draw shots from "
-                "(a stream, or one set of images): give data with a train split and a test split"
-            )
-        check_shots(split.train, run.train.fewshot or SHOTS)
-        splits[name] = (split.train, split.dataset)
-    return splits

@@ -16,14 +16,13 @@ from typing import Any
 
 import torch
 
-from ..config import RunConfig
+from ..config import RunConfig, data_names
 from ..config.dicts import recorded_as
 from ..data import Batches
 from ..data.loader import BatchOptions
-from ..data.run_data import Images, RunData, batches_of
+from ..data.run_data import Images, RunData, batches_of, evaluation_split
 from ..errors import ConfigError
 from .cadence import Cadence
-from .evaluator import read_fewshot_data
 
 
 @dataclass
@@ -113,3 +112,23 @@ def _check_repeats(run: RunConfig, train: Images, recorded: dict[str, Any] | Non
         "expected fewer repeats than images (an epoch serves ceil(N/r) images r times each; "
         "here one)"
     )
+
+
+def read_fewshot_data(run: RunConfig) -> dict[str, tuple[Images, Images]]:
+    """The data of ``train.fewshot_data`` by ``data_names``: (the training images shots are
+    drawn from, every class holding enough of them; the images classified), read with the
+    model's channels as ``vitkit fewshot`` reads them."""
+    from ..config.fewshot import SHOTS
+    from ..eval.fewshot import check_shots
+
+    splits = {}
+    for name, spec in zip(data_names(run.train.fewshot_data), run.train.fewshot_data, strict=True):
+        split = evaluation_split(spec, None, run.model, source="train.fewshot_data")
+        if split.train is None:
+            raise ConfigError(
+                f"train.fewshot_data: {split.name} has no training images to draw shots from "
+                "(a stream, or one set of images): give data with a train split and a test split"
+            )
+        check_shots(split.train, run.train.fewshot or SHOTS)
+        splits[name] = (split.train, split.dataset)
+    return splits

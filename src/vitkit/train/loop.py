@@ -323,19 +323,7 @@ def train_prepared(prepared: PreparedRun, *, progress: bool = True) -> RunResult
     )
 
     metrics = MetricsLog(run_dir, main=main, earlier_s=earlier_s)
-    evaluate = Evaluator(
-        run,
-        run_dir,
-        objective=parts.objective,
-        mpp=parts.mpp,
-        num_classes=len(classes),
-        autocast=autocast,
-        train_set=data.train,
-        fewshot_data=inputs.fewshot_data,
-        cfg=parts.model.cfg,
-        meta=meta,
-        best=best,
-    )
+    evaluate = Evaluator(run, run_dir, parts, inputs, meta, best=best)
     trainer = _Trainer(run, run_dir, inputs, parts, evaluate, metrics, meta, autocast)
     step, result = trainer.loop(step, window, progress=progress and main, eval_due=eval_due)
     return trainer.finish(step, result)

@@ -125,7 +125,18 @@ def cli_page() -> str:
     return "\n".join(lines) + "\n"
 
 
-API = ("create_model", "list_models", "load", "save", "optimize_for_inference", "fit")
+API = (
+    "create_model",
+    "list_models",
+    "load",
+    "load_with_meta",
+    "save",
+    "read_image",
+    "optimize_for_inference",
+    "fit",
+)
+# For a training loop of one's own: a folder as a dataset, and its batches.
+DATA_API = ("ImageFolderDataset", "Batches", "BatchOptions")
 
 
 def api_page() -> str:
@@ -133,9 +144,9 @@ def api_page() -> str:
     lines = [
         "# Python API",
         "",
-        "The functions `import vitkit` gives, rendered from their docstrings; the object that "
-        "runs a checkpoint and the model's own "
-        "methods are below them.",
+        "The functions `import vitkit` gives, rendered from their docstrings; below them the "
+        "object that runs a checkpoint, the model's own methods, what a run returns, and the "
+        "data pieces for a training loop of your own (the Fine-tuning guide's last block).",
         "",
     ]
     for name in API:
@@ -143,6 +154,8 @@ def api_page() -> str:
     lines += ["::: vitkit.inference.Inference", "", "::: vitkit.model.VisionTransformer", ""]
     lines += ["::: vitkit.config.ModelConfig", ""]
     lines += ["::: vitkit.train.loop.RunResult", "", "::: vitkit.eval.metrics.Evaluation", ""]
+    for name in DATA_API:
+        lines += [f"::: vitkit.data.{name}", ""]
     return "\n".join(lines)
 
 

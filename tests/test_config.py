@@ -148,6 +148,12 @@ def test_set_text_is_read_by_the_fields_type() -> None:
         ("optim.name=adamw", "optim.name=adamw is not valid: expected 'adam', 'sgd' or 'muon'"),
         ("optim.lr=fast", "optim.lr=fast is not valid: expected a number > 0"),
         ("train.duration=10 epochs", "train.duration=10 epochs is not valid: expected a duration"),
+        (
+            "train.time_budget=20",
+            "train.time_budget=20 is not valid: expected a time: '90s', '20m'",
+        ),
+        ("train.time_budget=-5m", "train.time_budget=-5m is not valid: expected a time"),
+        ("train.time_budget=nanh", "train.time_budget=nanh is not valid: expected a time"),
         ("train.fewshot=(5,x)", "train.fewshot=(5,x) is not valid: expected a tuple of integers"),
         ("model.image_size=24x", "model.image_size=24x is not valid: expected an integer >= 1"),
         (

@@ -282,6 +282,38 @@ def test_a_loaded_model_fine_tuned_and_saved_keeps_what_its_checkpoint_records(
     assert (meta.class_names, meta.pretrained, meta.preprocess) == (None, None, None)
 
 
+def test_read_image_preprocesses_as_the_loaded_checkpoint_records(tmp_path) -> None:
+    """``vitkit.read_image(path, model)``: the checkpoint's recorded preprocessing (here bicubic,
+    not the official bilinear), at the model's size now; the official one for a model ``load``
+    did not build; a photo stored turned comes out upright (EXIF); a broken file is one line."""
+    from PIL import Image
+
+    from helpers import exif_photo
+    from vitkit.data import Preprocess
+    from vitkit.data.image_file import read_image
+    from vitkit.errors import VitkitError
+
+    g = torch.Generator().manual_seed(0)
+    upright = Image.fromarray(torch.randint(0, 256, (40, 56, 3), generator=g).byte().numpy())
+    photo = exif_photo(tmp_path / "turned.png", upright, 6, fmt="PNG")  # stored turned
+    bicubic = Preprocess(image_size=32, resize="bicubic")
+    model = vitkit.load(vitkit.save(randomized(tiny()), tmp_path / "ckpt", preprocess=bicubic))
+    image = vitkit.read_image(photo, model)
+    assert image.shape == (1, 3, 32, 32)
+    assert torch.equal(image, read_image(photo, bicubic))
+    assert not torch.equal(image, read_image(photo, Preprocess(image_size=32)))
+    assert torch.equal(vitkit.read_image(photo, bicubic), image)
+    fresh = randomized(tiny())  # not loaded: the official preprocessing at its resolution
+    assert torch.equal(
+        vitkit.read_image(photo, fresh), read_image(photo, Preprocess(image_size=32))
+    )
+    as_taken = exif_photo(tmp_path / "upright.png", upright, 1, fmt="PNG")
+    assert torch.equal(image, vitkit.read_image(as_taken, model))
+    (tmp_path / "broken.jpg").write_bytes(b"\xff\xd8 not a JPEG")
+    with pytest.raises(VitkitError, match=r"cannot read image .*broken\.jpg"):
+        vitkit.read_image(tmp_path / "broken.jpg", model)
+
+
 def test_load_at_a_non_square_image_size(tmp_path) -> None:
     model = randomized(tiny())  # 32x32 images, 8 px patches: a 4x4 grid
     vitkit.save(model, tmp_path)

@@ -194,22 +194,22 @@ def test_stop_requests_are_agreed_on_a_cadence_of_seconds(monkeypatch) -> None:
     from vitkit.train import distributed, loop
 
     agreement = loop._Agreement(0)
-    assert agreement.stop(1, 15, now=False) == 15  # one process: at once
+    assert agreement.stop(1, 15, now=False, spent=True) == (15, True)  # one process: at once
     calls: list[list[float]] = []
     monkeypatch.setattr(distributed, "is_distributed", lambda: True)
 
     def all_max_many(values: list[float]) -> list[float]:
         calls.append(values)
-        return [values[0], 0.5]  # the slowest process takes 0.5 s a step
+        return [values[0], 0.5, values[2]]  # the slowest process takes 0.5 s a step
 
     monkeypatch.setattr(distributed, "all_max_many", all_max_many)
     agreement = loop._Agreement(0)
-    assert agreement.stop(1, 0, now=False) == 0 and len(calls) == 1  # the first step agrees
+    assert agreement.stop(1, 0, now=False) == (0, False) and len(calls) == 1  # the first agrees
     assert agreement.next == 1 + 20  # 10 s at 0.5 s a step
-    assert [agreement.stop(s, 15, now=False) for s in range(2, 21)] == [0] * 19
-    assert len(calls) == 1  # no collective in between
-    assert agreement.stop(5, 15, now=True) == 15  # a log or save step agrees whenever it comes
-    assert agreement.stop(25, 15, now=False) == 15 and len(calls) == 3
+    seen = [agreement.stop(s, 15, now=False, spent=True) for s in range(2, 21)]
+    assert seen == [(0, False)] * 19 and len(calls) == 1  # no collective in between
+    assert agreement.stop(5, 15, now=True) == (15, False)  # a log or save step agrees when it comes
+    assert agreement.stop(25, 15, now=False, spent=True) == (15, True) and len(calls) == 3
     assert loop.AGREE_EVERY_S == 10.0
 
 
@@ -240,7 +240,7 @@ def test_an_evaluation_agrees_on_a_stop_request_between_its_batches(monkeypatch)
 
     def all_max_many(values: list[float]) -> list[float]:
         calls.append(values)
-        return [15.0 if len(calls) > 1 else 0.0, 0.5]  # another process's request, agreed late
+        return [15.0 if len(calls) > 1 else 0.0, 0.5, 0.0]  # another process's request, agreed late
 
     monkeypatch.setattr(distributed, "all_max_many", all_max_many)
     stop["signal"] = 0  # this process has none of its own
@@ -639,3 +639,45 @@ def test_a_train_step_accumulates_updates_and_marks_divergence() -> None:
     nan = torch.full_like(images, float("nan"))
     diverged = trainer.train_step(6, 1e-3, iter([(nan, labels)] * 2), window, diverged)
     assert int(diverged) == 7  # steps counted from 1: the 7th is the first that diverged
+
+
+def test_a_time_budget_ends_the_run_saved_evaluated_and_tested(tmp_path: Path, caplog) -> None:
+    """``train.time_budget`` ends a run at the first step past it on the run's clock (from
+    ``fit``'s call; the command's from its process's start), as its end would: logged,
+    evaluated, saved, then tested; the estimate said after the first steps names where. The same
+    run again trains nothing (its budget was spent); a larger budget continues it."""
+    import re
+
+    sets = {
+        "train.duration": "100000st",
+        "train.time_budget": "8s",
+        "train.device": "cpu",
+        "data.num_workers": 0,
+        "train.eval_every": "0st",
+        "train.save_every": "0st",
+    }
+    run = replace(get_recipe("smoke"), sets)
+    with caplog.at_level(logging.INFO, logger="vitkit.train.loop"):
+        result = fit(run, run_dir=tmp_path, progress=False)
+    said = caplog.text
+    assert re.search(r"estimate: .* for the [\d,]+ steps left, at .* s a step \(steps 2-", said)
+    assert "train.time_budget=8s ends it near step" in said
+    ended = re.fullmatch(
+        r"train.time_budget=8s spent after step ([\d,]+) of 100,000", str(result.ended_early)
+    )
+    assert ended, result.ended_early
+    step = int(ended[1].replace(",", ""))
+    records = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records if r.get("split")] == [step]  # evaluated at its end only
+    assert 8 <= records[-1]["run_s"] < 30
+    checkpoints = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
+    assert checkpoints == [f"step_{step:08d}"]
+
+    again = fit(run, run_dir=tmp_path, progress=False)
+    assert again.ended_early == result.ended_early
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == checkpoints
+
+    more = fit(replace(run, {"train.time_budget": "11s"}), run_dir=tmp_path, progress=False)
+    later = re.findall(r"after step ([\d,]+)", str(more.ended_early))
+    last = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[-1])
+    assert int(later[0].replace(",", "")) > step and last["run_s"] >= 11

@@ -8,6 +8,8 @@ Public API::
     vitkit.fit(recipe="smoke", run_dir="runs/smoke")      # vitkit train, from Python
     model = vitkit.load("ViT-B_16.npz", image_size=384)   # official, big_vision, timm, HF, ours
     vitkit.save(model, "runs/b16")                        # model.safetensors + config.json
+    model, meta = vitkit.load_with_meta("runs/b16")       # meta.class_names, meta.preprocess
+    image = vitkit.read_image("shoe.jpg", model)          # (1, C, H, W), upright, as recorded
     fast = vitkit.optimize_for_inference(model)           # compiled, frozen weights, auto precision
     run = vitkit.Inference.open("runs/b16").prepare(batch=32)  # a checkpoint, engine decided
 
@@ -47,7 +49,7 @@ if TYPE_CHECKING:
 
     from .inference import Inference
     from .inference.compiled import optimize_for_inference
-    from .io.api import load, save
+    from .io.api import load, load_with_meta, read_image, save
     from .model import ResNetClassifier, VisionTransformer
     from .train.loop import RunResult
 
@@ -171,12 +173,15 @@ def fit(
     directory records. ``resume_from``: another run's checkpoint (``checkpoints/step_N``) to
     continue where ``run_dir`` holds none. Under torchrun, every process calls it inside
     ``train.distributed.process_group``. A process that trains in ``run_dir`` already is a
-    one-line error naming it, before the directory is read.
+    one-line error naming it, before the directory is read. The run's clock (metrics.jsonl's
+    ``run_s``, ``train.time_budget``) starts at the call, where the command's starts with its
+    process.
     """
     import dataclasses
     from pathlib import Path
 
     from .compose import Request, check_run_data_exists, compose, given, prepare
+    from .runtime.clock import process_seconds
     from .train import distributed
     from .train.loop import train_prepared
     from .train.rundir import RunLock
@@ -197,6 +202,7 @@ def fit(
         composed = compose(request)
     else:
         composed = given(run)
+    started_s = process_seconds()  # the run's clock starts here, not at the process's start
     check_run_data_exists(composed.run)  # a one-line error for a missing folder, as the command
     run_dir = Path(run_dir)
     with RunLock(run_dir, enabled=distributed.is_main()) as lock:
@@ -207,6 +213,7 @@ def fit(
             resume_from=resume_from,
             world=distributed.world_size(),
         )
+        prepared = dataclasses.replace(prepared, started_s=started_s)
         # the banner says why a precision left to vitkit is what it is (the command says it
         # with the run's other choices)
         if composed.run.train.precision == "auto":
@@ -216,9 +223,10 @@ def fit(
 
 
 def __getattr__(name: str) -> Any:
-    """``vitkit.load`` and ``vitkit.save`` come from ``vitkit.io.api``, ``Inference`` and
-    ``optimize_for_inference`` from ``vitkit.inference``, imported on first use."""
-    if name in ("load", "save"):
+    """``load``, ``load_with_meta``, ``read_image`` and ``save`` come from ``vitkit.io.api``,
+    ``Inference`` and ``optimize_for_inference`` from ``vitkit.inference``, imported on first
+    use."""
+    if name in ("load", "load_with_meta", "read_image", "save"):
         from .io import api
 
         return getattr(api, name)
@@ -242,6 +250,8 @@ __all__ = [
     "fit",
     "list_models",
     "load",
+    "load_with_meta",
     "optimize_for_inference",
+    "read_image",
     "save",
 ]

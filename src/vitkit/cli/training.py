@@ -181,6 +181,8 @@ def _summary(composed: Composed, result: RunResult, run_dir: Path) -> list[str]:
         f"{line}; {process_seconds() / 60:.1f} min after the process started; best weights in "
         f"{run_dir}/best"
     ]
+    if result.ended_early is not None:  # said first: the figures are of a run ended early
+        lines.insert(0, f"{result.ended_early} (a larger budget continues it)")
     targets = composed.recipe.targets
     if targets is not None and run.train.objective == "classification":
 

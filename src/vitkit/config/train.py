@@ -1,5 +1,5 @@
-"""The optimizer and the loop of a run (``OptimConfig``, ``TrainConfig`` [P §4.1, App. B.1]) and
-their durations ('5000st', '10ep', '1e6ex'). No torch import here.
+"""The optimizer and the loop of a run (``OptimConfig``, ``TrainConfig`` [P §4.1, App. B.1]),
+their durations ('5000st', '10ep', '1e6ex') and its time budget ('20m'). No torch import here.
 """
 
 from __future__ import annotations
@@ -57,6 +57,32 @@ Duration = Annotated[
         "duration",
         lambda text: None if _parse_duration(text) is not None else f"expected {DURATIONS}",
         DURATIONS,
+    ),
+]
+
+
+_SECONDS_PER = {"s": 1.0, "m": 60.0, "h": 3600.0}
+TIMES = "a time: '90s', '20m' or '1.5h'"
+
+
+def parse_seconds(text: str) -> float | None:
+    """A time ('90s', '20m', '1.5h') in seconds; None when it is not one."""
+    unit = _SECONDS_PER.get(text[-1:])
+    if unit is None:
+        return None
+    try:
+        number = float(text[:-1])
+    except ValueError:  # '20 m', 'm'
+        return None
+    return number * unit if math.isfinite(number) and number > 0 else None
+
+
+TimeSpan = Annotated[
+    str,
+    Kind(
+        "time",
+        lambda text: None if parse_seconds(text) is not None else f"expected {TIMES}",
+        TIMES,
     ),
 ]
 
@@ -170,6 +196,12 @@ class TrainConfig(Section):
         doc="how often to write a resumable checkpoint, and at the end (0st: at the end only)",
     )
     keep_last: int = key(2, doc="resumable checkpoints kept", ge=1)
+    time_budget: TimeSpan | None = key(
+        None,
+        doc="end the run at the first step after this much of its time (metrics.jsonl's run_s, "
+        "summed over resumes), saved and evaluated as at its end, then tested; the schedule "
+        "stays train.duration's (the banner's estimate says what fits); a resume may raise it",
+    )
     objective: Objective = key(
         "classification",
         doc="classification, or mpp: masked patch prediction [P §4.6] (labels unused)",

@@ -1,4 +1,5 @@
-"""``vitkit.load`` and ``vitkit.save``: one entry point for every format we read and write.
+"""``vitkit.load`` and ``vitkit.save``: one entry point for every format we read and write; and
+``vitkit.read_image``, an image file as a loaded model's checkpoint preprocesses it.
 
 Formats are recognised from what the source is, never from a guess about its contents' values
 (a registry name, ``PRESET@TAG``, is pretrained weights: ``io/pretrained.py``):
@@ -234,6 +235,30 @@ def loaded_meta(model: VisionTransformer | ResNetClassifier) -> WeightsMeta:
     if preprocess is not None and model.cfg.image_size != cfg.image_size:
         preprocess = dataclasses.replace(preprocess, image_size=model.cfg.image_size)
     return dataclasses.replace(meta, preprocess=preprocess, run=None)
+
+
+def read_image(
+    path: str | os.PathLike, model: VisionTransformer | ResNetClassifier | Preprocess
+) -> Tensor:
+    """An image file as ``model`` takes it: a float tensor (1, C, H, W), decoded upright (as its
+    EXIF orientation says) and preprocessed as the checkpoint ``model`` was loaded from records
+    (``loaded_meta``), else as the official code does at the model's resolution; or as a given
+    ``Preprocess``. A file that is not a readable image, or is larger than vitkit reads, is a
+    ``VitkitError`` naming it, as ``vitkit predict`` says it."""
+    from ..data.image_file import read_image as read_file
+    from ..data.transforms import Preprocess
+    from .metadata import default_preprocess
+
+    if isinstance(model, Preprocess):
+        return read_file(path, model)
+    cfg = model.cfg
+    preprocess = loaded_meta(model).preprocess or default_preprocess(cfg)
+    if preprocess is None:
+        raise ConfigError(
+            f"a model of {cfg.in_chans} input channels takes no image file (1 or 3 channels): "
+            "give its Preprocess"
+        )
+    return read_file(path, preprocess)
 
 
 def save(

@@ -37,6 +37,7 @@ import torch
 from torch import Tensor
 
 from ..config import RunConfig
+from ..config.train import parse_seconds
 from ..data import Preprocess
 from ..data.device import on_device
 from ..data.loader import derive_seed
@@ -145,17 +146,20 @@ class _Agreement:
     def __init__(self, step: int) -> None:
         self.next, self.since, self.t = step + 1, step, time.perf_counter()
 
-    def stop(self, step: int, signal_number: int, *, now: bool) -> int:
-        """The signal any process has seen (0: none), agreed at this ``step`` when it is time."""
+    def stop(
+        self, step: int, signal_number: int, *, now: bool, spent: bool = False
+    ) -> tuple[int, bool]:
+        """The signal any process has seen (0: none), and whether any has spent the run's time
+        budget, agreed at this ``step`` when it is time."""
         if not distributed.is_distributed():
-            return signal_number
+            return signal_number, spent
         if not now and step < self.next:
-            return 0
+            return 0, False
         took = (time.perf_counter() - self.t) / max(step - self.since, 1)  # seconds a step
-        seen, slowest = distributed.all_max_many([float(signal_number), took])
+        seen, slowest, over = distributed.all_max_many([float(signal_number), took, float(spent)])
         self.next = step + max(1, int(AGREE_EVERY_S / max(slowest, 1e-9)))
         self.since, self.t = step, time.perf_counter()
-        return int(seen)
+        return int(seen), bool(over)
 
 
 # How often, at least, the processes of a job agree on a stop request: SIGTERM's grace before
@@ -182,7 +186,7 @@ def _between_batches(stop: dict[str, int]) -> Callable[[], None]:
     def between() -> None:
         nonlocal batch
         batch += 1
-        signum = agreement.stop(batch, stop["signal"], now=False)
+        signum, _ = agreement.stop(batch, stop["signal"], now=False)
         if signum:
             raise _EvaluationStoppedError(signum)
 
@@ -262,6 +266,7 @@ class RunResult:
     split: str
     evaluation: Evaluation
     best: float
+    ended_early: str | None = None  # why training ended before train.duration, in words
 
 
 def train_prepared(prepared: PreparedRun, *, progress: bool = True) -> RunResult:
@@ -294,7 +299,7 @@ def train_prepared(prepared: PreparedRun, *, progress: bool = True) -> RunResult
     resume = checkpoint_to_resume(record, run)
     pretrained = resume is None and run.init_from is not None
     parts = build_parts(run, device, autocast=autocast, pretrained=pretrained)
-    step, best, window, earlier_s, eval_due = 0, -1.0, _Window(), 0.0, False
+    step, best, window, earlier_s, eval_due = 0, -1.0, _Window(), -prepared.started_s, False
     if resume is not None:
         state = parts.resume(resume)
         step, best, window = state.step, state.best, _Window.resumed(state.window)
@@ -341,6 +346,7 @@ class _Trainer:
     metrics: MetricsLog
     meta: WeightsMeta  # what checkpoints and best/ are written with
     autocast: torch.dtype | None
+    ended_early: str | None = None  # train.time_budget's end, in words
 
     def loop(
         self, step: int, window: _Window, *, progress: bool, eval_due: bool = False
@@ -359,6 +365,8 @@ class _Trainer:
                 f"{tc.batch_size * tc.accum_steps} = {world} x {tc.batch_size // world} per process x {tc.accum_steps} accumulation steps"
             )
         result: Evaluation | None = None
+        budget = None if tc.time_budget is None else parse_seconds(tc.time_budget)
+        estimate = _Estimate(step, cadence.total_steps, tc.time_budget)
         # the first step whose loss was not finite (-1: none), kept on the device: read when the
         # host reads anyway (log and save steps, the end), never between
         diverged = torch.full((), -1, dtype=torch.int64, device=device)
@@ -369,6 +377,10 @@ class _Trainer:
         with closing(batches), stop_requests() as stop:
             if eval_due:  # the checkpoint resumed was saved without it
                 result = self.evaluation(step, window, bar, stop)
+            if budget is not None and self.spent(budget, agree=True):  # in an earlier process
+                self.ended_early = _budget_spent(tc.time_budget, step, cadence.total_steps)
+                bar.close()
+                return step, result
             while step < cadence.total_steps:
                 if distributed.is_distributed():  # each process its own dropout, mixing, erasing
                     torch.manual_seed(derive_seed(tc.seed, rank, step))
@@ -382,12 +394,14 @@ class _Trainer:
                 step += 1
                 window.n += 1
                 bar.update(1)
+                spent = budget is not None and self.spent(budget)
                 due = cadence.log(step) or cadence.save(step)
-                stopping = agreement.stop(step, stop["signal"], now=due)  # one's signal stops all
-                if due or stopping or cadence.eval(step):
+                # one's signal stops all, one's spent budget ends all
+                stopping, spent = agreement.stop(step, stop["signal"], now=due, spent=spent)
+                if due or stopping or spent or cadence.eval(step):
                     _check_finite(diverged)  # never a log line, evaluation or checkpoint of NaNs
 
-                if cadence.log(step):
+                if cadence.log(step) or spent:
                     elapsed = time.perf_counter() - window.t
                     loss_sum, accuracy_sum = window.totals()
                     record = {
@@ -402,15 +416,30 @@ class _Trainer:
                     minutes = self.metrics.run_seconds() / 60
                     bar.log(record, total=cadence.total_steps, minutes=minutes)
                     window = _Window()
-                if cadence.eval(step):
+                if cadence.eval(step) or spent:
                     result = self.evaluation(step, window, bar, stop)
-                if cadence.save(step) or stopping:
+                if cadence.save(step) or stopping or spent:
                     self.save(step, window)
                 if stopping and step < cadence.total_steps:
                     bar.close()
                     raise StoppedError(stopping, f"after step {step}; checkpoint saved")
+                if spent and step < cadence.total_steps:  # ended as at the end: then tested
+                    self.ended_early = _budget_spent(tc.time_budget, step, cadence.total_steps)
+                    bar.write(f"{self.ended_early}: checkpoint saved")
+                    break
+                said = estimate.after(step, self.metrics.run_seconds())
+                if said:
+                    bar.write(said)
         bar.close()
         return step, result
+
+    def spent(self, budget: float, *, agree: bool = False) -> bool:
+        """Whether the run's time (``run_s``) has reached ``budget`` seconds; ``agree``: in any
+        process (a collective under torchrun)."""
+        over = self.metrics.run_seconds() >= budget
+        if agree and distributed.is_distributed():
+            return bool(distributed.all_max_many([float(over)])[0])
+        return over
 
     def evaluation(
         self, step: int, window: _Window, bar: _NoBar, stop: dict[str, int]
@@ -520,7 +549,7 @@ class _Trainer:
         data, split, averaged = self.inputs.data, self.inputs.split, self.parts.averaged
         if result is None:  # the run was already complete: evaluate its final weights
             result = self.evaluate(averaged, self.inputs.evaluation, data.val)
-        finished = RunResult(split, result, self.evaluate.best)
+        finished = RunResult(split, result, self.evaluate.best, self.ended_early)
         if self.inputs.final_test is not None:  # the test split, once, with the chosen weights
             assert data.test is not None  # final_test is its batches
             if not (self.run_dir / "best").is_dir():  # a finished checkpoint moved alone (--resume)
@@ -528,7 +557,7 @@ class _Trainer:
                 self.evaluate.save_best(averaged)
             tested = self.evaluate.best_model(self.parts.live.device)
             tests = self.evaluate(tested, self.inputs.final_test, data.test)
-            finished = RunResult("test", tests, self.evaluate.best)
+            finished = RunResult("test", tests, self.evaluate.best, self.ended_early)
             if not self.metrics.logged(step, "test"):  # a finished run re-evaluated: logged once
                 self.metrics.write({"step": step, "split": "test", **tests.scalars()})
         if distributed.is_main():
@@ -552,6 +581,53 @@ def _check_finite(diverged: Tensor) -> None:
             f"the loss was not finite at step {first}: the run diverged (lower optim.lr, or set "
             "optim.grad_clip)"
         )
+
+
+def _budget_spent(budget: str | None, step: int, total: int) -> str:
+    return f"train.time_budget={budget} spent after step {step:,} of {total:,}"
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min"
+
+
+class _Estimate:
+    """The run's time left, said once its steps are measured: from the end of this process's
+    first step (which compiles, and warms the loader) over ``ESTIMATE_STEPS`` steps or
+    ``ESTIMATE_AFTER_S`` seconds, whichever comes first."""
+
+    def __init__(self, step: int, total: int, budget: str | None) -> None:
+        self.first, self.total, self.budget = step + 1, total, budget
+        self.t: float | None = None  # when the first step ended
+        self.said = False
+
+    def after(self, step: int, run_s: float) -> str | None:
+        """The line to say after ``step`` (at ``run_s``, the run's time), once; else None."""
+        now = time.perf_counter()
+        if self.said or step < self.first:
+            return None
+        if self.t is None:
+            self.t = now
+            return None
+        measured, took = step - self.first, now - self.t
+        if measured < ESTIMATE_STEPS and (took < ESTIMATE_AFTER_S or measured < 2):
+            return None
+        self.said = True
+        per_step = took / measured
+        left = self.total - step
+        line = (
+            f"estimate: {_minutes(left * per_step)} for the {left:,} steps left, at "
+            f"{per_step:.3g} s a step (steps {self.first + 1:,}-{step:,}; evaluations apart)"
+        )
+        budget = None if self.budget is None else parse_seconds(self.budget)
+        if budget is not None and run_s + left * per_step > budget:
+            near = step + max(0, int((budget - run_s) / per_step))
+            line += f"; train.time_budget={self.budget} ends it near step {near:,}"
+        return line
+
+
+ESTIMATE_STEPS = 20  # steps measured for the estimate, or
+ESTIMATE_AFTER_S = 20.0  # seconds of them, whichever comes first
 
 
 class _NoBar:

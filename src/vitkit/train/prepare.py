@@ -38,6 +38,9 @@ class PreparedRun:
     lock: RunLock  # the run directory's, held by the caller while the run trains
     # why the precision is what it is, for the banner; None where the command said it already
     precision_why: str | None = None
+    # the process's time (``process_seconds``) when the run began, where its clock starts: 0 for
+    # a command (its start-up counts), the call for ``vitkit.fit`` (not a notebook's age)
+    started_s: float = 0.0
 
     @property
     def run_dir(self) -> Path:

@@ -342,7 +342,14 @@ def save_best(
 # Where and how a run is spread over processes, devices and decoding workers, not what it
 # computes: a checkpoint resumes under any of them (its tensors are written from the CPU; a batch
 # depends on (seed, epoch, step) only).
-PLACEMENT = ("train.parallel", "train.activation_checkpointing", "train.device", "data.num_workers")
+# where the run computes, and when it ends: a resume may change them
+PLACEMENT = (
+    "train.parallel",
+    "train.activation_checkpointing",
+    "train.device",
+    "data.num_workers",
+    "train.time_budget",
+)
 
 
 def config_differences(

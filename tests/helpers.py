@@ -267,8 +267,8 @@ def vitkit_train(*args: str) -> subprocess.Popen:
 
 def pytree_lines(stderr: str) -> list[str]:
     """A command's lines of stderr from torch's pytree registry, about a peer's registrations that
-    a user can do nothing about (issue 46 reported two from ``convert`` and ``export``): its
-    deprecations and overwrites name the pytree, but for its log of an Enum registered."""
+    a user can do nothing about (issue 46 reported two from ``convert`` and ``export``): torch
+    names the pytree in its deprecations and overwrites, not in its log of an Enum registered."""
     return [line for line in stderr.splitlines() if "pytree" in line or "Enum subclass" in line]
 
 

@@ -1,10 +1,14 @@
 """The built site as a reader sees it, in a real browser: Debian's Chromium driven headless through
-chromedriver (Selenium). For the home page, one guide and the page ``vitkit inspect`` writes:
+chromedriver (Selenium). For the home page, Getting started, one guide and the page ``vitkit
+inspect`` writes:
 
 - every image loads (``naturalWidth > 0``);
 - the browser's console shows no error;
 - every link into the site resolves (the served file exists);
 - a screenshot is saved.
+
+And on every page of the site, no code block is wider than its box (its lines' ends hidden behind a
+scroll bar: docs/stylesheets/extra.css wraps them).
 
     .venv/bin/python docs/browser_check.py site --shots site-check
 
@@ -29,7 +33,12 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-PAGES = ("index.html", "guides/inspection/index.html", "generated/inspect/index.html")
+PAGES = (
+    "index.html",
+    "getting-started/index.html",
+    "guides/inspection/index.html",
+    "generated/inspect/index.html",
+)
 # the flags that keep a headless Chromium off a closed network: it would otherwise try Google's
 # services at start, and every refused connection is a console error
 FLAGS = (
@@ -37,6 +46,9 @@ FLAGS = (
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
     "--window-size=1280,2000",
 )  # fmt: skip
+# the first line of each code block whose content is wider than its box (Material scrolls it)
+CLIPPED = """return Array.from(document.querySelectorAll('pre > code'))
+    .filter(c => c.scrollWidth > c.clientWidth).map(c => c.textContent.split('\\n')[0])"""
 
 
 class _Quiet(SimpleHTTPRequestHandler):
@@ -87,6 +99,12 @@ def check_page(driver: Any, base: str, page: str, shots: Path) -> list[str]:
     return failures
 
 
+def clipped_code(driver: Any, base: str, page: str) -> list[str]:
+    """A line for each code block of a page that is wider than its box."""
+    driver.get(base + page)
+    return [f"{page}: code block clipped: {line[:60]}" for line in driver.execute_script(CLIPPED)]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("site", type=Path, help="the built site (mkdocs build's site_dir)")
@@ -110,19 +128,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         options.add_argument(flag)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     failures: list[str] = []
+    every = sorted(p.relative_to(args.site).as_posix() for p in args.site.rglob("index.html"))
     with tempfile.TemporaryDirectory() as profile:
         options.add_argument(f"--user-data-dir={profile}")
         driver = webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=options)
         try:
             for page in PAGES:
                 failures += check_page(driver, base, page, args.shots)
+            for page in every:
+                failures += clipped_code(driver, base, page)
         finally:
             driver.quit()
             server.shutdown()
     for failure in failures:
         print(failure, file=sys.stderr)
     print(
-        f"browser check: {len(PAGES)} pages, {len(failures)} failures; screenshots in {args.shots}"
+        f"browser check: {len(PAGES)} pages, the code blocks of {len(every)}, {len(failures)} "
+        f"failures; screenshots in {args.shots}"
     )
     return 1 if failures else 0
 

@@ -273,6 +273,13 @@ def vitkit_train(*args: str) -> subprocess.Popen:
     )
 
 
+def pytree_lines(stderr: str) -> list[str]:
+    """A command's lines of stderr from torch's pytree registry, about a peer's registrations that
+    a user can do nothing about (issue 46 reported two from ``convert`` and ``export``): torch
+    names the pytree in its deprecations and overwrites, not in its log of an Enum registered."""
+    return [line for line in stderr.splitlines() if "pytree" in line or "Enum subclass" in line]
+
+
 def deterministic_metrics(run_dir: Path) -> list[dict]:
     """A run's metrics.jsonl, each line's ``DETERMINISTIC`` fields."""
     lines = (run_dir / "metrics.jsonl").read_text().splitlines()

@@ -360,6 +360,9 @@ def test_create_model_overrides_are_typed_as_the_configs_fields() -> None:
     for p in overrides:
         field = fields["image_size" if p.name == "img_size" else p.name]
         assert eval(p.annotation, vars(vitkit)) == field | None, p.name
+    # the sentinel of representation_size, whose None means something, by its name (issue 46:
+    # the reference page showed ``_KEEP``, help() ``<object object at 0x...>``)
+    assert str(params["representation_size"]) == "representation_size: 'int | None' = PRESET"
 
 
 def test_create_model_takes_timms_img_size_and_patch_size() -> None:

@@ -22,6 +22,8 @@ ROOT = Path(__file__).parent.parent
 README = ROOT / "README.md"
 BLOCK = re.compile(r"^(?P<marker>[^\n]*)\n```(?P<lang>\w*)\n(?P<body>.*?)\n```", re.M | re.S)
 RUN, SKIP = "<!-- docs-test -->", re.compile(r"^<!-- docs-test: not run \(.+\) -->$")
+# a block of the site's getting-started page that is the README's, run there
+READMES = "<!-- docs-test: not run (the README's block, which the tests run as written there) -->"
 # how the README's first block puts `vitkit` (and the venv's `python`) on the PATH; every block
 # runs after it, as in a user's shell
 ACTIVATE = "source .venv/bin/activate"
@@ -66,6 +68,17 @@ def test_every_block_is_run_or_says_why_not() -> None:
     for path in documents():
         for marker, _, body in blocks(path):
             assert marker == RUN or SKIP.match(marker), f"unmarked block of {path}:\n{body}"
+
+
+def test_the_sites_getting_started_page_shows_the_readmes_blocks() -> None:
+    """docs/getting-started.md, the install and quickstarts on the site: each block it says is
+    the README's is one, as written (the journey runs it there), and every README block that
+    runs is on the page."""
+    page = blocks(ROOT / "docs" / "getting-started.md")
+    theirs = [body for marker, _, body in page if marker == READMES]
+    assert all(marker == READMES or SKIP.match(marker) for marker, _, _ in page)
+    assert set(theirs) <= {body for _, _, body in blocks()}
+    assert {body for marker, _, body in blocks() if marker == RUN} <= set(theirs)
 
 
 def test_the_first_block_puts_vitkit_on_the_path() -> None:

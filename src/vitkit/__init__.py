@@ -54,7 +54,17 @@ if TYPE_CHECKING:
     from .train.loop import RunResult
 
 
-_KEEP: Any = object()  # "leave the preset's value", where None is a meaningful value
+class _Preset:
+    """The type of ``PRESET``: one instance, named as the signature writes it."""
+
+    def __repr__(self) -> str:
+        return "PRESET"  # help() and inspect.signature show the name, not <object at 0x...>
+
+
+# The default of an override whose None means something (representation_size=None removes the
+# pre-logits layer): "leave the preset's (or the config's) value". Named, not object(), so the
+# signature reads the same in the source, the reference page and help().
+PRESET: Any = _Preset()
 
 
 def create_model(
@@ -66,7 +76,7 @@ def create_model(
     patch_size: int | None = None,
     in_chans: int | None = None,
     classifier: Classifier | None = None,
-    representation_size: int | None = _KEEP,
+    representation_size: int | None = PRESET,
     dropout_rate: float | None = None,
     attention_dropout_rate: float | None = None,
     drop_path_rate: float | None = None,
@@ -86,6 +96,8 @@ def create_model(
     timm's spellings are accepted: ``img_size`` is ``image_size``, and ``patch_size`` replaces the
     preset's patch size (a hybrid's: the patch on the ResNet's feature map), so
     ``create_model("vit_base_patch16_224", img_size=32, patch_size=8)`` builds what timm builds.
+    An override left at None keeps the preset's value; ``representation_size``, whose None
+    removes the pre-logits layer, keeps it when left at its default, ``vitkit.PRESET``.
 
     ``pretrained``: the preset's published weights (``vitkit pretrained`` lists them), a tag
     (``"in21k"``, ``"augreg-in21k-in1k-384"``) or ``True`` for the preset's default (its
@@ -118,7 +130,7 @@ def create_model(
         "layer_norm_eps": layer_norm_eps,
     }
     overrides: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
-    if representation_size is not _KEEP:
+    if representation_size is not PRESET:
         overrides["representation_size"] = representation_size
     if pretrained is not False:
         if isinstance(name, ModelConfig):
@@ -242,6 +254,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "PRESET",
     "Inference",
     "ModelConfig",
     "ResNetConfig",

@@ -24,7 +24,7 @@ from vitkit.inspect import (
     posemb_similarity,
     rollout_maps,
 )
-from vitkit.inspect.figures import plot_rollout
+from vitkit.inspect.figures import plot_rollout, rollout_overlays
 from vitkit.model import VisionTransformer
 
 GRID = (4, 5)
@@ -241,6 +241,29 @@ def test_titles_are_plain_text_whatever_a_name_holds(tmp_path):
             torch.rand(4, 3, 16, 16) * 2 - 1, torch.rand(4, 2, 2), tmp_path / "r.png", titles=names
         )
     assert path.stat().st_size > 0
+
+
+@pytest.mark.parametrize("in_chans", [1, 3])
+def test_rollout_overlays_are_enlarged_and_keep_the_images_colours(tmp_path, in_chans):
+    """On colour photos at 32 px the maps could not be read (a jet colour map at half opacity
+    over 32 px pictures): each picture is drawn at 160 px (nearest, every pixel a 5x5 block),
+    and the overlay is the image times its map, its own colours where the map is 1 and black
+    where it is 0."""
+    images = torch.rand(2, in_chans, 32, 32) * 2 - 1
+    maps = torch.zeros(2, 4, 4)
+    maps[:, 0, 0] = 1  # the top-left patch only
+    pictures = rollout_overlays(images, maps)
+    assert pictures.shape == (2, 2, 160, 160, 3)
+    shown = ((images + 1) / 2).mean(dim=1, keepdim=True) if in_chans == 1 else (images + 1) / 2
+    expected = shown.expand(2, 3, 32, 32).permute(0, 2, 3, 1)  # (B, H, W, 3)
+    torch.testing.assert_close(pictures[:, 0, ::5, ::5], expected)
+    torch.testing.assert_close(pictures[:, 0, 4::5, 4::5], expected)
+    torch.testing.assert_close(pictures[:, 1, :10, :10], pictures[:, 0, :10, :10])
+    assert torch.all(pictures[:, 1, 60:] == 0) and torch.all(pictures[:, 1, :, 60:] == 0)
+    from PIL import Image
+
+    with Image.open(plot_rollout(images, maps, tmp_path / "r.png")) as png:
+        assert png.width >= 4 * 160 and png.height >= 160  # two pairs at full size, side by side
 
 
 def test_every_file_replaces_a_link_and_a_file_is_no_folder(tmp_path):

@@ -7,6 +7,7 @@ import json
 import math
 import re
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -23,6 +24,7 @@ from vitkit.inspect import (
     inspect_model,
     posemb_similarity,
     rollout_maps,
+    sample_images,
 )
 from vitkit.inspect.figures import plot_rollout, rollout_overlays
 from vitkit.model import VisionTransformer
@@ -218,6 +220,43 @@ def test_inspect_model_writes_every_figure(tmp_path, classifier, in_chans, posem
     torch.testing.assert_close(torch.tensor(data["mean_attention_distance_px"]), expected)
     with np.load(tmp_path / "attention_rollout.npz") as maps:
         assert maps["maps"].shape == (5, 4, 4) and maps["raw"].shape == (5, 4, 4)
+
+
+def test_sampled_images_span_the_classes_and_files_the_same_every_time():
+    """The rollout took each class's first files in sort order: on a folder of photos in their
+    4 rotations (one class each), one wallpaper 16 times. Each class in turn, its images drawn
+    at random from a seed."""
+    labels = torch.arange(4).repeat_interleave(25)  # (100,), listed class by class
+    chosen = sample_images(labels, 16)
+    assert torch.equal(chosen, sample_images(labels, 16))  # seeded
+    assert not torch.equal(chosen, sample_images(labels, 16, seed=1))
+    assert labels[chosen].tolist() == [0, 1, 2, 3] * 4  # each class in turn
+    within = chosen % 25  # the image's place in its class's listing
+    assert sorted(within.tolist()) != [0] * 4 + [1] * 4 + [2] * 4 + [3] * 4  # not the first files
+    assert len(set(within.tolist())) > 4  # nor one file in every class
+    assert sorted(sample_images(labels, 1000).tolist()) == list(range(100))
+
+
+def test_the_page_names_no_absolute_path(tmp_path):
+    """The page's heading named the data folder (and the checkpoint) by its absolute path: a
+    page is shared, and that path names the user's folders. A path under the working directory
+    is shown relative to it, any other by its last name."""
+    run, photos = tmp_path / "runs" / "photos" / "best", tmp_path / "photos"
+    inspect_model(
+        model(),
+        torch.rand(2, 3, 32, 32) * 2 - 1,
+        tmp_path / "out",
+        name=str(run),
+        images_from=f"{photos}: test/ (2 images), drawn at random",
+    )
+    page = (tmp_path / "out" / "index.html").read_text()
+    text = re.sub(r"<[^>]+>", " ", page)  # what a reader sees
+    assert str(tmp_path) not in page and not re.search(r"(?<![\w.~/])/\w", text)
+    assert "<p>best: D=64" in page
+    assert "Images: photos: test/ (2 images), drawn at random: 2 at 32x32 px." in page
+    here = Path.cwd() / "runs" / "best"
+    inspect_model(model(), torch.rand(1, 3, 32, 32) * 2 - 1, tmp_path / "out", name=str(here))
+    assert "<p>runs/best: " in (tmp_path / "out" / "index.html").read_text()
 
 
 def test_inspect_model_on_a_hybrid(tmp_path):

@@ -9,6 +9,7 @@ import html
 import json
 import logging
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -17,6 +18,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ..data.splits import classes_in_turn
 from ..errors import ConfigError, UserFileError
 from ..files import atomic_write, atomic_write_text
 from ..model import VisionTransformer
@@ -40,6 +42,32 @@ class _Section:
     caption: str
     png: str | None = None  # None: the panel was skipped and the caption says why
     files: tuple[Path, ...] = ()  # what the section wrote: its PNG and the data behind it
+
+
+def sample_images(labels: Tensor, count: int, *, seed: int = 0) -> Tensor:
+    """Indices of ``count`` of the images labelled ``labels`` (N,) to inspect: each class in turn,
+    each class's images in a random order drawn from ``seed`` (the same images every time)."""
+    # not the first in sort order: a folder's first files of each class were one photo's
+    # rotations, and its first 16 one picture 16 times
+    order = torch.randperm(len(labels), generator=torch.Generator().manual_seed(seed))  # (N,)
+    return order[classes_in_turn(labels[order])][:count]
+
+
+# an absolute path in free text: a "/" that starts a word, up to a space, colon, comma or bracket
+_ABSOLUTE = re.compile(r"(?<![\w.~/])/[^\s:,()]+")
+
+
+def _no_absolute_paths(text: str) -> str:
+    """``text`` with each absolute path in it relative to the working directory when it is under
+    it, else its last name: a page is shared, and the absolute path names the user's folders."""
+
+    def shown(found: re.Match[str]) -> str:
+        relative = os.path.relpath(found.group())
+        if not relative.startswith(".."):
+            return relative
+        return os.path.basename(found.group().rstrip("/")) or found.group()
+
+    return _ABSOLUTE.sub(shown, text)
 
 
 def _describe(model: VisionTransformer, name: str | None) -> str:
@@ -135,6 +163,7 @@ def inspect_model(
     h, w = images.shape[-2:]
     source = f"{images_from}: " if images_from else ""
     heading = f"{_describe(model, name)}. Images: {source}{len(images)} at {h}x{w} px."
+    heading = _no_absolute_paths(heading)
     written = {path.name: path for s in sections for path in s.files}
     page = _write_html(out / "index.html", heading, sections)
     return {**written, page.name: page}

@@ -24,6 +24,7 @@ from ..files import atomic_write, atomic_write_text
 from ..model import VisionTransformer
 from .attention import attention_distance, attention_rollout, collect_attention, rollout_maps
 from .figures import (
+    DIMMED,
     DISPLAY_PX,
     plot_attention_distance,
     plot_filters,
@@ -300,8 +301,8 @@ def _rollout_section(
         f"Attention rollout for the first {num_maps} image(s): attention averaged over heads, the "
         "identity added for the residual path, rows renormalised, multiplied across all "
         f"{cfg.num_layers} layers (Abnar & Zuidema 2020); the map is {source} over the patches, "
-        "upsampled to the image and scaled to max 1, and each image is shown beside itself times "
-        "its map (dark where the model does not look), enlarged to at least "
-        f"{DISPLAY_PX} px. Mirrors Figures 6 and 14."
+        "upsampled to the image and scaled to max 1. Each image is shown beside itself dimmed "
+        f"where its map is low (to {DIMMED:.0%} where it is 0), a line where the map is at half "
+        f"its peak, enlarged to at least {DISPLAY_PX} px. Mirrors Figures 6 and 14."
     )
     return _Section("Attention maps (attention rollout)", caption, png.name, (data, png))

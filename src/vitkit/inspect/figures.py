@@ -148,7 +148,7 @@ def plot_rollout(
     path: str | os.PathLike,
     *,
     titles: list[str] | None = None,
-    ncols: int = 4,
+    ncols: int = 2,  # pairs a row: 4 panels of 160 px fit the page (60em) at full size
 ) -> Path:
     """For each image (B, C, H, W) in [-1, 1] and its attention map (B, gh, gw) scaled to max 1,
     the pair ``rollout_overlays`` makes, drawn at one figure pixel per picture pixel."""

@@ -287,7 +287,7 @@ def test_rollout_overlays_are_enlarged_and_keep_the_images_colours(tmp_path, in_
     """On colour photos at 32 px the maps could not be read (a jet colour map at half opacity
     over 32 px pictures): each picture is drawn at 160 px (nearest, every pixel a 5x5 block),
     and the overlay is the image in its own colours where the map is 1, dimmed to a fifth where
-    it is 0, with the map's half-peak line drawn over it."""
+    it is 0."""
     images = torch.rand(2, in_chans, 32, 32) * 2 - 1
     maps = torch.zeros(2, 4, 4)
     maps[:, 0, 0] = 1  # the top-left patch only

@@ -134,9 +134,10 @@ def rollout_overlays(
         shown = shown.mean(dim=1, keepdim=True).expand(B, 3, H, W)
     # nearest: each pixel a visible block, no detail invented; the map is smooth (bilinear)
     shown = F.interpolate(shown, scale_factor=s, mode="nearest")  # (B, 3, sH, sW)
-    up = F.interpolate(maps[:, None].float(), size=shown.shape[-2:], mode="bilinear")
-    up = up.clamp(0, 1)  # (B, 1, sH, sW)
-    # blended toward black by the map (Fig. 6: the image times the map), keeping a fifth of the
+    up = F.interpolate(
+        maps[:, None].float(), size=shown.shape[-2:], mode="bilinear", align_corners=False
+    ).clamp(0, 1)  # (B, 1, sH, sW)
+    # blended toward black by the map (Fig. 6: the image times the map), keeping DIMMED of the
     # image where the map is 0: a colour map over a photo was unreadable, and black hid it
     pair = torch.stack([shown, shown * (DIMMED + (1 - DIMMED) * up)], dim=1)  # (B, 2, 3, sH, sW)
     return pair.permute(0, 1, 3, 4, 2), up[:, 0]  # (B, 2, sH, sW, 3), (B, sH, sW)
@@ -170,7 +171,7 @@ def plot_rollout(
         ax_input, ax_map = axes[row, 2 * col], axes[row, 2 * col + 1]
         ax_input.imshow(pictures[b, 0].numpy(), interpolation="nearest")
         ax_map.imshow(pictures[b, 1].numpy(), interpolation="nearest")
-        # where the map is at half its peak: a line that reads on any colours, white on black
+        # where the map is at half its maximum: a line that reads on any colours, white on black
         for colour, width in (("black", 2.5), ("white", 1.0)):
             ax_map.contour(up[b].numpy(), levels=[0.5], colors=colour, linewidths=width)
         # a class or file name is plain text: matplotlib would parse '$...$' as mathtext (a

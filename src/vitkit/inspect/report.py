@@ -303,6 +303,6 @@ def _rollout_section(
         f"{cfg.num_layers} layers (Abnar & Zuidema 2020); the map is {source} over the patches, "
         "upsampled to the image and scaled to max 1. Each image is shown beside itself dimmed "
         f"where its map is low (to {DIMMED:.0%} where it is 0), a line where the map is at half "
-        f"its peak, enlarged to at least {DISPLAY_PX} px. Mirrors Figures 6 and 14."
+        f"its maximum, enlarged to at least {DISPLAY_PX} px. Mirrors Figures 6 and 14."
     )
     return _Section("Attention maps (attention rollout)", caption, png.name, (data, png))

@@ -1,5 +1,6 @@
 """The built site as a reader sees it, in a real browser: Debian's Chromium driven headless through
-chromedriver (Selenium). For the home page, one guide and the page ``vitkit inspect`` writes:
+chromedriver (Selenium). For the home page, one guide and the pages ``vitkit inspect`` writes of
+a grey model and of a colour one (``make_figures.py``):
 
 - every image loads (``naturalWidth > 0``);
 - the browser's console shows no error;

@@ -241,7 +241,7 @@ def test_the_page_names_no_absolute_path(tmp_path):
     """The page's heading named the data folder (and the checkpoint) by its absolute path: a
     page is shared, and that path names the user's folders. A path under the working directory
     is shown relative to it, any other by its last name."""
-    run, photos = tmp_path / "runs" / "photos" / "best", tmp_path / "photos"
+    run, photos = tmp_path / "run" / "best", tmp_path / "photos"
     inspect_model(
         model(),
         torch.rand(2, 3, 32, 32) * 2 - 1,

@@ -1,10 +1,12 @@
 """The built site as a reader sees it, in a real browser: Debian's Chromium driven headless through
-chromedriver (Selenium). For the home page, Getting started, one guide and the page ``vitkit
-inspect`` writes:
+chromedriver (Selenium). For the home page, Getting started, one guide and the pages ``vitkit
+inspect`` writes of a grey model and of a colour one (``make_figures.py``):
 
 - every image loads (``naturalWidth > 0``);
 - the browser's console shows no error;
 - every link into the site resolves (the served file exists);
+- no text names a folder of this machine (the temporary folder ``make_figures.py`` trains in, the
+  home folder, the working directory): a page is shared;
 - a screenshot is saved.
 
 And on every page of the site, no code block is wider than its box (its lines' ends hidden behind a
@@ -37,7 +39,8 @@ PAGES = (
     "index.html",
     "getting-started/index.html",
     "guides/inspection/index.html",
-    "generated/inspect/index.html",
+    "generated/inspect/index.html",  # a grey model's (Fashion-MNIST)
+    "generated/inspect-colour/index.html",  # a colour model's: the maps drawn on colour images
 )
 # the flags that keep a headless Chromium off a closed network: it would otherwise try Google's
 # services at start, and every refused connection is a console error
@@ -93,6 +96,9 @@ def check_page(driver: Any, base: str, page: str, shots: Path) -> list[str]:
     )
     inside = sorted({urllib.parse.urldefrag(link)[0] for link in links if link.startswith(base)})
     failures += [f"{page}: link {link} does not resolve" for link in inside if not _resolves(link)]
+    text = driver.execute_script("return document.body.innerText")
+    local = {tempfile.gettempdir(), str(Path.home()), str(Path.cwd())}
+    failures += [f"{page}: names this machine's folder {path}" for path in local if path in text]
     name = page.replace("/", "_").removesuffix(".html")
     driver.save_screenshot(str(shots / f"{name}.png"))
     print(f"{page}: {len(images)} images, {len(inside)} links into the site, screenshot {name}.png")

@@ -89,7 +89,10 @@ def test_inspect_cli_on_test_images_and_files(best: str, tmp_path: Path, capsys)
         "posemb_similarity.png",
     ]
     assert all(f'src="{name}"' in page for name in pngs)
-    assert "Images: synthetic: synthetic test (32 images), each class in turn: 32 at 16x16" in page
+    assert (
+        "Images: synthetic: synthetic test (32 images), drawn at random (seed 0) from each class "
+        "in turn: 32 at 16x16" in page
+    )
     assert {p.suffix for p in out.iterdir()} == {".png", ".json", ".npz", ".html"}
     from PIL import Image
 
@@ -268,6 +271,38 @@ def test_inspect_titles_each_map_with_the_predicted_probability(
         name, share = predicted.rsplit(" ", 1)
         assert share == f"{p.max().item():.0%}" and name == f"class_{p.argmax().item()}"
         assert true.startswith("class_")  # the image's own class, before the arrow
+
+
+def test_inspect_draws_each_class_in_turn_at_random_the_same_every_time(
+    best: str, tmp_path: Path, monkeypatch
+) -> None:
+    """inspect showed each class's first images in the split's order (on a folder of photos,
+    one wallpaper's rotations); it shows ``sample_images``' seeded draw."""
+    import torch
+
+    import vitkit.inspect
+    from vitkit.config import DataConfig
+    from vitkit.data import BatchOptions, subset
+    from vitkit.data.run_data import batches_of, build_data
+    from vitkit.data.splits import classes_in_turn
+    from vitkit.io.api import load
+
+    seen: list = []
+    monkeypatch.setattr(
+        vitkit.inspect, "inspect_model", lambda model, images, *a, **k: seen.append(images) or {}
+    )
+    argv = ["inspect", best, "--data", "synthetic", "--out", str(tmp_path), "--num-images", "8"]
+    assert main(argv) == 0 and main(argv) == 0
+    assert torch.equal(seen[0], seen[1])
+    cfg = load(best).cfg
+    test = build_data(DataConfig(dataset="synthetic"), cfg, seed=0).test
+    options = BatchOptions.evaluation(cfg, batch_size=256)
+
+    def images(indices: torch.Tensor) -> torch.Tensor:
+        return torch.cat([x for x, _ in batches_of(subset(test, indices), options).epoch(0)])
+
+    assert torch.equal(seen[0], images(vitkit.inspect.sample_images(test.labels, 8)))
+    assert not torch.equal(seen[0], images(classes_in_turn(test.labels)[:8]))
 
 
 def _accuracies(lines: list[str]) -> dict[str, str]:

@@ -7,6 +7,7 @@ import json
 import math
 import re
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -23,8 +24,9 @@ from vitkit.inspect import (
     inspect_model,
     posemb_similarity,
     rollout_maps,
+    sample_images,
 )
-from vitkit.inspect.figures import plot_rollout
+from vitkit.inspect.figures import plot_rollout, rollout_overlays
 from vitkit.model import VisionTransformer
 
 GRID = (4, 5)
@@ -220,6 +222,43 @@ def test_inspect_model_writes_every_figure(tmp_path, classifier, in_chans, posem
         assert maps["maps"].shape == (5, 4, 4) and maps["raw"].shape == (5, 4, 4)
 
 
+def test_sampled_images_span_the_classes_and_files_the_same_every_time():
+    """The rollout took each class's first files in sort order: on a folder of photos in their
+    4 rotations (one class each), one wallpaper 16 times. Each class in turn, its images drawn
+    at random from a seed."""
+    labels = torch.arange(4).repeat_interleave(25)  # (100,), listed class by class
+    chosen = sample_images(labels, 16)
+    assert torch.equal(chosen, sample_images(labels, 16))  # seeded
+    assert not torch.equal(chosen, sample_images(labels, 16, seed=1))
+    assert labels[chosen].tolist() == [0, 1, 2, 3] * 4  # each class in turn
+    within = chosen % 25  # the image's place in its class's listing
+    assert sorted(within.tolist()) != [0] * 4 + [1] * 4 + [2] * 4 + [3] * 4  # not the first files
+    assert len(set(within.tolist())) > 4  # nor one file in every class
+    assert sorted(sample_images(labels, 1000).tolist()) == list(range(100))
+
+
+def test_the_page_names_no_absolute_path(tmp_path):
+    """The page's heading named the data folder (and the checkpoint) by its absolute path: a
+    page is shared, and that path names the user's folders. A path under the working directory
+    is shown relative to it, any other by its last name."""
+    run, photos = tmp_path / "run" / "best", tmp_path / "photos"
+    inspect_model(
+        model(),
+        torch.rand(2, 3, 32, 32) * 2 - 1,
+        tmp_path / "out",
+        name=str(run),
+        images_from=f"{photos}: test/ (2 images), drawn at random",
+    )
+    page = (tmp_path / "out" / "index.html").read_text()
+    text = re.sub(r"<[^>]+>", " ", page)  # what a reader sees
+    assert str(tmp_path) not in page and not re.search(r"(?<![\w.~/])/\w", text)
+    assert "<p>best: D=64" in page
+    assert "Images: photos: test/ (2 images), drawn at random: 2 at 32x32 px." in page
+    here = Path.cwd() / "runs" / "best"
+    inspect_model(model(), torch.rand(1, 3, 32, 32) * 2 - 1, tmp_path / "out", name=str(here))
+    assert "<p>runs/best: " in (tmp_path / "out" / "index.html").read_text()
+
+
 def test_inspect_model_on_a_hybrid(tmp_path):
     m = model(resnet=ResNetConfig(num_layers=(1,)), patch_size=1, image_size=32)
     assert m.cfg.grid_size == 8
@@ -241,6 +280,29 @@ def test_titles_are_plain_text_whatever_a_name_holds(tmp_path):
             torch.rand(4, 3, 16, 16) * 2 - 1, torch.rand(4, 2, 2), tmp_path / "r.png", titles=names
         )
     assert path.stat().st_size > 0
+
+
+@pytest.mark.parametrize("in_chans", [1, 3])
+def test_rollout_overlays_are_enlarged_and_keep_the_images_colours(tmp_path, in_chans):
+    """On colour photos at 32 px the maps could not be read (a jet colour map at half opacity
+    over 32 px pictures): each picture is drawn at 160 px (nearest, every pixel a 5x5 block),
+    and the overlay is the image in its own colours where the map is 1, dimmed to a fifth where
+    it is 0."""
+    images = torch.rand(2, in_chans, 32, 32) * 2 - 1
+    maps = torch.zeros(2, 4, 4)
+    maps[:, 0, 0] = 1  # the top-left patch only
+    pictures, up = rollout_overlays(images, maps)
+    assert pictures.shape == (2, 2, 160, 160, 3) and up.shape == (2, 160, 160)
+    shown = ((images + 1) / 2).mean(dim=1, keepdim=True) if in_chans == 1 else (images + 1) / 2
+    expected = shown.expand(2, 3, 32, 32).permute(0, 2, 3, 1)  # (B, H, W, 3)
+    torch.testing.assert_close(pictures[:, 0, ::5, ::5], expected)
+    torch.testing.assert_close(pictures[:, 0, 4::5, 4::5], expected)
+    torch.testing.assert_close(pictures[:, 1, :10, :10], pictures[:, 0, :10, :10])
+    torch.testing.assert_close(pictures[:, 1, 60:, 60:], 0.2 * pictures[:, 0, 60:, 60:])
+    from PIL import Image
+
+    with Image.open(plot_rollout(images, maps, tmp_path / "r.png")) as png:
+        assert png.width >= 4 * 160 and png.height >= 160  # two pairs at full size, side by side
 
 
 def test_every_file_replaces_a_link_and_a_file_is_no_folder(tmp_path):

@@ -184,9 +184,10 @@ def test_inspect_and_fewshot_start_from_the_checkpoints_data(
     )
     page = (tmp_path / "page" / "index.html").read_text()
     assert (
-        f"Images: {splits}: test/ (24 images) (the checkpoint&#x27;s data), each class in turn: 24 at 16x16 px"
-        in page
+        f"Images: {splits.name}: test/ (24 images) (the checkpoint&#x27;s data), drawn at random "
+        "(seed 0) from each class in turn: 24 at 16x16 px" in page
     )
+    assert str(splits) not in page and str(split_run) not in page  # a page is shared
     assert main(["fewshot", str(split_run / "best"), "--shots", "2", "--seeds", "1"]) == 0
     out = capsys.readouterr().out
     assert f"fewshot {split_run / 'best'} on {splits}: test/ (24 images)" in out

@@ -394,8 +394,7 @@ def _inspect(args: argparse.Namespace) -> None:
     from ..data import BatchOptions, subset
     from ..data.image_file import read_image
     from ..data.run_data import batches_of
-    from ..data.splits import classes_in_turn
-    from ..inspect import inspect_model
+    from ..inspect import inspect_model, sample_images
     from ..model import VisionTransformer
 
     if args.num_images < 1 or args.max_maps < 1:
@@ -411,16 +410,16 @@ def _inspect(args: argparse.Namespace) -> None:
         images = torch.cat([read_image(p, checkpoint.preprocess) for p in args.images])
         titles = [Path(p).name for p in args.images]
         described = "image files"
-    else:  # --num-images of the split, taking each class in turn
+    else:  # --num-images of the split, drawn from each class in turn
         split = _split(args, spec, checkpoint)
-        chosen = classes_in_turn(split.dataset.labels)[: args.num_images]
+        chosen = sample_images(split.dataset.labels, args.num_images)
         options = BatchOptions.evaluation(model.cfg, batch_size=256)
         batches = batches_of(subset(split.dataset, chosen), options)
         parts = list(batches.epoch(0))
         images = torch.cat([x for x, _ in parts])
         labels = torch.cat([y for _, y in parts])
         titles = [split.classes[i] for i in labels.tolist()]
-        described = f"{split.name}, each class in turn"
+        described = f"{split.name}, drawn at random (seed 0) from each class in turn"
     batch = min(len(images), INSPECT_BATCH)
     autocast = checkpoint.prepare(batch, intermediates=True).autocast
     with (

@@ -116,37 +116,64 @@ def plot_attention_distance(distance: Tensor, path: str | os.PathLike) -> Path:
     return _save(fig, path)
 
 
+DISPLAY_PX = 160  # the least size an image is drawn at (its longer side): a 32 px photo is 5x
+DIMMED = 0.2  # the share of an image kept where its attention map is 0
+
+
+def rollout_overlays(
+    images: Tensor, maps: Tensor, *, size: int = DISPLAY_PX
+) -> tuple[Tensor, Tensor]:
+    """Images (B, C, H, W) in [-1, 1] and their attention maps (B, gh, gw) as pictures to show:
+    (B, 2, s*H, s*W, 3) in [0, 1], the input and the input dimmed where its map is low, and the
+    maps upsampled to them (B, s*H, s*W). s is the least whole factor that makes the longer side
+    at least ``size`` px. RGB for C = 3, gray (the channel mean) otherwise."""
+    B, C, H, W = images.shape
+    s = max(1, math.ceil(size / max(H, W)))
+    shown = ((images.detach().float().cpu() + 1) / 2).clamp(0, 1)  # [-1, 1] -> [0, 1]
+    if C != 3:
+        shown = shown.mean(dim=1, keepdim=True).expand(B, 3, H, W)
+    # nearest: each pixel a visible block, no detail invented; the map is smooth (bilinear)
+    shown = F.interpolate(shown, scale_factor=s, mode="nearest")  # (B, 3, sH, sW)
+    up = F.interpolate(
+        maps[:, None].float(), size=shown.shape[-2:], mode="bilinear", align_corners=False
+    ).clamp(0, 1)  # (B, 1, sH, sW)
+    # blended toward black by the map (Fig. 6: the image times the map), keeping DIMMED of the
+    # image where the map is 0: a colour map over a photo was unreadable, and black hid it
+    pair = torch.stack([shown, shown * (DIMMED + (1 - DIMMED) * up)], dim=1)  # (B, 2, 3, sH, sW)
+    return pair.permute(0, 1, 3, 4, 2), up[:, 0]  # (B, 2, sH, sW, 3), (B, sH, sW)
+
+
 def plot_rollout(
     images: Tensor,
     maps: Tensor,
     path: str | os.PathLike,
     *,
     titles: list[str] | None = None,
-    ncols: int = 4,
+    ncols: int = 2,  # pairs a row: 4 panels of 160 px fit the page (60em) at full size
 ) -> Path:
-    """For each image (B, C, H, W) in [-1, 1]: the input, and the input overlaid with its
-    attention map (B, gh, gw) upsampled bilinearly to the image size. One-channel images are shown
-    in gray; images with neither 1 nor 3 channels are shown as their channel mean."""
-    B, C, H, W = images.shape
-    up = F.interpolate(maps[:, None].float(), size=(H, W), mode="bilinear", align_corners=False)
-    up = up[:, 0]  # (B, H, W)
-    shown = ((images.detach().float().cpu() + 1) / 2).clamp(0, 1)  # [-1, 1] -> [0, 1]
+    """For each image (B, C, H, W) in [-1, 1] and its attention map (B, gh, gw) scaled to max 1,
+    the pair ``rollout_overlays`` makes, drawn at one figure pixel per picture pixel."""
+    pictures, up = rollout_overlays(images, maps)  # (B, 2, h, w, 3), (B, h, w)
+    B, _, h, w, _ = pictures.shape
     pairs = min(ncols, B)
     nrows = math.ceil(B / pairs)
-    fig = Figure(figsize=(3.6 * pairs, 2.0 * nrows + 0.3))
-    axes = fig.subplots(nrows, 2 * pairs, squeeze=False)
+    # each panel w x h figure pixels (at _save's 100 dpi), a tenth of a panel between panels and
+    # a title's height (t px) above each row
+    n, t, gap = 2 * pairs, 20, 0.1
+    fig = Figure(figsize=(w * (n + gap * (n - 1)) / 100, nrows * (h + t) / 100))
+    top = 1 - t / (nrows * (h + t))
+    fig.subplots_adjust(left=0, right=1, bottom=0, top=top, wspace=gap, hspace=t / h)
+    axes = fig.subplots(nrows, n, squeeze=False)
     for ax in axes.flat:
         ax.axis("off")
     for b in range(B):
         row, col = divmod(b, pairs)
         ax_input, ax_map = axes[row, 2 * col], axes[row, 2 * col + 1]
-        if C == 3:
-            picture, style = shown[b].permute(1, 2, 0).numpy(), {}  # (H, W, 3)
-        else:
-            picture, style = shown[b].mean(dim=0).numpy(), {"cmap": "gray", "vmin": 0, "vmax": 1}
-        ax_input.imshow(picture, **style)
-        ax_map.imshow(picture, **style)
-        ax_map.imshow(up[b].numpy(), cmap="jet", alpha=0.5, vmin=0, vmax=float(up[b].max()))
+        ax_input.imshow(pictures[b, 0].numpy(), interpolation="nearest")
+        ax_map.imshow(pictures[b, 1].numpy(), interpolation="nearest")
+        # where the map is at half its maximum: a line that reads on any colours, white on black
+        for colour, width in (("black", 2.5), ("white", 1.0)):
+            ax_map.contour(up[b].numpy(), levels=[0.5], colors=colour, linewidths=width)
         # a class or file name is plain text: matplotlib would parse '$...$' as mathtext (a
         # traceback, or a RecursionError on 140 nested \sqrt{) and warn of a raw ESC's glyph
         title = printable(titles[b]) if titles else f"image {b}"

@@ -9,6 +9,7 @@ import html
 import json
 import logging
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -17,11 +18,19 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ..data.splits import classes_in_turn
 from ..errors import ConfigError, UserFileError
 from ..files import atomic_write, atomic_write_text
 from ..model import VisionTransformer
 from .attention import attention_distance, attention_rollout, collect_attention, rollout_maps
-from .figures import plot_attention_distance, plot_filters, plot_posemb_similarity, plot_rollout
+from .figures import (
+    DIMMED,
+    DISPLAY_PX,
+    plot_attention_distance,
+    plot_filters,
+    plot_posemb_similarity,
+    plot_rollout,
+)
 from .filters import embedding_filters
 from .posemb import posemb_similarity
 
@@ -33,6 +42,33 @@ class _Section:
     title: str
     caption: str
     png: str | None = None  # None: the panel was skipped and the caption says why
+    files: tuple[Path, ...] = ()  # what the section wrote: its PNG and the data behind it
+
+
+def sample_images(labels: Tensor, count: int, *, seed: int = 0) -> Tensor:
+    """Indices of ``count`` of the images labelled ``labels`` (N,) to inspect: each class in turn,
+    each class's images in a random order drawn from ``seed`` (the same images every time)."""
+    # not the first in sort order: a folder's first files of each class were one photo's
+    # rotations, and its first 16 one picture 16 times
+    order = torch.randperm(len(labels), generator=torch.Generator().manual_seed(seed))  # (N,)
+    return order[classes_in_turn(labels[order])][:count]
+
+
+# an absolute path in free text: a "/" that starts a word, up to a space, colon, comma or bracket
+_ABSOLUTE = re.compile(r"(?<![\w.~/])/[^\s:,()]+")
+
+
+def _no_absolute_paths(text: str) -> str:
+    """``text`` with each absolute path in it relative to the working directory when it is under
+    it, else its last name: a page is shared, and the absolute path names the user's folders."""
+
+    def shown(found: re.Match[str]) -> str:
+        relative = os.path.relpath(found.group())
+        if not relative.startswith(".."):
+            return relative
+        return os.path.basename(found.group().rstrip("/")) or found.group()
+
+    return _ABSOLUTE.sub(shown, text)
 
 
 def _describe(model: VisionTransformer, name: str | None) -> str:
@@ -118,81 +154,103 @@ def inspect_model(
     if out.exists() and not out.is_dir():  # mkdir's FileExistsError was a traceback
         raise UserFileError(f"{out} is a file: expected a folder to write the figures to")
     out.mkdir(parents=True, exist_ok=True)
-    grid = model.patch_embed.grid(images.shape[-2], images.shape[-1])
-    prefix = cfg.num_prefix_tokens
-    written: dict[str, Path] = {}
-    sections: list[_Section] = []
+    distance, rollout = _attention(model, images, num_maps, batch_size, autocast)
+    sections = [
+        _filters_section(model, out),
+        _posemb_section(model, out),
+        _distance_section(model, images, distance, out),
+        _rollout_section(model, images[:num_maps], rollout, titles, out),
+    ]
+    h, w = images.shape[-2:]
+    source = f"{images_from}: " if images_from else ""
+    heading = f"{_describe(model, name)}. Images: {source}{len(images)} at {h}x{w} px."
+    heading = _no_absolute_paths(heading)
+    written = {path.name: path for s in sections for path in s.files}
+    page = _write_html(out / "index.html", heading, sections)
+    return {**written, page.name: page}
 
-    def keep(path: Path) -> None:
-        written[path.name] = path
 
-    # Embedding filters (Fig. 7 left).
+def _filters_section(model: VisionTransformer, out: Path) -> _Section:
+    """Embedding filters (Fig. 7 left): none in a hybrid, whose patches are ResNet features."""
+    cfg = model.cfg
     title = "Embedding filters"
-    if cfg.resnet is None:
-        filters = embedding_filters(model)
-        k, C, P, _ = filters["components"].shape
-        _savez(out / "embedding_filters.npz", **{n: t.numpy() for n, t in filters.items()})
-        keep(out / "embedding_filters.npz")
-        keep(
-            plot_filters(
-                filters["components"],
-                out / "embedding_filters.png",
-                explained_variance_ratio=filters["explained_variance_ratio"],
-            )
-        )
-        caption = (
-            f"The first {k} principal components of the {cfg.hidden_size} patch-embedding filters "
-            f"({C}x{P}x{P} each, centred over the filters), each stretched to [0, 1]; the title is "
-            "the share of the filters' variance it explains. Mirrors Figure 7 (left), where "
-            "ViT-L/32's components resemble plausible basis functions for the patches."
-        )
-        sections.append(_Section(title, caption, "embedding_filters.png"))
-    else:
-        sections.append(
-            _Section(
-                title,
-                "Skipped: in this hybrid the patch embedding is a "
-                f"{cfg.patch_size}x{cfg.patch_size} projection of ResNet features, not a filter "
-                "on pixels.",
-            )
-        )
+    if cfg.resnet is not None:
         log.info("embedding filters skipped: hybrid model")
-
-    # Position-embedding similarity (Fig. 7 centre).
-    title = "Position embedding similarity"
-    if cfg.posemb != "none":
-        similarity = posemb_similarity(model)
-        _savez(out / "posemb_similarity.npz", similarity=similarity.numpy())
-        keep(out / "posemb_similarity.npz")
-        keep(plot_posemb_similarity(similarity, out / "posemb_similarity.png"))
-        gh, gw = cfg.grid
-        kind = "learned" if cfg.posemb == "learn" else "fixed 2D sine-cosine"
-        caption = (
-            f"Cosine similarity between the {kind} position embedding of each patch position and "
-            f"those of all other positions ({gh}x{gw} grid; tile (row, column) is one position's "
-            "map; the class token's embedding is left out). Mirrors Figure 7 (centre): close "
-            "patches have similar embeddings, with row and column structure."
+        return _Section(
+            title,
+            "Skipped: in this hybrid the patch embedding is a "
+            f"{cfg.patch_size}x{cfg.patch_size} projection of ResNet features, not a filter "
+            "on pixels.",
         )
-        sections.append(_Section(title, caption, "posemb_similarity.png"))
-    else:
-        sections.append(_Section(title, "Skipped: the model has no position embedding."))
-        log.info("position-embedding similarity skipped: posemb='none'")
+    filters = embedding_filters(model)
+    k, C, P, _ = filters["components"].shape
+    data = _savez(out / "embedding_filters.npz", **{n: t.numpy() for n, t in filters.items()})
+    png = plot_filters(
+        filters["components"],
+        out / "embedding_filters.png",
+        explained_variance_ratio=filters["explained_variance_ratio"],
+    )
+    caption = (
+        f"The first {k} principal components of the {cfg.hidden_size} patch-embedding filters "
+        f"({C}x{P}x{P} each, centred over the filters), each stretched to [0, 1]; the title is "
+        "the share of the filters' variance it explains. Mirrors Figure 7 (left), where "
+        "ViT-L/32's components resemble plausible basis functions for the patches."
+    )
+    return _Section(title, caption, png.name, (data, png))
 
-    # Mean attention distance over all images, rollout for the first num_maps; batch by batch so
-    # that only one batch's attention (L x (b, H, T, T)) is held at a time.
+
+def _posemb_section(model: VisionTransformer, out: Path) -> _Section:
+    """Position-embedding similarity (Fig. 7 centre): none without a position embedding."""
+    cfg = model.cfg
+    title = "Position embedding similarity"
+    if cfg.posemb == "none":
+        log.info("position-embedding similarity skipped: posemb='none'")
+        return _Section(title, "Skipped: the model has no position embedding.")
+    similarity = posemb_similarity(model)
+    data = _savez(out / "posemb_similarity.npz", similarity=similarity.numpy())
+    png = plot_posemb_similarity(similarity, out / "posemb_similarity.png")
+    gh, gw = cfg.grid
+    kind = "learned" if cfg.posemb == "learn" else "fixed 2D sine-cosine"
+    caption = (
+        f"Cosine similarity between the {kind} position embedding of each patch position and "
+        f"those of all other positions ({gh}x{gw} grid; tile (row, column) is one position's "
+        "map; the class token's embedding is left out). Mirrors Figure 7 (centre): close "
+        "patches have similar embeddings, with row and column structure."
+    )
+    return _Section(title, caption, png.name, (data, png))
+
+
+def _attention(
+    model: VisionTransformer,
+    images: Tensor,
+    num_maps: int,
+    batch_size: int,
+    autocast: torch.dtype | None,
+) -> tuple[Tensor, Tensor]:
+    """Mean attention distance over all ``images`` (L, H) and the rollout of the first
+    ``num_maps`` (num_maps, T, T), from one pass over the images."""
+    cfg = model.cfg
+    grid = model.patch_embed.grid(images.shape[-2], images.shape[-1])
     distance = torch.zeros(cfg.num_layers, cfg.num_heads)
     rollouts: list[Tensor] = []
+    # batch by batch, so that only one batch's attention (L x (b, H, T, T)) is held at a time
     for start in range(0, len(images), batch_size):
         batch = images[start : start + batch_size]
         attn = collect_attention(model, batch, batch_size=batch_size, autocast=autocast)
         distance += len(batch) * attention_distance(
-            attn, grid=grid, num_prefix=prefix, pixels_per_patch=cfg.total_stride
+            attn, grid=grid, num_prefix=cfg.num_prefix_tokens, pixels_per_patch=cfg.total_stride
         )
         if start < num_maps:
             rollouts.append(attention_rollout([a[: num_maps - start] for a in attn]))
-    distance /= len(images)  # (L, H)
-    rollout = torch.cat(rollouts)  # (num_maps, T, T)
+    return distance / len(images), torch.cat(rollouts)  # (L, H), (num_maps, T, T)
 
+
+def _distance_section(
+    model: VisionTransformer, images: Tensor, distance: Tensor, out: Path
+) -> _Section:
+    """Mean attention distance (Fig. 7 right) of ``distance`` (L, H) over ``images``."""
+    cfg = model.cfg
+    grid = model.patch_embed.grid(images.shape[-2], images.shape[-1])
     data = {
         "mean_attention_distance_px": distance.tolist(),  # [layer][head]
         "num_images": len(images),
@@ -201,9 +259,10 @@ def inspect_model(
         "pixels_per_patch": cfg.total_stride,
         "class_token": "left out; patch-to-patch weights renormalised to sum to 1",
     }
-    atomic_write_text(out / "attention_distance.json", json.dumps(data, indent=1) + "\n")
-    keep(out / "attention_distance.json")
-    keep(plot_attention_distance(distance, out / "attention_distance.png"))
+    json_path = atomic_write_text(
+        out / "attention_distance.json", json.dumps(data, indent=1) + "\n"
+    )
+    png = plot_attention_distance(distance, out / "attention_distance.png")
     caption = (
         f"Mean attention distance of each head (dots) in each layer, in pixels, averaged over "
         f"{len(images)} image(s) and all query patches: the distance between patch centres "
@@ -212,21 +271,27 @@ def inspect_model(
         "Figure 7 (right), where some heads of the lowest layers are already global and the "
         "distance grows with depth."
     )
-    sections.append(_Section("Mean attention distance", caption, "attention_distance.png"))
+    return _Section("Mean attention distance", caption, png.name, (json_path, png))
 
-    raw = rollout_maps(rollout, grid=grid, num_prefix=prefix, normalize=False)  # (n, gh, gw)
-    maps = raw / raw.amax(dim=(1, 2), keepdim=True).clamp_min(1e-12)  # max 1 per map
-    _savez(out / "attention_rollout.npz", maps=maps.numpy(), raw=raw.numpy())
-    keep(out / "attention_rollout.npz")
-    keep(
-        plot_rollout(
-            images[:num_maps],
-            maps,
-            out / "attention_rollout.png",
-            titles=titles[:num_maps] if titles else None,
-        )
+
+def _rollout_section(
+    model: VisionTransformer,
+    images: Tensor,
+    rollout: Tensor,
+    titles: list[str] | None,
+    out: Path,
+) -> _Section:
+    """Attention rollout maps (Fig. 6, 14) of ``images`` (n, C, H, W) from ``rollout`` (n, T, T)."""
+    cfg = model.cfg
+    num_maps = len(images)
+    grid = model.patch_embed.grid(images.shape[-2], images.shape[-1])
+    raw = rollout_maps(rollout, grid=grid, num_prefix=cfg.num_prefix_tokens, normalize=False)
+    maps = raw / raw.amax(dim=(1, 2), keepdim=True).clamp_min(1e-12)  # (n, gh, gw), max 1 each
+    data = _savez(out / "attention_rollout.npz", maps=maps.numpy(), raw=raw.numpy())
+    png = plot_rollout(
+        images, maps, out / "attention_rollout.png", titles=titles[:num_maps] if titles else None
     )
-    if prefix:
+    if cfg.num_prefix_tokens:
         source = "the class token's row"
     elif cfg.classifier == "map":  # the MAP probe's own attention is not in the rollout
         source = "the mean of the patch rows (MAP model: no class token; an approximation of what the attention-pooling head reads)"
@@ -236,14 +301,8 @@ def inspect_model(
         f"Attention rollout for the first {num_maps} image(s): attention averaged over heads, the "
         "identity added for the residual path, rows renormalised, multiplied across all "
         f"{cfg.num_layers} layers (Abnar & Zuidema 2020); the map is {source} over the patches, "
-        "upsampled to the image and scaled to max 1. Mirrors Figures 6 and 14."
+        "upsampled to the image and scaled to max 1. Each image is shown beside itself dimmed "
+        f"where its map is low (to {DIMMED:.0%} where it is 0), a line where the map is at half "
+        f"its maximum, enlarged to at least {DISPLAY_PX} px. Mirrors Figures 6 and 14."
     )
-    sections.append(
-        _Section("Attention maps (attention rollout)", caption, "attention_rollout.png")
-    )
-
-    h, w = images.shape[-2:]
-    source = f"{images_from}: " if images_from else ""
-    heading = f"{_describe(model, name)}. Images: {source}{len(images)} at {h}x{w} px."
-    keep(_write_html(out / "index.html", heading, sections))
-    return written
+    return _Section("Attention maps (attention rollout)", caption, png.name, (data, png))

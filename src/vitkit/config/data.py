@@ -164,7 +164,7 @@ def recorded_data(extra: Mapping[str, Any]) -> str | None:
     return dataset if isinstance(dataset, str) else None
 
 
-DataSpec = Annotated[str, Kind("data", refusal(data_source), DATA_SPECS)]
+DataSpec = Annotated[str, Kind("data", refusal(data_source), DATA_SPECS, entered=normalise_data)]
 
 
 AutoAugmentSpec = Annotated[

@@ -157,8 +157,8 @@ def find_tasks(
         if not sep or not spec:
             raise ConfigError(f"--task {item!r}: expected TASK=SPEC, e.g. cifar100=hf:cifar100")
         task = find_task(name)
-        check_data_exists(normalise_data(spec))
         specs[task.name] = normalise_data(spec)
+        check_data_exists(specs[task.name])
     wanted = None if only is None else {find_task(name).name for name in only}
     found = [TaskData(t, specs[t.name]) for t in TASKS if t.name in specs]
     if wanted is not None:

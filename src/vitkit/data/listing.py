@@ -1,9 +1,7 @@
-"""What a data spec holds, listed before an image is read (``Listing``): its splits, how to read
-each (a ``contract.Images``), how to name it, its size. Each kind of data lists itself
-(``listing`` in its module of data/sources/, found by kind in sources/registry.py); what kinds
-share is here: how image files are read (``reading_of``), what a run says of them once read
-(``decoded_notes``), and a named set held in memory (``held``).
-"""
+"""What a data spec holds, listed before an image is read (``Listing``), as each kind lists
+itself (``listing`` in its module of data/sources/, found in sources/registry.py), and what the
+kinds share: how image files are read (``reading_of``) and spoken of (``decoded_notes``), and a
+named set held in memory (``held``)."""
 
 from __future__ import annotations
 
@@ -20,8 +18,7 @@ from .survey import shorter_sides
 from .transforms import mode_of
 
 LISTED = "listed, before verification"  # how a peek counted images from a listing
-# What a run says of its training split once read: (train, model, seed, whether the data decided
-# its channels) -> notes.
+# What a run says of its training split once read: (train, model, seed, channels decided?)
 Stated = Callable[[Images, ModelConfig, int, bool], list[str]]
 
 
@@ -55,8 +52,7 @@ class Listing:
     notes: list[str] = field(default_factory=list)  # what to say of its classes' order
     auto: Literal["holdout", "test"] = "holdout"  # data.validation='auto' without a val split
     stated: Stated = decoded_notes
-    # (classes, training images, how they were counted), nothing decoded; None: ``peek``'s
-    sizes: Callable[[], tuple[int, int, str]] | None = None
+    sizes: Callable[[], tuple[int, int, str]] | None = None  # ``peek``'s, when not from a listing
     train_spec: str | None = None  # the spec of the training images alone (a folder's train/)
 
     def peek(self) -> tuple[int, int, str]:

@@ -53,18 +53,13 @@ class RunData:
     def in_class_order(self, order: list[str], why: str) -> RunData:
         """The same datasets with their classes in the order ``order`` (the same names), said
         in the notes with ``why`` (who records that order: "the checkpoint records")."""
-        moved: dict[int, Images] = {}  # one view per dataset: val may be test
-
-        def view(dataset: Images) -> Images:
-            if id(dataset) not in moved:
-                moved[id(dataset)] = dataset.in_class_order(order)
-            return moved[id(dataset)]
-
+        datasets = [d for d in (self.train, self.val, self.test) if d is not None]
+        moved = {id(d): d.in_class_order(order) for d in datasets}  # val may be test: one view
         return dataclasses.replace(
             self,
-            train=view(self.train),
-            val=view(self.val),
-            test=None if self.test is None else view(self.test),
+            train=moved[id(self.train)],
+            val=moved[id(self.val)],
+            test=None if self.test is None else moved[id(self.test)],
             classes=list(order),
             notes=_reordered_notes(self.notes, self.classes, order, why),
         )
@@ -151,18 +146,9 @@ def build_data(
     )
 
 
-def split_names(cfg: DataConfig) -> tuple[str, ...]:
-    """The splits ``cfg``'s data has (``train``, ``val``, ``test``, as named), listed, not read:
-    a folder's split folders, shards' or a Hugging Face dataset's splits (one set of images is
-    ``train``); a named or synthetic dataset's train and test."""
-    return listing(cfg).names
-
-
 def peek_data(cfg: DataConfig, model: ModelConfig) -> tuple[int, int, str]:
-    """(classes, training images, what they are) of ``cfg``'s data without decoding an image: a
-    folder's or shards' listing (before verification drops unreadable images), a Hugging Face
-    dataset's rows, a named dataset's published size, the synthetic set's; the holdout a run
-    would take out of train is taken out."""
+    """(classes, training images, how they were counted) of ``cfg``'s data, no image decoded
+    (``Listing.peek``), less the holdout a run would take out of train."""
     found = listing(cfg, model)
     classes, train, what = found.peek()
     if validation_split(cfg, found) == "holdout":  # about: the run rounds each class's part
@@ -223,18 +209,14 @@ class Split:
 def evaluation_split(
     spec: str | None, trained: RunConfig | None, model: ModelConfig, *, source: str
 ) -> Split:
-    """What ``vitkit eval`` (fewshot, inspect) evaluates ``model`` on: the data ``spec`` names,
-    else the data the checkpoint's run trained on (``trained``: the run its metadata records;
-    ``source``: its path, for messages). Of a run's data, its test split (else its validation split: the same
-    holdout it validated on); of a folder given as ``spec``, its test/ split (else val/), or the
-    folder itself when it holds class folders (``DIR/val`` given directly); of shards or a
-    Hugging Face dataset, the same (unnamed shards, or one ``Dataset``, are evaluated whole); of
-    a named dataset, its test split. Images are read with the model's channels, and a Hugging
-    Face dataset's columns are the checkpoint's run's (``data.image_column``, ``label_column``).
-    Only the split evaluated is verified, and the training split listed (few-shot; none for a
-    stream), unless a holdout must be made again. The split's notes say when its classes are in
-    order by number (``cells.by_number_note``); the caller puts it in a checkpoint's recorded
-    order (``Split.in_class_order``)."""
+    """What ``vitkit eval`` (fewshot, inspect) evaluates ``model`` on, with its channels: the
+    data ``spec`` names (with the columns of the checkpoint's run, ``trained``), else the data
+    that run trained on (``source``: the checkpoint, for messages). Of a run's data, its test
+    split, else the split (or the holdout) it validated on; of data given, its test split, else
+    val, or the images themselves when they are one set (``DIR/val``, unnamed shards). Only the
+    split evaluated is verified; the training split (for few-shot; none for a stream) is listed.
+    The notes say when the classes are in order by number; the caller puts the split in a
+    checkpoint's recorded order (``Split.in_class_order``)."""
     recorded = spec is None
     if recorded:
         if trained is None:

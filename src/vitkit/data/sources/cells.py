@@ -74,12 +74,6 @@ def by_number_note(classes: list[str]) -> str | None:
     )
 
 
-def order_notes(classes: list[str]) -> list[str]:
-    """``by_number_note`` of ``classes`` as a listing's notes."""
-    note = by_number_note(classes)
-    return [] if note is None else [note]
-
-
 def check_labels(labels: np.ndarray, where: str) -> None:
     """Integer class indices all below ``MAX_LABEL``, or a ``DataError`` naming ``where`` and the
     largest (negative ones are the caller's: -1 is a Hugging Face "no label")."""

@@ -34,7 +34,7 @@ from ..contract import SourceState
 from ..decoded import DecodedImages, Reading, ReadOptions
 from ..listing import LISTED, Listing, reading_of
 from ..verify import listing_key
-from .cells import class_order, order_notes
+from .cells import by_number_note, class_order
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -288,7 +288,7 @@ def listing(cfg: DataConfig, model: ModelConfig | None, seed: int) -> Listing:
 
     names = ("train",) if tree else tuple(str(s) for s in layout.splits)
     found = Listing(str(layout.root), names, read, "{}/".format, not tree, sizes=sizes)
-    found.notes = order_notes(list(layout.classes))
+    found.notes = [n for n in [by_number_note(list(layout.classes))] if n]
     found.train_spec = None if tree else f"{layout.root}/train"
     return found
 

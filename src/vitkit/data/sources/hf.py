@@ -39,7 +39,7 @@ from ..contract import Images, SourceState
 from ..decoded import MAX_BAD_FRACTION, DecodedImages, ReadOptions
 from ..listing import Listing, reading_of
 from ..verify import Level
-from .cells import CellReader, check_labels, class_order, order_notes
+from .cells import CellReader, by_number_note, check_labels, class_order
 
 # The dataset's split names that are vitkit's train, val and test.
 HF_SPLITS = {
@@ -325,7 +325,7 @@ def listing(cfg: DataConfig, model: ModelConfig | None, seed: int) -> Listing:
 
     found = Listing(hf.spec, hf.splits, read, "{} split".format, hf.named)
     if hf.label_names is not None:  # classes named by a label column of text
-        found.notes = order_notes(hf.classes)
+        found.notes = [n for n in [by_number_note(hf.classes)] if n]
     if cfg.streaming:  # not read ahead
         found.stated = _stream_notes
     return found

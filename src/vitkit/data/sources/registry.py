@@ -1,7 +1,6 @@
-"""Every kind of data a spec names (``config.DataSource.kind``) and the reader that lists it:
-the one place a run's data is looked up by its kind, as timm's ``create_dataset`` is. A kind's
-module exports ``listing(cfg, model, seed) -> listing.Listing``: its splits, how to read each
-(channels, verification), how to name them, and what a peek counts."""
+"""Every kind of data a spec names (``config.DataSource.kind``) and the module that lists it
+(``listing(cfg, model, seed) -> data.listing.Listing``): the one place a run's data is looked up
+by its kind, as timm's ``create_dataset`` is."""
 
 from __future__ import annotations
 

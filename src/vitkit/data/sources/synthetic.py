@@ -14,7 +14,6 @@ from (seed, index) (``SyntheticImages``), so that its memory does not grow with 
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 
 import numpy as np
@@ -97,33 +96,29 @@ def synthetic_images(
 
 
 def listing(cfg: DataConfig, model: ModelConfig | None, seed: int) -> Listing:
-    """``synthetic``: one draw of the model's classes at its size, with its channels unless told
-    others, so that both splits share the class patterns: 32 + 8 images per class."""
+    """``synthetic``: one draw of the model's classes at its size and channels (unless told
+    others), both splits sharing the class patterns: 32 + 8 images per class."""
+    drawn: dict[int, ArrayDataset | SyntheticImages] = {}  # by channels: both splits' draw
 
     def made() -> ModelConfig:
-        assert model is not None  # a run's or an evaluation's: only ``split_names`` gives none
+        assert model is not None  # a run's or an evaluation's: names alone are listed without
         return model
 
-    @functools.cache
-    def drawn(channels: int) -> dict[str, Images]:
-        classes = made().num_classes
-        size, cut = made().image_size, 32 * classes  # labels cycle: every prefix is balanced
-        data = synthetic_images(
-            num_classes=classes, per_class=40, image_size=size, channels=channels, seed=seed
-        )
-        return {
-            "train": data.subset(torch.arange(cut)),
-            "test": data.subset(torch.arange(cut, len(data))),
-        }
-
     def read(split: str, channels: int | None, verify: bool) -> Images:
-        return drawn(made().in_chans if channels is None else channels)[split]
+        k, c = made().num_classes, made().in_chans if channels is None else channels
+        if c not in drawn:
+            size = made().image_size
+            drawn[c] = synthetic_images(
+                num_classes=k, per_class=40, image_size=size, channels=c, seed=seed
+            )
+        cut = 32 * k  # labels cycle through the classes: every prefix is balanced
+        return drawn[c].subset(torch.arange(cut) if split == "train" else torch.arange(cut, 40 * k))
 
     def sizes() -> tuple[int, int, str]:
         return made().num_classes, 32 * made().num_classes, "made"
 
     found = Listing(cfg.dataset, ("train", "test"), read, "synthetic {}".format, auto="test")
-    found.stated, found.sizes = (lambda *told: []), sizes
+    found.stated, found.sizes = (lambda *told: []), sizes  # nothing read to speak of
     return found
 
 

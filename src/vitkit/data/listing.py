@@ -51,7 +51,7 @@ class Listing:
     named: bool = True  # False: one set of images (a single tree, unnamed shards), called train
     notes: list[str] = field(default_factory=list)  # what to say of its classes' order
     auto: Literal["holdout", "test"] = "holdout"  # data.validation='auto' without a val split
-    stated: Stated = decoded_notes
+    stated: Stated = decoded_notes  # (image files'; a kind that reads none says its own)
     sizes: Callable[[], tuple[int, int, str]] | None = None  # ``peek``'s, when not from a listing
     train_spec: str | None = None  # the spec of the training images alone (a folder's train/)
 

@@ -118,7 +118,7 @@ def listing(cfg: DataConfig, model: ModelConfig | None, seed: int) -> Listing:
         return made().num_classes, 32 * made().num_classes, "made"
 
     found = Listing(cfg.dataset, ("train", "test"), read, "synthetic {}".format, auto="test")
-    found.stated, found.sizes = (lambda *told: []), sizes  # nothing read to speak of
+    found.stated, found.sizes = (lambda *_: []), sizes  # nothing read to speak of
     return found
 
 

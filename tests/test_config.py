@@ -291,3 +291,15 @@ def test_vitkit_config_shows_the_bounds_of_the_toolbox_counts(capsys) -> None:
     ]:
         assert main(["config", "--recipe", "smoke", key]) == 0
         assert bound in capsys.readouterr().out
+
+
+def test_a_data_spec_set_enters_as_the_run_records_it(tmp_path, monkeypatch) -> None:
+    """``--set data.dataset=DIR``, and each of ``train.fewshot_data``, is read with its folder
+    made absolute (``config.normalise_data``), so the run records where the data is whatever
+    the directory a later command runs from; a named dataset stays a name."""
+    monkeypatch.chdir(tmp_path)
+    got = parse_set(RunConfig, ["data.dataset=pets", "train.fewshot_data=(flowers,cifar10)"])
+    assert got["data.dataset"] == str(tmp_path / "pets")
+    assert got["train.fewshot_data"] == (str(tmp_path / "flowers"), "cifar10")
+    recorded = DataConfig(dataset="pets")  # a config read whole keeps the string it holds
+    assert recorded.dataset == "pets"

@@ -747,3 +747,14 @@ def test_validation_val_takes_the_val_split_and_is_one_line_without_one(tmp_path
     shutil.rmtree(images / "val")
     with pytest.raises(ConfigError, match=r"^data.validation='val' but .*/i has no val split: use"):
         build_data(cfg, model, seed=0, in_chans=3)
+
+
+def test_every_kind_of_data_spec_has_one_reader() -> None:
+    """The kinds the data-spec grammar names (``config.DataSource.kind``) are the kinds the
+    registry lists (data/sources/registry.py): a new kind is refused until a reader lists it."""
+    import typing
+
+    from vitkit.config.data import DataKind
+    from vitkit.data.sources.registry import KINDS
+
+    assert set(typing.get_args(DataKind)) == set(KINDS)

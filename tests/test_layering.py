@@ -44,8 +44,8 @@ PEERS = ("timm", "transformers", "jax", "flax")
 READERS = "vitkit.data.sources"
 ABOVE_READERS = {
     "vitkit.data",  # the public API re-exports the named datasets and readers (ImageFolderDataset)
-    "vitkit.data.run_data",  # a run's datasets: it builds the reader its data spec names
-    "vitkit.data.loader",  # it batches a reader's dataset (SyntheticImages) as it does a container
+    "vitkit.data.run_data",  # a run's datasets: it reads what its spec's kind lists (registry)
+    "vitkit.data.loader",  # it batches every split a run reads (contract.Images), a container too
     "vitkit.data.stream",  # it batches sources/parquet.py's stream, whose rows no container holds
 }
 DATA_TIERS: list[set[str]] = [{"container"}, {"readers"}, {"above readers"}]

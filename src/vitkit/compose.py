@@ -139,7 +139,7 @@ def check_data_exists(spec: str) -> None:
                 "'/', '.' or '~')"
             )
         return
-    if source.path is not None and not Path(source.path).is_dir():
+    if source.path is not None and not Path(source.path).expanduser().is_dir():
         what = "image folder" if source.kind == "folder" else f"{source.kind} folder"
         raise MissingFileError(f"data: {what} {source.path} not found (expected {DATA_SPECS})")
 
@@ -246,13 +246,7 @@ def compose(
     elif request.objective is not None:
         composed = composed.with_values({"train.objective": request.objective}, "--objective")
 
-    overrides = parse_set(RunConfig, sets)
-    if "data.dataset" in overrides:
-        overrides["data.dataset"] = normalise_data(overrides["data.dataset"])
-    if "train.fewshot_data" in overrides:
-        overrides["train.fewshot_data"] = tuple(
-            map(normalise_data, overrides["train.fewshot_data"])
-        )
+    overrides = parse_set(RunConfig, sets)  # a data spec as recorded (config.normalise_data)
     if finetuning:
         _check_finetune_keys(overrides, composed.run.model)
     fixed = set(overrides) | ({"model.in_chans"} if finetuning else set())  # the checkpoint's

@@ -47,7 +47,7 @@ def _compose(args: argparse.Namespace) -> tuple[Request, Composed]:
     """The run a command asks for; everything that needs no torch is checked before the
     checkpoint (fine-tuning) is read."""
     from ..compose import Request, check_data_exists, check_run_data_exists, compose
-    from ..config import RunConfig, normalise_data, parse_set
+    from ..config import RunConfig, parse_set
     from ..config.overrides import split_set
 
     request = Request(
@@ -63,7 +63,7 @@ def _compose(args: argparse.Namespace) -> tuple[Request, Composed]:
     else:  # the settings' types and the files first: reading the checkpoint imports torch
         parse_set(RunConfig, [s for s in request.sets if split_set(s)[0] not in ("model", "data")])
         if request.data is not None:
-            check_data_exists(normalise_data(request.data))
+            check_data_exists(request.data)
         from ..io.api import read
 
         pretrained, _, meta = read(request.init_from, num_heads=args.num_heads)

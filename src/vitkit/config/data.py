@@ -154,7 +154,7 @@ def normalise_data(spec: str) -> str:
     return dataclasses.replace(source, path=path).spec
 
 
-DataSpec = Annotated[str, Kind("data", refusal(data_source), DATA_SPECS)]
+DataSpec = Annotated[str, Kind("data", refusal(data_source), DATA_SPECS, entered=normalise_data)]
 
 
 AutoAugmentSpec = Annotated[

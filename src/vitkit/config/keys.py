@@ -82,12 +82,14 @@ def _num(x: float) -> str:
 class Kind:
     """A string with a syntax of its own (a duration, a data source): ``Annotated[str, Kind]``.
     ``why_not`` says what is wrong with a string (None: it is one); ``expected`` describes
-    them; ``why_not_new`` what a new run may not hold of a valid one (as ``Key.new_le``)."""
+    them; ``why_not_new`` what a new run may not hold of a valid one (as ``Key.new_le``);
+    ``entered`` a valid string given by ``--set`` as a run records it (None: as given)."""
 
     name: str
     why_not: Callable[[str], str | None]
     expected: str
     why_not_new: Callable[[str], str | None] | None = None
+    entered: Callable[[str], str] | None = None
 
 
 def refusal(parse: Callable[[str], object]) -> Callable[[str], str | None]:

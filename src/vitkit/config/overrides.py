@@ -18,6 +18,7 @@ from .keys import (
     NONE_WORDS,
     TRUE_WORDS,
     Key,
+    Kind,
     WrongTypeError,
     check_one,
     closest,
@@ -54,7 +55,7 @@ def _unquote(text: str) -> str:
 
 
 def _parse_one(hint: Any, text: str) -> Any:
-    base, _ = split_annotated(hint)
+    base, extras = split_annotated(hint)
     lower = text.lower()
     if base is type(None):
         if lower in NONE_WORDS:
@@ -102,7 +103,11 @@ def _parse_one(hint: Any, text: str) -> Any:
         except ValueError:
             raise WrongTypeError from None
     if base is str:
-        return _unquote(text)
+        word = _unquote(text)
+        kind = next((e for e in extras if isinstance(e, Kind)), None)
+        if kind is None or kind.entered is None or kind.why_not(word) is not None:
+            return word  # (a string its kind refuses is refused by ``check_one``)
+        return kind.entered(word)
     raise WrongTypeError  # a section: set its keys one by one
 
 

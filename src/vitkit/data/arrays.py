@@ -10,11 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 from torch import Tensor
 
 from ..errors import DataError
+from .contract import ReadAs
 
 
 def as_indices(indices: Tensor | Sequence[int], length: int) -> Tensor:
@@ -48,6 +50,8 @@ class ArrayDataset:
     ``images`` is uint8 (N, C, H, W), ``labels`` int64 (N,) with values in ``[0, len(classes))``.
     """
 
+    read_as: ClassVar[ReadAs] = "memory"
+    skipped: ClassVar[tuple[tuple[str, str], ...]] = ()  # nothing to verify
     images: Tensor
     labels: Tensor
     classes: list[str]
@@ -75,6 +79,10 @@ class ArrayDataset:
 
     def __len__(self) -> int:
         return self.images.shape[0]
+
+    @property
+    def channels(self) -> int:
+        return self.images.shape[1]
 
     def __getitem__(self, index: int) -> tuple[Tensor, int]:
         """One example: a uint8 image (C, H, W) and its label."""

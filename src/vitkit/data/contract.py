@@ -1,15 +1,17 @@
 """What every source of images (a folder, tar shards, a Hugging Face table) gives the one image
 container (``decoded.DecodedImages``): its images numbered 0..n-1 (records), each one's label,
 name (for messages), key (its own name in the source) and encoded bytes, and the state it is
-in, which the verification cache keys on."""
+in, which the verification cache keys on. And what every split gives the run that reads it
+(``Images``), whatever holds it: the container, images in memory or made when read, a stream."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Literal, Protocol
 
 import numpy as np
+from torch import Tensor
 
 
 @dataclass(frozen=True)
@@ -63,3 +65,31 @@ class ImageSource(Protocol):
     def state(self) -> SourceState | None:
         """What the verification cache keys on (None: not cached)."""
         ...
+
+
+# How a split's images are read: "memory", held as uint8 ``images`` (n, C, H, W), a batch gathered
+# at once (arrays.ArrayDataset); "decoded" from their encoded bytes when read, so an inception crop
+# is drawn before decoding (decoded.DecodedImages.inception_crop); "made" when read (synthetic);
+# "stream", in the stream's own order, row group by row group (stream.StreamBatches): no index.
+ReadAs = Literal["memory", "decoded", "made", "stream"]
+
+
+class Images(Protocol):
+    """A split as a run reads it: ``len()`` images of ``classes`` with ``channels`` channels,
+    ``split[i]`` image i (uint8 (C, H, W)) and its label, ``labels`` all of them (int64 (n,)),
+    ``skipped`` (name, why) of each image verification dropped; a stream raises a ``DataError``
+    for ``split[i]``, ``labels`` and ``in_class_order`` (the same split, classes reordered)."""
+
+    classes: list[str]
+
+    @property
+    def read_as(self) -> ReadAs: ...
+    @property
+    def channels(self) -> int: ...
+    @property
+    def skipped(self) -> Sequence[tuple[str, str]]: ...
+    @property
+    def labels(self) -> Tensor: ...
+    def __len__(self) -> int: ...
+    def __getitem__(self, index: int) -> tuple[Tensor, int]: ...
+    def in_class_order(self, order: Sequence[str]) -> Images: ...

@@ -35,7 +35,7 @@ from ..errors import ConfigError, DataError
 from .arrays import as_indices, renumbering
 from .bounds import MAX_IMAGE_BYTES
 from .codec import DECODE_ERRORS, MAX_IMAGE_PIXELS, decode, decode_crop
-from .contract import ImageSource, SourceState
+from .contract import ImageSource, ReadAs, SourceState
 from .transforms import INCEPTION_AREA, INCEPTION_RATIO, channels_of, check_mode
 from .verify import LEVELS, Findings, Level, verify_source
 
@@ -177,6 +177,8 @@ class DecodedImages:
     ``verified_from`` is the cache entry used (read or written), None without one, and
     ``verified_cached`` whether it was read rather than computed. ``rows`` maps this dataset's
     indices to the source's records, so ``subset`` is a view that shares the source."""
+
+    read_as: ReadAs = "decoded"
 
     def __init__(self, source: ImageSource, options: ReadOptions) -> None:
         labels = torch.as_tensor(np.asarray(source.labels, dtype=np.int64))  # (n,)

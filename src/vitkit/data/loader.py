@@ -29,7 +29,7 @@ import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from typing import Any, TypeAlias
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -41,13 +41,9 @@ from ..config.augment import AutoAugment, parse_auto_augment
 from ..errors import ConfigError, DataError
 from . import autoaugment, transforms
 from .arrays import ArrayDataset
+from .contract import Images, ReadAs
 from .decoded import DecodedImages
-from .sources.synthetic import SyntheticImages
 from .transforms import inception_crop, random_crop_flip, resize, to_float
-
-# What ``Batches`` reads: images held in memory, or read by index (decoded, or synthetic images
-# made when read); a stream has its own batches, ``stream.StreamBatches``.
-Indexed: TypeAlias = ArrayDataset | DecodedImages | SyntheticImages
 
 # Stream names, so the permutation and the augmentation of one epoch never share random numbers.
 _ORDER, _BATCH, _SAMPLE, _LOADER, _COPY = 0, 1, 2, 3, 4
@@ -125,7 +121,7 @@ class _Transformed(Dataset):
 
     def __init__(
         self,
-        dataset: Indexed,
+        dataset: Images,
         seed: int,
         image_size: int | tuple[int, int],
         augment: Augment | None,
@@ -158,10 +154,16 @@ class _Transformed(Dataset):
         augment = self.augment
         if augment is None or not augment.inception_crop:
             return None
-        if not isinstance(self.dataset, DecodedImages):  # decoded whole, then cropped
+        if read_as(self.dataset) != "decoded":  # made whole, then cropped
             return None
-        image, label = self.dataset.inception_crop(index, self.image_size, generator=g)
+        decoded = cast(DecodedImages, self.dataset)
+        image, label = decoded.inception_crop(index, self.image_size, generator=g)
         return augment.after_crop(image[None], g)[0], label  # (C, S_h, S_w) uint8
+
+
+def read_as(dataset: Images) -> ReadAs:
+    """``dataset.read_as``; a dataset of ``len`` and indexing alone (torch's) is read by index."""
+    return getattr(dataset, "read_as", "made")
 
 
 def _collate(items: list[tuple[Tensor, int]]) -> tuple[Tensor, Tensor]:
@@ -397,9 +399,10 @@ class Batches:
     (``to_input`` scales them on the device). ``steps_per_epoch`` counts whole batches.
     """
 
-    def __init__(self, dataset: Indexed, options: BatchOptions) -> None:
+    def __init__(self, dataset: Images, options: BatchOptions) -> None:
         self.dataset = dataset
-        self._take(options, len(dataset), type(dataset).__name__, isinstance(dataset, ArrayDataset))
+        in_memory = read_as(dataset) == "memory"
+        self._take(options, len(dataset), type(dataset).__name__, in_memory)
 
     def _take(self, options: BatchOptions, n: int, kind: str, in_memory: bool) -> None:
         """Batch ``n`` examples of a ``kind`` (its class, for messages) as ``options`` say, in
@@ -535,8 +538,7 @@ class Batches:
         part = self._part(len(indices))
         if self.augment is None:  # no draws: gather this process's part only
             indices = indices[part]
-        arrays = self.dataset
-        assert isinstance(arrays, ArrayDataset)  # the in-memory path
+        arrays = cast(ArrayDataset, self.dataset)  # the in-memory path
         images = arrays.images.index_select(0, indices)  # (B, C, H, W) uint8
         labels = arrays.labels.index_select(0, indices)  # (B,)
         if self.augment is not None:  # draws for the whole batch, then this process's part

@@ -15,39 +15,21 @@ has; a stream cannot be held out of, so it validates on its val split, else its 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TypeAlias, cast
-
-import torch
+from typing import cast
 
 from ..compat import VAL_OR_TEST
-from ..config import DataConfig, DataSource, ModelConfig, RunConfig
+from ..config import DataConfig, ModelConfig, RunConfig, normalise_data
 from ..errors import ConfigError, DataError
-from .arrays import ArrayDataset
-from .decoded import DecodedImages, Reading
-from .loader import Batches, BatchOptions
+from .contract import Images
+from .listing import Listing
+from .loader import Batches, BatchOptions, read_as
 from .sources.cells import by_number_note
-from .sources.cifar import cifar
-from .sources.fashion_mnist import fashion_mnist
-from .sources.folder import ImageFolderDataset, folder_layout
-from .sources.hf import open_hf
-from .sources.lists import STAGES, ListImages
 from .sources.parquet import ParquetStream
-from .sources.shards import WebDatasetShards, shard_layout
-from .sources.synthetic import SyntheticImages, synthetic_images
+from .sources.registry import listing
 from .splits import balanced_subset, split_holdout, subset
 from .stream import StreamBatches
-from .survey import shorter_sides
-from .transforms import mode_of
-from .verify import Level
-
-# A split of a folder, of tar shards or of a Hugging Face dataset, as read: images read by index
-# (decoded when read), or a stream.
-SplitImages: TypeAlias = DecodedImages | ParquetStream
-# Any split a run reads: those, images held in memory (named datasets, synthetic images), or
-# synthetic images made when read (too many to hold).
-Images: TypeAlias = ArrayDataset | SyntheticImages | SplitImages
 
 
 @dataclass
@@ -71,155 +53,30 @@ class RunData:
     def in_class_order(self, order: list[str], why: str) -> RunData:
         """The same datasets with their classes in the order ``order`` (the same names), said
         in the notes with ``why`` (who records that order: "the checkpoint records")."""
-        moved: dict[int, Images] = {}  # one view per dataset: val may be test
-
-        def view(dataset: Images) -> Images:
-            if id(dataset) not in moved:
-                moved[id(dataset)] = _in_order(dataset, order)
-            return moved[id(dataset)]
-
+        datasets = [d for d in (self.train, self.val, self.test) if d is not None]
+        moved = {id(d): d.in_class_order(order) for d in datasets}  # val may be test: one view
         return dataclasses.replace(
             self,
-            train=view(self.train),
-            val=view(self.val),
-            test=None if self.test is None else view(self.test),
+            train=moved[id(self.train)],
+            val=moved[id(self.val)],
+            test=None if self.test is None else moved[id(self.test)],
             classes=list(order),
             notes=_reordered_notes(self.notes, self.classes, order, why),
         )
-
-
-def _named(source: DataSource, split: str) -> ArrayDataset:
-    if source.kind == "fashion_mnist":
-        return fashion_mnist(split, source.path)
-    assert source.kind in ("cifar10", "cifar100")
-    return cifar(split, source.path, num_classes=int(source.kind[5:]))
-
-
-def _synthetic(
-    model: ModelConfig, channels: int, seed: int
-) -> tuple[ArrayDataset | SyntheticImages, ArrayDataset | SyntheticImages]:
-    """One draw, so both splits share the class patterns: 32 + 8 per class."""
-    data = synthetic_images(
-        num_classes=model.num_classes,
-        per_class=40,
-        image_size=model.image_size,
-        channels=channels,
-        seed=seed,
-    )
-    cut = 32 * model.num_classes  # labels cycle through the classes: every prefix is balanced
-    return data.subset(torch.arange(cut)), data.subset(torch.arange(cut, len(data)))
 
 
 def _count(n: int, what: str = "image") -> str:
     return f"{n:,} {what}{'' if n == 1 else 's'}"
 
 
-# The kinds of data that come in splits (train, val, test) read the same way.
-SPLIT_KINDS = ("folder", "wds", "hf", "vtab", "vtab800")
-
-
-@dataclass
-class _Splits:
-    """The splits of a folder, of tar shards or of a Hugging Face dataset, read on demand."""
-
-    root: str  # the data, as messages name it
-    names: tuple[str, ...]  # of train, val and test, in that order
-    named: bool  # False: one set of images (a single tree, unnamed shards), called train
-    read: Callable[[str, str | None, bool], SplitImages]  # (split, mode, verify) -> its images
-    label: Callable[[str], str]  # a split as the run names it: "val/", "val shards"
-    notes: list[str] = field(default_factory=list)  # what to say of its classes' order
-
-
-def _splits_of(cfg: DataConfig) -> _Splits:
-    """What ``cfg``'s folder, shards or Hugging Face dataset holds (listed, not yet read)."""
-    source = cfg.source
-    assert source.kind in SPLIT_KINDS and source.path is not None
-
-    def level(verify: bool) -> Level:
-        return cfg.verify if verify else "none"
-
-    def reading(mode: str | None, verify: bool) -> Reading:
-        return {
-            "mode": mode,
-            "verify": level(verify),
-            "max_bad_fraction": cfg.max_bad_fraction,
-            "max_image_bytes": cfg.max_image_bytes,
-            "max_image_pixels": cfg.max_image_pixels,
-        }
-
-    if source.kind == "folder":
-        layout = folder_layout(source.path)
-        tree = layout.kind == "tree"
-
-        def folder(split: str, mode: str | None, verify: bool) -> ImageFolderDataset:
-            name = None if tree else split
-            return ImageFolderDataset(layout.root, name, **reading(mode, verify))
-
-        names = ("train",) if tree else tuple(str(s) for s in layout.splits)
-        notes = _notes(by_number_note(list(layout.classes)))
-        return _Splits(str(layout.root), names, not tree, folder, lambda s: f"{s}/", notes)
-    if source.kind in STAGES:  # a VTAB-1k task's lists, as its stage reads them (sources/lists.py)
-        stage, task_dir = STAGES[source.kind], source.path
-
-        def listed(split: str, mode: str | None, verify: bool) -> ListImages:
-            return ListImages(
-                task_dir, stage[split], image_paths=cfg.image_paths, **reading(mode, verify)
-            )
-
-        return _Splits(task_dir, tuple(stage), True, listed, lambda split: f"{stage[split]}.txt")
-    if source.kind == "wds":
-        shards = shard_layout(source.path)
-
-        def tars(split: str, mode: str | None, verify: bool) -> WebDatasetShards:
-            return WebDatasetShards(shards.root, split, **reading(mode, verify))
-
-        names = tuple(shards.splits)
-        return _Splits(str(shards.root), names, shards.named, tars, lambda s: f"{s} shards")
-    hf = open_hf(cfg)
-
-    def rows(split: str, mode: str | None, verify: bool) -> SplitImages:
-        # the cells' bounds are the source's (open_hf)
-        dataset = hf.dataset(
-            split, mode=mode, verify=level(verify), max_bad_fraction=cfg.max_bad_fraction
-        )
-        if isinstance(dataset, ParquetStream):
-            dataset.shuffle_buffer = cfg.shuffle_buffer
-        return dataset
-
-    named = hf.label_names is not None  # classes named by a label column of text
-    notes = _notes(by_number_note(hf.classes)) if named else []
-    return _Splits(hf.spec, hf.splits, hf.named, rows, lambda s: f"{s} split", notes)
-
-
-def _notes(note: str | None) -> list[str]:
-    return [] if note is None else [note]
-
-
-def _sizes(train: DecodedImages, model: ModelConfig, seed: int) -> list[str]:
-    """What the run says of its training images' size: their median shorter side, from the
-    headers of at most ``survey.SAMPLE`` of them, and a hint when the model sees under a quarter
-    of it."""
-    sides = shorter_sides(train, seed=seed)
-    if sides is None:
-        return []
-    of = "all" if sides.sampled == len(train) else "seeded"
-    line = (
-        f"images: median shorter side {sides.median:,} px (the headers of {of} "
-        f"{sides.sampled:,} training images, upright)"
-    )
-    hint = sides.hint(model.image_hw)
-    return [line] if hint is None else [line, hint]
-
-
-def _channels_reason(dataset: SplitImages) -> str:
-    """Why a split has the channels it has, for the run's statement."""
-    if isinstance(dataset, ParquetStream):
-        return f"{dataset.channels} channels: a stream is read as RGB unless model.in_chans=1"
-    return str(dataset.channels_reason)
-
-
-# The channels of the datasets known by name.
-NAMED_CHANNELS = {"fashion_mnist": 1, "cifar10": 3, "cifar100": 3}
+def validation_split(cfg: DataConfig, found: Listing) -> str:
+    """The split that chooses the best weights of a run on ``found`` (``cfg``'s data): ``val``,
+    ``test`` or ``holdout`` (of train), as ``data.validation`` says (the module docstring)."""
+    if cfg.validation == "auto" and "val" not in found.names:
+        return "test" if cfg.streaming else found.auto  # a stream cannot be held out of
+    if cfg.validation in ("auto", VAL_OR_TEST):
+        return "val" if "val" in found.names else "test"
+    return cfg.validation
 
 
 def build_data(
@@ -237,82 +94,33 @@ def build_data(
     recorded, when the data's own order now differs (a folder of numbered classes, in order by
     name before vitkit ordered it by number): the splits are put in it before a holdout or a
     subset is drawn, so the run sees the images and the holdout it saw."""
-    source = cfg.source
-    if in_chans is not None and in_chans not in (1, 3) and source.kind != "synthetic":
-        raise ConfigError(
-            f"model.in_chans={in_chans}: images have 1 channel (greyscale) or 3 (RGB)"
-        )
-    notes: list[str] = []
-    skipped: list[tuple[str, str]] = []
-    splits: dict[str, Images]
-    if source.kind == "synthetic":
-        channels = model.in_chans if in_chans is None else in_chans
-        made_train, made_test = _synthetic(model, channels, seed)
-        splits = {"train": made_train, "test": made_test}
-        named = {"test": f"synthetic test ({_count(len(made_test))})"}
-    elif source.kind in SPLIT_KINDS:
-        found = _splits_of(cfg)
-        mode = None if in_chans is None else mode_of(in_chans)
-        if mode is None and cfg.verify == "none" and not cfg.streaming:  # a stream reads RGB
-            raise ConfigError(
-                "data.verify=none opens no image before training, so it cannot decide the "
-                "channels: set model.in_chans=3 (or 1), or data.verify=header"
-            )
-        first = found.read("train", mode, True)
-        read: dict[str, SplitImages] = {"train": first}
-        for name in found.names[1:]:  # val and test, as the training split's channels
-            read[name] = found.read(name, first.mode, True)
-        channels = first.channels
-        notes += found.notes
-        if in_chans is None:
-            notes.append(_channels_reason(first))
-        if isinstance(first, DecodedImages):  # a stream is not read ahead
-            notes += _sizes(first, model, seed)
-        for dataset in read.values():
-            skipped += dataset.skipped
-        if class_order is not None and another_order(list(class_order), first.classes):
-            notes = _reordered_notes(notes, first.classes, list(class_order), RESUMED)
-            read = {k: cast(SplitImages, _in_order(v, list(class_order))) for k, v in read.items()}
-        splits = dict(read)
-        named = {
-            k: f"{found.label(k)} ({_count(len(v))})" for k, v in splits.items() if k != "train"
-        }
-    else:
-        native = NAMED_CHANNELS[source.kind]
-        channels = native if in_chans is None else in_chans
-        splits = {k: _named(source, k).with_channels(channels) for k in ("train", "test")}
-        named = {"test": f"{source.kind} test ({_count(len(splits['test']))})"}
-        if channels != native:
-            kind = "repeated into R, G and B" if native == 1 else "made grey (PIL's luma)"
-            notes.append(f"{channels} channels: {source.kind}'s images {kind}, as the model takes")
-    train = splits["train"]
-    classes = list(train.classes)
-    test = splits.get("test")
-
-    # the split that chooses the best weights (see the module docstring)
-    use: str = cfg.validation
-    if use == "auto" and source.kind in SPLIT_KINDS:  # a VTAB-1k sweep's val200 is its val
-        use = "val" if "val" in splits else "test" if cfg.streaming else "holdout"
-    elif use == "auto":
-        use = "test"
-    elif use == VAL_OR_TEST:
-        use = "val" if "val" in splits else "test"
+    found = listing(cfg, model, seed=seed)
+    first = found.read("train", in_chans, True)
+    splits = {"train": first}
+    for name in found.names[1:]:  # val and test, with the training split's channels
+        splits[name] = found.read(name, first.channels, True)
+    notes = [*found.notes, *found.stated(first, model, seed, in_chans is None)]
+    skipped = [bad for dataset in splits.values() for bad in dataset.skipped]
+    if class_order is not None and another_order(list(class_order), first.classes):
+        notes = _reordered_notes(notes, first.classes, list(class_order), RESUMED)
+        splits = {k: v.in_class_order(list(class_order)) for k, v in splits.items()}
+    named = {k: f"{found.label(k)} ({_count(len(v))})" for k, v in splits.items()}
+    train, test = splits["train"], splits.get("test")
+    use, spec = validation_split(cfg, found), cfg.source.spec
     if use == "val" and "val" not in splits:
         raise ConfigError(
-            f"data.validation='val' but {source.spec} has no val split: use 'auto', 'holdout' "
-            "or 'test'"
+            f"data.validation='val' but {spec} has no val split: use 'auto', 'holdout' or 'test'"
         )
     if cfg.streaming and (use == "holdout" or (test is None and use == "test")):
         raise ConfigError(
-            f"data.validation={cfg.validation!r} but {source.spec} is streamed and has no "
+            f"data.validation={cfg.validation!r} but {spec} is streamed and has no "
             f"{'val or test' if use == 'test' else 'val'} split to validate on (a stream cannot be "
             "held out of): give it a validation split, or set data.streaming=False"
         )
     if use == "test" and test is None:
-        where = {"folder": "test/", "wds": "test shards"}.get(source.kind, "a test split")
         raise ConfigError(
-            f"data.validation={cfg.validation!r} but {source.spec} has no test split ({where}): "
-            "use 'auto' or 'holdout'"
+            f"data.validation={cfg.validation!r} but {spec} has no test split "
+            f"({found.label('test')}): use 'auto' or 'holdout'"
         )
     if use == "holdout":
         kept, held = split_holdout(train, cfg.holdout, seed)
@@ -329,8 +137,8 @@ def build_data(
         train=train,
         val=val,
         test=test,
-        classes=classes,
-        channels=channels,
+        classes=list(splits["train"].classes),
+        channels=first.channels,
         val_name=val_name,
         test_name=named.get("test"),
         notes=notes,
@@ -338,51 +146,12 @@ def build_data(
     )
 
 
-def split_names(cfg: DataConfig) -> tuple[str, ...]:
-    """The splits ``cfg``'s data has (``train``, ``val``, ``test``, as named), listed, not read:
-    a folder's split folders, shards' or a Hugging Face dataset's splits (one set of images is
-    ``train``); a named or synthetic dataset's train and test."""
-    if cfg.source.kind in SPLIT_KINDS:
-        return _splits_of(cfg).names
-    return ("train", "test")
-
-
-# Training images and classes of the datasets known by name, as their releases publish them.
-NAMED_SIZES = {"fashion_mnist": (60_000, 10), "cifar10": (50_000, 10), "cifar100": (50_000, 100)}
-
-
 def peek_data(cfg: DataConfig, model: ModelConfig) -> tuple[int, int, str]:
-    """(classes, training images, what they are) of ``cfg``'s data without decoding an image: a
-    folder's or shards' listing (before verification drops unreadable images), a Hugging Face
-    dataset's rows, a named dataset's published size, the synthetic set's; the holdout a run
-    would take out of train is taken out."""
-    source = cfg.source
-    if source.kind in ("wds", "hf", *STAGES):
-        found = _splits_of(cfg)
-        listed = found.read("train", "RGB", False)
-        train, classes = len(listed), len(listed.classes)
-        holdout = cfg.validation == "holdout" or (
-            cfg.validation == "auto"
-            and "val" not in found.names
-            and not cfg.streaming
-            and source.kind not in STAGES
-        )
-        what = "listed, before verification"
-    elif source.kind == "folder":
-        assert source.path is not None
-        layout = folder_layout(source.path)
-        train = layout.counts.get("train", layout.counts.get(None, 0))
-        classes = len(layout.classes)
-        holdout = cfg.validation == "holdout" or (
-            cfg.validation == "auto" and "val" not in layout.splits
-        )  # (val, test and VAL_OR_TEST never hold out)
-        what = "listed, before verification"
-    elif source.kind == "synthetic":
-        train, classes, holdout, what = 32 * model.num_classes, model.num_classes, False, "made"
-    else:
-        train, classes = NAMED_SIZES[source.kind]
-        holdout, what = cfg.validation == "holdout", "published"
-    if holdout:  # about: the run rounds the held-out part of each class
+    """(classes, training images, how they were counted) of ``cfg``'s data, no image decoded
+    (``Listing.peek``), less the holdout a run would take out of train."""
+    found = listing(cfg, model)
+    classes, train, what = found.peek()
+    if validation_split(cfg, found) == "holdout":  # about: the run rounds each class's part
         train -= round(cfg.holdout * train)
     return classes, train, what
 
@@ -390,19 +159,9 @@ def peek_data(cfg: DataConfig, model: ModelConfig) -> tuple[int, int, str]:
 def batches_of(dataset: Images, options: BatchOptions) -> Batches:
     """``dataset``'s batches as ``options`` say: ``Batches``, or for a stream ``StreamBatches``
     (the same options and contract, the stream read in its own order: data/stream.py)."""
-    if isinstance(dataset, ParquetStream):
-        return StreamBatches(dataset, options)
+    if read_as(dataset) == "stream":
+        return StreamBatches(cast(ParquetStream, dataset), options)
     return Batches(dataset, options)
-
-
-def _in_order(dataset: Images, order: list[str]) -> Images:
-    """``dataset`` with its classes in the order ``order``: its own view (``in_class_order``)."""
-    if isinstance(dataset, ParquetStream):
-        raise DataError(
-            f"{dataset.name} is streamed, and its classes cannot be put in the order "
-            f"{order[:3]}...: expected data.streaming=False"
-        )
-    return dataset.in_class_order(order)
 
 
 RESUMED = "the resumed checkpoint records"  # why a resumed run's classes are in their order
@@ -440,9 +199,9 @@ class Split:
         the notes with ``why`` (who records that order: "the checkpoint records")."""
         return dataclasses.replace(
             self,
-            dataset=_in_order(self.dataset, order),
+            dataset=self.dataset.in_class_order(order),
             classes=list(order),
-            train=None if self.train is None else _in_order(self.train, order),
+            train=None if self.train is None else self.train.in_class_order(order),
             notes=_reordered_notes(self.notes, self.classes, order, why),
         )
 
@@ -450,20 +209,14 @@ class Split:
 def evaluation_split(
     spec: str | None, trained: RunConfig | None, model: ModelConfig, *, source: str
 ) -> Split:
-    """What ``vitkit eval`` (fewshot, inspect) evaluates ``model`` on: the data ``spec`` names,
-    else the data the checkpoint's run trained on (``trained``: the run its metadata records;
-    ``source``: its path, for messages). Of a run's data, its test split (else its validation split: the same
-    holdout it validated on); of a folder given as ``spec``, its test/ split (else val/), or the
-    folder itself when it holds class folders (``DIR/val`` given directly); of shards or a
-    Hugging Face dataset, the same (unnamed shards, or one ``Dataset``, are evaluated whole); of
-    a named dataset, its test split. Images are read with the model's channels, and a Hugging
-    Face dataset's columns are the checkpoint's run's (``data.image_column``, ``label_column``).
-    Only the split evaluated is verified, and the training split listed (few-shot; none for a
-    stream), unless a holdout must be made again. The split's notes say when its classes are in
-    order by number (``cells.by_number_note``); the caller puts it in a checkpoint's recorded
-    order (``Split.in_class_order``)."""
-    from ..config import normalise_data
-
+    """What ``vitkit eval`` (fewshot, inspect) evaluates ``model`` on, with its channels: the
+    data ``spec`` names (with the columns of the checkpoint's run, ``trained``), else the data
+    that run trained on (``source``: the checkpoint, for messages). Of a run's data, its test
+    split, else the split (or the holdout) it validated on; of data given, its test split, else
+    val, or the images themselves when they are one set (``DIR/val``, unnamed shards). Only the
+    split evaluated is verified; the training split (for few-shot; none for a stream) is listed.
+    The notes say when the classes are in order by number; the caller puts the split in a
+    checkpoint's recorded order (``Split.in_class_order``)."""
     recorded = spec is None
     if recorded:
         if trained is None:
@@ -479,46 +232,34 @@ def evaluation_split(
             cfg = dataclasses.replace(
                 cfg, image_column=trained.data.image_column, label_column=trained.data.label_column
             )
-    mode = mode_of(model.in_chans)
-    notes: list[str] = []  # what to say of the classes' order
-    if cfg.source.kind in SPLIT_KINDS:
-        found = _splits_of(cfg)
-        notes = found.notes
-        folder = cfg.source.kind == "folder"
-        if not recorded and not found.named:  # one set of images given directly: the split
-            dataset = found.read("train", mode, True)
-            name = f"{found.root} ({_count(len(dataset))})"
-            return Split(dataset, list(dataset.classes), name, notes=notes)
-        splits = found.names
-        if recorded:  # test, else the split the run validated on unless it was a holdout
-            held = cfg.validation == "holdout" or (
-                cfg.validation == "auto" and "val" not in splits and not cfg.streaming
+    found, channels = listing(cfg, model, seed=seed), model.in_chans
+    if not recorded and not found.named:  # one set of images given directly: the split
+        dataset = found.read("train", channels, True)
+        name = f"{found.root} ({_count(len(dataset))})"
+        return Split(dataset, list(dataset.classes), name, notes=found.notes)
+    names = found.names
+    if recorded:  # test, else the split the run validated on unless it was a holdout
+        held = validation_split(cfg, found) == "holdout"
+        which = "test" if "test" in names else None if held or "val" not in names else "val"
+    else:
+        which = next((s for s in ("test", "val") if s in names), None)
+        if which is None:
+            hint = f" (--data {found.train_spec} evaluates the training images)"
+            raise DataError(
+                f"{found.root} has only {found.label('train')}: give the data to evaluate"
+                + (hint if found.train_spec else "")
             )
-            which = (
-                "test" if "test" in splits else None if held else "val" if "val" in splits else None
-            )
-        else:
-            which = next((s for s in ("test", "val") if s in splits), None)
-            if which is None:
-                only = {"folder": "a train/ split", "wds": "train shards"}
-                hint = f" (--data {found.root}/train evaluates the training images)"
-                raise DataError(
-                    f"{found.root} has only {only.get(cfg.source.kind, 'a train split')}: give "
-                    f"the {'folder' if folder else 'data'} to evaluate" + (hint if folder else "")
-                )
-        if which is not None:
-            dataset = found.read(which, mode, True)
-            # the training images few-shot draws from: none where the data has no train split
-            # (a benchmark's test shards) or no random access (a stream)
-            train = found.read("train", mode, False) if "train" in splits else None
-            name = f"{found.root}: {found.label(which)} ({_count(len(dataset))})"
-            if recorded:
-                name += " (the checkpoint's data)"
-            train_images = None if isinstance(train, ParquetStream) else train
-            return Split(dataset, list(dataset.classes), name, train_images, notes=notes)
-    data = build_data(cfg, model, seed=seed, in_chans=model.in_chans)
-    evaluated, named = (
-        (data.test, data.test_name) if data.test is not None else (data.val, data.val_name)
-    )
-    described = f"{cfg.dataset}: {named}" + (" (the checkpoint's data)" if recorded else "")
-    return Split(evaluated, data.classes, described, data.train, notes=notes)
+    if which is None:  # the holdout the run validated on, drawn again
+        data = build_data(cfg, model, seed=seed, in_chans=channels)
+        name = f"{cfg.dataset}: {data.val_name} (the checkpoint's data)"
+        return Split(data.val, data.classes, name, data.train, notes=found.notes)
+    dataset = found.read(which, channels, True)
+    # the training images few-shot draws from: none where the data has no train split (a
+    # benchmark's test shards) or no random access (a stream)
+    train = found.read("train", channels, False) if "train" in names else None
+    name = f"{found.root}: {found.label(which)} ({_count(len(dataset))})"
+    if recorded:
+        name += " (the checkpoint's data)"
+    if train is not None and train.read_as == "stream":
+        train = None
+    return Split(dataset, list(dataset.classes), name, train, notes=found.notes)

@@ -188,9 +188,9 @@ def run_sets(settings: dict[str, Any], options: Options, lr: float, validation: 
 
 def _final_validation(spec: str) -> str:
     """What the final run evaluates: the test split, else the val split."""
-    from ..data.run_data import split_names
+    from ..data.sources.registry import listing
 
-    names = split_names(DataConfig(dataset=spec))
+    names = listing(DataConfig(dataset=spec)).names
     if "test" in names:
         return "test"
     if "val" in names:

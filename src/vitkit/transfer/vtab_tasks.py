@@ -19,8 +19,9 @@ import torch
 from ..compose import check_data_exists
 from ..config import DataConfig, ModelConfig, data_source, normalise_data
 from ..data.decoded import DecodedImages
-from ..data.run_data import RunData, build_data, split_names
+from ..data.run_data import RunData, build_data
 from ..data.sources.lists import STAGES, present
+from ..data.sources.registry import listing
 from ..data.splits import subset
 from ..errors import ConfigError, DataError
 
@@ -157,8 +158,8 @@ def find_tasks(
         if not sep or not spec:
             raise ConfigError(f"--task {item!r}: expected TASK=SPEC, e.g. cifar100=hf:cifar100")
         task = find_task(name)
-        check_data_exists(normalise_data(spec))
         specs[task.name] = normalise_data(spec)
+        check_data_exists(specs[task.name])
     wanted = None if only is None else {find_task(name).name for name in only}
     found = [TaskData(t, specs[t.name]) for t in TASKS if t.name in specs]
     if wanted is not None:
@@ -261,7 +262,7 @@ def _staged(
             "a stream cannot give: set data.streaming=False"
         )
     # all of train to draw from (never a holdout), and test, else val, to evaluate once
-    names = split_names(dataclasses.replace(cfg, dataset=data.spec))
+    names = listing(dataclasses.replace(cfg, dataset=data.spec)).names
     if "test" not in names and "val" not in names:
         raise DataError(f"{data.spec} has no test or val split: VTAB-1k evaluates its test split")
     whole = dataclasses.replace(

@@ -16,8 +16,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ...config import DataConfig, ModelConfig
 from ...errors import ConfigError, DataError, MissingFileError
 from ..arrays import ArrayDataset
+from ..listing import Listing, held
 from .paths import find_files, search_dirs
 
 _PIXELS = 3 * 32 * 32
@@ -99,3 +101,11 @@ def cifar(
     return ArrayDataset(
         images=torch.from_numpy(images), labels=torch.from_numpy(labels).long(), classes=classes
     )
+
+
+def listing(cfg: DataConfig, model: ModelConfig | None, seed: int) -> Listing:
+    """``cifar10[:DIR]`` or ``cifar100[:DIR]``: colour, 50,000 training images."""
+    classes = int(cfg.source.kind[5:])
+    path = cfg.source.path
+    size = (50_000, classes)
+    return held(cfg, lambda split: cifar(split, path, num_classes=classes), channels=3, size=size)

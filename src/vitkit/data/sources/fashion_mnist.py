@@ -18,8 +18,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ...config import DataConfig, ModelConfig
 from ...errors import ConfigError, DataError, MissingFileError
 from ..arrays import ArrayDataset
+from ..listing import Listing, held
 from .paths import find_files, search_dirs
 
 SYSTEM_DIR = Path("/usr/share/datasets/fashion-mnist")
@@ -133,4 +135,11 @@ def fashion_mnist(split: str, data_dir: str | os.PathLike | None = None) -> Arra
         images=torch.from_numpy(images).unsqueeze(1),  # (N, 1, 28, 28)
         labels=torch.from_numpy(labels).long(),
         classes=list(CLASSES),
+    )
+
+
+def listing(cfg: DataConfig, model: ModelConfig | None, seed: int) -> Listing:
+    """``fashion_mnist[:DIR]``: grey, 60,000 training images of 10 classes."""
+    return held(
+        cfg, lambda split: fashion_mnist(split, cfg.source.path), channels=1, size=(60_000, 10)
     )

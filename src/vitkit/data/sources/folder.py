@@ -27,12 +27,14 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 import torch
 
+from ...config import DataConfig, ModelConfig
 from ...errors import DataError, MissingFileError
 from ..bounds import MAX_IMAGE_BYTES, read_image_file
 from ..contract import SourceState
 from ..decoded import DecodedImages, Reading, ReadOptions
+from ..listing import LISTED, Listing, reading_of
 from ..verify import listing_key
-from .cells import class_order
+from .cells import by_number_note, class_order
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -269,6 +271,26 @@ def folder_layout(root: str | os.PathLike) -> FolderLayout:
         classes=tuple(classes),
         counts=MappingProxyType(counts),
     )
+
+
+def listing(cfg: DataConfig, model: ModelConfig | None, seed: int) -> Listing:
+    """``DIR``: its split folders, or one tree (a split's folder given directly) called train."""
+    assert cfg.source.path is not None
+    layout = folder_layout(cfg.source.path)
+    tree = layout.kind == "tree"
+
+    def read(split: str, channels: int | None, verify: bool) -> ImageFolderDataset:
+        how = reading_of(cfg, channels, verify)
+        return ImageFolderDataset(layout.root, None if tree else split, **how)
+
+    def sizes() -> tuple[int, int, str]:  # the listing's counts: no second walk
+        return len(layout.classes), layout.counts.get("train", layout.counts.get(None, 0)), LISTED
+
+    names = ("train",) if tree else tuple(str(s) for s in layout.splits)
+    found = Listing(str(layout.root), names, read, "{}/".format, not tree, sizes=sizes)
+    found.notes = [n for n in [by_number_note(list(layout.classes))] if n]
+    found.train_spec = None if tree else f"{layout.root}/train"
+    return found
 
 
 class FolderSource:

@@ -31,14 +31,15 @@ from typing import Any
 
 import numpy as np
 
-from ...config import DataConfig, hf_is_local
+from ...config import DataConfig, ModelConfig, hf_is_local
 from ...errors import ConfigError, DataError, MissingExtraError, MissingFileError, VitkitError
 from ..bounds import long_class_name
 from ..codec import MAX_IMAGE_PIXELS
-from ..contract import SourceState
+from ..contract import Images, SourceState
 from ..decoded import MAX_BAD_FRACTION, DecodedImages, ReadOptions
+from ..listing import Listing, reading_of
 from ..verify import Level
-from .cells import CellReader, check_labels, class_order
+from .cells import CellReader, by_number_note, check_labels, class_order
 
 # The dataset's split names that are vitkit's train, val and test.
 HF_SPLITS = {
@@ -306,6 +307,33 @@ def open_hf(cfg: DataConfig) -> HFSource:
         cells=cells,
         max_pixels=cfg.max_image_pixels,
     )
+
+
+def listing(cfg: DataConfig, model: ModelConfig | None, seed: int) -> Listing:
+    """``hf:PATH`` or ``hf:NAME``: its splits (one ``Dataset`` is train), with random access or,
+    with ``data.streaming``, as streams."""
+    hf = open_hf(cfg)
+
+    def read(split: str, channels: int | None, verify: bool) -> Images:
+        how = reading_of(cfg, channels, verify)  # the cells' bounds are the source's (open_hf)
+        dataset = hf.dataset(
+            split, mode=how["mode"], verify=how["verify"], max_bad_fraction=cfg.max_bad_fraction
+        )
+        if cfg.streaming:
+            dataset.shuffle_buffer = cfg.shuffle_buffer
+        return dataset
+
+    found = Listing(hf.spec, hf.splits, read, "{} split".format, hf.named)
+    if hf.label_names is not None:  # classes named by a label column of text
+        found.notes = [n for n in [by_number_note(hf.classes)] if n]
+    if cfg.streaming:  # not read ahead
+        found.stated = _stream_notes
+    return found
+
+
+def _stream_notes(train: Images, model: ModelConfig, seed: int, decided: bool) -> list[str]:
+    said = f"{train.channels} channels: a stream is read as RGB unless model.in_chans=1"
+    return [said] if decided else []
 
 
 def _open_stream(

@@ -25,12 +25,14 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ...config import DataConfig, ModelConfig
 from ...config.data import ImagePaths
 from ...errors import DataError, MissingFileError
 from ...files import TooLargeError, read_regular
 from ..bounds import MAX_PATH, resolves_inside, shown
 from ..contract import SourceState
 from ..decoded import DecodedImages, Reading, ReadOptions
+from ..listing import Listing, reading_of
 from ..verify import listing_key
 from .cells import label_from_text
 from .folder import FolderSource
@@ -194,3 +196,15 @@ class ListImages(DecodedImages):
             image_paths=image_paths,
         )
         super().__init__(source, options)
+
+
+def listing(cfg: DataConfig, model: ModelConfig | None, seed: int) -> Listing:
+    """``vtab:DIR`` or ``vtab800:DIR``: the lists its stage reads (``STAGES``)."""
+    stage, task_dir = STAGES[cfg.source.kind], cfg.source.path
+    assert task_dir is not None
+
+    def read(split: str, channels: int | None, verify: bool) -> ListImages:
+        how = reading_of(cfg, channels, verify)
+        return ListImages(task_dir, stage[split], image_paths=cfg.image_paths, **how)
+
+    return Listing(task_dir, tuple(stage), read, lambda split: f"{stage.get(split, split)}.txt")

@@ -14,6 +14,7 @@ from torch import Tensor
 
 from ...errors import DataError
 from ..codec import MAX_IMAGE_PIXELS
+from ..contract import ReadAs
 from ..decoded import MAX_BAD_FRACTION
 from ..transforms import channels_of, check_mode
 from .cells import CellReader
@@ -43,9 +44,11 @@ class ParquetStream:
 
     ``len()`` is the number of rows (from the footers); ``classes`` the class names;
     ``label_names`` maps a string label to its class (None: the labels are class indices).
-    ``shuffle_buffer`` is the size of the training windows. There is no ``__getitem__``: few-shot
-    evaluation, holdouts and class-balanced subsets need random access, and ``labels`` says so.
+    ``shuffle_buffer`` is the size of the training windows. Few-shot evaluation, holdouts and
+    class-balanced subsets need random access: ``labels`` and ``split[i]`` say it has none.
     """
+
+    read_as: ReadAs = "stream"
 
     def __init__(
         self,
@@ -98,10 +101,22 @@ class ParquetStream:
 
     @property
     def labels(self) -> Tensor:
-        raise DataError(
+        raise self._no_random_access()
+
+    def __getitem__(self, index: int) -> tuple[Tensor, int]:
+        raise self._no_random_access()
+
+    def _no_random_access(self) -> DataError:
+        return DataError(
             f"{self.name} is streamed (data.streaming=True): it has no labels to choose images "
             "by (few-shot, inspect, a holdout, data.per_class); read it with random access "
             "(data.streaming=False, or --data hf:PATH)"
+        )
+
+    def in_class_order(self, order: Sequence[str]) -> ParquetStream:
+        raise DataError(
+            f"{self.name} is streamed, and its classes cannot be put in the order "
+            f"{list(order)[:3]}...: expected data.streaming=False"
         )
 
     def read_group(self, group: int) -> list[Row]:

@@ -32,11 +32,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ...config import DataConfig, ModelConfig
 from ...errors import ConfigError, DataError, MissingFileError
 from ...files import TooLargeError, atomic_files, atomic_write
 from ..bounds import long_class_name, read_image_file, too_large
 from ..contract import SourceState
 from ..decoded import MAX_BAD_FRACTION, DecodedImages, Reading, ReadOptions
+from ..listing import Listing, reading_of
 from .cells import label_from_text
 from .folder import IMAGE_SUFFIXES, SPLITS, ImageFolderDataset, folder_layout
 
@@ -378,6 +380,17 @@ class WebDatasetShards(DecodedImages):
         where = f"{self.root} {split} shards"
         source = ShardSource(self.shards, where, classes, options.max_image_bytes)
         super().__init__(source, options)
+
+
+def listing(cfg: DataConfig, model: ModelConfig | None, seed: int) -> Listing:
+    """``wds:DIR``: the shards of its splits (shards named by none are train)."""
+    assert cfg.source.path is not None
+    shards = shard_layout(cfg.source.path)
+
+    def read(split: str, channels: int | None, verify: bool) -> WebDatasetShards:
+        return WebDatasetShards(shards.root, split, **reading_of(cfg, channels, verify))
+
+    return Listing(str(shards.root), tuple(shards.splits), read, "{} shards".format, shards.named)
 
 
 # ------------------------------------------------------------------------------------ writing

@@ -21,9 +21,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ...config import image_size_of, size_hw
+from ...config import DataConfig, ModelConfig, image_size_of, size_hw
 from ...errors import ConfigError
 from ..arrays import ArrayDataset, as_indices, renumbering
+from ..contract import Images, ReadAs
+from ..listing import Listing
 
 # The most pixel values (N * C * H * W) drawn at once and held: 64 MiB as uint8, about 1 GiB of
 # float32 while drawn; every synthetic run of the tests is far below it.
@@ -93,11 +95,41 @@ def synthetic_images(
     )
 
 
+def listing(cfg: DataConfig, model: ModelConfig | None, seed: int) -> Listing:
+    """``synthetic``: one draw of the model's classes at its size and channels (unless told
+    others), both splits sharing the class patterns: 32 + 8 images per class."""
+    drawn: dict[int, ArrayDataset | SyntheticImages] = {}  # by channels: both splits' draw
+
+    def made() -> ModelConfig:
+        assert model is not None  # a run's or an evaluation's: names alone are listed without
+        return model
+
+    def read(split: str, channels: int | None, verify: bool) -> Images:
+        k, c = made().num_classes, made().in_chans if channels is None else channels
+        if c not in drawn:
+            size = made().image_size
+            drawn[c] = synthetic_images(
+                num_classes=k, per_class=40, image_size=size, channels=c, seed=seed
+            )
+        cut = 32 * k  # labels cycle through the classes: every prefix is balanced
+        return drawn[c].subset(torch.arange(cut) if split == "train" else torch.arange(cut, 40 * k))
+
+    def sizes() -> tuple[int, int, str]:
+        return made().num_classes, 32 * made().num_classes, "made"
+
+    found = Listing(cfg.dataset, ("train", "test"), read, "synthetic {}".format, auto="test")
+    found.stated, found.sizes = (lambda *_: []), sizes  # nothing read to speak of
+    return found
+
+
 class SyntheticImages:
     """Synthetic images made when read: item ``i`` is (uint8 (C, H, W), label), image ``rows[i]``
     of the draw, its class pattern (``coarse``, (K, C, 4, 4), upsampled) plus noise of std
     ``noise`` drawn from (seed, row). Labels cycle through the classes as ``synthetic``'s;
     ``subset`` and ``in_class_order`` are views that make the same images."""
+
+    read_as: ReadAs = "made"
+    skipped: tuple[tuple[str, str], ...] = ()
 
     def __init__(
         self,
@@ -120,6 +152,10 @@ class SyntheticImages:
 
     def __len__(self) -> int:
         return len(self.rows)
+
+    @property
+    def channels(self) -> int:
+        return self.coarse.shape[1]
 
     def __getitem__(self, index: int) -> tuple[Tensor, int]:
         row = int(self.rows[index])

@@ -47,6 +47,7 @@ ABOVE_READERS = {
     "vitkit.data.run_data",  # a run's datasets: it reads what its spec's kind lists (registry)
     "vitkit.data.loader",  # it batches every split a run reads (contract.Images), a container too
     "vitkit.data.stream",  # it batches sources/parquet.py's stream, whose rows no container holds
+    "vitkit.data.in_memory",  # it decodes a split a run reads through the loader's workers
 }
 DATA_TIERS: list[set[str]] = [{"container"}, {"readers"}, {"above readers"}]
 

@@ -212,6 +212,13 @@ class DataConfig(Section):
         "replaced when read (needs model.in_chans). The findings of a folder, of shards and of "
         "an hf: table on disk are cached under $VITKIT_HOME, per state of the data",
     )
+    keep_decoded_mb: int = key(
+        2048,
+        doc="a folder's training images are decoded once and kept in memory, resized to twice "
+        "the model's resolution, when they fit in this many MiB; later epochs crop from there "
+        "(0: decoded from their files every epoch, as shards and streams are)",
+        ge=0,
+    )
     max_bad_fraction: float = key(
         0.01,
         doc="the fraction of a split's images that may be unreadable (each skipped and named)",

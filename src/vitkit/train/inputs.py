@@ -11,17 +11,20 @@ calls the evaluations.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from ..config import RunConfig, data_names
+from ..config import RunConfig, data_names, size_hw
 from ..config.dicts import recorded_as
 from ..data import Batches
+from ..data.in_memory import decode_into_memory
 from ..data.loader import BatchOptions
 from ..data.run_data import Images, RunData, batches_of, evaluation_split
 from ..errors import ConfigError
+from ..runtime.cores import usable_cores
 from .cadence import Cadence
 
 
@@ -59,6 +62,7 @@ def read_inputs(
             "classes"
         )
     _check_repeats(run, data.train, recorded)
+    data = _kept_in_memory(run, data, recorded)
     pinned = device.type == "cuda"
     options = BatchOptions.training(tc, run.data, run.model, shard=shard, pin_memory=pinned)
     train_batches = batches_of(data.train, options)
@@ -95,6 +99,27 @@ def read_inputs(
         cadence=cadence,
         fewshot_data=read_fewshot_data(run),  # read and checked before the run
     )
+
+
+def _kept_in_memory(run: RunConfig, data: RunData, recorded: dict[str, Any] | None) -> RunData:
+    """``data`` with a folder's training images decoded once, kept in memory at twice the model's
+    resolution (``data.in_memory``), where they fit ``data.keep_decoded_mb``; said in its
+    notes. Not for a run begun before the key: its batches were crops of the files."""
+    budget, train = run.data.keep_decoded_mb, data.train
+    if not budget or run.data.source.kind != "folder" or train.read_as != "decoded":
+        return data
+    if recorded is not None and "keep_decoded_mb" not in recorded.get("data", {}):
+        return data  # resumed as it began: its batches are crops of the files
+    h, w = (2 * side for side in size_hw(run.model.image_size))
+    mib = len(train) * train.channels * h * w / 2**20
+    if mib > budget:
+        note = f"decoded every epoch: at {h}x{w} px they would take {mib:,.0f} MiB in memory"
+        note += f", over data.keep_decoded_mb={budget:,}"
+        return dataclasses.replace(data, notes=[*data.notes, note])
+    workers = run.data.num_workers and usable_cores()  # none: this process decodes them
+    kept = decode_into_memory(train, (h, w), workers=workers or 0)
+    note = f"decoded once, kept in memory at {h}x{w} px ({mib:,.0f} MiB; data.keep_decoded_mb)"
+    return dataclasses.replace(data, train=kept, notes=[*data.notes, note])
 
 
 def _check_repeats(run: RunConfig, train: Images, recorded: dict[str, Any] | None) -> None:

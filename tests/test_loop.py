@@ -629,7 +629,7 @@ def test_a_train_step_accumulates_updates_and_marks_divergence() -> None:
     run = replace(get_recipe("smoke"), {"train.accum_steps": 2, "optim.grad_clip": 1.0})
     parts = build_parts(run, torch.device("cpu"), autocast=None, pretrained=False)
     # train_step reads the run and its parts only
-    trainer = loop._Trainer(run, Path(), None, parts, None, None, {}, None)
+    trainer = loop._Trainer(run, Path(), None, parts, None, None, {}, None, None)
     images, labels = torch.rand(4, 3, 16, 16), torch.tensor([0, 1, 2, 3])
     before = [p.detach().clone() for p in parts.trained]
     window, none = loop._Window(), torch.tensor(-1)

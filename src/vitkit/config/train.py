@@ -196,6 +196,11 @@ class TrainConfig(Section):
         doc="how often to write a resumable checkpoint, and at the end (0st: at the end only)",
     )
     keep_last: int = key(2, doc="resumable checkpoints kept", ge=1)
+    early_stop: bool = key(
+        False,
+        doc="end the run once the validation loss has risen at 3 evaluations in a row while the "
+        "training loss fell (a run says so either way): saved, then tested with best/'s weights",
+    )
     time_budget: TimeSpan | None = key(
         None,
         doc="end the run at the first step after this much of its time (metrics.jsonl's run_s, "

@@ -53,6 +53,7 @@ from .evaluator import Evaluator
 from .inputs import Inputs, read_inputs
 from .metrics_log import METRICS_FILE, MetricsLog
 from .optim import learning_rate, set_learning_rate
+from .overfit import Overfitting
 from .parts import Parts, build_parts, checkpoint_to_resume
 from .prepare import PreparedRun
 from .report import write_report
@@ -328,8 +329,10 @@ def train_prepared(prepared: PreparedRun, *, progress: bool = True) -> RunResult
     )
 
     metrics = MetricsLog(run_dir, main=main, earlier_s=earlier_s)
+    logged = run_dir / METRICS_FILE
+    overfitting = Overfitting.from_log(logged, step, inputs.split, evaluated=not eval_due)
     evaluate = Evaluator(run, run_dir, parts, inputs, meta, best=best)
-    trainer = _Trainer(run, run_dir, inputs, parts, evaluate, metrics, meta, autocast)
+    trainer = _Trainer(run, run_dir, inputs, parts, evaluate, metrics, meta, autocast, overfitting)
     step, result = trainer.loop(step, window, progress=progress and main, eval_due=eval_due)
     return trainer.finish(step, result)
 
@@ -346,7 +349,8 @@ class _Trainer:
     metrics: MetricsLog
     meta: WeightsMeta  # what checkpoints and best/ are written with
     autocast: torch.dtype | None
-    ended_early: str | None = None  # train.time_budget's end, in words
+    overfitting: Overfitting
+    ended_early: str | None = None  # why training ended before train.duration, in words
 
     def loop(
         self, step: int, window: _Window, *, progress: bool, eval_due: bool = False
@@ -379,6 +383,9 @@ class _Trainer:
                 result = self.evaluation(step, window, bar, stop)
             if budget is not None and self.spent(budget, agree=True):  # in an earlier process
                 self.ended_early = _budget_spent(tc.time_budget, step, cadence.total_steps)
+            elif tc.early_stop and self.overfitting.said:  # ended there in an earlier process
+                self.ended_early = f"ended early at step {step:,} (train.early_stop)"
+            if self.ended_early is not None:
                 bar.close()
                 return step, result
             while step < cadence.total_steps:
@@ -413,18 +420,21 @@ class _Trainer:
                         "images_per_s": window.images / max(elapsed, 1e-9),
                     }
                     self.metrics.write(record)
+                    self.overfitting.trained(record["loss"])
                     minutes = self.metrics.run_seconds() / 60
                     bar.log(record, total=cadence.total_steps, minutes=minutes)
                     window = _Window()
                 if cadence.eval(step) or spent:
                     result = self.evaluation(step, window, bar, stop)
-                if cadence.save(step) or stopping or spent:
+                if spent and step < cadence.total_steps:
+                    self.ended_early = _budget_spent(tc.time_budget, step, cadence.total_steps)
+                ending = self.ended_early is not None and step < cadence.total_steps
+                if cadence.save(step) or stopping or ending:
                     self.save(step, window)
                 if stopping and step < cadence.total_steps:
                     bar.close()
                     raise StoppedError(stopping, f"after step {step}; checkpoint saved")
-                if spent and step < cadence.total_steps:  # ended as at the end: then tested
-                    self.ended_early = _budget_spent(tc.time_budget, step, cadence.total_steps)
+                if ending:  # as at the end: then tested with the best weights
                     bar.write(f"{self.ended_early}: checkpoint saved")
                     break
                 said = estimate.after(step, self.metrics.run_seconds())
@@ -473,6 +483,11 @@ class _Trainer:
             + f" ({self.metrics.run_seconds() / 60:.1f} min)"
         )
         self.evaluate.keep_if_best(result, parts.averaged)
+        early_stop = self.run.train.early_stop
+        if self.overfitting.evaluated(step, result.loss, result.accuracy):  # said once
+            bar.write(f"vitkit: {self.overfitting.message(split, early_stop=early_stop)}")
+            if early_stop:
+                self.ended_early = f"ended early at step {step:,} (train.early_stop)"
         return result
 
     def save(self, step: int, window: _Window, *, eval_due: bool = False) -> None:

@@ -163,7 +163,7 @@ def test_a_second_ctrl_c_interrupts_at_once_and_a_second_sigterm_does_not(capfd)
     import signal
     import threading
 
-    from vitkit.train.loop import stop_requests
+    from vitkit.runtime.stops import stop_requests
 
     def send(signum: int) -> None:  # to this thread: its handler runs before the next line
         signal.pthread_kill(threading.get_ident(), signum)

@@ -90,13 +90,13 @@ def check_rates(lrs: Iterable[float]) -> None:
 
 def stops_between_runs(protocol: Callable[P, R]) -> Callable[P, R]:
     """``protocol`` (``transfer``, ``run_vtab``) with one stop request for all its runs
-    (train/loop.py's ``stop_requests``): a signal that lands after a run's last step check, or
+    (runtime/stops.py's ``stop_requests``): a signal that lands after a run's last step check, or
     between runs, is not lost with that run's, but stops the protocol in ``train_run``, before
     its next run, once the runs before it are recorded."""
 
     @functools.wraps(protocol)
     def stoppable(*args: P.args, **kwargs: P.kwargs) -> R:
-        from ..train.loop import stop_requests
+        from ..runtime.stops import stop_requests
 
         with stop_requests():
             return protocol(*args, **kwargs)
@@ -120,8 +120,9 @@ def train_run(
     run that chooses (on its holdout) never sees it. ``real``: also ``real``, ImageNet ReaL
     accuracy of the same weights on the same split (``measure_real``). A ``StoppedError``
     before anything is read if a stop was requested (``stops_between_runs``)."""
+    from ..runtime.stops import stop_if_requested
     from ..train import distributed
-    from ..train.loop import DivergedError, stop_if_requested, train_prepared
+    from ..train.loop import DivergedError, train_prepared
     from ..train.rundir import RunLock
 
     stop_if_requested(f"the run in {run_dir} began; the runs before it are recorded")

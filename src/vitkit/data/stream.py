@@ -32,9 +32,10 @@ from torch.utils.data import Dataset
 
 from ..config import size_hw
 from ..errors import ConfigError, DataError
+from ..runtime.stops import data_loader
 from .codec import DECODE_ERRORS, decode, decode_crop
 from .decoded import count_decode_failure
-from .loader import Augment, Batches, BatchOptions, data_loader, generator
+from .loader import Augment, Batches, BatchOptions, generator
 from .sources.cells import CellReader
 from .sources.parquet import ParquetStream, Row
 from .transforms import channels_of, resize, to_float

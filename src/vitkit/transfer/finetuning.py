@@ -25,6 +25,7 @@ from ..compose import Request, compose
 from ..config import DataConfig, data_names, normalise_data
 from ..config.overrides import split_set
 from ..errors import ConfigError, DataError, UserFileError
+from ..runtime.stops import stops_between_runs
 from .paper import (
     DEFAULT,
     DEFAULT_LR,
@@ -48,7 +49,6 @@ from .sweep import (
     check_sets,
     choose,
     rate_name,
-    stops_between_runs,
     train_run,
 )
 

@@ -28,6 +28,7 @@ from typing import Any, Literal
 from ..compose import Request, compose
 from ..config import ModelConfig
 from ..errors import ConfigError
+from ..runtime.stops import stops_between_runs
 from .paper import check_resolution
 from .records import (
     NULL,
@@ -41,7 +42,6 @@ from .sweep import (
     check_same,
     check_sets,
     rate_name,
-    stops_between_runs,
     train_run,
 )
 from .vtab_tasks import (

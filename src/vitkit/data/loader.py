@@ -333,15 +333,6 @@ class Batches:
         """Batch ``n`` examples of a ``kind`` (its class, for messages) as ``options`` say, in
         memory or per sample; what a dataset of that size allows is checked here."""
         self.options = options
-        self.batch_size = options.batch_size
-        self.shard = options.shard
-        self.train = options.train
-        self.seed = options.seed
-        self.repeats = options.aug_repeats
-        self.image_size = options.image_size
-        self.num_workers = options.num_workers
-        self.uint8 = options.uint8
-        self.pin_memory = options.pin_memory
         self._evaluation: DataLoader | None = None  # kept: its workers serve every evaluation
         self.drop_last = options.train if options.drop_last is None else options.drop_last
         self.in_memory = in_memory
@@ -381,12 +372,12 @@ class Batches:
     def _drawn(self, epoch: int) -> tuple[Tensor, Tensor]:
         """``order(epoch)`` and each entry's copy number (both (N,); 0 without repeats)."""
         n = len(self.dataset)
-        if not self.train:
+        if not self.options.train:
             return torch.arange(n), torch.zeros(n, dtype=torch.int64)
-        order = torch.randperm(n, generator=generator(self.seed, _ORDER, epoch))
-        if self.repeats == 1:
+        order = torch.randperm(n, generator=generator(self.options.seed, _ORDER, epoch))
+        if self.options.aug_repeats == 1:
             return order, torch.zeros(n, dtype=torch.int64)
-        return repeated(order, self.repeats, self.batch_size)
+        return repeated(order, self.options.aug_repeats, self.options.batch_size)
 
     def epoch(self, epoch: int, start: int = 0) -> Iterator[tuple[Tensor, Tensor]]:
         """Batches ``start``, ..., ``steps_per_epoch - 1`` of ``epoch``."""
@@ -394,7 +385,8 @@ class Batches:
         if self.in_memory:
             spans = self._spans(epoch, start, self.steps_per_epoch)
             return (self._gather(span, epoch, b) for b, span in enumerate(spans, start))
-        if not self.train and start == 0:  # an evaluation: its workers stay for the next one
+        # an evaluation: its workers stay for the next one
+        if not self.options.train and start == 0:
             if self._evaluation is None:
                 self._evaluation = self._loader([self._keys(epoch, 0, self.steps_per_epoch)])
             return self._out(self._evaluation, self._empty_tail(epoch))
@@ -415,12 +407,12 @@ class Batches:
 
     def _cut(self, entries: Tensor, start: int, stop: int) -> list[Tensor]:
         """``entries`` (N,) of an epoch cut into its batches ``start``, ..., ``stop - 1``."""
-        B = self.batch_size
+        B = self.options.batch_size
         return [entries[b * B : (b + 1) * B] for b in range(start, stop)]
 
     def _part(self, n: int) -> slice:
         """This process's contiguous part of a batch of ``n``: parts differ by at most one."""
-        rank, world = self.shard
+        rank, world = self.options.shard
         return slice(rank * n // world, (rank + 1) * n // world)
 
     def stream(self, start_step: int = 0) -> Iterator[tuple[Tensor, Tensor]]:
@@ -467,38 +459,39 @@ class Batches:
         images = arrays.images.index_select(0, indices)  # (B, C, H, W) uint8
         labels = arrays.labels.index_select(0, indices)  # (B,)
         if self.augment is not None:  # draws for the whole batch, then this process's part
-            images = self.augment(images, generator(self.seed, _BATCH, epoch, b))[part]
+            images = self.augment(images, generator(self.options.seed, _BATCH, epoch, b))[part]
             labels = labels[part]
-        elif self.image_size is not None:
-            images = resize(images, self.image_size)  # (B, C, S_h, S_w)
-        images = images.contiguous() if self.uint8 else to_float(images)
-        if self.pin_memory:
+        elif self.options.image_size is not None:
+            images = resize(images, self.options.image_size)  # (B, C, S_h, S_w)
+        images = images.contiguous() if self.options.uint8 else to_float(images)
+        if self.options.pin_memory:
             images, labels = images.pin_memory(), labels.pin_memory()
         return images, labels
 
     def _loader(self, epochs: Any) -> DataLoader:
         """A ``DataLoader`` over batches of keys, ``epochs`` giving them an epoch at a time."""
-        assert self.image_size is not None  # checked in __init__
+        options = self.options
+        assert options.image_size is not None  # checked in __init__
         return data_loader(
-            _Transformed(self.dataset, self.seed, self.image_size, self.augment),
+            _Transformed(self.dataset, options.seed, options.image_size, self.augment),
             batch_sampler=_Chained(epochs),
-            num_workers=self.num_workers,
+            num_workers=options.num_workers,
             collate_fn=_collate,
-            pin_memory=self.pin_memory,
-            persistent_workers=self.num_workers > 0,
+            pin_memory=options.pin_memory,
+            persistent_workers=options.num_workers > 0,
             # its own seed for worker seeding: never a draw from the global RNG (dropout's),
             # which would differ between a resumed and an uninterrupted run
-            generator=generator(self.seed, _LOADER),
+            generator=generator(options.seed, _LOADER),
         )
 
     def _out(self, loader: DataLoader, empty: int) -> Iterator[tuple[Tensor, Tensor]]:
         """``loader``'s batches as this ``Batches`` serves them, and ``empty`` empty ones."""
         for images, labels in loader:
-            yield (images if self.uint8 else to_float(images)), labels
+            yield (images if self.options.uint8 else to_float(images)), labels
         if empty:
-            assert self.image_size is not None  # checked in __init__
-            (H, W), C = size_hw(self.image_size), self.dataset[0][0].shape[0]
-            dtype = torch.uint8 if self.uint8 else torch.float32
+            assert self.options.image_size is not None  # checked in __init__
+            (H, W), C = size_hw(self.options.image_size), self.dataset[0][0].shape[0]
+            dtype = torch.uint8 if self.options.uint8 else torch.float32
             for _ in range(empty):
                 yield torch.empty(0, C, H, W, dtype=dtype), torch.empty(0, dtype=torch.int64)
 

@@ -1,13 +1,7 @@
 """Stop requests: SIGTERM/SIGINT turned into a flag that training checks at a step's end and a
-protocol before each run (``stop_requests``, ``stop_if_requested``, ``StoppedError``; one for all
-the runs of a protocol: ``stops_between_runs``), and the loader workers that leave them to the
-main process (``data_loader``).
-
-Contract: a stop request is honoured where the loop can save (train/loop.py; the processes of a
-torchrun job agree on it there), never in the middle of a step; a second Ctrl-C interrupts at
-once, a second SIGTERM does not; a loader's workers serve until the main process is done with
-them, whatever signal its process group gets before.
-"""
+protocol before each run (``stop_requests``, ``stop_if_requested``, ``StoppedError``), and the
+loader workers that leave them to the main process (``data_loader``). A request is honoured where
+the loop can save (train/loop.py, where a torchrun job's processes agree on it)."""
 
 from __future__ import annotations
 
@@ -17,10 +11,10 @@ import multiprocessing
 import os
 import signal
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from multiprocessing.connection import Connection
-from typing import Any, ParamSpec, TypeVar
+from typing import Any
 
 import torch.distributed as dist
 from torch.utils.data import DataLoader
@@ -35,9 +29,6 @@ class StoppedError(Exception):
         self.signum = signum
 
 
-P = ParamSpec("P")
-R = TypeVar("R")
-
 # The flag of the stop requests open in this process (``stop_requests``), if any.
 _open: dict[str, int] | None = None
 
@@ -48,7 +39,8 @@ def stop_requests() -> Iterator[dict[str, int]]:
     after each step and between an evaluation's batches (then it saves), and a protocol before
     each run (``stop_if_requested``); the first of them says so at once, on rank 0. Opened
     inside another (a run of a protocol), it is the outer one's: a signal that lands after a
-    run's last step check, or between runs, is seen by the protocol's next check.
+    run's last step check, or between runs, is seen by the protocol's next check; a protocol
+    opens one for all its runs as its decorator (``@stop_requests()``).
 
     A second Ctrl-C is someone who will not wait for that check (a slow step, data being read):
     the handlers in place before are put back and it interrupts at once (``KeyboardInterrupt``;
@@ -102,20 +94,6 @@ def stop_if_requested(before: str) -> None:
     stops before)."""
     if _open is not None and _open["signal"]:
         raise StoppedError(_open["signal"], f"before {before}")
-
-
-def stops_between_runs(protocol: Callable[P, R]) -> Callable[P, R]:
-    """``protocol`` (``transfer``, ``run_vtab``) with one stop request for all its runs: a signal
-    that lands after a run's last step check, or between runs, is not lost with that run's, but
-    stops the protocol at its next ``stop_if_requested`` (transfer/sweep.py's ``train_run``, before
-    its next run), once the runs before it are recorded."""
-
-    @functools.wraps(protocol)
-    def stoppable(*args: P.args, **kwargs: P.kwargs) -> R:
-        with stop_requests():
-            return protocol(*args, **kwargs)
-
-    return stoppable
 
 
 def data_loader(dataset: Any, **options: Any) -> DataLoader:

@@ -13,8 +13,8 @@ runs is ``choose``: the highest accuracy; a tie goes to the smaller learning rat
 pre-trained weights, and what a coarser grid would have found first); a run that diverged is
 never chosen. A final run of ImageNet also measures ImageNet ReaL (``measure_real``:
 eval/real.py's join and count) of the weights it reported on. A protocol's runs share one stop
-request (runtime/stops.py's ``stops_between_runs``): SIGTERM/SIGINT stops a run at its next
-step, saved, or, landing after a run's last step check, the protocol before its next run.
+request (runtime/stops.py's ``stop_requests``): SIGTERM/SIGINT stops a run at its next step,
+saved, or, landing after a run's last step check, the protocol before its next run.
 """
 
 from __future__ import annotations
@@ -99,7 +99,7 @@ def train_run(
     finite; and the data it trained on. ``test=False``: the data's test split is left out, so a
     run that chooses (on its holdout) never sees it. ``real``: also ``real``, ImageNet ReaL
     accuracy of the same weights on the same split (``measure_real``). A ``StoppedError``
-    before anything is read if a stop was requested (``stops_between_runs``)."""
+    before anything is read if a stop was requested (the protocol's ``stop_requests``)."""
     from ..runtime.stops import stop_if_requested
     from ..train import distributed
     from ..train.loop import DivergedError, train_prepared

@@ -63,8 +63,8 @@ def stop_requests() -> Iterator[dict[str, int]]:
             interrupted, said = True, _SECOND_CTRL_C
         elif not flag["signal"]:  # torchrun repeats the group's SIGTERM: said once
             said = _SIGTERM
-        # once for a torchrun job, not once a process: rank 0 asked of torch.distributed at the
-        # signal, as train/distributed.py's is_main does (the flag may open before the group)
+        # once a job: rank 0, read from torch.distributed at the signal as train's is_main reads
+        # it (runtime is below train; a flag opened around a protocol predates its process group)
         if said and not (dist.is_available() and dist.is_initialized() and dist.get_rank()):
             os.write(2, said.encode())  # not print: it may be the call interrupted
         flag["signal"] = signum

@@ -284,7 +284,6 @@ def test_inspect_draws_each_class_in_turn_at_random_the_same_every_time(
     from vitkit.config import DataConfig
     from vitkit.data import BatchOptions, subset
     from vitkit.data.run_data import batches_of, build_data
-    from vitkit.data.splits import classes_in_turn
     from vitkit.io.api import load
 
     seen: list = []
@@ -302,7 +301,34 @@ def test_inspect_draws_each_class_in_turn_at_random_the_same_every_time(
         return torch.cat([x for x, _ in batches_of(subset(test, indices), options).epoch(0)])
 
     assert torch.equal(seen[0], images(vitkit.inspect.sample_images(test.labels, 8)))
-    assert not torch.equal(seen[0], images(classes_in_turn(test.labels)[:8]))
+    first = [(test.labels == k).nonzero().flatten()[:2] for k in range(4)]  # each class's first
+    assert not torch.equal(seen[0], images(torch.stack(first, 1).flatten()))  # in turn
+
+
+def test_inspect_shows_a_folders_photos_once_before_any_twice(
+    best: str, tmp_path: Path, monkeypatch
+) -> None:
+    """A folder whose classes hold the same photos (one wallpaper in its 4 rotations) showed one
+    photo several times: inspect draws by the files' names, each once while there are enough."""
+    from PIL import Image
+
+    import vitkit.inspect
+
+    for k in range(4):  # the smoke model's 4 classes, each the same 8 photos
+        (tmp_path / "photos" / f"class_{k}").mkdir(parents=True)
+        for i in range(8):
+            Image.new("RGB", (20, 20), (30 * i, 240 - 30 * i, 90)).save(
+                tmp_path / "photos" / f"class_{k}" / f"{i:04d}.png"
+            )
+    seen: list = []
+    monkeypatch.setattr(
+        vitkit.inspect, "inspect_model", lambda model, images, *a, **k: seen.append(images) or {}
+    )
+    data = str(tmp_path / "photos")
+    argv = ["inspect", best, "--data", data, "--out", str(tmp_path / "o"), "--num-images", "8"]
+    assert main(argv) == 0
+    (images,) = seen  # (8, C, H, W): 8 different photos
+    assert len({tuple(image.flatten().tolist()) for image in images}) == 8
 
 
 def _accuracies(lines: list[str]) -> dict[str, str]:

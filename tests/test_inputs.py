@@ -30,7 +30,7 @@ def test_inputs_of_the_smoke_run(tmp_path: Path) -> None:
     run = resolved(replace(get_recipe("smoke"), {"train.accum_steps": 2}), CPU)
     data = build_data(run.data, run.model, seed=run.train.seed, in_chans=run.model.in_chans)
     inputs = read_inputs(run, data, device=CPU, shard=(1, 2), recorded=None)
-    assert inputs.train_batches.num_workers == run.data.num_workers
+    assert inputs.train_batches.options.num_workers == run.data.num_workers
     assert inputs.data.classes and len(inputs.data.classes) == run.model.num_classes
     images, _ = next(iter(inputs.train_batches.epoch(0)))
     assert images.shape[0] == run.train.batch_size // 2  # this process's half of the batch

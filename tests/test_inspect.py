@@ -237,6 +237,23 @@ def test_sampled_images_span_the_classes_and_files_the_same_every_time():
     assert sorted(sample_images(labels, 1000).tolist()) == list(range(100))
 
 
+def test_sampled_images_are_different_photos_while_there_are_enough():
+    """A folder whose classes are one set of photos turned (rot_000/0001.jpg, rot_090/0001.jpg,
+    ...) showed one wallpaper in its 4 rotations: the draw prefers a file stem not drawn yet,
+    and repeats one only when every stem left in a class has been drawn."""
+    labels = torch.arange(4).repeat_interleave(20)  # (80,): 4 rotations of the same 20 photos
+    keys = [f"rot_{90 * k:03d}/{i:04d}.jpg" for k in range(4) for i in range(20)]
+    for seed in range(3):
+        chosen = sample_images(labels, 40, seed=seed, keys=keys)
+        assert torch.equal(chosen, sample_images(labels, 40, seed=seed, keys=keys))  # seeded
+        assert labels[chosen].tolist() == [0, 1, 2, 3] * 10  # each class in turn still
+        stems = [keys[i].split("/")[1] for i in chosen.tolist()]
+        assert len(set(stems[:20])) == 20  # every photo once before any twice
+        assert len(set(chosen.tolist())) == 40 and len(set(stems)) == 20
+    # without names (a table of bytes alone), the draw is the one of each class in turn
+    assert torch.equal(sample_images(labels, 16, keys=[None] * 80), sample_images(labels, 16))
+
+
 def test_the_page_names_no_absolute_path(tmp_path):
     """The page's heading named the data folder (and the checkpoint) by its absolute path: a
     page is shared, and that path names the user's folders. A path under the working directory

@@ -163,7 +163,7 @@ def test_a_second_ctrl_c_interrupts_at_once_and_a_second_sigterm_does_not(capfd)
     import signal
     import threading
 
-    from vitkit.train.loop import stop_requests
+    from vitkit.runtime.stops import stop_requests
 
     def send(signum: int) -> None:  # to this thread: its handler runs before the next line
         signal.pthread_kill(threading.get_ident(), signum)
@@ -273,7 +273,7 @@ def test_workers_stay_for_the_whole_stream_and_every_evaluation(
     from PIL import Image
 
     from vitkit.data import Batches, BatchOptions, ImageFolderDataset
-    from vitkit.data import loader as loader_module
+    from vitkit.runtime import stops
 
     for k in range(2):
         (tmp_path / "train" / f"c{k}").mkdir(parents=True)
@@ -284,12 +284,12 @@ def test_workers_stay_for_the_whole_stream_and_every_evaluation(
     data = ImageFolderDataset(tmp_path, "train")
     made: list[int] = []
 
-    class Counted(loader_module.DataLoader):
+    class Counted(stops.DataLoader):
         def __init__(self, *args, **kwargs) -> None:
             made.append(kwargs["num_workers"])
             super().__init__(*args, **kwargs)
 
-    monkeypatch.setattr(loader_module, "DataLoader", Counted)
+    monkeypatch.setattr(stops, "DataLoader", Counted)
     train = {
         "batch_size": 4,
         "train": True,
@@ -320,18 +320,18 @@ def _one_worker(tmp_path: Path, monkeypatch, context: str) -> tuple:
     from PIL import Image
 
     from vitkit.data import Batches, BatchOptions, ImageFolderDataset
-    from vitkit.data import loader as loader_module
+    from vitkit.runtime import stops
 
     for k in range(2):
         (tmp_path / "train" / f"c{k}").mkdir(parents=True)
         for i in range(4):
             Image.new("RGB", (10, 10), (90 * k, 40 * i, 50)).save(tmp_path / f"train/c{k}/{i}.png")
 
-    class Started(loader_module.DataLoader):
+    class Started(stops.DataLoader):
         def __init__(self, *args, **kwargs) -> None:
             super().__init__(*args, multiprocessing_context=context, **kwargs)
 
-    monkeypatch.setattr(loader_module, "DataLoader", Started)
+    monkeypatch.setattr(stops, "DataLoader", Started)
     data = ImageFolderDataset(tmp_path, "train")
     batches = Batches(
         data, BatchOptions(batch_size=2, train=True, seed=0, image_size=8, num_workers=1)
@@ -385,14 +385,14 @@ def test_workers_outlive_a_sigterm_to_the_process_group(
 _EXIT_WITH_A_WORKER = """
 import sys
 from vitkit.data import Batches, BatchOptions, ImageFolderDataset
-from vitkit.data import loader
+from vitkit.runtime import stops
 
 if __name__ == "__main__":
-    class Started(loader.DataLoader):
+    class Started(stops.DataLoader):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, multiprocessing_context=sys.argv[2], **kwargs)
 
-    loader.DataLoader = Started
+    stops.DataLoader = Started
     data = ImageFolderDataset(sys.argv[1], "train")
     options = BatchOptions(batch_size=2, train=True, seed=0, image_size=8, num_workers=1)
     KEPT = Batches(data, options).stream(0)

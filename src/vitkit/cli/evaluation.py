@@ -412,7 +412,9 @@ def _inspect(args: argparse.Namespace) -> None:
         described = "image files"
     else:  # --num-images of the split, drawn from each class in turn
         split = _split(args, spec, checkpoint)
-        chosen = sample_images(split.dataset.labels, args.num_images)
+        key_of = getattr(split.dataset, "key_of", None)  # a file's name, where the split has files
+        keys = [key_of(i) for i in range(len(split.dataset))] if key_of else None
+        chosen = sample_images(split.dataset.labels, args.num_images, keys=keys)
         options = BatchOptions.evaluation(model.cfg, batch_size=256)
         batches = batches_of(subset(split.dataset, chosen), options)
         parts = list(batches.epoch(0))

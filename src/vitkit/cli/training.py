@@ -122,8 +122,9 @@ def _run(
     import os
 
     from ..compose import prepare
+    from ..runtime.stops import StoppedError
     from ..train import distributed
-    from ..train.loop import StoppedError, train_prepared
+    from ..train.loop import train_prepared
 
     world = int(os.environ.get("WORLD_SIZE", "1"))  # torchrun's
     prepared = prepare(

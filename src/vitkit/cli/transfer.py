@@ -76,7 +76,7 @@ def _transfer(args: argparse.Namespace) -> None:
     for dataset in chosen:
         print(settings_line(dataset, options))
 
-    from ..train.loop import StoppedError
+    from ..runtime.stops import StoppedError
     from ..train.rundir import RunLock
 
     with RunLock(run_dir) as lock:  # one protocol at a time in its folder

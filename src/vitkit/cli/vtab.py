@@ -69,7 +69,7 @@ def _vtab(args: argparse.Namespace) -> None:
     )
     out = Path(args.out) if args.out else Path("runs") / f"vtab-{_name(args.checkpoint)}"
     print(f"{len(tasks)} task(s): " + ", ".join(f"{d.task.name} ({d.spec})" for d in tasks))
-    from ..train.loop import StoppedError
+    from ..runtime.stops import StoppedError
     from ..train.rundir import RunLock
 
     with RunLock(out, flag="--out") as lock:  # one protocol at a time in its folder

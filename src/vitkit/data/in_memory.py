@@ -14,9 +14,9 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset
 
+from ..runtime.stops import data_loader
 from .arrays import ArrayDataset
 from .contract import Images
-from .loader import data_loader
 from .transforms import resize
 
 

@@ -19,16 +19,9 @@ copies drawn apart (their batch positions, or per sample copy k > 0 from (seed, 
 
 from __future__ import annotations
 
-import atexit
-import functools
 import math
-import multiprocessing
-import os
-import signal
-import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
-from multiprocessing.connection import Connection
 from typing import Any, cast
 
 import numpy as np
@@ -39,6 +32,7 @@ from torch.utils.data import DataLoader, Dataset
 from ..config import DataConfig, ModelConfig, TrainConfig, image_size_of, size_hw
 from ..config.augment import AutoAugment, parse_auto_augment
 from ..errors import ConfigError, DataError
+from ..runtime.stops import data_loader
 from . import autoaugment, transforms
 from .arrays import ArrayDataset
 from .contract import Images, ReadAs
@@ -169,75 +163,6 @@ def read_as(dataset: Images) -> ReadAs:
 def _collate(items: list[tuple[Tensor, int]]) -> tuple[Tensor, Tensor]:
     images = torch.stack([image for image, _ in items])  # (B, C, S_h, S_w) uint8
     return images, torch.tensor([label for _, label in items], dtype=torch.int64)
-
-
-def data_loader(dataset: Any, **options: Any) -> DataLoader:
-    """torch's ``DataLoader`` of ``dataset`` with ``options``, whose workers (if any) leave a stop
-    request sent to the job's whole process group (Ctrl-C's SIGINT; SIGTERM from ``kill --
-    -PGID``, ``timeout``, SLURM, systemd) to the main process: it finishes its step, saves, then
-    ends its workers, which must serve it until then, however they were started (fork,
-    forkserver, spawn).
-
-    torch's worker loop installs its own SIGTERM handler before ``worker_init_fn`` runs (nothing
-    is inherited): it exits quietly on a SIGTERM from the worker's parent and dies on any other,
-    so the group's SIGTERM used to kill the workers and the main process failed at its next
-    batch, unsaved. Who sent a signal cannot be read from Python where other threads may take it
-    (a BLAS library's, started by the import of torch in a forkserver or spawned worker), so the
-    main process says when a SIGTERM is its own instead: as it exits (``_exiting``:
-    multiprocessing terminates the workers it did not shut down), and once the loader is
-    released (torch terminates the workers that did not end when told to, which happens when
-    the loader goes in a collection of garbage that closed its queues first). Before either, a
-    SIGTERM is ignored. A main process killed outright leaves its workers as torch does (its
-    worker loop stops when its parent is gone)."""
-    if not options.get("num_workers"):
-        return DataLoader(dataset, **options)
-    released, release = multiprocessing.Pipe(duplex=False)
-    start = functools.partial(_leave_stops_to_the_main_process, _exiting(), released)
-    loader = DataLoader(dataset, worker_init_fn=start, **options)
-    # a weak reference's callback runs before the loader's iterator shuts its workers down, both
-    # when the last reference goes and when the garbage collector frees a cycle holding them
-    weakref.finalize(loader, _say, release)
-    return loader
-
-
-def _leave_stops_to_the_main_process(
-    exiting: Connection, released: Connection, _worker: int
-) -> None:
-    """In a loader worker (``data_loader``): SIGINT ignored; SIGTERM ignored until the main
-    process has written to ``exiting`` or ``released``."""
-
-    def on_sigterm(_signum: int, _frame: Any) -> None:
-        if exiting.poll() or released.poll():  # the main process is done with this worker
-            os._exit(0)  # quietly, as torch's handler does: a failure would be reported
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, on_sigterm)
-
-
-def _say(writer: Connection) -> None:
-    writer.send_bytes(b"x")
-    writer.close()
-
-
-_exit_pipe: tuple[int, Connection] | None = None  # the process that made it, its read end
-
-
-def _exiting() -> Connection:
-    """The read end of a pipe that this process writes to as it exits, before multiprocessing
-    terminates the workers left (an ``atexit`` function registered after multiprocessing's
-    runs before it); made once per process, and handed to each worker (pickled for a
-    forkserver or spawned one)."""
-    global _exit_pipe
-    if _exit_pipe is None or _exit_pipe[0] != os.getpid():  # none yet, or a forked parent's
-        reader, writer = multiprocessing.Pipe(duplex=False)
-        atexit.register(_say_exiting, os.getpid(), writer)
-        _exit_pipe = os.getpid(), reader
-    return _exit_pipe[1]
-
-
-def _say_exiting(pid: int, writer: Connection) -> None:
-    if os.getpid() == pid:  # not in a process forked from this one (it inherits the function)
-        _say(writer)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -408,15 +333,6 @@ class Batches:
         """Batch ``n`` examples of a ``kind`` (its class, for messages) as ``options`` say, in
         memory or per sample; what a dataset of that size allows is checked here."""
         self.options = options
-        self.batch_size = options.batch_size
-        self.shard = options.shard
-        self.train = options.train
-        self.seed = options.seed
-        self.repeats = options.aug_repeats
-        self.image_size = options.image_size
-        self.num_workers = options.num_workers
-        self.uint8 = options.uint8
-        self.pin_memory = options.pin_memory
         self._evaluation: DataLoader | None = None  # kept: its workers serve every evaluation
         self.drop_last = options.train if options.drop_last is None else options.drop_last
         self.in_memory = in_memory
@@ -456,12 +372,12 @@ class Batches:
     def _drawn(self, epoch: int) -> tuple[Tensor, Tensor]:
         """``order(epoch)`` and each entry's copy number (both (N,); 0 without repeats)."""
         n = len(self.dataset)
-        if not self.train:
+        if not self.options.train:
             return torch.arange(n), torch.zeros(n, dtype=torch.int64)
-        order = torch.randperm(n, generator=generator(self.seed, _ORDER, epoch))
-        if self.repeats == 1:
+        order = torch.randperm(n, generator=generator(self.options.seed, _ORDER, epoch))
+        if self.options.aug_repeats == 1:
             return order, torch.zeros(n, dtype=torch.int64)
-        return repeated(order, self.repeats, self.batch_size)
+        return repeated(order, self.options.aug_repeats, self.options.batch_size)
 
     def epoch(self, epoch: int, start: int = 0) -> Iterator[tuple[Tensor, Tensor]]:
         """Batches ``start``, ..., ``steps_per_epoch - 1`` of ``epoch``."""
@@ -469,7 +385,8 @@ class Batches:
         if self.in_memory:
             spans = self._spans(epoch, start, self.steps_per_epoch)
             return (self._gather(span, epoch, b) for b, span in enumerate(spans, start))
-        if not self.train and start == 0:  # an evaluation: its workers stay for the next one
+        # an evaluation: its workers stay for the next one
+        if not self.options.train and start == 0:
             if self._evaluation is None:
                 self._evaluation = self._loader([self._keys(epoch, 0, self.steps_per_epoch)])
             return self._out(self._evaluation, self._empty_tail(epoch))
@@ -490,12 +407,12 @@ class Batches:
 
     def _cut(self, entries: Tensor, start: int, stop: int) -> list[Tensor]:
         """``entries`` (N,) of an epoch cut into its batches ``start``, ..., ``stop - 1``."""
-        B = self.batch_size
+        B = self.options.batch_size
         return [entries[b * B : (b + 1) * B] for b in range(start, stop)]
 
     def _part(self, n: int) -> slice:
         """This process's contiguous part of a batch of ``n``: parts differ by at most one."""
-        rank, world = self.shard
+        rank, world = self.options.shard
         return slice(rank * n // world, (rank + 1) * n // world)
 
     def stream(self, start_step: int = 0) -> Iterator[tuple[Tensor, Tensor]]:
@@ -542,38 +459,39 @@ class Batches:
         images = arrays.images.index_select(0, indices)  # (B, C, H, W) uint8
         labels = arrays.labels.index_select(0, indices)  # (B,)
         if self.augment is not None:  # draws for the whole batch, then this process's part
-            images = self.augment(images, generator(self.seed, _BATCH, epoch, b))[part]
+            images = self.augment(images, generator(self.options.seed, _BATCH, epoch, b))[part]
             labels = labels[part]
-        elif self.image_size is not None:
-            images = resize(images, self.image_size)  # (B, C, S_h, S_w)
-        images = images.contiguous() if self.uint8 else to_float(images)
-        if self.pin_memory:
+        elif self.options.image_size is not None:
+            images = resize(images, self.options.image_size)  # (B, C, S_h, S_w)
+        images = images.contiguous() if self.options.uint8 else to_float(images)
+        if self.options.pin_memory:
             images, labels = images.pin_memory(), labels.pin_memory()
         return images, labels
 
     def _loader(self, epochs: Any) -> DataLoader:
         """A ``DataLoader`` over batches of keys, ``epochs`` giving them an epoch at a time."""
-        assert self.image_size is not None  # checked in __init__
+        options = self.options
+        assert options.image_size is not None  # checked in __init__
         return data_loader(
-            _Transformed(self.dataset, self.seed, self.image_size, self.augment),
+            _Transformed(self.dataset, options.seed, options.image_size, self.augment),
             batch_sampler=_Chained(epochs),
-            num_workers=self.num_workers,
+            num_workers=options.num_workers,
             collate_fn=_collate,
-            pin_memory=self.pin_memory,
-            persistent_workers=self.num_workers > 0,
+            pin_memory=options.pin_memory,
+            persistent_workers=options.num_workers > 0,
             # its own seed for worker seeding: never a draw from the global RNG (dropout's),
             # which would differ between a resumed and an uninterrupted run
-            generator=generator(self.seed, _LOADER),
+            generator=generator(options.seed, _LOADER),
         )
 
     def _out(self, loader: DataLoader, empty: int) -> Iterator[tuple[Tensor, Tensor]]:
         """``loader``'s batches as this ``Batches`` serves them, and ``empty`` empty ones."""
         for images, labels in loader:
-            yield (images if self.uint8 else to_float(images)), labels
+            yield (images if self.options.uint8 else to_float(images)), labels
         if empty:
-            assert self.image_size is not None  # checked in __init__
-            (H, W), C = size_hw(self.image_size), self.dataset[0][0].shape[0]
-            dtype = torch.uint8 if self.uint8 else torch.float32
+            assert self.options.image_size is not None  # checked in __init__
+            (H, W), C = size_hw(self.options.image_size), self.dataset[0][0].shape[0]
+            dtype = torch.uint8 if self.options.uint8 else torch.float32
             for _ in range(empty):
                 yield torch.empty(0, C, H, W, dtype=dtype), torch.empty(0, dtype=torch.int64)
 

@@ -119,13 +119,3 @@ def split_holdout(dataset: Labelled, fraction: float, seed: int) -> tuple[Tensor
     keep = torch.ones(len(labels), dtype=torch.bool)
     keep[held_out] = False
     return keep.nonzero().flatten(), held_out
-
-
-def classes_in_turn(labels: Any) -> Any:
-    """Indices ordering a dataset as its first image of each class, then its second, ...: any
-    prefix is as class-balanced as it can be (a folder lists its images class by class)."""
-    rank = torch.zeros_like(labels)
-    for k in labels.unique():
-        members = (labels == k).nonzero().flatten()
-        rank[members] = torch.arange(len(members))
-    return torch.argsort(rank * (int(labels.max()) + 1) + labels, stable=True)

@@ -32,9 +32,10 @@ from torch.utils.data import Dataset
 
 from ..config import size_hw
 from ..errors import ConfigError, DataError
+from ..runtime.stops import data_loader
 from .codec import DECODE_ERRORS, decode, decode_crop
 from .decoded import count_decode_failure
-from .loader import Augment, Batches, BatchOptions, data_loader, generator
+from .loader import Augment, Batches, BatchOptions, generator
 from .sources.cells import CellReader
 from .sources.parquet import ParquetStream, Row
 from .transforms import channels_of, resize, to_float
@@ -129,9 +130,10 @@ class StreamBatches(Batches):
     def _windows(self, epoch: int) -> list[list[int]]:
         """The row groups of each window of ``epoch``, in order."""
         count = len(self.source.group_rows)
-        if not self.train:
+        if not self.options.train:
             return [[g] for g in range(count)]
-        order = torch.randperm(count, generator=generator(self.seed, _GROUPS, epoch)).tolist()
+        drawn = generator(self.options.seed, _GROUPS, epoch)
+        order = torch.randperm(count, generator=drawn).tolist()
         windows: list[list[int]] = [[]]
         rows = 0
         for g in order:
@@ -143,9 +145,9 @@ class StreamBatches(Batches):
         return windows
 
     def _window_order(self, epoch: int, w: int, rows: int) -> Tensor:
-        if not self.train:
+        if not self.options.train:
             return torch.arange(rows)
-        return torch.randperm(rows, generator=generator(self.seed, _WINDOW, epoch, w))
+        return torch.randperm(rows, generator=generator(self.options.seed, _WINDOW, epoch, w))
 
     def order(self, epoch: int) -> Tensor:
         """The stream's rows of ``epoch`` in the order they are served, numbered as the files
@@ -192,7 +194,7 @@ class StreamBatches(Batches):
     def _parts(self, epoch: int, start: int) -> Iterator[_Batch]:
         """Batches ``start``, ... of ``epoch``: their rows with their positions, and this
         process's part of each."""
-        B, n = self.batch_size, len(self.source)
+        B, n = self.options.batch_size, len(self.source)
         end = self.steps_per_epoch * B if self.drop_last else n
         rows = self._rows(epoch, start * B)
         for b in range(start, self.steps_per_epoch):
@@ -208,10 +210,11 @@ class StreamBatches(Batches):
     ) -> Iterator[tuple[Tensor, Tensor]]:
         """This process's part of ``batches``, decoded, in order (``epoch``, the first one's,
         seeds the workers)."""
-        assert self.image_size is not None  # Batches requires it of any dataset but arrays
-        source = self.source
+        options, source = self.options, self.source
+        assert options.image_size is not None  # Batches requires it of any dataset but arrays
+        size, seed = options.image_size, options.seed
         decoder = _DecodeParts(
-            source.mode, source.cells, self.image_size, self.augment, self.seed, source.max_pixels
+            source.mode, source.cells, size, self.augment, seed, source.max_pixels
         )
         sent: collections.deque[_Batch] = collections.deque()  # handed out, not yet back
 
@@ -224,17 +227,17 @@ class StreamBatches(Batches):
             decoder,
             sampler=parts(),
             batch_size=None,
-            num_workers=self.num_workers,
+            num_workers=options.num_workers,
             collate_fn=_as_is,
-            pin_memory=self.pin_memory,
-            generator=generator(self.seed, _LOADER, epoch),
+            pin_memory=options.pin_memory,
+            generator=generator(options.seed, _LOADER, epoch),
         )
         for images, decoded, labels, failures in loader:  # in the order handed out
             batch = sent.popleft()
             self._count(failures)
             if not decoded.all():
                 images, labels = self._replace(decoder, batch, images, decoded, labels)
-            yield (images if self.uint8 else to_float(images)), labels
+            yield (images if options.uint8 else to_float(images)), labels
 
     def _replace(
         self,

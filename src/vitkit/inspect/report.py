@@ -10,15 +10,15 @@ import json
 import logging
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any, cast
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from ..data.splits import classes_in_turn
 from ..errors import ConfigError, UserFileError
 from ..files import atomic_write, atomic_write_text
 from ..model import VisionTransformer
@@ -45,13 +45,26 @@ class _Section:
     files: tuple[Path, ...] = ()  # what the section wrote: its PNG and the data behind it
 
 
-def sample_images(labels: Tensor, count: int, *, seed: int = 0) -> Tensor:
-    """Indices of ``count`` of the images labelled ``labels`` (N,) to inspect: each class in turn,
-    each class's images in a random order drawn from ``seed`` (the same images every time)."""
+def sample_images(
+    labels: Tensor, count: int, *, seed: int = 0, keys: Sequence[str | None] | None = None
+) -> Tensor:
+    """Indices of ``count`` of the images labelled ``labels`` (N,) to inspect: each class in turn
+    takes the next of its images, in a random order drawn from ``seed`` (the same every time),
+    whose file stem none drawn has (``keys``: their names, ``key_of``), else its next."""
     # not the first in sort order: a folder's first files of each class were one photo's
     # rotations, and its first 16 one picture 16 times
     order = torch.randperm(len(labels), generator=torch.Generator().manual_seed(seed))  # (N,)
-    return order[classes_in_turn(labels[order])][:count]
+    queues = [order[labels[order] == k].tolist() for k in labels.unique()]  # each class's draw
+    # one stem in two class folders is one photo (a folder of a photo's rotations, a class each);
+    # an image without a name stands for itself (its index)
+    stems = [PurePath(k).stem if k else i for i, k in enumerate(keys or [None] * len(labels))]
+    chosen: list[int] = []
+    while len(chosen) < min(count, len(labels)):
+        for queue in [q for q in queues if q][: count - len(chosen)]:  # this turn's classes
+            seen = {stems[i] for i in chosen}
+            fresh = (j for j, i in enumerate(queue) if stems[i] not in seen)
+            chosen.append(queue.pop(next(fresh, 0)))  # none fresh: the class's next, a repeat
+    return torch.tensor(chosen, dtype=torch.int64)
 
 
 # an absolute path in free text: a "/" that starts a word, up to a space, colon, comma or bracket

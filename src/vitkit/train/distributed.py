@@ -94,7 +94,7 @@ def joined() -> bool:
 
 def end_process(status: int) -> NoReturn:
     """End this process now with exit status ``status``: its ``atexit`` functions run (logging's
-    handlers flushed, data loaders' workers ended: data/loader.py), its output is flushed, and
+    handlers flushed, data loaders' workers ended: runtime/stops.py), its output is flushed, and
     the interpreter's shutdown is skipped, which a process that has been in a gloo process group
     must not take (issue 43). Its threads end where they stand (non-daemon ones are not waited
     for: vitkit starts none)."""

@@ -25,6 +25,7 @@ from ..compose import Request, compose
 from ..config import DataConfig, data_names, normalise_data
 from ..config.overrides import split_set
 from ..errors import ConfigError, DataError, UserFileError
+from ..runtime.stops import stop_requests
 from .paper import (
     DEFAULT,
     DEFAULT_LR,
@@ -48,7 +49,6 @@ from .sweep import (
     check_sets,
     choose,
     rate_name,
-    stops_between_runs,
     train_run,
 )
 
@@ -281,7 +281,7 @@ def _real_cell(real: dict[str, Any]) -> str:
     return f"{accuracy} ({real['counted']:,}; {real['left_out']:,} left out)"
 
 
-@stops_between_runs
+@stop_requests()  # one for all its runs: a signal between two stops it before the next
 def transfer(
     chosen: Sequence[Dataset],
     options: Options,

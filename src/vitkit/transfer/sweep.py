@@ -13,19 +13,18 @@ runs is ``choose``: the highest accuracy; a tie goes to the smaller learning rat
 pre-trained weights, and what a coarser grid would have found first); a run that diverged is
 never chosen. A final run of ImageNet also measures ImageNet ReaL (``measure_real``:
 eval/real.py's join and count) of the weights it reported on. A protocol's runs share one stop
-request (``stops_between_runs``): SIGTERM/SIGINT stops a run at its next step, saved, or,
-landing after a run's last step check, the protocol before its next run.
+request (runtime/stops.py's ``stop_requests``): SIGTERM/SIGINT stops a run at its next step,
+saved, or, landing after a run's last step check, the protocol before its next run.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from ..compose import Composed, DataBuilder, prepare
 from ..config import RunConfig
@@ -39,9 +38,6 @@ if TYPE_CHECKING:
     from ..data.run_data import RunData
 
 log = logging.getLogger(__name__)
-
-P = ParamSpec("P")
-R = TypeVar("R")
 
 
 def check_same(recorded: Mapping[str, Any], given: Mapping[str, Any], held: str, flag: str) -> None:
@@ -88,22 +84,6 @@ def check_rates(lrs: Iterable[float]) -> None:
         named[name] = lr
 
 
-def stops_between_runs(protocol: Callable[P, R]) -> Callable[P, R]:
-    """``protocol`` (``transfer``, ``run_vtab``) with one stop request for all its runs
-    (train/loop.py's ``stop_requests``): a signal that lands after a run's last step check, or
-    between runs, is not lost with that run's, but stops the protocol in ``train_run``, before
-    its next run, once the runs before it are recorded."""
-
-    @functools.wraps(protocol)
-    def stoppable(*args: P.args, **kwargs: P.kwargs) -> R:
-        from ..train.loop import stop_requests
-
-        with stop_requests():
-            return protocol(*args, **kwargs)
-
-    return stoppable
-
-
 def train_run(
     composed: Composed,
     run_dir: Path,
@@ -119,9 +99,10 @@ def train_run(
     finite; and the data it trained on. ``test=False``: the data's test split is left out, so a
     run that chooses (on its holdout) never sees it. ``real``: also ``real``, ImageNet ReaL
     accuracy of the same weights on the same split (``measure_real``). A ``StoppedError``
-    before anything is read if a stop was requested (``stops_between_runs``)."""
+    before anything is read if a stop was requested (the protocol's ``stop_requests``)."""
+    from ..runtime.stops import stop_if_requested
     from ..train import distributed
-    from ..train.loop import DivergedError, stop_if_requested, train_prepared
+    from ..train.loop import DivergedError, train_prepared
     from ..train.rundir import RunLock
 
     stop_if_requested(f"the run in {run_dir} began; the runs before it are recorded")

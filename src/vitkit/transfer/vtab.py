@@ -28,6 +28,7 @@ from typing import Any, Literal
 from ..compose import Request, compose
 from ..config import ModelConfig
 from ..errors import ConfigError
+from ..runtime.stops import stop_requests
 from .paper import check_resolution
 from .records import (
     NULL,
@@ -41,7 +42,6 @@ from .sweep import (
     check_same,
     check_sets,
     rate_name,
-    stops_between_runs,
     train_run,
 )
 from .vtab_tasks import (
@@ -299,7 +299,7 @@ def _check_settings(out: Path, protocol: VtabSetup) -> None:
         record.save()
 
 
-@stops_between_runs
+@stop_requests()  # one for all its runs: a signal between two stops it before the next
 def run_vtab(
     protocol: VtabSetup,
     tasks: Sequence[TaskData],

@@ -93,6 +93,7 @@ class HFSource:
     labels: dict[str, np.ndarray] = field(default_factory=dict)  # split -> int64 (n,)
     label_names: dict[str, int] | None = None  # a string label column: name -> class index
     max_pixels: int = MAX_IMAGE_PIXELS
+    shuffle_buffer: int = 1000  # the rows of a stream's training windows (data.shuffle_buffer)
 
     @property
     def splits(self) -> tuple[str, ...]:
@@ -127,6 +128,7 @@ class HFSource:
                 mode=mode or "RGB",  # a stream is not read ahead to decide (stream.py)
                 max_bad_fraction=max_bad_fraction,
                 max_pixels=self.max_pixels,
+                shuffle_buffer=self.shuffle_buffer,
             )
         options = ReadOptions(
             mode,
@@ -266,7 +268,9 @@ def open_hf(cfg: DataConfig) -> HFSource:
         with _quiet():
             if cfg.streaming:
                 found = _open_stream(path, spec, datasets, image_column, label_column, cells)
-                return dataclasses.replace(found, max_pixels=cfg.max_image_pixels)
+                return dataclasses.replace(
+                    found, max_pixels=cfg.max_image_pixels, shuffle_buffer=cfg.shuffle_buffer
+                )
             loaded = _load(path, datasets)
     except VitkitError:
         raise
@@ -316,12 +320,9 @@ def listing(cfg: DataConfig, model: ModelConfig | None, seed: int) -> Listing:
 
     def read(split: str, channels: int | None, verify: bool) -> Images:
         how = reading_of(cfg, channels, verify)  # the cells' bounds are the source's (open_hf)
-        dataset = hf.dataset(
+        return hf.dataset(
             split, mode=how["mode"], verify=how["verify"], max_bad_fraction=cfg.max_bad_fraction
         )
-        if cfg.streaming:
-            dataset.shuffle_buffer = cfg.shuffle_buffer
-        return dataset
 
     found = Listing(hf.spec, hf.splits, read, "{} split".format, hf.named)
     if hf.label_names is not None:  # classes named by a label column of text

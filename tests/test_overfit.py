@@ -14,6 +14,9 @@ from vitkit.recipes import get_recipe
 from vitkit.train import overfit
 from vitkit.train.overfit import Overfitting
 
+# (train loss logged before it, val loss, val accuracy): the validation loss rises from the second
+RISING = [(1.0, 1.2, 0.5), (0.9, 1.1, 0.6), (0.8, 1.15, 0.58), (0.7, 1.2, 0.57), (0.6, 1.3, 0.55)]
+
 
 def _run(seen: Overfitting, evaluations: list[tuple[float, float, float]]) -> list[bool]:
     """(train loss logged before it, val loss, val accuracy) of each evaluation, 10 steps apart:
@@ -26,24 +29,17 @@ def _run(seen: Overfitting, evaluations: list[tuple[float, float, float]]) -> li
 
 
 def test_three_rises_while_the_training_loss_falls_are_said_once() -> None:
-    rising = [
-        (1.0, 1.2, 0.5),
-        (0.9, 1.1, 0.6),
-        (0.8, 1.15, 0.58),
-        (0.7, 1.2, 0.57),
-        (0.6, 1.3, 0.55),
-    ]
     seen = Overfitting()
-    assert _run(seen, rising) == [False, False, False, False, True]  # 1.1 < 1.15 < 1.2 < 1.3
+    assert _run(seen, RISING) == [False, False, False, False, True]  # 1.1 < 1.15 < 1.2 < 1.3
     assert _run(seen, [(0.5, 1.4, 0.5)]) == [False]  # said once
     said = seen.message("val", early_stop=False)
     assert "rose at 3 evaluations in a row (1.100 at step 20 to 1.300 at step 50)" in said
     assert "best/ holds step 20 (val accuracy 0.6000)" in said and "--init-from" in said
     # two rises and a fall, or rises while the training loss rises too: nothing
-    assert not any(_run(Overfitting(), [*rising[:3], (0.7, 1.1, 0.6), (0.6, 1.2, 0.6)]))
+    assert not any(_run(Overfitting(), [*RISING[:3], (0.7, 1.1, 0.6), (0.6, 1.2, 0.6)]))
     assert not any(
         _run(
-            Overfitting(), [(t, v, a) for (_, v, a), t in zip(rising, (1, 2, 3, 4, 5), strict=True)]
+            Overfitting(), [(t, v, a) for (_, v, a), t in zip(RISING, (1, 2, 3, 4, 5), strict=True)]
         )
     )
 
@@ -51,16 +47,9 @@ def test_three_rises_while_the_training_loss_falls_are_said_once() -> None:
 def test_a_resumed_run_sees_what_its_log_holds_up_to_its_step(tmp_path: Path) -> None:
     """Rebuilt from metrics.jsonl: the records up to the resumed step, without that step's
     evaluation when its checkpoint was saved without it (rank 0 may not have cut it yet)."""
-    rising = [
-        (1.0, 1.2, 0.5),
-        (0.9, 1.1, 0.6),
-        (0.8, 1.15, 0.58),
-        (0.7, 1.2, 0.57),
-        (0.6, 1.3, 0.55),
-    ]
     log = tmp_path / "metrics.jsonl"
     lines = []
-    for i, (train, loss, accuracy) in enumerate(rising):
+    for i, (train, loss, accuracy) in enumerate(RISING):
         lines.append({"step": 10 * (i + 1), "loss": train, "accuracy": 0.9})
         lines.append({"step": 10 * (i + 1), "split": "val", "loss": loss, "accuracy": accuracy})
     lines.append({"step": 50, "split": "test", "loss": 0.1, "accuracy": 1.0})  # the final test
@@ -71,7 +60,7 @@ def test_a_resumed_run_sees_what_its_log_holds_up_to_its_step(tmp_path: Path) ->
     ).said  # step 50's evaluation redone
     assert not Overfitting.from_log(log, 40, "val").said
     uninterrupted = Overfitting()
-    _run(uninterrupted, rising[:4])
+    _run(uninterrupted, RISING[:4])
     assert Overfitting.from_log(log, 40, "val") == uninterrupted
 
 

@@ -5,7 +5,7 @@ their durations ('5000st', '10ep', '1e6ex') and its time budget ('20m'). No torc
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -51,14 +51,14 @@ def _parse_duration(text: str) -> tuple[float, str] | None:
 DURATIONS = "a duration: '5000st' (steps), '10ep' (epochs) or '1e6ex' (examples)"
 
 
-Duration = Annotated[
-    str,
-    Kind(
-        "duration",
-        lambda text: None if _parse_duration(text) is not None else f"expected {DURATIONS}",
-        DURATIONS,
-    ),
-]
+def _spelled(kind: str, parse: Callable[[str], object], expected: str) -> Kind:
+    """The kind of a key whose text ``parse`` reads (None: not one), ``expected`` if not."""
+    return Kind(
+        kind, lambda text: None if parse(text) is not None else f"expected {expected}", expected
+    )
+
+
+Duration = Annotated[str, _spelled("duration", _parse_duration, DURATIONS)]
 
 
 _SECONDS_PER = {"s": 1.0, "m": 60.0, "h": 3600.0}
@@ -77,14 +77,7 @@ def parse_seconds(text: str) -> float | None:
     return number * unit if math.isfinite(number) and number > 0 else None
 
 
-TimeSpan = Annotated[
-    str,
-    Kind(
-        "time",
-        lambda text: None if parse_seconds(text) is not None else f"expected {TIMES}",
-        TIMES,
-    ),
-]
+TimeSpan = Annotated[str, _spelled("time", parse_seconds, TIMES)]
 
 
 def parse_duration(text: str, *, steps_per_epoch: int, batch_size: int) -> int:

@@ -76,8 +76,22 @@ def test_the_data_decides_classes_channels_and_a_sized_schedule_unless_set() -> 
     adapted = adapt(composed, num_classes=7, channels=1, train_size=1_800)
     assert (adapted.run.model.num_classes, adapted.run.model.in_chans) == (7, 1)
     assert adapted.origin["model.num_classes"] == adapted.origin["model.in_chans"] == "data"
-    assert adapted.run.train.duration == "56ep"  # 100,000 examples / 1,800 images
-    assert adapted.origin["train.duration"] == "recipe scratch, for 1,800 training images"
+    # 300,000 examples / 1,800 images: under 10,000 from scratch, with the toolbox
+    assert adapted.run.train.duration == "167ep" and adapted.run.train.mixup == 0.8
+    assert adapted.origin["train.duration"] == (
+        "recipe scratch, for 1,800 training images (under 10,000 from scratch: the toolbox's "
+        "augmentation over a longer schedule)"
+    )
+    from vitkit.recipes.scratch import scratch_schedule
+
+    assert scratch_schedule(1_800, None, True) == (  # from pretrained weights: the plain recipe
+        {**scratch_schedule(60_000)[0], "train.duration": "56ep", "optim.warmup": "2.8ep",
+         "train.eval_every": "5.6ep", "train.save_every": "5.6ep"},
+        None,
+    )  # fmt: skip
+    large = adapt(composed, num_classes=7, channels=1, train_size=60_000)
+    assert large.run.train.duration == "20ep" and large.run.train.mixup == 0.0
+    assert large.origin["train.duration"] == "recipe scratch, for 60,000 training images"
     assert adapted.run.train.batch_size == 64 and adapted.origin["train.batch_size"] == "--set"
     pinned = compose(
         Request(
@@ -216,11 +230,9 @@ def test_config_lists_every_key_with_type_value_allowed_origin_and_doc(
     assert "optim.name = adam    (recipe scratch)\n    'adam', 'sgd' or 'muon'\n" in out
     assert "model.num_classes = 3    (data)" in out
     assert "model.in_chans = 3    (the data: 1 if every training image is greyscale" in out
-    assert "train.duration = 300ep    (recipe scratch, for 108 training images)" in out
-    assert (
-        "train.duration = 300ep    (recipe scratch, for 108 training images)\n    a duration: "
-        in out
-    )
+    why = "under 10,000 from scratch: the toolbox's augmentation over a longer schedule"
+    assert f"train.duration = 300ep    (recipe scratch, for 108 training images ({why}))" in out
+    assert f"train.mixup = 0.8    (recipe scratch, for 108 training images ({why}))" in out
     assert main(["config", "--recipe", "fmnist", "train.b*"]) == 0
     out = capsys.readouterr().out
     assert "train.batch_size = 128" in out and "train.compile" not in out and "optim" not in out

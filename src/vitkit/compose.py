@@ -302,13 +302,16 @@ def adapt(
     out = out.with_values({k: v for k, v in derived.items() if k not in out.fixed}, "data")
     if out.recipe.sized is not None:
         given = out.run.train.duration if "train.duration" in out.fixed else None
-        schedule = out.recipe.sized(train_size, given)
+        pretrained = out.run.init_from is not None
+        schedule, why = out.recipe.sized(train_size, given, pretrained)
         if "train.batch_size" in schedule:
             schedule["train.batch_size"] = max(world, schedule["train.batch_size"] // world * world)
         sized = {k: v for k, v in schedule.items() if k not in out.fixed}
         origin = f"recipe {out.recipe.name}, for {train_size:,} training images"
         if given is not None:
             origin = f"recipe {out.recipe.name}, for train.duration={given}"
+        if why is not None:
+            origin += f" ({why})"
         out = out.with_values(sized, origin)
     return out
 

@@ -38,7 +38,9 @@ def finetune_steps(n: int) -> int:
     return FINETUNE_STEPS[-1][1]
 
 
-def finetune_schedule(n: int, duration: str | None = None) -> dict[str, Any]:
+def finetune_schedule(
+    n: int, duration: str | None = None, pretrained: bool = True
+) -> tuple[dict[str, Any], None]:
     """The ``finetune`` recipe's schedule for ``n`` training images: ``finetune_steps(n)`` steps
     (or the ``duration`` given), paced by ``paced``; batches of 64 (of ``n`` when fewer)
     accumulated 8 times into the paper's 512, or as many times as an epoch holds."""
@@ -47,7 +49,7 @@ def finetune_schedule(n: int, duration: str | None = None) -> dict[str, Any]:
         **paced(duration or f"{finetune_steps(n)}st"),
         "train.batch_size": micro,
         "train.accum_steps": min(8, max(1, n // micro)),
-    }
+    }, None
 
 
 @recipe(

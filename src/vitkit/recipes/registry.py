@@ -25,9 +25,10 @@ class Targets:
     at_minutes: float
 
 
-# A schedule sized by the data: (training images, train.duration if the user set it) -> the
-# settings it derives ({dotted key: value}), applied where the user set none of them.
-Sized = Callable[[int, "str | None"], dict[str, Any]]
+# A schedule sized by the data: (training images, train.duration if the user set it, whether the
+# run starts from pretrained weights) -> the settings it derives ({dotted key: value}), applied
+# where the user set none of them, and why beyond the number of images (None: that alone).
+Sized = Callable[[int, "str | None", bool], tuple[dict[str, Any], "str | None"]]
 
 
 @dataclass(frozen=True)

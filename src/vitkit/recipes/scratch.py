@@ -63,7 +63,7 @@ def paced(duration: str) -> dict[str, str]:
 # Under this many training images and without pretrained weights, a run is in the paper's "ViT
 # needs data" regime [P §4.2, Fig. 3]: it takes the training toolbox (DeiT's augmentation) over
 # SMALL_DATA_EXAMPLES, which study f measured 4-5 points ahead at 1,000 images given the longer
-# schedule; RESULTS.md "Small data from scratch" measures it on a folder of photos and on digits.
+# schedule; RESULTS.md measures it on a folder of photos and on digits (issue 46 item 2).
 SMALL_DATA = 10_000
 SMALL_DATA_EXAMPLES = 3 * SCRATCH_EXAMPLES
 SMALL_DATA_TOOLBOX: dict[str, Any] = {

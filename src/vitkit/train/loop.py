@@ -283,7 +283,8 @@ class _Trainer:
     ) -> tuple[int, Evaluation | None]:
         """Train from ``step`` (with the log ``window`` so far) to the end; the last step and
         the last evaluation (None: none was due). ``eval_due``: ``step``'s evaluation first (a
-        stop request dropped it). ``StoppedError`` after a stop request."""
+        stop request dropped it). ``StoppedError`` after a stop request; ``train.time_budget``
+        and ``train.early_stop`` end it sooner, as its end (``ended_early`` says why)."""
         run, tc, cadence, parts = self.run, self.run.train, self.inputs.cadence, self.parts
         device, rank, world = parts.live.device, distributed.rank(), distributed.world_size()
         # micro-batches across epochs, on the device: each moved there while the previous computes

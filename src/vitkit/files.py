@@ -61,11 +61,18 @@ def home() -> Path:
 
 def sha256_of(path: str | os.PathLike) -> str:
     """The sha256 of the file ``path``, as hex."""
-    sha = hashlib.sha256()
+    return hex_digests(path, "sha256")[0]
+
+
+def hex_digests(path: str | os.PathLike, *algorithms: str) -> list[str]:
+    """The digests of the file ``path`` by each of ``algorithms`` (hashlib's names), as hex, from
+    one read of it."""
+    hashes = [hashlib.new(name, usedforsecurity=False) for name in algorithms]
     with open(path, "rb") as f:
         while block := f.read(1 << 20):
-            sha.update(block)
-    return sha.hexdigest()
+            for h in hashes:
+                h.update(block)
+    return [h.hexdigest() for h in hashes]
 
 
 def atomic_write(path: Path, write: Callable[[Path], object]) -> None:

@@ -11,7 +11,6 @@ or overwrite a file elsewhere.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -23,7 +22,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from ...errors import DownloadError
-from ...files import atomic_write, home
+from ...files import atomic_write, hex_digests, home
 
 log = logging.getLogger(__name__)
 
@@ -100,14 +99,8 @@ def lstat_no_link(path: Path) -> os.stat_result | None:
 
 def digests(path: Path, *, md5: bool = False) -> tuple[str, str | None]:
     """The sha256 (and md5, if asked) of a file, as hex."""
-    sha = hashlib.sha256()
-    md = hashlib.md5(usedforsecurity=False) if md5 else None
-    with open(path, "rb") as f:
-        while block := f.read(CHUNK):
-            sha.update(block)
-            if md is not None:
-                md.update(block)
-    return sha.hexdigest(), (md.hexdigest() if md is not None else None)
+    sha, *md = hex_digests(path, "sha256", *(["md5"] if md5 else []))
+    return sha, (md[0] if md else None)
 
 
 def read_record(path: Path) -> dict[str, Any] | None:

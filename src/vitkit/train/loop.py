@@ -364,7 +364,7 @@ class _Trainer:
                 if ending:  # as at the end: then tested with the best weights
                     bar.write(f"{self.ended_early}: checkpoint saved")
                     break
-                said = estimate.after(step, self.metrics.run_seconds())
+                said = estimate.after(step, self.metrics.run_seconds)  # read once, if said
                 if said:
                     bar.write(said)
         bar.close()
@@ -543,8 +543,9 @@ class _Estimate:
         self.t: float | None = None  # when the first step ended
         self.said = False
 
-    def after(self, step: int, run_s: float) -> str | None:
-        """The line to say after ``step`` (at ``run_s``, the run's time), once; else None."""
+    def after(self, step: int, run_seconds: Callable[[], float]) -> str | None:
+        """The line to say after ``step`` (``run_seconds``: the run's clock, read then), once;
+        else None."""
         now = time.perf_counter()
         if self.said or step < self.first:
             return None
@@ -562,6 +563,7 @@ class _Estimate:
             f"{per_step:.3g} s a step (steps {self.first + 1:,}-{step:,}; evaluations apart)"
         )
         budget = None if self.budget is None else parse_seconds(self.budget)
+        run_s = run_seconds() if budget is not None else 0.0  # /proc reads: not every step
         if budget is not None and run_s + left * per_step > budget:
             near = step + max(0, int((budget - run_s) / per_step))
             line += f"; train.time_budget={self.budget} ends it near step {near:,}"

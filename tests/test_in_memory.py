@@ -87,3 +87,34 @@ def test_a_run_keeps_them_within_its_budget_and_says_so(folder: Path) -> None:
     del before["data"]["keep_decoded_mb"]
     assert inputs(run, recorded=before).train is data.train
     assert inputs(run, recorded=run.to_dict()).train.read_as == "memory"
+
+
+def test_a_killed_run_kept_in_memory_resumes_as_if_never_stopped(
+    folder: Path, tmp_path: Path, caplog
+) -> None:
+    """A run whose training images are kept in memory, killed after a checkpoint mid-epoch,
+    resumes to the uninterrupted run's log and weights: its batches (inception crops and flips
+    drawn from the kept images) are a function of seed, epoch and index."""
+    import logging
+
+    from helpers import logged_metrics, stopped_copy
+    from photos import same_weights
+    from vitkit import fit
+
+    run = replace(
+        get_recipe("smoke"),
+        {"data.dataset": str(folder), "data.num_workers": 0, "data.max_bad_fraction": 0.5,
+         "model.num_classes": 2, "train.batch_size": 4, "train.device": "cpu",
+         "train.duration": "6st", "train.save_every": "2st", "train.eval_every": "3st",
+         "train.log_every": "1st", "train.keep_last": 3, "data.flip": True,
+         "data.inception_crop": True, "model.dropout_rate": 0.1},
+    )  # fmt: skip
+    full = tmp_path / "full"
+    with pytest.warns(UserWarning), caplog.at_level(logging.INFO, logger="vitkit.train.loop"):
+        fit(run, run_dir=full, progress=False)
+    assert "decoded once, kept in memory at 32x32 px" in caplog.text  # 9 images: 2 an epoch
+    resumed = stopped_copy(full, tmp_path / "resumed", step=4)
+    with pytest.warns(UserWarning):
+        fit(run, run_dir=resumed, progress=False)
+    assert logged_metrics(resumed) == logged_metrics(full) and len(logged_metrics(full)) == 8
+    same_weights(full / "checkpoints" / "step_00000006", resumed / "checkpoints" / "step_00000006")

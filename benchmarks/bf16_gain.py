@@ -1,8 +1,8 @@
 """Where bf16 pays on this CPU: vitkit's training step and forward pass in bf16 autocast against
 fp32, over models and batches whose forward pass spans 0.02 to 300 GFLOP, alternating, medians;
 and attention, PyTorch's fused kernel against the explicit products: alone, in both precisions,
-and inside bf16 steps of the models. The measurements behind ``runtime.arithmetic.MIN_GFLOP`` and
-``model.layers.EXPLICIT_MAX_TOKENS(_FORWARD)``.
+and inside bf16 steps of the models. The measurements behind a CPU kind's
+``runtime.arithmetic.Bf16Rule`` (its least work and its explicit-attention lengths).
 
     .venv/bin/python benchmarks/bf16_gain.py                  # the grid (about 10 minutes)
     .venv/bin/python benchmarks/bf16_gain.py --rows fmnist:train:256 ViT-S/16:infer:1
@@ -75,9 +75,10 @@ def model_config(name: str) -> ModelConfig:
     return get_config(name)
 
 
-def step(
+def model_step(
     cfg: ModelConfig, task: str, bf16: bool, batch: int, compiled: bool
-) -> Callable[[], object]:
+) -> tuple[torch.nn.Module, Callable[[], object]]:
+    """A model of ``cfg`` and one step of ``task`` on it."""
     torch.manual_seed(0)
     model = vitkit.create_model(cfg)
     run = torch.compile(model) if compiled else model
@@ -85,8 +86,14 @@ def step(
     y = torch.randint(0, cfg.num_classes, (batch,))
 
     if task == "infer":
-        return infer_step(run, x, bf16)
-    return train_step(run, x, y, bf16)
+        return model, infer_step(run, x, bf16)
+    return model, train_step(run, x, y, bf16)
+
+
+def step(
+    cfg: ModelConfig, task: str, bf16: bool, batch: int, compiled: bool
+) -> Callable[[], object]:
+    return model_step(cfg, task, bf16, batch, compiled)[1]
 
 
 def alternate(
@@ -192,28 +199,29 @@ PATHS = (
 
 def paths_table(rows: Sequence[str], rounds: int) -> Iterator[str]:
     """A bf16 step of each row with attention on the explicit path and on the fused kernel,
-    alternating (``layers``' limits set to take one or the other at every length), a line at a
-    time."""
+    alternating (each attention layer's limits set to take one or the other at every length), a
+    line at a time."""
     from vitkit.model import layers
-
-    limits = (layers.EXPLICIT_MAX_TOKENS, layers.EXPLICIT_MAX_TOKENS_FORWARD)
-
-    def take(explicit: bool | None) -> None:  # None: the limits as they are
-        most = limits if explicit is None else (10**6, 10**6) if explicit else (0, 0)
-        layers.EXPLICIT_MAX_TOKENS, layers.EXPLICIT_MAX_TOKENS_FORWARD = most
 
     yield "| model | task | batch | tokens | explicit s | fused s | fused / explicit |"
     yield "|---|---|---|---|---|---|---|"
     for row in rows:
         name, task, batch_text = row.split(":")
         cfg = model_config(name)
-        run = step(cfg, task, True, int(batch_text), compiled=False)
+        model, run = model_step(cfg, task, True, int(batch_text), compiled=False)
+        attentions = [m for m in model.modules() if isinstance(m, layers.Attention)]
 
-        def on(explicit: bool, run=run) -> Callable[[], object]:
-            return lambda: (take(explicit), run())
+        def on(explicit: bool, run=run, attentions=attentions) -> Callable[[], object]:
+            most = 10**6 if explicit else 0
+
+            def take_and_run() -> object:
+                for attention in attentions:
+                    attention.explicit_tokens = {"train": most, "infer": most}
+                return run()
+
+            return take_and_run
 
         fused, explicit, ratios = alternate(on(False), on(True), rounds, min_time=0.0)
-        take(None)
         tokens = cfg.grid[0] * cfg.grid[1] + cfg.num_prefix_tokens
         yield (
             f"| {name} | {task} | {batch_text} | {tokens} | {explicit:.3f} | {fused:.3f} "

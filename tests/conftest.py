@@ -45,7 +45,10 @@ def cpu_without_bf16(monkeypatch: pytest.MonkeyPatch) -> None:
     """``auto`` precision decides as on a CPU without native bf16 (``runtime.arithmetic``), in
     this process and its subprocesses: the figures tests assert are fp32's on every machine. A
     test of the decision sets ``VITKIT_CPU_BF16`` itself, or removes it to read the machine."""
+    from vitkit.runtime.arithmetic import process_rule
+
     monkeypatch.setenv("VITKIT_CPU_BF16", "none")
+    process_rule.cache_clear()  # each test's process decides anew, from what stands in for its CPU
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from vitkit.presets import get_config
 from vitkit.recipes import fmnist_vit, get_recipe
 from vitkit.runtime import arithmetic
 from vitkit.runtime.arithmetic import (
-    MIN_GFLOP,
+    RULES,
     CpuFeatures,
     cpu_features,
     decide_auto,
@@ -31,7 +31,7 @@ NEITHER = CpuFeatures()
 
 @pytest.mark.parametrize("task", ["train", "infer"])
 def test_auto_over_every_kind_of_machine(task: arithmetic.Task) -> None:
-    least = MIN_GFLOP[task]
+    least = RULES["AVX512_BF16"].min_gflop[task]
     big, small = 10 * least, least / 2
     for cpu in (AMX, AVX512_BF16, NEITHER):  # CUDA's choice is bf16 whatever the CPU
         assert decide_auto(CUDA, task=task, gflop=small, cpu=cpu) == ("bf16", "auto on cuda")
@@ -56,8 +56,9 @@ def test_auto_over_every_kind_of_machine(task: arithmetic.Task) -> None:
 
 def test_training_gains_from_smaller_batches_than_inference() -> None:
     """A training step amortises the casts over its backward pass too (RESULTS.md)."""
-    between = (MIN_GFLOP["train"] + MIN_GFLOP["infer"]) / 2
-    assert MIN_GFLOP["train"] < MIN_GFLOP["infer"]
+    least = RULES["AVX512_BF16"].min_gflop
+    between = (least["train"] + least["infer"]) / 2
+    assert least["train"] < least["infer"]
     assert decide_auto(CPU, task="train", gflop=between, cpu=AVX512_BF16)[0] == "bf16"
     assert decide_auto(CPU, task="infer", gflop=between, cpu=AVX512_BF16)[0] == "fp32"
 
@@ -152,3 +153,34 @@ def test_older_pytorch_is_read_through_its_probes(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: True, raising=False)
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False, raising=False)
     assert cpu_features() == AVX512_BF16
+
+
+@pytest.mark.parametrize("kind", ["none", "avx512_bf16", "amx_bf16"])
+def test_each_kind_of_cpu_has_its_rule_decided_once_per_process(
+    monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    """Every kind of CPU has a rule (``RULES``: AMX takes Zen 4's until an AMX machine measures
+    its own; without native bf16 the attention path of a bf16 set by hand is Zen 4's, as it
+    was). A process decides it at its first call, a model reads it when built, and a forward
+    pass compiled whole (``fullgraph=True``, as the fast inference path compiles) probes nothing:
+    a CPU read inside it would break the graph."""
+    from helpers import tiny
+    from vitkit.model.layers import Attention
+    from vitkit.model.vit import VisionTransformer
+
+    monkeypatch.setenv("VITKIT_CPU_BF16", kind)
+    arithmetic.process_rule.cache_clear()
+    rule = arithmetic.process_rule()
+    assert rule is arithmetic.rule_for(cpu_features()) is RULES[cpu_features().native_bf16]
+    assert rule.min_gflop["train"] < rule.min_gflop["infer"] and rule.measured
+    assert rule.explicit_tokens["infer"] <= rule.explicit_tokens["train"]
+    other = "none" if kind != "none" else "amx_bf16"
+    monkeypatch.setenv("VITKIT_CPU_BF16", other)  # later stand-ins change nothing in this process
+    assert arithmetic.process_rule() is rule
+    model = VisionTransformer(tiny()).eval()
+    attentions = [m for m in model.modules() if isinstance(m, Attention)]
+    assert attentions and all(a.explicit_tokens == rule.explicit_tokens for a in attentions)
+    compiled = torch.compile(model, fullgraph=True, backend="eager")
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        torch.testing.assert_close(compiled(x), model(x))

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import uninterrupted_log
+from helpers import bf16_from_any_size, uninterrupted_log
 from vitkit.compose import Request, adapt, compose, default_run_dir, flat
 from vitkit.config import ConfigError, RunConfig
 from vitkit.presets import get_config
@@ -474,9 +474,8 @@ def test_a_cpu_with_native_bf16_records_bf16_and_a_resume_never_decides_again(
 
     from helpers import stopped_copy
     from vitkit.cli import main
-    from vitkit.runtime import arithmetic
 
-    monkeypatch.setattr(arithmetic, "MIN_GFLOP", {"train": 0.0, "infer": 0.0})
+    bf16_from_any_size(monkeypatch)
     monkeypatch.setenv("VITKIT_CPU_BF16", "avx512_bf16")
     full = tmp_path / "full"
     argv = ["train", "--recipe", "smoke", "--set", "train.device=cpu", "--no-progress"]
@@ -518,9 +517,8 @@ def test_the_committed_runs_resume_in_fp32_on_a_cpu_with_native_bf16(
     import shutil
 
     from vitkit.cli import main
-    from vitkit.runtime import arithmetic
 
-    monkeypatch.setattr(arithmetic, "MIN_GFLOP", {"train": 0.0, "infer": 0.0})
+    bf16_from_any_size(monkeypatch)
     monkeypatch.setenv("VITKIT_CPU_BF16", "amx_bf16")
     old = Path(__file__).parent / "data" / "resume_v1"
     run_dir = Path(shutil.copytree(old / "run", tmp_path / "run"))

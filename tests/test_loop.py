@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers import logged_metrics
+from helpers import bf16_from_any_size, logged_metrics
 from vitkit import fit
 from vitkit.config import ConfigError, RunConfig, replace
 from vitkit.recipes import get_recipe
@@ -551,11 +551,10 @@ def test_auto_is_decided_once_when_a_run_starts(tmp_path: Path, monkeypatch) -> 
     ``auto`` would decide now (here bf16: a CPU standing in for one with AVX512_BF16, the smoke
     model's batch counted as enough), and the banner says where it comes from; a new run
     decides, and says why."""
-    from vitkit.runtime import arithmetic
 
     run = replace(get_recipe("smoke"), {"train.device": "cpu", "data.num_workers": 0})
     fit(replace(run, {"train.duration": "4st"}), run_dir=tmp_path / "a", progress=False)
-    monkeypatch.setattr(arithmetic, "MIN_GFLOP", {"train": 0.0, "infer": 0.0})
+    bf16_from_any_size(monkeypatch)
     monkeypatch.setenv("VITKIT_CPU_BF16", "avx512_bf16")
     said: list[str] = []
     monkeypatch.setattr(logging.getLogger("vitkit.train.loop"), "info", said.append)

@@ -287,10 +287,11 @@ def test_bf16_on_a_cpu_takes_the_explicit_attention_path(monkeypatch) -> None:
     def q(tokens: int, dtype: torch.dtype = torch.bfloat16, grad: bool = True) -> torch.Tensor:
         return torch.zeros(1, 2, tokens, 8, dtype=dtype, requires_grad=grad)
 
-    assert not layers.explicit_is_faster(q(17, torch.float32))
-    assert layers.explicit_is_faster(q(256)) and not layers.explicit_is_faster(q(257))
-    assert layers.explicit_is_faster(q(64, grad=False))
-    assert not layers.explicit_is_faster(q(65, grad=False))
+    most = {"train": 256, "infer": 64}
+    assert not layers.explicit_is_faster(q(17, torch.float32), most)
+    assert layers.explicit_is_faster(q(256), most) and not layers.explicit_is_faster(q(257), most)
+    assert layers.explicit_is_faster(q(64, grad=False), most)
+    assert not layers.explicit_is_faster(q(65, grad=False), most)
     fused_calls = []
     sdpa = F.scaled_dot_product_attention
 
@@ -315,7 +316,8 @@ def test_bf16_on_a_cpu_takes_the_explicit_attention_path(monkeypatch) -> None:
     fused_calls.clear()
     explicit, explicit_grads = logits_and_grads(bf16=True)
     assert fused_calls == []
-    monkeypatch.setattr(layers, "EXPLICIT_MAX_TOKENS", 0)
+    for attention in (m for m in model.modules() if isinstance(m, layers.Attention)):
+        attention.explicit_tokens = {"train": 0, "infer": 0}
     fused, fused_grads = logits_and_grads(bf16=True)
     assert fused_calls == [torch.bfloat16] * len(model.blocks)
     bound = 0.05 * ref.abs().max() + 0.05  # as test_bf16_autocast_close_to_fp32

@@ -12,7 +12,7 @@ import torch
 from PIL import Image
 
 import vitkit
-from helpers import claimed_png, padded_image, randomize, tiny
+from helpers import bf16_from_any_size, claimed_png, padded_image, randomize, tiny
 from vitkit.cli import main
 from vitkit.cli.common import resolve_device
 from vitkit.data import Preprocess
@@ -232,8 +232,6 @@ def test_precision_argument(checkpoint: str, images: Path, capsys, monkeypatch) 
     """``--precision``: said on stderr with its reason (stdout stays the JSON); bf16 ranks the
     classes of these images as fp32 does; auto is fp32 on a CPU without native bf16 and bf16 on
     one with it once the batch is large enough (here counted as enough)."""
-    from vitkit.runtime import arithmetic
-
     status = main(["predict", checkpoint, str(images / "more"), "--json", "--device", "cpu"])
     captured = capsys.readouterr()
     fp32 = json.loads(captured.out)
@@ -249,7 +247,7 @@ def test_precision_argument(checkpoint: str, images: Path, capsys, monkeypatch) 
     assert [e["top"][0]["label"] for e in bf16] == [e["top"][0]["label"] for e in fp32]
     for ours, theirs in zip(bf16, fp32, strict=True):  # bf16 keeps ~3 significant digits
         assert ours["top"][0]["prob"] == pytest.approx(theirs["top"][0]["prob"], abs=0.02)
-    monkeypatch.setattr(arithmetic, "MIN_GFLOP", {"train": 0.0, "infer": 0.0})
+    bf16_from_any_size(monkeypatch)
     monkeypatch.setenv("VITKIT_CPU_BF16", "amx_bf16")
     assert main(["predict", checkpoint, str(images / "more"), "--device", "cpu"]) == 0
     err = capsys.readouterr().err

@@ -15,6 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..runtime.arithmetic import Task, process_rule
+
 
 def lecun_normal_(weight: Tensor) -> Tensor:
     """Flax's default kernel init: truncated normal (+-2 std) with variance 1 / fan_in.
@@ -60,23 +62,13 @@ class DropPath(nn.Module):
         return f"rate={self.rate}"
 
 
-# PyTorch's fused attention for a CPU (its flash kernel) is slower in bf16 than the explicit
-# products for short sequences: its backward 2-10x at 17-65 tokens and 1.1-1.2x in a ViT-*/16
-# training step at 197, its forward 1.14x at 17 tokens (the main job's model); beyond 64 tokens its
-# forward is 5-8% the faster, and beyond 256 the explicit path's T x T weights cost more
-# (benchmarks/RESULTS.md, "bf16 on a CPU: attention").
-EXPLICIT_MAX_TOKENS = 256  # with a backward pass
-EXPLICIT_MAX_TOKENS_FORWARD = 64  # without
-
-
-def explicit_is_faster(q: Tensor) -> bool:
+def explicit_is_faster(q: Tensor, most_tokens: dict[Task, int]) -> bool:
     """Whether attention over ``q`` (B, H, T, Dh) runs faster on the explicit path: bf16 on a
-    CPU, over at most ``EXPLICIT_MAX_TOKENS`` tokens where gradients flow through it, at most
-    ``EXPLICIT_MAX_TOKENS_FORWARD`` where they do not."""
+    CPU, over at most ``most_tokens["train"]`` tokens where gradients flow through it, at most
+    ``most_tokens["infer"]`` where they do not (the CPU kind's ``Bf16Rule.explicit_tokens``)."""
     if q.device.type != "cpu" or q.dtype != torch.bfloat16:
         return False
-    most = EXPLICIT_MAX_TOKENS if q.requires_grad else EXPLICIT_MAX_TOKENS_FORWARD
-    return q.shape[-2] <= most
+    return q.shape[-2] <= most_tokens["train" if q.requires_grad else "infer"]
 
 
 class Attention(nn.Module):
@@ -85,7 +77,8 @@ class Attention(nn.Module):
     The default path is ``F.scaled_dot_product_attention``; ``return_attention=True`` takes the
     explicit path (softmax(q kᵀ / √Dh) v, the softmax in fp32) and also returns the weights, for
     inspection. bf16 on a CPU over short sequences takes the explicit path too
-    (``explicit_is_faster``).
+    (``explicit_is_faster``), up to the lengths this process's CPU kind measured faster there,
+    read when the module is built (a compiled forward pass probes nothing).
     """
 
     def __init__(
@@ -99,6 +92,7 @@ class Attention(nn.Module):
         self.attn_drop_rate = attention_dropout
         self.proj = nn.Linear(dim, dim)
         self.proj_drop = nn.Dropout(dropout)
+        self.explicit_tokens = process_rule().explicit_tokens
 
     def reset_parameters(self) -> None:
         xavier_uniform_(
@@ -114,7 +108,7 @@ class Attention(nn.Module):
         q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # 3 x (B, H, T, Dh)
         drop = self.attn_drop_rate if self.training else 0.0
         weights = None
-        if return_attention or explicit_is_faster(q):
+        if return_attention or explicit_is_faster(q, self.explicit_tokens):
             logits = (q * self.scale) @ k.transpose(-2, -1)  # (B, H, T, T)
             # the softmax's sums in fp32 under bf16 autocast too (a CPU's keeps bf16 outputs)
             weights = logits.float().softmax(dim=-1).to(q.dtype)  # (B, H, T, T)

@@ -181,3 +181,50 @@ def test_every_benchmark_script_imports(monkeypatch) -> None:
             spec.loader.exec_module(module)
         finally:
             del sys.modules[name]
+
+
+def test_cpu_table_prints_the_peak_and_each_rows_share_of_it(monkeypatch, capsys) -> None:
+    """benchmarks/cpu_table.py: the GEMM peak of each precision before the rows, an MFU beside
+    each contender (its FLOPs over the peak of its precision), training measured a pair at a
+    time; the datasheet's peak only where the CPU's model is one it lists."""
+    import importlib.util
+
+    monkeypatch.syspath_prepend(str(SCRIPT.parent))
+    path = SCRIPT.parent / "cpu_table.py"
+    spec = importlib.util.spec_from_file_location("bench_cpu_table", path)
+    assert spec is not None and spec.loader is not None
+    table = sys.modules["bench_cpu_table"] = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(table)
+        table.main(["--models", "fmnist", "--rows", "train:2", "--rounds", "1",
+                    "--min-time", "0", "--peak-shapes", "64x64x64", "32x16x48"])  # fmt: skip
+        printed = capsys.readouterr().out
+        peaks = {
+            line.split()[2].rstrip(":"): float(line.split()[3].replace(",", ""))
+            for line in printed.splitlines()
+            if line.startswith("GEMM peak ")
+        }
+        assert set(peaks) == {"fp32", "bf16", "int8"} and all(v > 0 for v in peaks.values())
+        rows = [line.split("|") for line in printed.splitlines() if "| train | 2 |" in line]
+        contenders = [r[5].strip() for r in rows]
+        assert contenders == [
+            "vitkit fp32",
+            "timm fp32",
+            "vitkit bf16",
+            "timm bf16",
+            "vitkit default",
+        ]
+        flops = 3 * table.count_flops(table.make_subject("fmnist").cfg) / 1e9
+        for r in rows:  # MFU = img/s x GFLOP an image / the peak at the contender's precision
+            precision = table.precision_of(r[5].strip(), r[4].strip())
+            assert float(r[10]) == pytest.approx(
+                100 * float(r[6]) * flops / peaks[precision], rel=0.02
+            )
+        assert table.datasheet_peaks("AMD EPYC", 2)[0] is None
+        assert "without a model number" in table.datasheet_peaks("AMD EPYC", 2)[1]
+        assert table.datasheet_peaks("AMD EPYC 9654 96-Core Processor", 2)[0] is None
+        found, why = table.datasheet_peaks("Intel(R) Xeon(R) Platinum 8480+", 2)
+        assert found == {"bf16": 1024 * 3.8 * 2, "int8": 2048 * 3.8 * 2, "fp32": 64 * 3.8 * 2}
+        assert "8480 at 3.8 GHz x 2 cores" in why
+    finally:
+        del sys.modules["bench_cpu_table"]

@@ -24,9 +24,10 @@ PY=${PYTHON:-python3}
 O=${OUT:-/tmp/gpu-out}
 mkdir -p "$O"
 if [ "${GPU_CHECKS_DRY:-0}" = 1 ]; then
-    dry=1 R=$O/runs dev=cpu model=fmnist e2e_model=ViT-Ti/16 image=32 classes=10 batch=4 peak=64
-    rounds=1 min_time=0.01 iters=1 warmup=1 profiled=2 cap=60
-    e2e_steps=2 e2e_log=1 par_steps=4st res_steps=4 res_save=2 jpeg_files=40 shard=10 jpeg_steps=4 jpeg_log=2
+    # the sizes: the harness's Fashion-MNIST model (28 px, 0.8M parameters), ViT-Ti/16 at 32 px
+    dry=1 R=$O/runs dev=cpu model=fmnist e2e_model=ViT-Ti/16 image=32 classes=10 batch=4
+    peak=64 rounds=1 min_time=0.01 iters=1 warmup=1 profiled=2 cap=60 e2e_steps=2 e2e_log=1
+    par_steps=4st res_steps=4 res_save=2 jpeg_files=40 shard=10 jpeg_steps=4 jpeg_log=2
     collect=(--collect-only) gpu_tests=$(grep -l "pytest.mark.gpu" tests/test_*.py | tr '\n' ' ')
     # Dynamo traces every compiled model as on the lease, then hands the graphs to eager:
     # Inductor's minutes on 2 cores are not what this mode checks
@@ -38,10 +39,9 @@ if [ "${GPU_CHECKS_DRY:-0}" = 1 ]; then
 else
     # run directories in /tmp, not under $OUT: its files come back, checkpoints would not fit
     dry=0 R=/tmp dev=cuda model=ViT-B/16 e2e_model=ViT-B/16 image=224 classes=100 batch=256
-    peak=8192
-    rounds=3 min_time=1 iters=10 warmup=3 profiled=5 cap=120
-    e2e_steps=80 e2e_log=20 par_steps=30st res_steps=2000 res_save=500 jpeg_files=3000 shard=500
-    jpeg_steps=60 jpeg_log=10 collect=() gpu_tests=tests
+    peak=8192 rounds=3 min_time=1 iters=10 warmup=3 profiled=5 cap=120 e2e_steps=80 e2e_log=20
+    par_steps=30st res_steps=2000 res_save=500 jpeg_files=3000 shard=500 jpeg_steps=60 jpeg_log=10
+    collect=() gpu_tests=tests
     if compgen -G ".whl/*.whl" >/dev/null; then
         $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
             --target /tmp/site .whl/*.whl && export PYTHONPATH="$PYTHONPATH:/tmp/site"
@@ -51,7 +51,8 @@ else
 fi
 mkdir -p "$R"
 steps=${*:-tests harness e2e}
-versions=$($PY -c "import sys, torch; print('python', sys.version.split()[0], 'torch', torch.__version__ + ', CUDA', torch.version.cuda if torch.cuda.is_available() else 'none')")
+versions=$($PY -c "import sys, torch; print('python', sys.version.split()[0], 'torch',
+    torch.__version__ + ', CUDA', torch.version.cuda if torch.cuda.is_available() else 'none')")
 machine="$gpu, driver $driver, ${versions#* * }"  # the summary's figures end with it
 {
     [ $dry = 1 ] || nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,power.limit --format=csv
@@ -142,15 +143,16 @@ for step in $steps; do
         smoke res_whole ${res_steps}st
         rm -rf "$R/res_cut"
         $PY -m vitkit train --recipe smoke --no-progress --set train.device=$dev \
-            --set train.duration=${res_steps}st --set train.log_every=$((res_steps / 40 > 0 ? res_steps / 40 : 1))st \
-            --set train.save_every=${res_save}st --set train.eval_every=${res_steps}st \
+            --set train.duration=${res_steps}st --set train.save_every=${res_save}st \
+            --set train.log_every=$(((res_steps + 39) / 40))st --set train.eval_every=${res_steps}st \
             --run-dir "$R/res_cut" >"$O/res_killed.log" 2>&1 &
         pid=$!
         cut=$(printf "%s/res_cut/checkpoints/step_%08d" "$R" $res_save)
         for _ in $(seq 600); do [ -d "$cut" ] && break; sleep 0.1; done
         kill -9 $pid
         wait $pid 2>/dev/null
-        $PY -c "import json, sys; print('killed after step', json.loads(open(sys.argv[1]).readlines()[-1])['step'])" "$R/res_cut/metrics.jsonl"
+        $PY -c "import json, sys; print('killed after step',
+            json.loads(open(sys.argv[1]).readlines()[-1])['step'])" "$R/res_cut/metrics.jsonl"
         smoke res_cut ${res_steps}st --set train.save_every=${res_save}st
         losses "$R/res_whole" "$R/res_cut" | tee "$O/resume.txt"
         ;;

@@ -19,7 +19,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "gpu_checks.sh"
-# The steps a dry run here takes within a minute (2 cores, one busy elsewhere: 55-60 s). Run by
+# The steps a dry run here takes within a minute (2 cores, partly busy elsewhere: 53-56 s). Run by
 # hand: tests (3 s; the suite collects every test file with --strict-markers anyway), parallel
 # (3 runs, 2 under torchrun: 23 s) and jpeg (needs scikit-image, the bench extra).
 STEPS = ("harness", "variants", "profile", "e2e", "compiled", "resume")

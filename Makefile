@@ -18,7 +18,7 @@ CHROMEDRIVER := /usr/bin/chromedriver
 export NO_MKDOCS_2_WARNING := 1
 export DISABLE_MKDOCS_2_WARNING := true
 
-.PHONY: run test lint format venv data docs clean
+.PHONY: run test lint format venv data docs clean gpu-wheels
 
 venv: $(STAMP)
 
@@ -63,6 +63,16 @@ docs: $(DOCS_STAMP) $(FMNIST) $(JEMALLOC) $(CHROMEDRIVER)
 	$(BIN)/python docs/make_figures.py docs/generated
 	$(BIN)/mkdocs build --strict
 	$(BIN)/python docs/browser_check.py site --shots site-check
+
+# The wheels the lent GPU machine (Python 3.12, its own torch 2.11) lacks, into .whl/, which
+# benchmarks/gpu_checks.sh installs there: pyproject's runtime dependencies less the machine's
+# packages (benchmarks/gpu_packages.txt; tests/test_gpu_checks.py checks every import of the
+# checks against both lists). Each wheel's own needs are on the machine (simplejpeg: numpy).
+GPU_WHEELS := simplejpeg==1.9.0
+GPU_PLATFORMS := manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64
+gpu-wheels:
+	$(PYTHON) -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+		$(addprefix --platform ,$(GPU_PLATFORMS)) -d .whl $(GPU_WHEELS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks studies docs

@@ -1,0 +1,249 @@
+"""Ways to compile vitkit's training step, each timed against timm compiled in the same run.
+
+    .venv/bin/python benchmarks/compile_variants.py --device cuda --model ViT-B/16 --batch 256
+    .venv/bin/python benchmarks/compile_variants.py --model fmnist --batch 4 --rounds 1 --iters 1
+
+The step is the harness's (benchmarks/throughput.py): bf16 autocast, cross-entropy, backward,
+AdamW, ``zero_grad``, on one batch held on the device. Variants (:data:`VARIANTS`):
+
+* ``timm-compiled``, ``vitkit-compiled``: ``torch.compile(model)``, default settings (the
+  reference, and vitkit as ``train.compile`` runs it);
+* ``max-autotune``: Inductor tries several kernels per matrix product and wraps the compiled
+  forward and backward in CUDA graphs; ``max-autotune-no-cudagraphs``: the kernel search alone;
+* ``whole-step-graph``: the default-compiled model, and the whole step (forward, backward and a
+  fused AdamW made ``capturable``, whose step count lives on the device) captured as one CUDA
+  graph and replayed: one launch a step, the host out of the loop;
+* ``sdpa-*``: the default-compiled step with attention pinned to one SDPA backend
+  (``torch.nn.attention.sdpa_kernel``): FlashAttention-2, cuDNN's (Hopper's fastest in some
+  PyTorch releases), memory-efficient; on a CPU, flash and math.
+
+Each variant is built, then warmed up under a compile-time cap (``--compile-cap`` seconds, an
+alarm: a variant over it is reported and left out), then timed in ``--rounds`` rounds of
+``--iters`` steps, the order rotated each round as the harness does (the warm-up's seconds
+leave out what an earlier variant compiled the same way: ``whole-step-graph`` reuses
+``vitkit-compiled``'s graphs); img/s is the median, "vs
+timm" the median of per-round ratios to ``timm-compiled``. CUDA graphs run only on CUDA: on a
+CPU, ``whole-step-graph`` is timed as the same step uncaptured (AdamW fused, not capturable), and
+``max-autotune`` as Inductor runs it there (no graphs), with a line saying so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import signal
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from throughput import Subject, autocast, build_timm, build_vitkit, make_subject, synchronize, timed
+
+Step = Callable[[], Tensor]
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One way to compile the step: the model's builder, ``torch.compile``'s mode, whether the
+    whole step is one CUDA graph, and the SDPA backend attention is pinned to (None: PyTorch's
+    choice)."""
+
+    build: Callable[[Subject, str], nn.Module | None] = build_vitkit
+    mode: str | None = None
+    whole_step_graph: bool = False
+    sdpa: SDPBackend | None = None
+
+
+REFERENCE = "timm-compiled"
+VARIANTS: dict[str, Variant] = {
+    REFERENCE: Variant(build_timm),
+    "vitkit-compiled": Variant(),
+    "max-autotune": Variant(mode="max-autotune"),
+    "max-autotune-no-cudagraphs": Variant(mode="max-autotune-no-cudagraphs"),
+    "whole-step-graph": Variant(whole_step_graph=True),
+    "sdpa-flash": Variant(sdpa=SDPBackend.FLASH_ATTENTION),
+    "sdpa-cudnn": Variant(sdpa=SDPBackend.CUDNN_ATTENTION),
+    "sdpa-efficient": Variant(sdpa=SDPBackend.EFFICIENT_ATTENTION),
+    "sdpa-math": Variant(sdpa=SDPBackend.MATH),
+}
+# The SDPA backends each device type has (cuDNN's and the memory-efficient one are CUDA's alone;
+# math is the reference path, slow on CUDA and not worth the lease's time there).
+SDPA_ON = {
+    "cuda": ("sdpa-flash", "sdpa-cudnn", "sdpa-efficient"),
+    "cpu": ("sdpa-flash", "sdpa-math"),
+}
+
+
+class Pinned(nn.Module):
+    """``inner`` with attention pinned to one SDPA backend inside the compiled graph (Dynamo
+    traces ``sdpa_kernel``; a graph compiled outside it would keep PyTorch's choice)."""
+
+    def __init__(self, inner: nn.Module, backend: SDPBackend) -> None:
+        super().__init__()
+        self.inner = inner
+        self.backend = backend
+
+    def forward(self, images: Tensor) -> Tensor:
+        with sdpa_kernel(self.backend):
+            return self.inner(images)
+
+
+class CompileCapError(Exception):
+    pass
+
+
+@contextlib.contextmanager
+def cap(seconds: int) -> Iterator[None]:
+    """Raise :class:`CompileCapError` in the block once it has run ``seconds`` (SIGALRM: the
+    main thread only)."""
+
+    def expire(signum: int, frame: FrameType | None) -> None:
+        raise CompileCapError(f"over the {seconds} s cap")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def build_step(
+    variant: Variant, subject: Subject, precision: str, x: Tensor, y: Tensor, warmup: int
+) -> Step:
+    """The variant's training step on ``x, y``, warmed up ``warmup`` times (the compilation)."""
+    model = variant.build(subject, precision)
+    assert model is not None  # vitkit and timm have every ViT
+    model = model.to(x.device).train()
+    graph = variant.whole_step_graph and x.device.type == "cuda"
+    # capturable: the step count and bias corrections stay on the device, as a graph needs
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True, capturable=graph)
+    compiled = torch.compile(
+        Pinned(model, variant.sdpa) if variant.sdpa else model, mode=variant.mode
+    )
+    # autocast's cache of bf16 weights would hold tensors made outside the graph: off when captured
+    cast = autocast(precision, x.device)
+    if graph:
+        cast = torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=False)
+
+    def step() -> Tensor:
+        with cast:
+            loss = F.cross_entropy(compiled(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=not graph)  # a captured step keeps its gradients' memory
+        return loss.detach()
+
+    if not graph:
+        for _ in range(warmup):
+            step()
+        return step
+    side = torch.cuda.Stream()  # warm-up off the default stream, as capture requires
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(warmup):
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    whole = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(whole):
+        loss = step()
+
+    def replay() -> Tensor:
+        whole.replay()
+        return loss
+
+    return replay
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--model", default="ViT-B/16", help="a preset or 'fmnist'")
+    parser.add_argument("--batch", type=int, default=256)
+    parser.add_argument("--precision", choices=("fp32", "bf16"), default="bf16")
+    parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), help="default: all")
+    parser.add_argument("--warmup", type=int, default=3, help="untimed steps (compilation) first")
+    parser.add_argument("--compile-cap", type=int, default=120, help="seconds for the warm-up")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--iters", type=int, default=10, help="steps per timing")
+    parser.add_argument("--json", type=Path, help="write the table's numbers here")
+    args = parser.parse_args(argv)
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        sys.exit(f"compile_variants: --device {args.device}: torch sees no CUDA device here")
+
+    names = args.variants or list(VARIANTS)
+    for name in [n for n in names if n.startswith("sdpa-") and n not in SDPA_ON[device.type]]:
+        print(f"{name}: skipped, not a backend of {device.type}")
+        names.remove(name)
+    if device.type != "cuda":
+        print("whole-step-graph, max-autotune: CUDA graphs run on CUDA only; timed here uncaptured")
+    names = [REFERENCE, *(n for n in names if n != REFERENCE)]
+
+    subject = make_subject(args.model)
+    cfg = subject.cfg
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(args.batch, cfg.in_chans, *cfg.image_hw, generator=gen).to(device)
+    y = torch.randint(0, cfg.num_classes, (args.batch,), generator=gen).to(device)
+    steps: dict[str, Step] = {}
+    compile_s: dict[str, float] = {}
+    failed: dict[str, str] = {}
+    for name in names:
+        start = time.perf_counter()
+        try:
+            with cap(args.compile_cap):
+                steps[name] = build_step(VARIANTS[name], subject, args.precision, x, y, args.warmup)
+                synchronize(device)
+        except (CompileCapError, RuntimeError) as e:  # RuntimeError: no kernel for a backend
+            failed[name] = str(e).splitlines()[0][:120]
+        compile_s[name] = time.perf_counter() - start
+        print(f"{name}: warm-up {compile_s[name]:.1f} s", file=sys.stderr, flush=True)
+    if REFERENCE not in steps:
+        sys.exit(f"compile_variants: the reference {REFERENCE} failed: {failed[REFERENCE]}")
+
+    seconds: dict[str, list[float]] = {n: [] for n in steps}
+    order = list(steps)
+    for r in range(args.rounds):
+        k = r % len(order)
+        for name in order[k:] + order[:k]:
+            seconds[name].append(timed(steps[name], args.iters, device))
+    rows = []
+    for name in names:
+        row: dict[str, object] = {"variant": name, "compile_s": compile_s[name]}
+        if name in steps:
+            rates = [args.batch * args.iters / s for s in seconds[name]]
+            ref = [args.batch * args.iters / s for s in seconds[REFERENCE]]
+            row["images_per_s"] = statistics.median(rates)
+            row["ratio_to_timm"] = statistics.median(a / b for a, b in zip(rates, ref, strict=True))
+        else:
+            row["failed"] = failed[name]
+        rows.append(row)
+
+    what = f"{subject.name} train {args.precision} batch {args.batch}, {device.type}"
+    print(f"{what}; warm-up capped at {args.compile_cap} s")
+    print("| variant | img/s | vs timm-compiled | warm-up s |\n|---|---|---|---|")
+    for row in rows:
+        if "failed" in row:
+            print(f"| {row['variant']} | failed: {row['failed']} | | {row['compile_s']:.1f} |")
+        else:
+            print(
+                f"| {row['variant']} | {row['images_per_s']:.1f} | {row['ratio_to_timm']:.3f} "
+                f"| {row['compile_s']:.1f} |"
+            )
+    if args.json:
+        raw = {"what": what, "compile_cap_s": args.compile_cap, "rows": rows}
+        args.json.write_text(json.dumps(raw, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

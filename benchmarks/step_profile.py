@@ -1,0 +1,114 @@
+"""Where vitkit's compiled training step spends its time: a ``torch.profiler`` trace of a few
+steps, the device's time grouped by kind of work and printed as a table.
+
+    .venv/bin/python benchmarks/step_profile.py --device cuda --model ViT-B/16 --batch 256
+    .venv/bin/python benchmarks/step_profile.py --model fmnist --batch 4 --steps 2   # CPU, seconds
+
+The step is the harness's ``vitkit-fast`` training step (benchmarks/throughput.py): the model
+through ``torch.compile`` as ``train.compile`` runs it, bf16 autocast, cross-entropy, backward,
+fused AdamW, ``zero_grad``. After ``--warmup`` steps (the compilation), ``--steps`` steps are
+profiled. On CUDA every kernel, copy and memset of the trace is put in one kind by its name; on
+a CPU every ``aten::`` operator's self time is (the CPU then stands for the device). ``idle`` is
+the profiled steps' wall time less the time of all kinds: the device waiting for the host
+(launches, Python, the optimizer's bookkeeping). Kinds, first match of the lower-cased name:
+
+* attention: ``flash``, ``fmha``, ``attention``, ``sdpa`` (cuDNN's and PyTorch's SDPA kernels);
+* GEMM: ``gemm``, ``cutlass``, ``nvjet``, ``xmma``, ``cublas``, ``aten::mm``, ``addmm``, ``bmm``,
+  ``conv`` (the patch embedding is a matrix product too);
+* optimizer: ``adam``, ``multi_tensor``, ``foreach``;
+* copies: ``memcpy``, ``memset``, ``copy``, ``aten::to``, ``contiguous``, ``clone``, ``cat``;
+* normalisation + elementwise: everything else (Triton's fused kernels, layer norms, GELU, the
+  loss).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from torch.autograd import DeviceType
+from torch.profiler import ProfilerActivity, profile
+
+from throughput import CONTENDERS, build_vitkit, make_step, make_subject, synchronize
+
+KINDS: dict[str, tuple[str, ...]] = {
+    "attention": ("flash", "fmha", "attention", "sdpa"),
+    "GEMM": ("gemm", "cutlass", "nvjet", "xmma", "cublas", "aten::mm", "addmm", "bmm", "conv"),
+    "optimizer": ("adam", "multi_tensor", "foreach"),
+    "copies": ("memcpy", "memset", "copy", "aten::to", "contiguous", "clone", "cat"),
+}
+ELEMENTWISE = "norm + elementwise"
+IDLE = "idle"
+
+
+def kind_of(name: str) -> str:
+    """The kind of work a kernel or operator named ``name`` does (see the module docstring)."""
+    lower = name.lower()
+    return next((k for k, keys in KINDS.items() if any(s in lower for s in keys)), ELEMENTWISE)
+
+
+def grouped(events: Sequence[object], device: torch.device, wall_us: float) -> dict[str, float]:
+    """Microseconds of each kind over the profiled steps, ``idle`` the rest of ``wall_us``."""
+    out = dict.fromkeys([*KINDS, ELEMENTWISE], 0.0)
+    for e in events:
+        if device.type == "cuda" and e.device_type == DeviceType.CUDA:  # type: ignore[attr-defined]
+            out[kind_of(e.name)] += e.time_range.elapsed_us()  # type: ignore[attr-defined]
+        elif device.type == "cpu" and e.name.startswith("aten::"):  # type: ignore[attr-defined]
+            out[kind_of(e.name)] += e.self_cpu_time_total  # type: ignore[attr-defined]
+    out[IDLE] = max(0.0, wall_us - sum(out.values()))
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--model", default="ViT-B/16", help="a preset or 'fmnist'")
+    parser.add_argument("--batch", type=int, default=256)
+    parser.add_argument("--precision", choices=("fp32", "bf16"), default="bf16")
+    parser.add_argument("--warmup", type=int, default=3, help="untimed steps (compilation) first")
+    parser.add_argument("--steps", type=int, default=5, help="profiled steps")
+    parser.add_argument("--json", type=Path, help="write the table's numbers here")
+    args = parser.parse_args(argv)
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        sys.exit(f"step_profile: --device {args.device}: torch sees no CUDA device here")
+
+    subject = make_subject(args.model)
+    cfg = subject.cfg
+    x = torch.randn(args.batch, cfg.in_chans, *cfg.image_hw, device=device)  # (B, C, H, W)
+    y = torch.randint(0, cfg.num_classes, (args.batch,), device=device)
+    model = build_vitkit(subject, args.precision).to(device)
+    step = make_step(CONTENDERS["vitkit-fast"], model, "train", args.precision, x, y)
+    for _ in range(args.warmup):
+        step()
+    synchronize(device)
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with profile(activities=activities) as prof:
+        start = time.perf_counter()
+        for _ in range(args.steps):
+            step()
+        synchronize(device)  # the last kernels inside the window
+        wall_us = (time.perf_counter() - start) * 1e6
+    per_step = {
+        k: us / args.steps / 1e3 for k, us in grouped(prof.events(), device, wall_us).items()
+    }
+    step_ms = wall_us / args.steps / 1e3
+
+    what = f"{subject.name} train {args.precision} batch {args.batch}, compiled, {device.type}"
+    print(f"{what}: {step_ms:.2f} ms/step over {args.steps} profiled steps")
+    print("| kind | ms/step | % of step |\n|---|---|---|")
+    for kind, ms in per_step.items():
+        print(f"| {kind} | {ms:.2f} | {100 * ms / step_ms:.1f} |")
+    if args.json:
+        raw = {"what": what, "step_ms": step_ms, "ms_per_step": per_step}
+        args.json.write_text(json.dumps(raw, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

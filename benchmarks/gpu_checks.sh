@@ -167,3 +167,8 @@ for step in $steps; do
 done
 printf '%s\n' "${summary[@]}"
 $PY benchmarks/gpu_figures.py "$machine" "$O" "${runs[@]}"
+# The lease brings back at most 8 files from $OUT (../.library/device/README.md): every log, table
+# and figure goes back in one archive. In the dry run the loose files stay too, for the test.
+(cd "$O" && find . -maxdepth 1 -type f ! -name logs.tar.gz -printf '%P\n' | sort \
+    | tar czf logs.tar.gz -T -)
+[ $dry = 1 ] || find "$O" -maxdepth 1 -type f ! -name logs.tar.gz -delete

@@ -8,13 +8,17 @@ The step is the harness's ``vitkit-fast`` training step (benchmarks/throughput.p
 through ``torch.compile`` as ``train.compile`` runs it, bf16 autocast, cross-entropy, backward,
 fused AdamW, ``zero_grad``. After ``--warmup`` steps (the compilation), ``--steps`` steps are
 profiled. On CUDA every kernel, copy and memset of the trace is put in one kind by its name; on
-a CPU every ``aten::`` operator's self time is (the CPU then stands for the device). ``idle`` is
-the profiled steps' wall time less the time of all kinds: the device waiting for the host
-(launches, Python, the optimizer's bookkeeping). Kinds, first match of the lower-cased name:
+a CPU every ``aten::`` operator's self time and every Inductor C++ kernel's is (the CPU then
+stands for the device). ``idle`` is the profiled steps' wall time less the time of all kinds:
+the device waiting for the host (launches, Python, the optimizer's bookkeeping). ``--eager``
+profiles the step without ``torch.compile`` (``vitkit train`` without ``train.compile``). Kinds,
+first match of the lower-cased name:
 
-* attention: ``flash``, ``fmha``, ``attention``, ``sdpa`` (cuDNN's and PyTorch's SDPA kernels);
-* GEMM: ``gemm``, ``cutlass``, ``nvjet``, ``xmma``, ``cublas``, ``aten::mm``, ``addmm``, ``bmm``,
-  ``conv`` (the patch embedding is a matrix product too);
+* attention: ``flash``, ``fmha``, ``attention``, ``sdpa`` (cuDNN's and PyTorch's SDPA kernels),
+  ``bmm`` and ``softmax`` (a ViT's batched products and softmax are its attention's: the
+  explicit path a CPU takes in bf16);
+* GEMM: ``gemm``, ``cutlass``, ``nvjet``, ``xmma``, ``cublas``, ``aten::mm``, ``addmm``, ``conv``
+  (the patch embedding is a matrix product too);
 * optimizer: ``adam``, ``multi_tensor``, ``foreach``;
 * copies: ``memcpy``, ``memset``, ``copy``, ``aten::to``, ``contiguous``, ``clone``, ``cat``;
 * normalisation + elementwise: everything else (Triton's fused kernels, layer norms, GELU, the
@@ -31,14 +35,17 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import torch
+import torch._inductor.config
 from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 
 from throughput import CONTENDERS, build_vitkit, make_step, make_subject, synchronize
 
 KINDS: dict[str, tuple[str, ...]] = {
-    "attention": ("flash", "fmha", "attention", "sdpa"),
-    "GEMM": ("gemm", "cutlass", "nvjet", "xmma", "cublas", "aten::mm", "addmm", "bmm", "conv"),
+    # bmm and softmax: a ViT's batched products and softmax are its attention's (the explicit
+    # path a CPU takes in bf16); its linear layers are mm and addmm
+    "attention": ("flash", "fmha", "attention", "sdpa", "bmm", "softmax"),
+    "GEMM": ("gemm", "cutlass", "nvjet", "xmma", "cublas", "aten::mm", "addmm", "conv"),
     "optimizer": ("adam", "multi_tensor", "foreach"),
     "copies": ("memcpy", "memset", "copy", "aten::to", "contiguous", "clone", "cat"),
 }
@@ -58,7 +65,7 @@ def grouped(events: Sequence[object], device: torch.device, wall_us: float) -> d
     for e in events:
         if device.type == "cuda" and e.device_type == DeviceType.CUDA:  # type: ignore[attr-defined]
             out[kind_of(e.name)] += e.time_range.elapsed_us()  # type: ignore[attr-defined]
-        elif device.type == "cpu" and e.name.startswith("aten::"):  # type: ignore[attr-defined]
+        elif device.type == "cpu" and e.name.startswith(("aten::", "cpp_fused")):  # type: ignore[attr-defined]
             out[kind_of(e.name)] += e.self_cpu_time_total  # type: ignore[attr-defined]
     out[IDLE] = max(0.0, wall_us - sum(out.values()))
     return out
@@ -73,6 +80,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps (compilation) first")
     parser.add_argument("--steps", type=int, default=5, help="profiled steps")
     parser.add_argument("--json", type=Path, help="write the table's numbers here")
+    parser.add_argument(
+        "--eager", action="store_true", help="the eager step (vitkit train without train.compile)"
+    )
     args = parser.parse_args(argv)
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
@@ -83,7 +93,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     x = torch.randn(args.batch, cfg.in_chans, *cfg.image_hw, device=device)  # (B, C, H, W)
     y = torch.randint(0, cfg.num_classes, (args.batch,), device=device)
     model = build_vitkit(subject, args.precision).to(device)
-    step = make_step(CONTENDERS["vitkit-fast"], model, "train", args.precision, x, y)
+    # Inductor's C++ kernels (cpp_fused_*) in the CPU's trace, each under its own name
+    torch._inductor.config.cpp.enable_kernel_profile = True
+    contender = CONTENDERS["vitkit" if args.eager else "vitkit-fast"]
+    step = make_step(contender, model, "train", args.precision, x, y)
     for _ in range(args.warmup):
         step()
     synchronize(device)
@@ -100,7 +113,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     }
     step_ms = wall_us / args.steps / 1e3
 
-    what = f"{subject.name} train {args.precision} batch {args.batch}, compiled, {device.type}"
+    how = "eager" if args.eager else "compiled"
+    what = f"{subject.name} train {args.precision} batch {args.batch}, {how}, {device.type}"
     print(f"{what}: {step_ms:.2f} ms/step over {args.steps} profiled steps")
     print("| kind | ms/step | % of step |\n|---|---|---|")
     for kind, ms in per_step.items():

@@ -51,6 +51,12 @@ def test_dry_mode_runs_every_step_and_prints_the_figures(tmp_path: Path) -> None
     assert "0 windows" not in done.stdout
     resumed = (tmp_path / "resume.txt").read_text()
     assert "same steps: True" in resumed and "largest loss difference to" in resumed
+    import tarfile  # the lease brings back at most 8 files: the logs travel as one archive
+
+    with tarfile.open(tmp_path / "logs.tar.gz") as archive:
+        packed = set(archive.getnames())
+    assert {"resume.txt", "env.txt", "harness.md", "profile.json"} <= packed
+    assert {f"{name}.log" for name in LOGS} <= packed
 
 
 def _imports(path: Path, *, top_level_only: bool = False) -> set[str]:

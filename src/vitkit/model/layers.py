@@ -92,7 +92,8 @@ class Attention(nn.Module):
         self.attn_drop_rate = attention_dropout
         self.proj = nn.Linear(dim, dim)
         self.proj_drop = nn.Dropout(dropout)
-        self.explicit_tokens = process_rule().explicit_tokens
+        # a copy of this process's lengths: benchmarks/bf16_gain.py sets each layer's own
+        self.explicit_tokens = dict(process_rule().explicit_tokens)
 
     def reset_parameters(self) -> None:
         xavier_uniform_(

@@ -215,6 +215,46 @@ def test_a_reduced_decode_is_close_to_the_full_one(tmp_path: Path, size: int) ->
     assert max(np.mean(v) for v in reduced.values()) < 2.5
 
 
+@fast
+def test_a_resized_decode_reduces_a_large_jpeg_and_stays_close(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``decode_resized`` (what a folder kept in memory is made of): a 720x960 JPEG resized to
+    64x64 is decoded at 1/8, to 200x100 at 1/2 (rows and columns apart), turned upright first
+    as EXIF says, and is as close to resizing the full decode as a reduced crop is (the bounds
+    of the test above); where nothing reduces, and for a PNG, the same pixels."""
+    scales: list[int] = []
+    decode_jpeg = dc._decode_jpeg
+
+    def recording(*args, scale: int = 1, **kwargs):
+        scales.append(scale)
+        return decode_jpeg(*args, scale=scale, **kwargs)
+
+    monkeypatch.setattr(dc, "_decode_jpeg", recording)
+    path = _jpeg(tmp_path / "big.jpg", pink(5, 720, 960), quality=90)
+    full = dc.decode(path.read_bytes())
+    for size, scale in (((64, 64), 8), ((200, 100), 2), ((400, 480), 1)):
+        scales.clear()
+        got = dc.decode_resized(path.read_bytes(), "RGB", size)
+        assert scales == [scale] and got.shape == (3, *size) and got.is_contiguous()
+        diff = (got.float() - resize(full, size).float()).abs()
+        if scale == 1:
+            assert diff.max() == 0
+        else:
+            assert diff.mean() < 2.5 and diff.max() < 32, (size, diff.mean(), diff.max())
+    turned = exif_photo(tmp_path / "turned.jpg", pink(6, 720, 960), orientation=6)
+    upright = dc.decode(turned.read_bytes())  # stored 960 high, 720 wide: EXIF turns it back
+    assert upright.shape == (3, 720, 960)
+    got = dc.decode_resized(turned.read_bytes(), "RGB", (60, 80))
+    assert (got.float() - resize(upright, (60, 80)).float()).abs().mean() < 2.5
+    png = tmp_path / "big.png"
+    pink(5, 720, 960).save(png)
+    whole = dc.decode(png.read_bytes())
+    assert torch.equal(
+        dc.decode_resized(png.read_bytes(), "RGB", (64, 64)), resize(whole, (64, 64))
+    )
+
+
 def test_reduction_picks_the_largest_scale_that_keeps_the_output_size() -> None:
     assert dc.reduction((448, 460), (224, 224)) == 2
     assert dc.reduction((447, 900), (224, 224)) == 1

@@ -43,6 +43,7 @@ from .transforms import (
     crop_box,
     pil_to_array,
     pil_to_tensor,
+    resize,
     resized_crop,
     to_channels,
 )
@@ -333,6 +334,27 @@ def reduction(box_hw: tuple[int, int], size: tuple[int, int]) -> int:
     (height, width) on both sides; 1 when none can."""
     (h, w), (out_h, out_w) = box_hw, size
     return next((s for s in REDUCTIONS if h // s >= out_h and w // s >= out_w), 1)
+
+
+def decode_resized(
+    data: bytes, mode: str, size: tuple[int, int], *, max_pixels: int = MAX_IMAGE_PIXELS
+) -> Tensor:
+    """``resize(decode(data, mode), size)`` (antialiased, the aspect ratio not kept), a JPEG
+    decoded at 1/2, 1/4 or 1/8 of its size when the whole image stays at least ``size`` (H, W)
+    that way (``reduction``); uint8 (C, S_h, S_w), contiguous. The two paths differ as
+    ``decode_crop``'s do, at the finest detail. Refuses an image of more than ``max_pixels``
+    pixels as ``decode`` does."""
+    header = _jpeg_header(data, max_pixels)
+    if header is None:
+        return resize(_decode_pil(data, mode, max_pixels), size)
+    height, width, colourspace = header
+    orientation = _orientation_of_jpeg(data)
+    upright_hw = (width, height) if _turned(orientation) else (height, width)
+    s = reduction(upright_hw, size)
+    # (C, ceil(H / s), ceil(W / s)): the last row and column of blocks may be partial, under a
+    # reduced pixel of the whole image's extent, which the resize spreads over its output
+    pixels = upright(_decode_jpeg(data, colourspace, mode, scale=s), orientation)
+    return resize(pixels, size)
 
 
 def decode_crop(

@@ -34,7 +34,7 @@ from ..config.keys import default_of
 from ..errors import ConfigError, DataError
 from .arrays import as_indices, renumbering
 from .bounds import MAX_IMAGE_BYTES
-from .codec import DECODE_ERRORS, MAX_IMAGE_PIXELS, decode, decode_crop
+from .codec import DECODE_ERRORS, MAX_IMAGE_PIXELS, decode, decode_crop, decode_resized
 from .contract import ImageSource, ReadAs, SourceState
 from .transforms import INCEPTION_AREA, INCEPTION_RATIO, channels_of, check_mode
 from .verify import LEVELS, Findings, Level, verify_source
@@ -310,6 +310,15 @@ class DecodedImages:
         with its own label."""
         return self._first_readable(
             index, lambda data: decode(data, self.mode, max_pixels=self.max_pixels)
+        )
+
+    def resized(self, index: int, size: tuple[int, int]) -> tuple[Tensor, int]:
+        """Image ``index`` resized to ``size`` (H, W; uint8 (C, S_h, S_w)) and its label: close to
+        ``transforms.resize(self[index][0], size)``, a large JPEG decoded at a reduced size
+        (``codec.decode_resized``). An image that fails to decode is replaced as ``__getitem__``
+        replaces it."""
+        return self._first_readable(
+            index, lambda data: decode_resized(data, self.mode, size, max_pixels=self.max_pixels)
         )
 
     def inception_crop(

@@ -4,7 +4,8 @@ hundred pixels is otherwise bound by decoding them again each epoch to make crop
 
 Each image is resized to a fixed size, twice the model's resolution on each side (enough pixels
 for the random-resized crop: its smallest box is 5% of the image), its aspect ratio not kept, as
-evaluation resizes (``transforms.resize``). The result is an ``ArrayDataset``: batches stay a
+evaluation resizes (``transforms.resize``); a large JPEG is decoded at 1/2 to 1/8 of its size
+first where that keeps the fixed size (``DecodedImages.resized``). The result is an ``ArrayDataset``: batches stay a
 function of (seed, epoch, index), so a run resumes exactly.
 """
 
@@ -16,25 +17,25 @@ from torch.utils.data import Dataset
 
 from ..runtime.stops import data_loader
 from .arrays import ArrayDataset
-from .contract import Images
-from .transforms import resize
+from .decoded import DecodedImages
 
 
 class _Resized(Dataset):
     """Item i: image i of ``images`` resized to ``size`` (uint8 (C, S_h, S_w)) and its label."""
 
-    def __init__(self, images: Images, size: tuple[int, int]) -> None:
+    def __init__(self, images: DecodedImages, size: tuple[int, int]) -> None:
         self.images, self.size = images, size
 
     def __len__(self) -> int:
         return len(self.images)
 
     def __getitem__(self, index: int) -> tuple[Tensor, int]:
-        image, label = self.images[index]  # (C, H, W) uint8, any H, W
-        return resize(image, self.size), label
+        return self.images.resized(index, self.size)
 
 
-def decode_into_memory(images: Images, size: tuple[int, int], *, workers: int) -> ArrayDataset:
+def decode_into_memory(
+    images: DecodedImages, size: tuple[int, int], *, workers: int
+) -> ArrayDataset:
     """Every image of ``images`` (a split read by index, decoded when read), resized to ``size``
     (H, W), in one ``ArrayDataset``; decoded by ``workers`` processes (0: this one). An image
     that fails to decode is replaced as reading it replaces it (``DecodedImages``), once."""

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 
 from ..config import RunConfig, data_names, size_hw
 from ..config.dicts import recorded_as
 from ..data import Batches
+from ..data.decoded import DecodedImages
 from ..data.in_memory import decode_into_memory
 from ..data.loader import BatchOptions
 from ..data.run_data import Images, RunData, batches_of, evaluation_split
@@ -117,7 +118,8 @@ def _kept_in_memory(run: RunConfig, data: RunData, recorded: dict[str, Any] | No
         note += f", over data.keep_decoded_mb={budget:,}"
         return dataclasses.replace(data, notes=[*data.notes, note])
     workers = run.data.num_workers and usable_cores()  # none: this process decodes them
-    kept = decode_into_memory(train, (h, w), workers=workers or 0)
+    decoded = cast(DecodedImages, train)  # a folder's, read as decoded: checked above
+    kept = decode_into_memory(decoded, (h, w), workers=workers or 0)
     note = f"decoded once, kept in memory at {h}x{w} px ({mib:,.0f} MiB; data.keep_decoded_mb)"
     return dataclasses.replace(data, train=kept, notes=[*data.notes, note])
 

@@ -29,7 +29,6 @@ CPU, ``whole-step-graph`` is timed as the same step uncaptured (AdamW fused, not
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import signal
@@ -38,7 +37,6 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from types import FrameType
 
 import torch
@@ -46,7 +44,17 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from throughput import Subject, autocast, build_timm, build_vitkit, make_subject, synchronize, timed
+from throughput import (
+    Subject,
+    autocast,
+    build_timm,
+    build_vitkit,
+    make_subject,
+    step_device,
+    step_parser,
+    synchronize,
+    timed,
+)
 
 Step = Callable[[], Tensor]
 
@@ -166,21 +174,13 @@ def build_step(
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--model", default="ViT-B/16", help="a preset or 'fmnist'")
-    parser.add_argument("--batch", type=int, default=256)
-    parser.add_argument("--precision", choices=("fp32", "bf16"), default="bf16")
+    parser = step_parser(__doc__)
     parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), help="default: all")
-    parser.add_argument("--warmup", type=int, default=3, help="untimed steps (compilation) first")
     parser.add_argument("--compile-cap", type=int, default=120, help="seconds for the warm-up")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--iters", type=int, default=10, help="steps per timing")
-    parser.add_argument("--json", type=Path, help="write the table's numbers here")
     args = parser.parse_args(argv)
-    device = torch.device(args.device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        sys.exit(f"compile_variants: --device {args.device}: torch sees no CUDA device here")
+    device = step_device(args, "compile_variants")
 
     names = args.variants or list(VARIANTS)
     for name in [n for n in names if n.startswith("sdpa-") and n not in SDPA_ON[device.type]]:

@@ -27,20 +27,25 @@ first match of the lower-cased name:
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
-import sys
 import time
 from collections.abc import Sequence
-from pathlib import Path
 
 import torch
 import torch._inductor.config
 from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 
-from throughput import CONTENDERS, build_vitkit, make_step, make_subject, synchronize
+from throughput import (
+    CONTENDERS,
+    build_vitkit,
+    make_step,
+    make_subject,
+    step_device,
+    step_parser,
+    synchronize,
+)
 
 KINDS: dict[str, tuple[str, ...]] = {
     # bmm and softmax: a ViT's batched products and softmax are its attention's (the explicit
@@ -73,21 +78,13 @@ def grouped(events: Sequence[object], device: torch.device, wall_us: float) -> d
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--model", default="ViT-B/16", help="a preset or 'fmnist'")
-    parser.add_argument("--batch", type=int, default=256)
-    parser.add_argument("--precision", choices=("fp32", "bf16"), default="bf16")
-    parser.add_argument("--warmup", type=int, default=3, help="untimed steps (compilation) first")
+    parser = step_parser(__doc__)
     parser.add_argument("--steps", type=int, default=5, help="profiled steps")
-    parser.add_argument("--json", type=Path, help="write the table's numbers here")
     parser.add_argument(
         "--eager", action="store_true", help="the eager step (vitkit train without train.compile)"
     )
     args = parser.parse_args(argv)
-    device = torch.device(args.device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        sys.exit(f"step_profile: --device {args.device}: torch sees no CUDA device here")
+    device = step_device(args, "step_profile")
 
     subject = make_subject(args.model)
     cfg = subject.cfg

@@ -655,6 +655,28 @@ def header(
 # --- command line -------------------------------------------------------------------------------
 
 
+def step_parser(doc: str | None) -> argparse.ArgumentParser:
+    """The arguments of a script that runs one training step of one model (step_profile.py,
+    compile_variants.py): the device, the model, its batch and precision, the untimed warm-up
+    steps and where the figures go as JSON."""
+    parser = argparse.ArgumentParser(description=(doc or "").splitlines()[0])
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--model", default="ViT-B/16", help="a preset or 'fmnist'")
+    parser.add_argument("--batch", type=int, default=256)
+    parser.add_argument("--precision", choices=("fp32", "bf16"), default="bf16")
+    parser.add_argument("--warmup", type=int, default=3, help="untimed steps (compilation) first")
+    parser.add_argument("--json", type=Path, help="write the table's numbers here")
+    return parser
+
+
+def step_device(args: argparse.Namespace, script: str) -> torch.device:
+    """``--device``, or the script's exit with one line where it names CUDA and torch sees none."""
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        sys.exit(f"{script}: --device {args.device}: torch sees no CUDA device here")
+    return device
+
+
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument(

@@ -16,7 +16,7 @@ first match of the lower-cased name:
 
 * attention: ``flash``, ``fmha``, ``attention``, ``sdpa`` (cuDNN's and PyTorch's SDPA kernels),
   ``bmm`` and ``softmax`` (a ViT's batched products and softmax are its attention's: the
-  explicit path a CPU takes in bf16);
+  explicit path a CPU takes in bf16), but not ``log_softmax`` (the loss's);
 * GEMM: ``gemm``, ``cutlass``, ``nvjet``, ``xmma``, ``cublas``, ``aten::mm``, ``addmm``, ``conv``
   (the patch embedding is a matrix product too);
 * optimizer: ``adam``, ``multi_tensor``, ``foreach``;
@@ -62,6 +62,8 @@ IDLE = "idle"
 def kind_of(name: str) -> str:
     """The kind of work a kernel or operator named ``name`` does (see the module docstring)."""
     lower = name.lower()
+    if "log_softmax" in lower:  # the loss's (cross-entropy), not attention's
+        return ELEMENTWISE
     return next((k for k, keys in KINDS.items() if any(s in lower for s in keys)), ELEMENTWISE)
 
 

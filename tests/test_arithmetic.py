@@ -161,19 +161,32 @@ def test_each_kind_of_cpu_has_its_rule_decided_once_per_process(
 ) -> None:
     """Every kind of CPU has a rule (``RULES``: AMX takes Zen 4's until an AMX machine measures
     its own; without native bf16 the attention path of a bf16 set by hand is Zen 4's, as it
-    was). A process decides it at its first call, a model reads it when built, and a forward
-    pass compiled whole (``fullgraph=True``, as the fast inference path compiles) probes nothing:
-    a CPU read inside it would break the graph."""
+    was). With a distinct rule standing in for each kind, a process takes its CPU's at its first
+    call and keeps it, a model reads it when built, and a forward pass compiled whole
+    (``fullgraph=True``, as the fast inference path compiles) probes nothing: a CPU read inside
+    it would break the graph."""
+    from dataclasses import replace as with_values
+
     from helpers import tiny
     from vitkit.model.layers import Attention
     from vitkit.model.vit import VisionTransformer
 
+    for rule in RULES.values():
+        assert rule.min_gflop["train"] < rule.min_gflop["infer"] and rule.measured
+        assert rule.explicit_tokens["infer"] <= rule.explicit_tokens["train"]
+    distinct = {  # each kind's own lengths, so that taking another kind's rule shows
+        native: with_values(rule, explicit_tokens={"train": 100 + i, "infer": 10 + i})
+        for i, (native, rule) in enumerate(RULES.items())
+    }
+    for native, rule in distinct.items():
+        monkeypatch.setitem(RULES, native, rule)
     monkeypatch.setenv("VITKIT_CPU_BF16", kind)
     arithmetic.process_rule.cache_clear()
     rule = arithmetic.process_rule()
-    assert rule is arithmetic.rule_for(cpu_features()) is RULES[cpu_features().native_bf16]
-    assert rule.min_gflop["train"] < rule.min_gflop["infer"] and rule.measured
-    assert rule.explicit_tokens["infer"] <= rule.explicit_tokens["train"]
+    assert (
+        rule is distinct[{"none": None, "avx512_bf16": "AVX512_BF16", "amx_bf16": "AMX-BF16"}[kind]]
+    )
+    assert arithmetic.rule_for(cpu_features()) is rule
     other = "none" if kind != "none" else "amx_bf16"
     monkeypatch.setenv("VITKIT_CPU_BF16", other)  # later stand-ins change nothing in this process
     assert arithmetic.process_rule() is rule

@@ -228,3 +228,32 @@ def test_cpu_table_prints_the_peak_and_each_rows_share_of_it(monkeypatch, capsys
         assert "8480 at 3.8 GHz x 2 cores" in why
     finally:
         del sys.modules["bench_cpu_table"]
+
+
+def test_step_profile_puts_each_kernel_in_its_kind(monkeypatch) -> None:
+    """benchmarks/step_profile.py's kinds: a ViT's products, its attention (the explicit path's
+    bmm and softmax, the fused kernels), the loss's log-softmax apart from attention's softmax."""
+    import importlib.util
+
+    monkeypatch.syspath_prepend(str(SCRIPT.parent))
+    spec = importlib.util.spec_from_file_location(
+        "bench_step_profile", SCRIPT.parent / "step_profile.py"
+    )
+    assert spec is not None and spec.loader is not None
+    profile = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(profile)
+    kinds = {
+        "aten::addmm": "GEMM",
+        "aten::mm": "GEMM",
+        "sm90_xmma_gemm_bf16bf16_bf16f32": "GEMM",
+        "aten::bmm": "attention",
+        "aten::_softmax": "attention",
+        "aten::_softmax_backward_data": "attention",
+        "pytorch_flash::flash_fwd_kernel": "attention",
+        "aten::_log_softmax": profile.ELEMENTWISE,
+        "triton_per_fused__log_softmax_nll_loss_0": profile.ELEMENTWISE,
+        "aten::_fused_adamw_": "optimizer",
+        "aten::_to_copy": "copies",
+        "aten::native_layer_norm": profile.ELEMENTWISE,
+    }
+    assert {name: profile.kind_of(name) for name in kinds} == kinds

@@ -5,8 +5,8 @@ hundred pixels is otherwise bound by decoding them again each epoch to make crop
 Each image is resized to a fixed size, twice the model's resolution on each side (enough pixels
 for the random-resized crop: its smallest box is 5% of the image), its aspect ratio not kept, as
 evaluation resizes (``transforms.resize``); a large JPEG is decoded at 1/2 to 1/8 of its size
-first where that keeps the fixed size (``DecodedImages.resized``). The result is an ``ArrayDataset``: batches stay a
-function of (seed, epoch, index), so a run resumes exactly.
+first where that keeps the fixed size (``DecodedImages.resized``). The result is an
+``ArrayDataset``: batches stay a function of (seed, epoch, index), so a run resumes exactly.
 """
 
 from __future__ import annotations

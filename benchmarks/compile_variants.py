@@ -17,6 +17,11 @@ AdamW, ``zero_grad``, on one batch held on the device. Variants (:data:`VARIANTS
   (``torch.nn.attention.sdpa_kernel``): FlashAttention-2, cuDNN's (Hopper's fastest in some
   PyTorch releases), memory-efficient; on a CPU, flash and math.
 
+Before the variants, attention alone (``--attention-iters``; 0 skips it): the model's
+``scaled_dot_product_attention`` at its shape (batch, heads, tokens, head dim), forward and
+backward in bf16, PyTorch's choice and each backend of the device pinned, timed the same way:
+which backend to pin is measured in seconds, without compiling the model once per backend.
+
 Each variant is built, then warmed up under a compile-time cap (``--compile-cap`` seconds, an
 alarm: a variant over it is reported and left out), then timed in ``--rounds`` rounds of
 ``--iters`` steps, the order rotated each round as the harness does (the warm-up's seconds
@@ -55,6 +60,7 @@ from throughput import (
     synchronize,
     timed,
 )
+from vitkit.config import ModelConfig
 
 Step = Callable[[], Tensor]
 
@@ -173,12 +179,60 @@ def build_step(
     return replay
 
 
+def attention_alone(
+    cfg: ModelConfig,
+    batch: int,
+    device: torch.device,
+    names: Sequence[str],
+    rounds: int,
+    iters: int,
+) -> dict[str, float | str]:
+    """Milliseconds of one forward and backward of the model's attention (one layer's, bf16) with
+    PyTorch's choice (``default``) and with each backend of ``names`` pinned; a backend that has
+    no kernel for the shape gets its error's first line instead."""
+    gen = torch.Generator().manual_seed(2)
+    shape = (batch, cfg.num_heads, cfg.grid_size + cfg.num_prefix_tokens, cfg.head_dim)
+    # (B, heads, N, head_dim) each; random, not zeros: a kernel can run faster on zeros
+    q, k, v = (
+        torch.randn(shape, generator=gen).to(device, torch.bfloat16).requires_grad_()
+        for _ in range(3)
+    )
+    grad = torch.randn(shape, generator=gen).to(device, torch.bfloat16)
+    pins: dict[str, SDPBackend | None] = {"default": None}
+    pins |= {n: VARIANTS[n].sdpa for n in names}
+
+    def step(backend: SDPBackend | None) -> Step:
+        def run() -> Tensor:
+            # a fresh context each call: one made by @contextmanager runs once
+            with sdpa_kernel(backend) if backend else contextlib.nullcontext():
+                out = F.scaled_dot_product_attention(q, k, v)
+            out.backward(grad)
+            return out
+
+        return run
+
+    out: dict[str, float | str] = {}
+    for name, backend in pins.items():
+        try:
+            run = step(backend)
+            run()  # the kernel's first launch (and any autotuning) out of the timing
+            out[name] = statistics.median(
+                timed(run, iters, device) / iters * 1e3 for _ in range(rounds)
+            )
+        except RuntimeError as e:  # no kernel of that backend for this shape or device
+            out[name] = str(e).splitlines()[0][:120]
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = step_parser(__doc__)
     parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), help="default: all")
     parser.add_argument("--compile-cap", type=int, default=120, help="seconds for the warm-up")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--iters", type=int, default=10, help="steps per timing")
+    parser.add_argument(
+        "--attention-iters", type=int, default=20, help="attention alone: calls per timing"
+    )
     args = parser.parse_args(argv)
     device = step_device(args, "compile_variants")
 
@@ -192,6 +246,14 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     subject = make_subject(args.model)
     cfg = subject.cfg
+    attention: dict[str, float | str] = {}
+    if args.attention_iters:
+        attention = attention_alone(
+            cfg, args.batch, device, SDPA_ON[device.type], args.rounds, args.attention_iters
+        )
+        print(f"attention alone, one layer forward + backward, bf16, batch {args.batch}:")
+        for name, ms in attention.items():
+            print(f"  {name}: " + (f"{ms:.3f} ms" if isinstance(ms, float) else f"failed: {ms}"))
     gen = torch.Generator().manual_seed(1)
     x = torch.randn(args.batch, cfg.in_chans, *cfg.image_hw, generator=gen).to(device)
     y = torch.randint(0, cfg.num_classes, (args.batch,), generator=gen).to(device)
@@ -241,7 +303,12 @@ def main(argv: Sequence[str] | None = None) -> None:
                 f"| {row['compile_s']:.1f} |"
             )
     if args.json:
-        raw = {"what": what, "compile_cap_s": args.compile_cap, "rows": rows}
+        raw = {
+            "what": what,
+            "compile_cap_s": args.compile_cap,
+            "rows": rows,
+            "attention_ms": attention,
+        }
         args.json.write_text(json.dumps(raw, indent=1) + "\n")
 
 

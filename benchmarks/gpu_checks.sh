@@ -9,7 +9,11 @@
 #     bash benchmarks/gpu_checks.sh [tests] [harness] [variants] [profile] [e2e] [compiled] \
 #         [parallel] [resume] [jpeg]
 #
-# (default: tests harness e2e). The interpreter is $PYTHON (default python3).
+# (default: tests harness e2e). The interpreter is $PYTHON (default python3). To fit one call
+# of a lease: HARNESS_TASKS (default "train infer"), VARIANTS (compile_variants.py's --variants,
+# in the order they warm up; default all) and each step's time limit in seconds, TESTS_S,
+# HARNESS_S, VARIANTS_S, PROFILE_S (defaults 200, 300, 570, 300), and COMPILE_CAP, the seconds
+# each variant may take to warm up (default 120).
 #
 # Dry mode, on a CPU: `GPU_CHECKS_DRY=1 OUT=/tmp/dry bash benchmarks/gpu_checks.sh [steps]` runs
 # every step with the same command lines at tiny sizes (the Fashion-MNIST model or ViT-Ti/16 at
@@ -39,7 +43,8 @@ if [ "${GPU_CHECKS_DRY:-0}" = 1 ]; then
 else
     # run directories in /tmp, not under $OUT: its files come back, checkpoints would not fit
     dry=0 R=/tmp dev=cuda model=ViT-B/16 e2e_model=ViT-B/16 image=224 classes=100 batch=256
-    peak=8192 rounds=3 min_time=1 iters=10 warmup=3 profiled=5 cap=120 e2e_steps=80 e2e_log=20
+    peak=8192 rounds=3 min_time=1 iters=10 warmup=3 profiled=5 e2e_steps=80 e2e_log=20
+    cap=${COMPILE_CAP:-120}
     par_steps=30st res_steps=2000 res_save=500 jpeg_files=3000 shard=500 jpeg_steps=60 jpeg_log=10
     collect=() gpu_tests=tests
     if compgen -G ".whl/*.whl" >/dev/null; then
@@ -110,22 +115,25 @@ for step in $steps; do
     case $step in
     tests)  # dry: collected, not run (they need CUDA); only the files that hold `gpu` tests
         # shellcheck disable=SC2086
-        run gpu_tests 200 $PY -m pytest -m gpu -q -p no:cacheprovider "${collect[@]}" $gpu_tests
+        run gpu_tests "${TESTS_S:-200}" $PY -m pytest -m gpu -q -p no:cacheprovider "${collect[@]}" $gpu_tests
         [ $dry = 1 ] && echo "gpu tests: collected only (they need CUDA)"
         ;;
     harness)  # ViT-B/16 bf16, vitkit and timm, eager and compiled, in the same run
-        run harness 300 $PY benchmarks/throughput.py --device $dev --models $model \
-            --tasks train infer --precisions bf16 --batch $batch --train-batch $batch \
+        # shellcheck disable=SC2086
+        run harness "${HARNESS_S:-300}" $PY benchmarks/throughput.py --device $dev --models $model \
+            --tasks ${HARNESS_TASKS:-train infer} --precisions bf16 --batch $batch --train-batch $batch \
             --contenders vitkit timm vitkit-compiled timm-compiled --rounds $rounds \
             --min-time $min_time --peak-sizes $peak --out "$O/harness.md" --json "$O/harness.json"
         ;;
     variants)  # compile modes, the whole step as one CUDA graph, SDPA backends: vs timm compiled
-        run variants 570 $PY benchmarks/compile_variants.py --device $dev --model $model \
-            --batch $batch --precision bf16 --compile-cap $cap --rounds $rounds --iters $iters \
-            --warmup $warmup --json "$O/variants.json"
+        # shellcheck disable=SC2086
+        run variants "${VARIANTS_S:-570}" $PY benchmarks/compile_variants.py --device $dev \
+            --model $model --batch $batch --precision bf16 --compile-cap $cap --rounds $rounds \
+            --iters $iters --warmup $warmup --json "$O/variants.json" \
+            ${VARIANTS:+--variants $VARIANTS}
         ;;
     profile)  # the compiled step's device time by kind of work
-        run profile 300 $PY benchmarks/step_profile.py --device $dev --model $model \
+        run profile "${PROFILE_S:-300}" $PY benchmarks/step_profile.py --device $dev --model $model \
             --batch $batch --precision bf16 --warmup $warmup --steps $profiled \
             --json "$O/profile.json"
         ;;

@@ -67,14 +67,32 @@ def kind_of(name: str) -> str:
     return next((k for k, keys in KINDS.items() if any(s in lower for s in keys)), ELEMENTWISE)
 
 
+def _device_us(e: object, device: torch.device) -> float | None:
+    """The device time of profiler event ``e`` in microseconds, None where it is not the device's
+    work (CUDA: the kernels; CPU: the ATen operators and Inductor's C++ kernels)."""
+    if device.type == "cuda" and e.device_type == DeviceType.CUDA:  # type: ignore[attr-defined]
+        return float(e.time_range.elapsed_us())  # type: ignore[attr-defined]
+    if device.type == "cpu" and e.name.startswith(("aten::", "cpp_fused")):  # type: ignore[attr-defined]
+        return float(e.self_cpu_time_total)  # type: ignore[attr-defined]
+    return None
+
+
+def top_kernels(events: Sequence[object], device: torch.device, n: int) -> list[tuple[str, float]]:
+    """The ``n`` kernels (or operators) that took the most device time, with their microseconds,
+    most first: which GEMM, which fused kernel, which attention kernel the step's time goes to."""
+    totals: dict[str, float] = {}
+    for e in events:
+        if (us := _device_us(e, device)) is not None:
+            totals[e.name] = totals.get(e.name, 0.0) + us  # type: ignore[attr-defined]
+    return sorted(totals.items(), key=lambda item: -item[1])[:n]
+
+
 def grouped(events: Sequence[object], device: torch.device, wall_us: float) -> dict[str, float]:
     """Microseconds of each kind over the profiled steps, ``idle`` the rest of ``wall_us``."""
     out = dict.fromkeys([*KINDS, ELEMENTWISE], 0.0)
     for e in events:
-        if device.type == "cuda" and e.device_type == DeviceType.CUDA:  # type: ignore[attr-defined]
-            out[kind_of(e.name)] += e.time_range.elapsed_us()  # type: ignore[attr-defined]
-        elif device.type == "cpu" and e.name.startswith(("aten::", "cpp_fused")):  # type: ignore[attr-defined]
-            out[kind_of(e.name)] += e.self_cpu_time_total  # type: ignore[attr-defined]
+        if (us := _device_us(e, device)) is not None:
+            out[kind_of(e.name)] += us  # type: ignore[attr-defined]
     out[IDLE] = max(0.0, wall_us - sum(out.values()))
     return out
 
@@ -85,6 +103,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--eager", action="store_true", help="the eager step (vitkit train without train.compile)"
     )
+    parser.add_argument("--top", type=int, default=25, help="list the kernels that take longest")
     args = parser.parse_args(argv)
     device = step_device(args, "step_profile")
 
@@ -109,9 +128,9 @@ def main(argv: Sequence[str] | None = None) -> None:
             step()
         synchronize(device)  # the last kernels inside the window
         wall_us = (time.perf_counter() - start) * 1e6
-    per_step = {
-        k: us / args.steps / 1e3 for k, us in grouped(prof.events(), device, wall_us).items()
-    }
+    events = prof.events()
+    per_step = {k: us / args.steps / 1e3 for k, us in grouped(events, device, wall_us).items()}
+    top = [(name, us / args.steps / 1e3) for name, us in top_kernels(events, device, args.top)]
     step_ms = wall_us / args.steps / 1e3
 
     how = "eager" if args.eager else "compiled"
@@ -120,8 +139,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     print("| kind | ms/step | % of step |\n|---|---|---|")
     for kind, ms in per_step.items():
         print(f"| {kind} | {ms:.2f} | {100 * ms / step_ms:.1f} |")
+    print(
+        f"the {len(top)} longest kernels:\n| kernel | kind | ms/step | % of step |\n|---|---|---|---|"
+    )
+    for name, ms in top:
+        print(f"| {name[:100]} | {kind_of(name)} | {ms:.3f} | {100 * ms / step_ms:.1f} |")
     if args.json:
-        raw = {"what": what, "step_ms": step_ms, "ms_per_step": per_step}
+        top_rows = [{"kernel": name, "kind": kind_of(name), "ms_per_step": ms} for name, ms in top]
+        raw = {"what": what, "step_ms": step_ms, "ms_per_step": per_step, "top": top_rows}
         args.json.write_text(json.dumps(raw, indent=1) + "\n")
 
 

@@ -50,10 +50,12 @@ from throughput import (
 KINDS: dict[str, tuple[str, ...]] = {
     # bmm and softmax: a ViT's batched products and softmax are its attention's (the explicit
     # path a CPU takes in bf16); its linear layers are mm and addmm
-    "attention": ("flash", "fmha", "attention", "sdpa", "bmm", "softmax"),
-    "GEMM": ("gemm", "cutlass", "nvjet", "xmma", "cublas", "aten::mm", "addmm", "conv"),
+    # and cuDNN's attention backward has two helper kernels of its own (dot_do_o, convert_dq)
+    "attention": ("flash", "fmha", "attention", "sdpa", "bmm", "softmax", "dot_do_o", "convert_dq"),
+    "GEMM": ("gemm", "cutlass", "nvjet", "xmma", "cublas", "aten::mm", "addmm", "convolution"),
     "optimizer": ("adam", "multi_tensor", "foreach"),
-    "copies": ("memcpy", "memset", "copy", "aten::to", "contiguous", "clone", "cat"),
+    # nchwToNhwc: cuDNN's layout change of the patch embedding's input
+    "copies": ("memcpy", "memset", "copy", "aten::to", "contiguous", "clone", "cat", "nchwtonhwc"),
 }
 ELEMENTWISE = "norm + elementwise"
 IDLE = "idle"
@@ -62,7 +64,9 @@ IDLE = "idle"
 def kind_of(name: str) -> str:
     """The kind of work a kernel or operator named ``name`` does (see the module docstring)."""
     lower = name.lower()
-    if "log_softmax" in lower:  # the loss's (cross-entropy), not attention's
+    # the loss's log-softmax (cross-entropy) is not attention's; a layer norm's kernel into which
+    # Inductor fused a cast (``_to_copy``) is normalisation, not a copy
+    if "log_softmax" in lower or "layer_norm" in lower:
         return ELEMENTWISE
     return next((k for k, keys in KINDS.items() if any(s in lower for s in keys)), ELEMENTWISE)
 
@@ -70,6 +74,8 @@ def kind_of(name: str) -> str:
 def _device_us(e: object, device: torch.device) -> float | None:
     """The device time of profiler event ``e`` in microseconds, None where it is not the device's
     work (CUDA: the kernels; CPU: the ATen operators and Inductor's C++ kernels)."""
+    if getattr(e, "is_user_annotation", False):  # a span such as Optimizer.step on the device's
+        return None  # timeline, around kernels that count on their own
     if device.type == "cuda" and e.device_type == DeviceType.CUDA:  # type: ignore[attr-defined]
         return float(e.time_range.elapsed_us())  # type: ignore[attr-defined]
     if device.type == "cpu" and e.name.startswith(("aten::", "cpp_fused")):  # type: ignore[attr-defined]

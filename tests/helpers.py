@@ -28,6 +28,13 @@ from vitkit.eval.real import ENTRIES
 from vitkit.train.loop import TIMING_KEYS
 
 
+# Muon's Newton-Schulz iteration in bf16 (train/optim.py orthogonalize): its last step adds aX, bAX
+# and cA²X (|a|+|b|+|c| = 10.25, X's entries at most 1.2), each rounded to bf16 (2^-8), so an entry
+# of the result may differ by this much between two orders of rounding (two devices), for a
+# well-conditioned input; the update is the result times lr x 0.2 sqrt(max dim).
+MUON_ROUNDING = (3.4445 + 4.775 + 2.0315) * 1.2 * 2**-8
+
+
 def tiny(**overrides: Any) -> ModelConfig:
     """A 2-layer, 64-wide ViT on 32x32 images (4x4 patches of 8 pixels), 10 classes."""
     base: dict[str, Any] = dict(

@@ -27,7 +27,6 @@ from vitkit.config import ModelConfig
 from vitkit.eval.real import ENTRIES
 from vitkit.train.loop import TIMING_KEYS
 
-
 # Muon's Newton-Schulz iteration in bf16 (train/optim.py orthogonalize): its last step adds aX, bAX
 # and cA²X (|a|+|b|+|c| = 10.25, X's entries at most 1.2), each rounded to bf16 (2^-8), so an entry
 # of the result may differ by this much between two orders of rounding (two devices), for a

@@ -137,7 +137,7 @@ for step in $steps; do
             --batch $batch --precision bf16 --warmup $warmup --steps $profiled \
             --json "$O/profile.json"
         ;;
-    e2e) e2e e2e_eager ;;
+    e2e) e2e e2e_eager --set train.compile=false ;;  # train.compile auto compiles on CUDA
     compiled) e2e e2e_compiled --set train.compile=true ;;
     parallel)  # the smoke recipe alone, under torchrun with DDP, with FSDP: the same losses?
         for mode in one ddp fsdp; do

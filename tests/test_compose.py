@@ -404,9 +404,11 @@ def test_fit_keeps_every_value_of_a_run_config_as_given(tmp_path: Path) -> None:
     vitkit.fit(three, run_dir=tmp_path / "three", progress=False)
     saved = flat(json.loads((tmp_path / "three" / "config.json").read_text()))
     given = flat(three.to_dict())
-    # what it left to the machine: auto precision and the decoding workers of none
-    assert {k for k in given if saved[k] != given[k]} == {"train.precision", "data.num_workers"}
+    # what it left to the machine: auto precision and step, the decoding workers of none
+    left = {"train.precision", "train.compile", "data.num_workers"}
+    assert {k for k in given if saved[k] != given[k]} == left
     assert (given["train.precision"], saved["train.precision"]) == ("auto", "fp32")
+    assert (given["train.compile"], saved["train.compile"]) == ("auto", False)  # on a CPU
     assert saved["model.in_chans"] == 3  # as given: the greyscale images read as RGB
 
 
@@ -505,6 +507,75 @@ def test_a_cpu_with_native_bf16_records_bf16_and_a_resume_never_decides_again(
     assert [r["loss"] for r in after if r["step"] > 4] == [
         r["loss"] for r in uninterrupted if r["step"] > 4
     ]
+
+
+@pytest.mark.parametrize(
+    ("device", "objective", "launch", "compiled"),
+    [
+        ("cpu", "classification", None, False),  # as before auto
+        ("cuda", "classification", None, True),  # 1.26x the eager step on an H200
+        ("cuda", "classification", "ddp", True),
+        ("cuda", "classification", "fsdp", False),  # not measured compiled
+        ("cuda", "mpp", None, False),  # compiled classification only
+    ],
+)
+def test_compile_auto_over_every_kind_of_device(
+    device: str, objective: str, launch: str | None, compiled: bool, monkeypatch
+) -> None:
+    """``train.compile`` auto, decided for each device, objective and parallelism, with its
+    reason; a value the run sets is left alone."""
+    import torch
+
+    from vitkit.config import replace
+    from vitkit.runtime import machine
+
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    if launch:  # as torchrun starts a process of two
+        monkeypatch.setenv("RANK", "0")
+        monkeypatch.setenv("WORLD_SIZE", "2")
+    classify_only = ("train.label_smoothing", "train.mixup", "train.cutmix")
+    run = replace(
+        get_recipe("smoke"),
+        {"train.objective": objective, "train.parallel": launch or "ddp"}
+        | dict.fromkeys(classify_only, 0.0),
+    )
+    decided = machine.decide(run, torch.device(device), image_flops=10**6)
+    value, why = decided["train.compile"]
+    assert value is compiled and why.startswith("auto")
+    assert why.split(": ", 1)[1].startswith("compiled" if compiled else "eager")
+    fixed = replace(run, {"train.compile": False})
+    assert "train.compile" not in machine.decide(fixed, torch.device(device), image_flops=10**6)
+
+
+def test_a_resume_keeps_the_recorded_compile_and_never_decides_again(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
+    """config.json records what ``train.compile`` auto stood for (eager, here on a CPU); the same
+    command resumes with it without deciding again."""
+    import json
+    import shutil
+
+    from helpers import stopped_copy
+    from vitkit.cli import main
+    from vitkit.runtime import machine
+
+    full = tmp_path / "full"
+    argv = ["train", "--recipe", "smoke", "--set", "train.device=cpu", "--no-progress"]
+    assert main([*argv, "--run-dir", str(full)]) == 0
+    assert "auto on cpu: eager, as before" in capsys.readouterr().out
+    assert json.loads((full / "config.json").read_text())["train"]["compile"] is False
+
+    def never(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a resume decided train.compile again")
+
+    monkeypatch.setattr(machine, "compile_on", never)
+    resumed = stopped_copy(full, tmp_path / "resumed", step=4)
+    shutil.rmtree(resumed / "best")
+    (resumed / "metrics.jsonl").unlink()
+    assert main([*argv, "--run-dir", str(resumed)]) == 0
+    said = f"recorded in {resumed / 'config.json'}: "
+    assert re.search(f"{re.escape(said)}.*train\\.compile=False", capsys.readouterr().out)
 
 
 def test_the_committed_runs_resume_in_fp32_on_a_cpu_with_native_bf16(

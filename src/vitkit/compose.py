@@ -318,15 +318,16 @@ def adapt(
 
 # What a run directory's config.json keeps for the runs that continue it, unless the command
 # sets it: decisions made once, by the data or the machine.
-RECORDED = ("model.in_chans", "data.validation", "train.precision")
+RECORDED = ("model.in_chans", "data.validation", "train.precision", "train.compile")
 
 
 def as_recorded(composed: Composed, record: RunRecord) -> Composed:
     """A run directory that holds a run keeps the decisions its config records where the command
     sets none (``RECORDED``): its channels (greyscale or not, decided once; a folder was read as
     RGB before the data decided them), the split that validates it (files written before
-    ``data.validation`` read as the rule of that time) and its arithmetic (``auto`` decided once,
-    when it started: a resume does not decide again, and continues exactly). ``record``: the
+    ``data.validation`` read as the rule of that time), its arithmetic and whether its step is
+    compiled (``auto`` decided once, when it started: a resume does not decide again, and
+    continues exactly). ``record``: the
     run directory's, read once (``RunRecord``)."""
     if record.config is None:
         return composed
@@ -335,11 +336,7 @@ def as_recorded(composed: Composed, record: RunRecord) -> Composed:
     except (ValueError, TypeError):
         return composed  # the loop refuses it, saying why (``check_run_dir``)
     given = flat(composed.run.to_dict())
-    keep = {
-        k: saved[k]
-        for k in RECORDED
-        if k not in composed.fixed or (k == "train.precision" and given[k] == "auto")
-    }
+    keep = {k: saved[k] for k in RECORDED if k not in composed.fixed or given[k] == "auto"}
     recorded = composed.with_values(keep, f"recorded in {record.run_dir / 'config.json'}")
     return dataclasses.replace(recorded, fixed=recorded.fixed | set(keep))
 

@@ -75,7 +75,8 @@ def build_parts(
         mpp,
         label_smoothing=tc.label_smoothing,
         mixing=Mixing(tc.mixup, tc.cutmix, tc.mixup_switch_prob, tc.mixup_prob),
-        forward_fn=torch.compile(model) if tc.compile else None,
+        # (an ``auto`` left undecided, by a config that skipped compose.prepare, runs eager)
+        forward_fn=torch.compile(model) if tc.compile is True else None,
     )
     step_fn: nn.Module = objective
     if distributed.is_distributed():

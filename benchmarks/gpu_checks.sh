@@ -43,7 +43,7 @@ if [ "${GPU_CHECKS_DRY:-0}" = 1 ]; then
 else
     # run directories in /tmp, not under $OUT: its files come back, checkpoints would not fit
     dry=0 R=/tmp dev=cuda model=ViT-B/16 e2e_model=ViT-B/16 image=224 classes=100 batch=256
-    peak=8192 rounds=3 min_time=1 iters=10 warmup=3 profiled=5 e2e_steps=80 e2e_log=20
+    peak=8192 rounds=3 min_time=1 iters=10 warmup=3 profiled=5 e2e_steps=80 e2e_log=4
     cap=${COMPILE_CAP:-120}
     par_steps=30st res_steps=2000 res_save=500 jpeg_files=3000 shard=500 jpeg_steps=60 jpeg_log=10
     collect=() gpu_tests=tests
@@ -138,7 +138,11 @@ for step in $steps; do
             --json "$O/profile.json"
         ;;
     e2e) e2e e2e_eager --set train.compile=false ;;  # train.compile auto compiles on CUDA
-    compiled) e2e e2e_compiled --set train.compile=true ;;
+    compiled)  # and, after `e2e` in the same call, its 20 logged losses against the eager run's
+        e2e e2e_compiled --set train.compile=true
+        [ -f "$R/e2e_eager/metrics.jsonl" ] \
+            && losses "$R/e2e_eager" "$R/e2e_compiled" | tee "$O/compiled_vs_eager.txt"
+        ;;
     parallel)  # the smoke recipe alone, under torchrun with DDP, with FSDP: the same losses?
         for mode in one ddp fsdp; do
             extra=()

@@ -49,6 +49,8 @@ def test_dry_mode_runs_every_step_and_prints_the_figures(tmp_path: Path) -> None
     assert kinds.count("variant") >= 6 and not any("failed" in f for f in figures)
     assert kinds.count("profile") == 1 and kinds.count("e2e") == 2
     assert "0 windows" not in done.stdout
+    against_eager = (tmp_path / "compiled_vs_eager.txt").read_text()  # the compiled step's losses
+    assert "same steps: True" in against_eager and "e2e_compiled" in against_eager
     resumed = (tmp_path / "resume.txt").read_text()
     assert "same steps: True" in resumed and "largest loss difference to" in resumed
     import tarfile  # the lease brings back at most 8 files: the logs travel as one archive

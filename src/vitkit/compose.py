@@ -327,8 +327,7 @@ def as_recorded(composed: Composed, record: RunRecord) -> Composed:
     RGB before the data decided them), the split that validates it (files written before
     ``data.validation`` read as the rule of that time), its arithmetic and whether its step is
     compiled (``auto`` decided once, when it started: a resume does not decide again, and
-    continues exactly). ``record``: the
-    run directory's, read once (``RunRecord``)."""
+    continues exactly). ``record``: the run directory's, read once (``RunRecord``)."""
     if record.config is None:
         return composed
     try:

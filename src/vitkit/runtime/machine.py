@@ -10,7 +10,8 @@
 
 ``decide`` gives the values a run's config leaves open, with where each came from; the command
 line states them, ``vitkit config`` prints them, and ``config.json`` records them, so a resumed
-run keeps its precision and its compiled or eager step (and takes this machine's placement; ``compose.as_recorded``).
+run keeps its precision and its compiled or eager step (and takes this machine's placement;
+``compose.as_recorded``).
 """
 
 from __future__ import annotations
@@ -107,8 +108,9 @@ def compile_on(run: RunConfig, device: torch.device) -> tuple[bool, str]:
 
 def decide(run: RunConfig, device: torch.device, *, image_flops: int) -> dict[str, tuple[Any, str]]:
     """The values of ``run`` that are this machine's to decide (``train.precision`` and
-    ``train.compile`` auto, ``data.num_workers`` none) on ``device``: dotted key -> (value, origin). ``image_flops``: the
-    model's forward pass of one image (``model.flops.count_flops``), which sizes the work."""
+    ``train.compile`` auto, ``data.num_workers`` none) on ``device``: dotted key -> (value,
+    origin). ``image_flops``: the model's forward pass of one image (``model.flops.count_flops``),
+    which sizes the work."""
     out: dict[str, tuple[Any, str]] = {}
     if run.train.precision == "auto":
         per_process = max(run.train.batch_size // processes(), 1)  # the batch of one forward pass

@@ -465,6 +465,21 @@ def test_a_resumed_run_is_prepared_with_the_images_and_the_holdout_it_saw(tmp_pa
     assert {p for p, _ in relabelled.val.samples} != {p for p, _ in kept.val.samples}
 
 
+def _resumed_from_step_4(full: Path, to: Path, argv: list[str], capsys) -> tuple[Path, str]:
+    """A copy of run ``full`` as stopped after its step-4 checkpoint, continued by the command
+    ``argv``: the copy, and what the command printed."""
+    import shutil
+
+    from helpers import stopped_copy
+    from vitkit.cli import main
+
+    resumed = stopped_copy(full, to, step=4)
+    shutil.rmtree(resumed / "best")
+    (resumed / "metrics.jsonl").unlink()
+    assert main([*argv, "--run-dir", str(resumed)]) == 0
+    return resumed, capsys.readouterr().out
+
+
 def test_a_cpu_with_native_bf16_records_bf16_and_a_resume_never_decides_again(
     tmp_path: Path, monkeypatch, capsys
 ) -> None:
@@ -472,9 +487,7 @@ def test_a_cpu_with_native_bf16_records_bf16_and_a_resume_never_decides_again(
     model's batch counted as enough), the run says why and config.json records bf16; the same
     command on a CPU without native bf16 resumes in bf16, as recorded, and says so."""
     import json
-    import shutil
 
-    from helpers import stopped_copy
     from vitkit.cli import main
 
     bf16_from_any_size(monkeypatch)
@@ -495,12 +508,9 @@ def test_a_cpu_with_native_bf16_records_bf16_and_a_resume_never_decides_again(
     )
 
     monkeypatch.setenv("VITKIT_CPU_BF16", "none")  # the run moves to a CPU without bf16
-    resumed = stopped_copy(full, tmp_path / "resumed", step=4)
-    shutil.rmtree(resumed / "best")
-    (resumed / "metrics.jsonl").unlink()
-    assert main([*argv, "--run-dir", str(resumed)]) == 0
+    resumed, out = _resumed_from_step_4(full, tmp_path / "resumed", argv, capsys)
     said = f"recorded in {resumed / 'config.json'}: "
-    assert re.search(f"{re.escape(said)}.*train\\.precision='bf16'", capsys.readouterr().out)
+    assert re.search(f"{re.escape(said)}.*train\\.precision='bf16'", out)
     assert json.loads((resumed / "config.json").read_text())["train"]["precision"] == "bf16"
     after = [json.loads(line) for line in (resumed / "metrics.jsonl").read_text().splitlines()]
     uninterrupted = [json.loads(line) for line in (full / "metrics.jsonl").read_text().splitlines()]
@@ -554,9 +564,7 @@ def test_a_resume_keeps_the_recorded_compile_and_never_decides_again(
     """config.json records what ``train.compile`` auto stood for (eager, here on a CPU); the same
     command resumes with it without deciding again."""
     import json
-    import shutil
 
-    from helpers import stopped_copy
     from vitkit.cli import main
     from vitkit.runtime import machine
 
@@ -570,12 +578,9 @@ def test_a_resume_keeps_the_recorded_compile_and_never_decides_again(
         raise AssertionError("a resume decided train.compile again")
 
     monkeypatch.setattr(machine, "compile_on", never)
-    resumed = stopped_copy(full, tmp_path / "resumed", step=4)
-    shutil.rmtree(resumed / "best")
-    (resumed / "metrics.jsonl").unlink()
-    assert main([*argv, "--run-dir", str(resumed)]) == 0
+    resumed, out = _resumed_from_step_4(full, tmp_path / "resumed", argv, capsys)
     said = f"recorded in {resumed / 'config.json'}: "
-    assert re.search(f"{re.escape(said)}.*train\\.compile=False", capsys.readouterr().out)
+    assert re.search(f"{re.escape(said)}.*train\\.compile=False", out)
 
 
 def test_the_committed_runs_resume_in_fp32_on_a_cpu_with_native_bf16(

@@ -144,7 +144,9 @@ def test_the_machine_decides_what_the_config_leaves_open(monkeypatch) -> None:
         "fp32",
         "auto: this CPU has no native bf16 (neither AVX512_BF16 nor AMX-BF16)",
     )
-    decided = replace(run, {"train.precision": "fp32", "data.num_workers": 7})
+    decided = replace(
+        run, {"train.precision": "fp32", "data.num_workers": 7, "train.compile": True}
+    )
     assert decide(decided, torch.device("cuda"), image_flops=flops) == {}
-    fixed = replace(run, {"train.precision": "fp16", "data.num_workers": 0})
+    fixed = replace(run, {"train.precision": "fp16", "data.num_workers": 0, "train.compile": False})
     assert decide(fixed, torch.device("cuda"), image_flops=flops) == {}

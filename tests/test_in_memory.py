@@ -50,7 +50,7 @@ def test_kept_images_are_the_decoded_images_resized(folder: Path) -> None:
     assert torch.equal(in_workers.labels, kept.labels)
 
 
-def test_a_run_keeps_them_within_its_budget_and_says_so(folder: Path) -> None:
+def test_a_run_keeps_them_within_its_budget_and_says_so(folder: Path, monkeypatch) -> None:
     run = replace(
         get_recipe("smoke"),
         {
@@ -82,6 +82,17 @@ def test_a_run_keeps_them_within_its_budget_and_says_so(folder: Path) -> None:
         and "8 MiB in memory, over data.keep_decoded_mb=1" in over.notes[-1]
     )
     assert inputs(replace(run, {"data.keep_decoded_mb": 0})).train is data.train
+    # the budget is the machine's: 4 processes of torchrun on it would each keep them all
+    fits_one = replace(run, {"model.image_size": 256, "data.keep_decoded_mb": 16})
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)  # one process
+    assert inputs(fits_one).train.read_as == "memory"
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
+    four = inputs(fits_one)
+    assert four.train is data.train and (
+        "8 MiB in memory in each of this machine's 4 processes (30 MiB), over "
+        "data.keep_decoded_mb=16" in four.notes[-1]
+    )
+    monkeypatch.delenv("LOCAL_WORLD_SIZE")
     # a run directory recorded before the key: resumed as it began, from the files
     before = run.to_dict()
     del before["data"]["keep_decoded_mb"]

@@ -26,6 +26,7 @@ from ..data.loader import BatchOptions
 from ..data.run_data import Images, RunData, batches_of, evaluation_split
 from ..errors import ConfigError
 from ..runtime.cores import usable_cores
+from ..runtime.machine import local_processes
 from .cadence import Cadence
 
 
@@ -104,8 +105,8 @@ def read_inputs(
 
 def _kept_in_memory(run: RunConfig, data: RunData, recorded: dict[str, Any] | None) -> RunData:
     """``data`` with a folder's training images decoded once, kept in memory at twice the model's
-    resolution (``data.in_memory``), where they fit ``data.keep_decoded_mb``; said in its
-    notes. Not for a run begun before the key: its batches were crops of the files."""
+    resolution (``data.in_memory``), where they fit ``data.keep_decoded_mb`` (this machine's
+    budget, shared by its processes); said in its notes. Not for a run begun before the key: its batches were crops of the files."""
     budget, train = run.data.keep_decoded_mb, data.train
     if not budget or run.data.source.kind != "folder" or train.read_as != "decoded":
         return data
@@ -113,11 +114,17 @@ def _kept_in_memory(run: RunConfig, data: RunData, recorded: dict[str, Any] | No
         return data  # resumed as it began: its batches are crops of the files
     h, w = (2 * side for side in size_hw(run.model.image_size))
     mib = len(train) * train.channels * h * w / 2**20
-    if mib > budget:
+    # the budget is this machine's: each of its processes (torchrun) keeps every image, since
+    # any image may fall in its part of a later batch
+    local = local_processes()
+    if mib * local > budget:
         note = f"decoded every epoch: at {h}x{w} px they would take {mib:,.0f} MiB in memory"
+        if local > 1:
+            note += f" in each of this machine's {local} processes ({mib * local:,.0f} MiB)"
         note += f", over data.keep_decoded_mb={budget:,}"
         return dataclasses.replace(data, notes=[*data.notes, note])
-    workers = run.data.num_workers and usable_cores()  # none: this process decodes them
+    # none: this process decodes them; else the cores this process's share of the machine has
+    workers = run.data.num_workers and max(1, usable_cores() // local)
     decoded = cast(DecodedImages, train)  # a folder's, read as decoded: checked above
     kept = decode_into_memory(decoded, (h, w), workers=workers or 0)
     note = f"decoded once, kept in memory at {h}x{w} px ({mib:,.0f} MiB; data.keep_decoded_mb)"

@@ -40,6 +40,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
+import math
+import os
 import re
 import statistics
 import sys
@@ -304,6 +306,19 @@ def datasheet_peaks(model_name: str, cores: int) -> tuple[dict[str, float] | Non
     return None, f"datasheet: {model_name!r} is not in cpu_table.DATASHEET; measured peak only"
 
 
+def _siblings(cpu: int) -> str:
+    path = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list")
+    return path.read_text().strip() if path.exists() else str(cpu)
+
+
+def physical_cores(threads: int, siblings: Callable[[int], str] = _siblings) -> int:
+    """The cores ``threads`` threads can occupy on the CPUs this process may use: the datasheet's
+    peak is per core, and two hyperthreads of one core share its matrix units. ``siblings``: a
+    CPU's group of hyperthreads as Linux lists it ("0-1", "0,64")."""
+    cores = {siblings(cpu) for cpu in os.sched_getaffinity(0)}
+    return max(1, min(threads, len(cores)))
+
+
 def cpu_model_name() -> str:
     text = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
     found = re.search(r"^model name\s*:\s*(.*)$", text, re.M)
@@ -311,6 +326,12 @@ def cpu_model_name() -> str:
 
 
 # --- the table ----------------------------------------------------------------------------------
+
+
+def three_digits(value: float) -> str:
+    """``value`` to three significant digits or more, with thousands separated (4,290; 416; 6.12):
+    a tiny product's peak of a few GFLOP/s keeps its precision in print."""
+    return f"{value:,.{max(0, 2 - math.floor(math.log10(value)))}f}" if value > 0 else "0"
 
 
 def parse_shape(text: str) -> Shape:
@@ -393,10 +414,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     for precision, peak in peaks.items():
         unit = "GOP/s" if precision == "int8" else "GFLOP/s"
         print(
-            f"GEMM peak {precision}: {peak.gflops:,.0f} {unit} "
+            f"GEMM peak {precision}: {three_digits(peak.gflops)} {unit} "
             f"({peak.path}, {'x'.join(map(str, peak.shape))}; best median of {len(shapes)} products)  "
         )
-    datasheet, why = datasheet_peaks(cpu_model_name(), torch.get_num_threads())
+    datasheet, why = datasheet_peaks(cpu_model_name(), physical_cores(torch.get_num_threads()))
     print(why + "\n")
     for line in rows(args, subjects, peaks, datasheet):
         print(line, flush=True)

@@ -98,7 +98,7 @@ def compile_on(run: RunConfig, device: torch.device) -> tuple[bool, str]:
     classification only) and under FSDP, whose step compiled was never measured."""
     tc = run.train
     if device.type != "cuda":
-        return False, f"auto on {device.type}: eager, as before (a recipe compiles where it pays)"
+        return False, f"auto on {device.type}: eager, as before; a recipe compiles where it pays"
     if tc.objective != "classification":
         return False, f"auto: eager (train.objective={tc.objective} runs eager)"
     if processes() > 1 and tc.parallel == "fsdp":

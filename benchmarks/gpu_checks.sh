@@ -91,11 +91,12 @@ e2e() {  # e2e NAME EXTRA_SETTINGS...: ViT-B/16 on synthetic 224-px images, 100 
     shift
     train "$name" 150 synthetic $e2e_steps $e2e_log --set model.num_classes=$classes "$@"
 }
-smoke() {  # smoke NAME DURATION EXTRA...: the smoke recipe on the GPU, 40 log windows
+smoke() {  # smoke NAME DURATION EXTRA...: the smoke recipe on the GPU, 40 log windows (compiled
+    # there by train.compile auto, unless EXTRA says otherwise)
     local name=$1 duration=$2
     shift 2
     [ "$name" = res_cut ] || rm -rf "${R:?}/$name"
-    run "$name" 120 $PY -m vitkit train --recipe smoke --no-progress \
+    run "$name" 180 $PY -m vitkit train --recipe smoke --no-progress \
         --set "train.device=$dev" --set "train.duration=$duration" \
         --set "train.log_every=$(((${duration%st} + 39) / 40))st" \
         --set "train.eval_every=$duration" --run-dir "$R/$name" "$@"
@@ -144,14 +145,16 @@ for step in $steps; do
             && losses "$R/e2e_eager" "$R/e2e_compiled" | tee "$O/compiled_vs_eager.txt"
         ;;
     parallel)  # the smoke recipe alone, under torchrun with DDP, with FSDP: the same losses?
+        # (eager, all three: auto leaves FSDP eager, and the first lease's figures were eager)
         for mode in one ddp fsdp; do
-            extra=()
-            [ "$mode" != one ] && extra=(--nproc 1 --set "train.parallel=$mode")
+            extra=(--set train.compile=false)
+            [ "$mode" != one ] && extra+=(--nproc 1 --set "train.parallel=$mode")
             smoke "par_$mode" $par_steps "${extra[@]}"
         done
         losses "$R/par_one" "$R/par_ddp" "$R/par_fsdp" | tee "$O/parallel.txt"
         ;;
     resume)  # SIGKILLed after its checkpoint at step $res_save, then resumed: the uninterrupted losses?
+        # (the default step: compiled on CUDA, a choice the resume must keep from config.json)
         smoke res_whole ${res_steps}st
         rm -rf "$R/res_cut"
         $PY -m vitkit train --recipe smoke --no-progress --set train.device=$dev \
@@ -160,7 +163,7 @@ for step in $steps; do
             --run-dir "$R/res_cut" >"$O/res_killed.log" 2>&1 &
         pid=$!
         cut=$(printf "%s/res_cut/checkpoints/step_%08d" "$R" $res_save)
-        for _ in $(seq 600); do [ -d "$cut" ] && break; sleep 0.1; done
+        for _ in $(seq 1800); do [ -d "$cut" ] && break; sleep 0.1; done  # compiling first
         kill -9 $pid
         wait $pid 2>/dev/null
         $PY -c "import json, sys; print('killed after step',

@@ -274,3 +274,36 @@ def test_step_profile_puts_each_kernel_in_its_kind(monkeypatch) -> None:
         "triton_poi_fused_gelu_gelu_backward_view_10": profile.ELEMENTWISE,
     }
     assert {name: profile.kind_of(name) for name in kinds} == kinds
+
+
+def test_attention_alone_times_the_models_own_attention(monkeypatch) -> None:
+    """benchmarks/compile_variants.py's micro-benchmark gives SDPA the model's shape: ViT-B/16's
+    197 tokens (14 x 14 patches and the class token), 12 heads of 64. It once took the grid's side
+    for its number of patches and timed 15 tokens on the H200."""
+    from vitkit.presets import get_config
+
+    monkeypatch.syspath_prepend(str(SCRIPT.parent))
+    spec = importlib.util.spec_from_file_location(
+        "bench_compile_variants", SCRIPT.parent / "compile_variants.py"
+    )
+    assert spec is not None and spec.loader is not None
+    variants = sys.modules["bench_compile_variants"] = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(variants)
+        shapes: list[tuple[tuple[int, ...], tuple[int, ...]]] = []
+        sdpa = variants.F.scaled_dot_product_attention
+
+        def seen(q, k, v, *args, **kwargs):
+            shapes.append((tuple(q.shape), tuple(q.stride())))
+            return sdpa(q, k, v, *args, **kwargs)
+
+        monkeypatch.setattr(variants.F, "scaled_dot_product_attention", seen)
+        cfg = get_config("ViT-B/16")
+        ms = variants.attention_alone(cfg, 1, torch.device("cpu"), ["sdpa-math"], 1, 1)
+        assert set(ms) == {"default", "default, q/k/v views", "sdpa-math"}
+        assert all(isinstance(t, float) and t > 0 for t in ms.values())
+        assert {shape for shape, _ in shapes} == {(1, 12, 197, 64)}
+        # contiguous q, and q as the model passes it: a view of (B, N, 3, heads, head_dim)
+        assert {stride for _, stride in shapes} == {(151296, 12608, 64, 1), (453888, 64, 2304, 1)}
+    finally:
+        del sys.modules["bench_compile_variants"]

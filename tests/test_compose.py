@@ -526,6 +526,7 @@ def test_a_cpu_with_native_bf16_records_bf16_and_a_resume_never_decides_again(
         ("cuda", "classification", None, True),  # 1.26x the eager step on an H200
         ("cuda", "classification", "ddp", True),
         ("cuda", "classification", "fsdp", False),  # not measured compiled
+        ("cuda", "classification", "fsdp1", False),  # torchrun shards one process too
         ("cuda", "mpp", None, False),  # compiled classification only
     ],
 )
@@ -541,13 +542,13 @@ def test_compile_auto_over_every_kind_of_device(
 
     for name in ("RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"):
         monkeypatch.delenv(name, raising=False)
-    if launch:  # as torchrun starts a process of two
+    if launch:  # as torchrun starts a process of two (fsdp1: of one)
         monkeypatch.setenv("RANK", "0")
-        monkeypatch.setenv("WORLD_SIZE", "2")
+        monkeypatch.setenv("WORLD_SIZE", "1" if launch.endswith("1") else "2")
     classify_only = ("train.label_smoothing", "train.mixup", "train.cutmix")
     run = replace(
         get_recipe("smoke"),
-        {"train.objective": objective, "train.parallel": launch or "ddp"}
+        {"train.objective": objective, "train.parallel": (launch or "ddp").rstrip("1")}
         | dict.fromkeys(classify_only, 0.0),
     )
     decided = machine.decide(run, torch.device(device), image_flops=10**6)
@@ -581,6 +582,31 @@ def test_a_resume_keeps_the_recorded_compile_and_never_decides_again(
     resumed, out = _resumed_from_step_4(full, tmp_path / "resumed", argv, capsys)
     said = f"recorded in {resumed / 'config.json'}: "
     assert re.search(f"{re.escape(said)}.*train\\.compile=False", out)
+
+
+def test_another_runs_checkpoint_continues_with_what_that_run_decided(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
+    """``--resume`` of another run's checkpoint into a new directory: what the command leaves
+    ``auto`` is what that run decided (eager, on a CPU), not decided again where it would come
+    out otherwise (here a stand-in for CUDA, where auto compiles), which the resume would
+    refuse as a change of config."""
+    import json
+
+    from vitkit.cli import main
+    from vitkit.runtime import machine
+
+    first = tmp_path / "first"
+    argv = ["train", "--recipe", "smoke", "--set", "train.device=cpu", "--no-progress"]
+    assert main([*argv, "--run-dir", str(first)]) == 0
+    capsys.readouterr()
+    monkeypatch.setattr(machine, "compile_on", lambda run, device: (True, "auto on cuda"))
+    checkpoint = first / "checkpoints" / "step_00000004"
+    second = tmp_path / "second"
+    assert main([*argv, "--run-dir", str(second), "--resume", str(checkpoint)]) == 0
+    said = f"recorded in {checkpoint / 'config.json'}: "
+    assert re.search(f"{re.escape(said)}.*train\\.compile=False", capsys.readouterr().out)
+    assert json.loads((second / "config.json").read_text())["train"]["compile"] is False
 
 
 def test_the_committed_runs_resume_in_fp32_on_a_cpu_with_native_bf16(

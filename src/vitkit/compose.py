@@ -42,7 +42,7 @@ from .config import (
 from .config.dicts import check_new
 from .config.model import FINETUNE_KEYS, REGULARISATION
 from .config.overrides import split_set
-from .errors import ConfigError, MissingFileError
+from .errors import ConfigError, MissingFileError, VitkitError
 from .presets import get_config, resolve_name
 from .recipes import Recipe, find_recipe
 from .train.prepare import PreparedRun
@@ -327,17 +327,36 @@ def as_recorded(composed: Composed, record: RunRecord) -> Composed:
     RGB before the data decided them), the split that validates it (files written before
     ``data.validation`` read as the rule of that time), its arithmetic and whether its step is
     compiled (``auto`` decided once, when it started: a resume does not decide again, and
-    continues exactly). ``record``: the run directory's, read once (``RunRecord``)."""
-    if record.config is None:
+    continues exactly). A new directory that continues another run's checkpoint (``--resume``)
+    keeps what that run decided for what the command leaves ``auto``. ``record``: the run
+    directory's, read once (``RunRecord``)."""
+    given = flat(composed.run.to_dict())
+    config, where = record.config, record.run_dir / "config.json"
+    keys = [k for k in RECORDED if k not in composed.fixed or given[k] == "auto"]
+    if config is None and record.resume_from is not None:
+        config, where = _checkpoint_run(record.resume_from), record.resume_from / "config.json"
+        keys = [k for k in RECORDED if given[k] == "auto"]
+    if config is None:
         return composed
     try:
-        saved = flat(RunConfig.from_dict(record.config).to_dict())
+        saved = flat(RunConfig.from_dict(config).to_dict())
     except (ValueError, TypeError):
         return composed  # the loop refuses it, saying why (``check_run_dir``)
-    given = flat(composed.run.to_dict())
-    keep = {k: saved[k] for k in RECORDED if k not in composed.fixed or given[k] == "auto"}
-    recorded = composed.with_values(keep, f"recorded in {record.run_dir / 'config.json'}")
+    keep = {k: saved[k] for k in keys}
+    recorded = composed.with_values(keep, f"recorded in {where}")
     return dataclasses.replace(recorded, fixed=recorded.fixed | set(keep))
+
+
+def _checkpoint_run(checkpoint: Path) -> dict[str, Any] | None:
+    """The run config a checkpoint records, None where it records none or cannot be read (the
+    resume refuses it, saying why: ``train.state.training_checkpoint``)."""
+    from .io.checkpoint import read_our_config
+
+    try:
+        _, meta = read_our_config(checkpoint, own_run=True)
+    except VitkitError:
+        return None
+    return None if meta.run is None else meta.run.to_dict()
 
 
 def on_this_machine(composed: Composed) -> tuple[Composed, torch.device]:

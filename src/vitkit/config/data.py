@@ -215,9 +215,9 @@ class DataConfig(Section):
     keep_decoded_mb: int = key(
         2048,
         doc="a folder's training images are decoded once and kept in memory, resized to twice "
-        "the model's resolution, when they fit in this many MiB of this machine's memory (each "
-        "of its torchrun processes keeps them all); later epochs crop from there (0: decoded "
-        "from their files every epoch, as shards and streams are)",
+        "the model's resolution, when they fit in this many MiB (per process: each of torchrun's "
+        "processes keeps them all); later epochs crop from there (0: decoded from their files "
+        "every epoch, as shards and streams are)",
         ge=0,
     )
     max_bad_fraction: float = key(

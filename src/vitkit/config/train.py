@@ -173,8 +173,8 @@ class TrainConfig(Section):
     compile: bool | Literal["auto"] = key(
         "auto",
         doc="compile the training step (torch.compile); auto: compiled on CUDA (1.26x the eager "
-        "step there), eager on a CPU and under FSDP (decided when the run starts and recorded: "
-        "a resumed run keeps it)",
+        "step there), eager on a CPU, for masked patch prediction and under FSDP (decided when "
+        "the run starts and recorded: a resumed run keeps it)",
     )
     seed: int = key(
         0,

@@ -101,7 +101,7 @@ def compile_on(run: RunConfig, device: torch.device) -> tuple[bool, str]:
         return False, f"auto on {device.type}: eager, as before; a recipe compiles where it pays"
     if tc.objective != "classification":
         return False, f"auto: eager (train.objective={tc.objective} runs eager)"
-    if processes() > 1 and tc.parallel == "fsdp":
+    if launched() and tc.parallel == "fsdp":  # torchrun shards even one process
         return False, "auto: eager under FSDP (its compiled step is not measured)"
     return True, "auto on cuda: compiled (1.26x the eager step on an H200)"
 

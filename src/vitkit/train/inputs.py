@@ -105,8 +105,8 @@ def read_inputs(
 
 def _kept_in_memory(run: RunConfig, data: RunData, recorded: dict[str, Any] | None) -> RunData:
     """``data`` with a folder's training images decoded once, kept in memory at twice the model's
-    resolution (``data.in_memory``), where they fit ``data.keep_decoded_mb`` (this machine's
-    budget, shared by its processes); said in its notes. Not for a run begun before the key: its batches were crops of the files."""
+    resolution (``data.in_memory``), where they fit ``data.keep_decoded_mb`` (a process's
+    budget); said in its notes. Not for a run begun before the key: its batches were crops of the files."""
     budget, train = run.data.keep_decoded_mb, data.train
     if not budget or run.data.source.kind != "folder" or train.read_as != "decoded":
         return data
@@ -114,20 +114,23 @@ def _kept_in_memory(run: RunConfig, data: RunData, recorded: dict[str, Any] | No
         return data  # resumed as it began: its batches are crops of the files
     h, w = (2 * side for side in size_hw(run.model.image_size))
     mib = len(train) * train.channels * h * w / 2**20
-    # the budget is this machine's: each of its processes (torchrun) keeps every image, since
-    # any image may fall in its part of a later batch
-    local = local_processes()
-    if mib * local > budget:
+    # the budget is one process's: whether the images are kept decides the pixels of every
+    # batch, so it may not depend on how many processes run (a resume on another count would
+    # not continue exactly); each of torchrun's processes keeps every image, since any image may
+    # fall in its part of a later batch, and the note says what the machine holds
+    if mib > budget:
         note = f"decoded every epoch: at {h}x{w} px they would take {mib:,.0f} MiB in memory"
-        if local > 1:
-            note += f" in each of this machine's {local} processes ({mib * local:,.0f} MiB)"
         note += f", over data.keep_decoded_mb={budget:,}"
         return dataclasses.replace(data, notes=[*data.notes, note])
+    local = local_processes()
     # none: this process decodes them; else the cores this process's share of the machine has
     workers = run.data.num_workers and max(1, usable_cores() // local)
     decoded = cast(DecodedImages, train)  # a folder's, read as decoded: checked above
     kept = decode_into_memory(decoded, (h, w), workers=workers or 0)
-    note = f"decoded once, kept in memory at {h}x{w} px ({mib:,.0f} MiB; data.keep_decoded_mb)"
+    held = f"{mib:,.0f} MiB" + (
+        f" in each of this machine's {local} processes" if local > 1 else ""
+    )
+    note = f"decoded once, kept in memory at {h}x{w} px ({held}; data.keep_decoded_mb)"
     return dataclasses.replace(data, train=kept, notes=[*data.notes, note])
 
 

@@ -64,8 +64,9 @@ def test_listing_and_downloading_weights_does_not_import_torch() -> None:
     assert callable(load) and callable(save)
 
 
-def test_convert_timm_file_to_ours_and_hf(tmp_path) -> None:
+def test_convert_timm_file_to_ours_and_hf(tmp_path, capsys) -> None:
     import timm
+    from transformers.utils import logging as hf_logging
 
     peer = timm.models.vision_transformer.VisionTransformer(
         img_size=32, patch_size=8, embed_dim=64, depth=1, num_heads=4, num_classes=3
@@ -77,8 +78,12 @@ def test_convert_timm_file_to_ours_and_hf(tmp_path) -> None:
     assert done.returncode == 0 and not pytree_lines(done.stderr), done.stderr
     model = vitkit.load(tmp_path / "ours")
     assert model.cfg.image_size == 48 and model.cfg.num_heads == 4
+    capsys.readouterr()
     assert main(["convert", str(tmp_path / "ours"), str(tmp_path / "hf"), "--format", "hf"]) == 0
     assert (tmp_path / "hf" / "config.json").is_file()
+    # what it wrote, said once: no transformers progress bar, whose setting is left as it was
+    assert "Writing model shards" not in capsys.readouterr().err
+    assert hf_logging.is_progress_bar_enabled()
 
 
 def test_summary_of_preset(capsys) -> None:

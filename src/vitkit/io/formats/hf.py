@@ -21,9 +21,10 @@ imported only by :func:`write_hf`; reading needs JSON and safetensors (or a tens
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -416,6 +417,21 @@ def _rgb_from_luma(
     return dataclasses.replace(cfg, in_chans=3), {**state, "patch_embed.proj.weight": rgb}
 
 
+@contextlib.contextmanager
+def _no_progress_bars() -> Iterator[None]:
+    """transformers' progress bars off in the block ("Writing model shards" for one shard of a
+    few megabytes: a command's output says what it wrote, once), then as they were."""
+    from transformers.utils import logging as hf_logging
+
+    was = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was:
+            hf_logging.enable_progress_bar()
+
+
 def write_hf(
     model: VisionTransformer,
     directory: str | os.PathLike,
@@ -509,7 +525,7 @@ def write_hf(
     from safetensors import SafetensorError
 
     directory = Path(directory)
-    with atomic_files(directory) as into:
+    with atomic_files(directory) as into, _no_progress_bars():
         try:
             hf_model.save_pretrained(into)
         except SafetensorError as e:  # a full disk: the OSError it is, then named in directory

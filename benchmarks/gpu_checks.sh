@@ -116,13 +116,15 @@ for step in $steps; do
     case $step in
     tests)  # dry: collected, not run (they need CUDA); only the files that hold `gpu` tests
         # shellcheck disable=SC2086
-        run gpu_tests "${TESTS_S:-200}" $PY -m pytest -m gpu -q -p no:cacheprovider "${collect[@]}" $gpu_tests
+        run gpu_tests "${TESTS_S:-200}" $PY -m pytest -m gpu -q -p no:cacheprovider \
+            "${collect[@]}" $gpu_tests
         [ $dry = 1 ] && echo "gpu tests: collected only (they need CUDA)"
         ;;
     harness)  # ViT-B/16 bf16, vitkit and timm, eager and compiled, in the same run
         # shellcheck disable=SC2086
-        run harness "${HARNESS_S:-300}" $PY benchmarks/throughput.py --device $dev --models $model \
-            --tasks ${HARNESS_TASKS:-train infer} --precisions bf16 --batch $batch --train-batch $batch \
+        run harness "${HARNESS_S:-300}" $PY benchmarks/throughput.py --device $dev \
+            --models $model --tasks ${HARNESS_TASKS:-train infer} --precisions bf16 \
+            --batch $batch --train-batch $batch \
             --contenders vitkit timm vitkit-compiled timm-compiled --rounds $rounds \
             --min-time $min_time --peak-sizes $peak --out "$O/harness.md" --json "$O/harness.json"
         ;;
@@ -134,7 +136,8 @@ for step in $steps; do
             ${VARIANTS:+--variants $VARIANTS}
         ;;
     profile)  # the compiled step's device time by kind of work
-        run profile "${PROFILE_S:-300}" $PY benchmarks/step_profile.py --device $dev --model $model \
+        run profile "${PROFILE_S:-300}" $PY benchmarks/step_profile.py --device $dev \
+            --model $model \
             --batch $batch --precision bf16 --warmup $warmup --steps $profiled \
             --json "$O/profile.json"
         ;;

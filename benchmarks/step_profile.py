@@ -78,7 +78,8 @@ def _device_us(e: object, device: torch.device) -> float | None:
         return None  # timeline, around kernels that count on their own
     if device.type == "cuda" and e.device_type == DeviceType.CUDA:  # type: ignore[attr-defined]
         return float(e.time_range.elapsed_us())  # type: ignore[attr-defined]
-    if device.type == "cpu" and e.name.startswith(("aten::", "cpp_fused")):  # type: ignore[attr-defined]
+    name: str = e.name  # type: ignore[attr-defined]
+    if device.type == "cpu" and name.startswith(("aten::", "cpp_fused")):
         return float(e.self_cpu_time_total)  # type: ignore[attr-defined]
     return None
 
@@ -145,9 +146,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     print("| kind | ms/step | % of step |\n|---|---|---|")
     for kind, ms in per_step.items():
         print(f"| {kind} | {ms:.2f} | {100 * ms / step_ms:.1f} |")
-    print(
-        f"the {len(top)} longest kernels:\n| kernel | kind | ms/step | % of step |\n|---|---|---|---|"
-    )
+    print(f"the {len(top)} longest kernels:")
+    print("| kernel | kind | ms/step | % of step |\n|---|---|---|---|")
     for name, ms in top:
         print(f"| {name[:100]} | {kind_of(name)} | {ms:.3f} | {100 * ms / step_ms:.1f} |")
     if args.json:

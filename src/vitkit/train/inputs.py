@@ -106,7 +106,8 @@ def read_inputs(
 def _kept_in_memory(run: RunConfig, data: RunData, recorded: dict[str, Any] | None) -> RunData:
     """``data`` with a folder's training images decoded once, kept in memory at twice the model's
     resolution (``data.in_memory``), where they fit ``data.keep_decoded_mb`` (a process's
-    budget); said in its notes. Not for a run begun before the key: its batches were crops of the files."""
+    budget); said in its notes. Not for a run begun before the key: its batches were crops of
+    the files."""
     budget, train = run.data.keep_decoded_mb, data.train
     if not budget or run.data.source.kind != "folder" or train.read_as != "decoded":
         return data

@@ -98,6 +98,8 @@ def test_smoke_run_on_cuda_is_finite_and_resumes(tmp_path: Path) -> None:
     result = fit(run, run_dir=full, progress=False)
     records = _log(full)
     assert all(math.isfinite(r["loss"]) for r in records) and result.evaluation.accuracy > 0.25
+    # train.compile auto: the step compiled on CUDA, recorded, and kept by the resume below
+    assert json.loads((full / "config.json").read_text())["train"]["compile"] is True
     state = torch.load(full / "checkpoints" / "step_00000004" / "state.pt", weights_only=True)
     assert state["cuda_rng"].device.type == "cpu" and state["rng"].device.type == "cpu"
     assert all(t.device.type == "cpu" for t in state["optimizer"]["state"][0].values())

@@ -173,7 +173,7 @@ class TrainConfig(Section):
     compile: bool | Literal["auto"] = key(
         "auto",
         doc="compile the training step (torch.compile); auto: compiled on CUDA (1.26x the eager "
-        "step there), eager on a CPU, for masked patch prediction and under FSDP (decided when "
+        "step there), eager on a CPU, for masked patch prediction and under torchrun (decided when "
         "the run starts and recorded: a resumed run keeps it)",
     )
     seed: int = key(

@@ -95,14 +95,16 @@ def compile_on(run: RunConfig, device: torch.device) -> tuple[bool, str]:
     CUDA graph 1.6%: benchmarks/RESULTS.md), for 10-40 s at the start. Elsewhere eager, as
     before ``auto``: on a CPU the compile's 20-40 s pay on some runs and not others, and the
     recipes that gain set it (the Fashion-MNIST one). Eager for masked patch prediction (compiled
-    classification only) and under FSDP, whose step compiled was never measured."""
+    classification only) and under torchrun: FSDP's and DDP's steps were measured eager only (a
+    compiled model inside DDP hands its gradients over at the end of its backward graph, which
+    may cost the overlap of their all-reduce with it more than compiling gains)."""
     tc = run.train
     if device.type != "cuda":
         return False, f"auto on {device.type}: eager, as before; a recipe compiles where it pays"
     if tc.objective != "classification":
         return False, f"auto: eager (train.objective={tc.objective} runs eager)"
-    if launched() and tc.parallel == "fsdp":  # torchrun shards even one process
-        return False, "auto: eager under FSDP (its compiled step is not measured)"
+    if launched():  # of any size: torchrun wraps even one process in DDP or FSDP
+        return False, f"auto: eager under torchrun ({tc.parallel}: measured eager only)"
     return True, "auto on cuda: compiled (1.26x the eager step on an H200)"
 
 

@@ -18,6 +18,11 @@ AdamW, ``zero_grad``, on one batch held on the device. Variants (:data:`VARIANTS
   cuDNN's strided convolution and its input's layout change (3.25 ms of the H200's 72.9-ms
   step, for 0.12% of its FLOPs: RESULTS.md); the same weights and function;
   ``patch-product-graph``: that, and the whole step as one CUDA graph;
+* ``bf16-weights``: the default-compiled step of the model cast to bf16, no autocast: every
+  activation in bf16, the residual stream and the layer norms' inputs too (autocast keeps them in
+  fp32), and AdamW on bf16 weights. Not a recipe (no fp32 master weights): the ceiling of what a
+  bf16 residual stream could gain, to say whether building one (fp32 master weights, checked for
+  accuracy) is worth it;
 * ``sdpa-*``: the default-compiled step with attention pinned to one SDPA backend
   (``torch.nn.attention.sdpa_kernel``): FlashAttention-2, cuDNN's (Hopper's fastest in some
   PyTorch releases), memory-efficient; on a CPU, flash and math.
@@ -83,6 +88,7 @@ class Variant:
     whole_step_graph: bool = False
     sdpa: SDPBackend | None = None
     patch_product: bool = False
+    bf16_weights: bool = False
 
 
 REFERENCE = "timm-compiled"
@@ -94,6 +100,7 @@ VARIANTS: dict[str, Variant] = {
     "whole-step-graph": Variant(whole_step_graph=True),
     "patch-product": Variant(patch_product=True),
     "patch-product-graph": Variant(patch_product=True, whole_step_graph=True),
+    "bf16-weights": Variant(bf16_weights=True),
     "sdpa-flash": Variant(sdpa=SDPBackend.FLASH_ATTENTION),
     "sdpa-cudnn": Variant(sdpa=SDPBackend.CUDNN_ATTENTION),
     "sdpa-efficient": Variant(sdpa=SDPBackend.EFFICIENT_ATTENTION),
@@ -170,6 +177,8 @@ def build_step(
     model = model.to(x.device).train()
     if variant.patch_product:
         as_product(model.patch_embed)
+    if variant.bf16_weights:
+        model, x = model.to(torch.bfloat16), x.to(torch.bfloat16)
     graph = variant.whole_step_graph and x.device.type == "cuda"
     # capturable: the step count and bias corrections stay on the device, as a graph needs
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True, capturable=graph)
@@ -178,12 +187,14 @@ def build_step(
     )
     # autocast's cache of bf16 weights would hold tensors made outside the graph: off when captured
     cast = autocast(precision, x.device)
+    if variant.bf16_weights:
+        cast = contextlib.nullcontext()  # the model computes in bf16 itself
     if graph:
         cast = torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=False)
 
     def step() -> Tensor:
         with cast:
-            loss = F.cross_entropy(compiled(x), y)
+            loss = F.cross_entropy(compiled(x).float(), y)
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=not graph)  # a captured step keeps its gradients' memory

@@ -520,21 +520,22 @@ def test_a_cpu_with_native_bf16_records_bf16_and_a_resume_never_decides_again(
 
 
 @pytest.mark.parametrize(
-    ("device", "objective", "launch", "compiled"),
+    ("device", "settings", "launch", "compiled"),
     [
-        ("cpu", "classification", None, False),  # as before auto
-        ("cuda", "classification", None, True),  # 1.26x the eager step on an H200
-        ("cuda", "classification", "ddp", False),  # under torchrun: measured eager only
-        ("cuda", "classification", "fsdp", False),
-        ("cuda", "classification", "ddp1", False),  # torchrun wraps one process too
-        ("cuda", "mpp", None, False),  # compiled classification only
+        ("cpu", {}, None, False),  # as before auto
+        ("cuda", {}, None, True),  # 1.26x the eager step on an H200
+        ("cuda", {}, "ddp", False),  # under torchrun: measured eager only
+        ("cuda", {}, "fsdp", False),
+        ("cuda", {}, "ddp1", False),  # torchrun wraps one process too
+        ("cuda", {"train.objective": "mpp"}, None, False),  # compiled classification only
+        ("cuda", {"train.activation_checkpointing": True}, None, False),  # measured eager only
     ],
 )
 def test_compile_auto_over_every_kind_of_device(
-    device: str, objective: str, launch: str | None, compiled: bool, monkeypatch
+    device: str, settings: dict, launch: str | None, compiled: bool, monkeypatch
 ) -> None:
-    """``train.compile`` auto, decided for each device, objective and parallelism, with its
-    reason; a value the run sets is left alone."""
+    """``train.compile`` auto, decided for each device, objective, parallelism and activation
+    checkpointing, with its reason; a value the run sets is left alone."""
     import torch
 
     from vitkit.config import replace
@@ -542,14 +543,15 @@ def test_compile_auto_over_every_kind_of_device(
 
     for name in ("RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"):
         monkeypatch.delenv(name, raising=False)
-    if launch:  # as torchrun starts a process of two (fsdp1: of one)
+    if launch:  # as torchrun starts a process of two (ddp1: of one)
         monkeypatch.setenv("RANK", "0")
         monkeypatch.setenv("WORLD_SIZE", "1" if launch.endswith("1") else "2")
     classify_only = ("train.label_smoothing", "train.mixup", "train.cutmix")
     run = replace(
         get_recipe("smoke"),
-        {"train.objective": objective, "train.parallel": (launch or "ddp").rstrip("1")}
-        | dict.fromkeys(classify_only, 0.0),
+        {"train.parallel": (launch or "ddp").rstrip("1")}
+        | dict.fromkeys(classify_only, 0.0)
+        | settings,
     )
     decided = machine.decide(run, torch.device(device), image_flops=10**6)
     value, why = decided["train.compile"]

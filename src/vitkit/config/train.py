@@ -173,8 +173,9 @@ class TrainConfig(Section):
     compile: bool | Literal["auto"] = key(
         "auto",
         doc="compile the training step (torch.compile); auto: compiled on CUDA (1.26x the eager "
-        "step there), eager on a CPU, for masked patch prediction and under torchrun (decided when "
-        "the run starts and recorded: a resumed run keeps it)",
+        "step there), eager where that was not measured (a CPU, torchrun, masked patch "
+        "prediction, activation checkpointing); decided when the run starts and recorded: a "
+        "resumed run keeps it",
     )
     seed: int = key(
         0,

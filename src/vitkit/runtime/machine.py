@@ -97,7 +97,8 @@ def compile_on(run: RunConfig, device: torch.device) -> tuple[bool, str]:
     recipes that gain set it (the Fashion-MNIST one). Eager for masked patch prediction (compiled
     classification only) and under torchrun: FSDP's and DDP's steps were measured eager only (a
     compiled model inside DDP hands its gradients over at the end of its backward graph, which
-    may cost the overlap of their all-reduce with it more than compiling gains)."""
+    may cost the overlap of their all-reduce with it more than compiling gains), and with
+    activation checkpointing, whose per-block hooks torch.compile was never measured through."""
     tc = run.train
     if device.type != "cuda":
         return False, f"auto on {device.type}: eager, as before; a recipe compiles where it pays"
@@ -105,6 +106,8 @@ def compile_on(run: RunConfig, device: torch.device) -> tuple[bool, str]:
         return False, f"auto: eager (train.objective={tc.objective} runs eager)"
     if launched():  # of any size: torchrun wraps even one process in DDP or FSDP
         return False, f"auto: eager under torchrun ({tc.parallel}: measured eager only)"
+    if tc.activation_checkpointing:  # its per-block hooks were never traced by torch.compile
+        return False, "auto: eager with train.activation_checkpointing (measured eager only)"
     return True, "auto on cuda: compiled (1.26x the eager step on an H200)"
 
 

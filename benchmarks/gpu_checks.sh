@@ -148,7 +148,7 @@ for step in $steps; do
             && losses "$R/e2e_eager" "$R/e2e_compiled" | tee "$O/compiled_vs_eager.txt"
         ;;
     parallel)  # the smoke recipe alone, under torchrun with DDP, with FSDP: the same losses?
-        # (eager, all three: auto leaves FSDP eager, and the first lease's figures were eager)
+        # (eager, all three: auto leaves torchrun's runs eager, and the first lease's were eager)
         for mode in one ddp fsdp; do
             extra=(--set train.compile=false)
             [ "$mode" != one ] && extra+=(--nproc 1 --set "train.parallel=$mode")

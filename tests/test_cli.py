@@ -79,11 +79,12 @@ def test_convert_timm_file_to_ours_and_hf(tmp_path, capsys) -> None:
     model = vitkit.load(tmp_path / "ours")
     assert model.cfg.image_size == 48 and model.cfg.num_heads == 4
     capsys.readouterr()
+    before = hf_logging.is_progress_bar_enabled()
     assert main(["convert", str(tmp_path / "ours"), str(tmp_path / "hf"), "--format", "hf"]) == 0
     assert (tmp_path / "hf" / "config.json").is_file()
     # what it wrote, said once: no transformers progress bar, whose setting is left as it was
     assert "Writing model shards" not in capsys.readouterr().err
-    assert hf_logging.is_progress_bar_enabled()
+    assert hf_logging.is_progress_bar_enabled() == before
 
 
 def test_summary_of_preset(capsys) -> None:

@@ -4,7 +4,8 @@
   a GPU, else the CPU; under torchrun each process takes GPU ``LOCAL_RANK``;
 - the arithmetic: ``train.precision`` ``auto`` is bf16 autocast on CUDA, and on a CPU with
   native bf16 where the model's batch is large enough (``runtime.arithmetic``), fp32 elsewhere;
-- the step: ``train.compile`` ``auto`` is compiled on CUDA, eager elsewhere (``compile_on``);
+- the step: ``train.compile`` ``auto`` is compiled for one process on CUDA, eager elsewhere
+  and where compiling was not measured (``compile_on``);
 - the decoding workers: ``data.num_workers`` none is this machine's cores divided among its
   processes, less one for the process itself.
 

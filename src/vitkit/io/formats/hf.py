@@ -421,15 +421,19 @@ def _rgb_from_luma(
 def _no_progress_bars() -> Iterator[None]:
     """transformers' progress bars off in the block ("Writing model shards" for one shard of a
     few megabytes: a command's output says what it wrote, once), then as they were."""
+    import huggingface_hub.utils as hub
     from transformers.utils import logging as hf_logging
 
-    was = hf_logging.is_progress_bar_enabled()
+    # transformers' switch turns the hub's global one too: each is put back as it was
+    was, hub_off = hf_logging.is_progress_bar_enabled(), hub.are_progress_bars_disabled()
     hf_logging.disable_progress_bar()
     try:
         yield
     finally:
         if was:
             hf_logging.enable_progress_bar()
+        if hub.are_progress_bars_disabled() != hub_off:
+            (hub.disable_progress_bars if hub_off else hub.enable_progress_bars)()
 
 
 def write_hf(

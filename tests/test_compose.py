@@ -559,6 +559,9 @@ def test_compile_auto_over_every_kind_of_device(
     assert why.split(": ", 1)[1].startswith("compiled" if compiled else "eager")
     fixed = replace(run, {"train.compile": False})
     assert "train.compile" not in machine.decide(fixed, torch.device(device), image_flops=10**6)
+    # what the loop reads: auto undecided is eager, the decided value is what it says
+    assert run.train.compiled is False
+    assert replace(run, {"train.compile": value}).train.compiled is value
 
 
 def test_a_resume_keeps_the_recorded_compile_and_never_decides_again(

@@ -248,12 +248,18 @@ class TrainConfig(Section):
         1.0, doc="the probability that a batch is mixed (mixup or CutMix) at all", ge=0, le=1
     )
 
+    @property
+    def compiled(self) -> bool:
+        """Whether the step is compiled: ``compile`` true, or ``auto`` decided so when the run
+        started (``runtime.machine.compile_on``); an ``auto`` not yet decided counts as eager."""
+        return self.compile is True
+
     def __post_init__(self) -> None:
         super().__post_init__()
         require(
             not (
                 self.objective == "mpp"
-                and (self.compile is True or self.mixup or self.cutmix or self.label_smoothing)
+                and (self.compiled or self.mixup or self.cutmix or self.label_smoothing)
             ),
             "train.objective",
             self.objective,

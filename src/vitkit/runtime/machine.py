@@ -78,10 +78,15 @@ def this_device(requested: Device, *, setting: str = "train.device") -> torch.de
     return choose_device(requested, gpus=gpus, local_rank=local_rank, setting=setting)
 
 
+def cores_per_process() -> int:
+    """The cores this process may use, divided among this machine's processes (at least one)."""
+    return max(1, usable_cores() // local_processes())
+
+
 def loader_workers() -> int:
-    """Decoding workers per process when ``data.num_workers`` is none: the cores this process
-    may use, divided among this machine's processes, less one for the process itself."""
-    return max(0, usable_cores() // local_processes() - 1)
+    """Decoding workers per process when ``data.num_workers`` is none: this process's share of
+    the cores (``cores_per_process``), less one for the process itself."""
+    return cores_per_process() - 1
 
 
 def processes() -> int:

@@ -114,7 +114,7 @@ def banner(
     if precision_why is not None:
         precision += f" ({precision_why})"
     threads = f", {torch.get_num_threads()} threads" if device.type == "cpu" else ""
-    compiled = ", compiled" if tc.compile is True else ""
+    compiled = ", compiled" if tc.compiled else ""
     workers = run.data.num_workers
     decoding = "" if workers is None else f", {workers} decoding workers"
     lines.append(f"device   {device}, {precision}{threads}{compiled}{decoding}")

@@ -25,8 +25,7 @@ from ..data.in_memory import decode_into_memory
 from ..data.loader import BatchOptions
 from ..data.run_data import Images, RunData, batches_of, evaluation_split
 from ..errors import ConfigError
-from ..runtime.cores import usable_cores
-from ..runtime.machine import local_processes
+from ..runtime.machine import cores_per_process, local_processes
 from .cadence import Cadence
 
 
@@ -124,8 +123,8 @@ def _kept_in_memory(run: RunConfig, data: RunData, recorded: dict[str, Any] | No
         note += f", over data.keep_decoded_mb={budget:,}"
         return dataclasses.replace(data, notes=[*data.notes, note])
     local = local_processes()
-    # none: this process decodes them; else the cores this process's share of the machine has
-    workers = run.data.num_workers and max(1, usable_cores() // local)
+    # none: this process decodes them; else with its share of the machine's cores
+    workers = run.data.num_workers and cores_per_process()
     decoded = cast(DecodedImages, train)  # a folder's, read as decoded: checked above
     kept = decode_into_memory(decoded, (h, w), workers=workers or 0)
     held = f"{mib:,.0f} MiB" + (

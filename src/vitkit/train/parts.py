@@ -75,8 +75,7 @@ def build_parts(
         mpp,
         label_smoothing=tc.label_smoothing,
         mixing=Mixing(tc.mixup, tc.cutmix, tc.mixup_switch_prob, tc.mixup_prob),
-        # (an ``auto`` left undecided, by a config that skipped compose.prepare, runs eager)
-        forward_fn=torch.compile(model) if tc.compile is True else None,
+        forward_fn=torch.compile(model) if tc.compiled else None,
     )
     step_fn: nn.Module = objective
     if distributed.is_distributed():

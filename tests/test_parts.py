@@ -36,6 +36,25 @@ def test_parts_follow_the_config() -> None:
     assert {id(p) for p in parts.mpp.parameters()} <= optimized  # the mpp head trains too
 
 
+def test_a_compiled_step_plans_one_static_graph_per_shape() -> None:
+    """train.compile's forward is compiled with static shapes: a third batch size gets a graph
+    of its own, where torch's default would have made the second graph's batch symbolic and
+    reused it (a symbolic graph failed inside Inductor on an H200 with torch 2.11). Dynamo
+    traces as on a GPU; the graphs then run eagerly, not through Inductor's minutes here."""
+    from torch._dynamo.utils import counters
+
+    run = replace(get_recipe("smoke"), {"train.compile": True})
+    parts = build_parts(run, CPU, autocast=None, pretrained=False)
+    S = run.model.image_size
+    torch._dynamo.reset()
+    counters.clear()
+    with torch._dynamo.config.patch(debug_backend_override=">=0:eager"):
+        for batch in (2, 3, 5):
+            parts.objective(torch.rand(batch, 3, S, S), torch.zeros(batch, dtype=torch.long))
+    assert counters["stats"]["unique_graphs"] == 3
+    torch._dynamo.reset()
+
+
 def test_a_checkpoint_resumes_into_new_parts(tmp_path: Path) -> None:
     run = replace(get_recipe("smoke"), {"train.ema": 0.9})
     assert checkpoint_to_resume(RunRecord.read(tmp_path), run) is None  # a new run

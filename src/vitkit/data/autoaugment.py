@@ -189,11 +189,16 @@ def plan(policy: AutoAugment, g: torch.Generator) -> list[Step]:
 
 def apply(image: Tensor, steps: list[Step]) -> Tensor:
     """uint8 ``image`` (C, H, W) with ``steps`` applied in order (torchvision's tensor ops)."""
-    from torchvision.transforms.v2 import functional as F  # lazily: seconds of import
+    from torchvision.transforms.v2 import InterpolationMode  # lazily: seconds of import
+    from torchvision.transforms.v2 import functional as F
+
+    # the enum, not its name: an older torchvision (the GPU machine's, beside torch 2.11)
+    # rejects the string
+    bilinear = InterpolationMode.BILINEAR
 
     def affine(x: Tensor, **how: list[float]) -> Tensor:
         how = {"translate": [0.0, 0.0], "shear": [0.0, 0.0], **how}
-        return F.affine(x, angle=0.0, scale=1.0, interpolation="bilinear", fill=[_FILL], **how)
+        return F.affine(x, angle=0.0, scale=1.0, interpolation=bilinear, fill=[_FILL], **how)
 
     H, W = image.shape[-2:]
     for step in steps:
@@ -203,7 +208,7 @@ def apply(image: Tensor, steps: list[Step]) -> Tensor:
             continue
         a = step.arg
         if op == "Rotate":
-            image = F.rotate(image, a, interpolation="bilinear", fill=[_FILL])
+            image = F.rotate(image, a, interpolation=bilinear, fill=[_FILL])
         elif op == "Posterize":
             image = F.posterize(image, min(max(int(a), 0), 8))
         elif op == "Solarize":  # a threshold of 256 inverts nothing

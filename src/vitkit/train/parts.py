@@ -75,7 +75,11 @@ def build_parts(
         mpp,
         label_smoothing=tc.label_smoothing,
         mixing=Mixing(tc.mixup, tc.cutmix, tc.mixup_switch_prob, tc.mixup_prob),
-        forward_fn=torch.compile(model) if tc.compiled else None,
+        # dynamic off: one static graph per shape (training batch, evaluation batch), each
+        # planned for its shape. A second shape of the same forward (another run in the process:
+        # a sweep, the tests) would otherwise recompile it with symbolic sizes, which Inductor's
+        # Triton tiling of torch 2.11 failed an assertion on (H200, second lease)
+        forward_fn=torch.compile(model, dynamic=False) if tc.compiled else None,
     )
     step_fn: nn.Module = objective
     if distributed.is_distributed():

@@ -55,6 +55,26 @@ def test_a_compiled_step_plans_one_static_graph_per_shape() -> None:
     torch._dynamo.reset()
 
 
+def test_every_compiled_run_in_a_process_compiles_past_dynamos_limit() -> None:
+    """Ten compiled runs in one process, each with its own number of classes (a VTAB-1k sweep):
+    each compiles its forward. Dynamo's graphs are per function, not per model, so without a
+    fresh start per run the ninth would pass its limit of 8 and run eagerly."""
+    from torch._dynamo.utils import counters
+
+    run = replace(get_recipe("smoke"), {"train.compile": True})
+    S = run.model.image_size
+    counters.clear()
+    with torch._dynamo.config.patch(debug_backend_override=">=0:eager"):
+        for k in range(2, 12):
+            parts = build_parts(
+                replace(run, {"model.num_classes": k}), CPU, autocast=None, pretrained=False
+            )
+            before = counters["stats"]["unique_graphs"]
+            parts.objective(torch.rand(2, 3, S, S), torch.zeros(2, dtype=torch.long))
+            assert counters["stats"]["unique_graphs"] == before + 1, f"run {k - 1} ran eagerly"
+    torch._dynamo.reset()
+
+
 def test_a_checkpoint_resumes_into_new_parts(tmp_path: Path) -> None:
     run = replace(get_recipe("smoke"), {"train.ema": 0.9})
     assert checkpoint_to_resume(RunRecord.read(tmp_path), run) is None  # a new run

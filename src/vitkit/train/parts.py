@@ -70,6 +70,11 @@ def build_parts(
     if tc.activation_checkpointing:
         assert isinstance(model, VisionTransformer)  # RunConfig: a ViT's option only
         distributed.checkpoint_blocks(model.blocks)
+    if tc.compiled:
+        # Dynamo keeps compiled graphs per function, not per model: the runs before this one in
+        # the process (a sweep's, a notebook's) would count against its limit of 8 graphs for
+        # the ViT's forward (each head size is one), after which the forward runs eagerly
+        torch.compiler.reset()
     objective = Objective(
         model,
         mpp,

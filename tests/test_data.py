@@ -144,6 +144,23 @@ def test_read_idx_bad_magic_and_truncation(tmp_path: Path) -> None:
         read_idx(truncated_gz)
 
 
+def test_a_small_gz_is_decompressed_no_further_than_its_idx_header_says(tmp_path: Path) -> None:
+    """A 50 KB gzip of 48 MB (the header's 6 bytes, then zeros): decompressed to the header's
+    size and one byte, then refused, not all 48 MB; a header that claims more than an IDX file
+    is read up to is refused before anything past it is decompressed."""
+    header = bytes([0, 0, 8, 2, 0, 0, 0, 2, 0, 0, 0, 3])
+    bomb = tmp_path / "bomb.gz"
+    bomb.write_bytes(gzip.compress(header + bytes(48 << 20), compresslevel=1))
+    with pytest.raises(
+        ValueError, match=r"bomb\.gz: the IDX header says shape \(2, 3\).*found 19 "
+    ):
+        read_idx(bomb)
+    huge = tmp_path / "huge.gz"
+    huge.write_bytes(gzip.compress(bytes([0, 0, 8, 2, 0xFF, 0xFF, 0xFF, 0xFF, 0, 0, 1, 0])))
+    with pytest.raises(ValueError, match=r"huge\.gz: .*\(1,099,511,627,520 bytes\), more than"):
+        read_idx(huge)
+
+
 # ---------------------------------------------------------------- CIFAR
 
 

@@ -220,6 +220,9 @@ def test_cifar_errors(tmp_path: Path) -> None:
         cifar("test", tmp_path)
     with pytest.raises(ValueError, match="num_classes"):
         cifar("test", tmp_path, num_classes=20)
+    (tmp_path / "cifar-10-batches-bin" / "batches.meta.txt").write_bytes(b"caf\xe9\n" * 10)
+    with pytest.raises(DataError, match=r"batches.meta.txt:1: the byte 0xe9 is not UTF-8"):
+        cifar("train", tmp_path)
 
 
 # ---------------------------------------------------------------- image folders

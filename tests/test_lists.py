@@ -70,7 +70,8 @@ def test_list_text_is_utf8_and_its_faults_are_one_bounded_line(cifar: Path, tmp_
     assert ListImages(bad, "val200").source.files == ListImages(cifar, "val200").source.files
     faults = {
         "images/val200/0.png 0\nimages/val200/caf\xe9.png 1\n".encode("latin-1"): (
-            r"val200.txt:2: the byte 0xe9 is not UTF-8: expected UTF-8 text"
+            r"val200.txt:2: the byte 0xe9 is not UTF-8: expected a list of 'relative/path label' "
+            r"lines as UTF-8 text"
         ),
         b"images/val200/0.png 0\nimages/val200/\0.png 1\n": (
             r"val200.txt:2: 'images/val200/\\x00.png 1' holds a NUL character: expected text"

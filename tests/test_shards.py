@@ -169,6 +169,13 @@ def test_classnames_txt_beside_shards_names_the_classes_as_the_clip_benchmark_la
     assert WebDatasetShards(clip, "test", verify="none").classes == ["azure", "lime", "crimson"]
     (clip / "classes.json").write_text('["b", "g", "r"]')
     assert WebDatasetShards(clip, "test", verify="none").classes == ["b", "g", "r"]
+    # not UTF-8, or JSON nested past Python's recursion: one line each (they were tracebacks)
+    (clip / "classes.json").write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(DataError, match=r"classes.json is not JSON .*expected a list of class"):
+        WebDatasetShards(clip, "test", verify="none")
+    (clip / "classes.txt").write_bytes(b"azure\ncaf\xe9\n")
+    with pytest.raises(DataError, match=r"classes.txt:2: the byte 0xe9 is not UTF-8: expected one"):
+        WebDatasetShards(clip, "test", verify="none")
 
 
 def test_the_split_of_a_shard_is_a_word_of_its_name(tmp_path: Path) -> None:

@@ -6,7 +6,8 @@ Every image file is read through ``read_image_file``: a regular file of at most
 ``MAX_PATH`` characters without NUL (``path_problem``), and by default must resolve inside the
 data's own folder, links followed (``resolves_inside``: ``data.image_paths=dataset``). A class
 name is at most ``MAX_CLASS_NAME`` characters (``long_class_name``), in data and in checkpoints
-alike. Messages show such text through ``shown``: escaped and cut, so a 10^7-character path is not
+alike. A text file data comes with (a list, a file of class names) is UTF-8 of at most
+``MAX_TEXT_BYTES`` (``text_lines``). Messages show such text through ``shown``: escaped and cut, so a 10^7-character path is not
 a 20 MB line; a terminal or a figure through ``printable``."""
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 
 from ..config import DataConfig
 from ..config.keys import default_of
+from ..errors import DataError
 from ..files import TooLargeError, read_regular
 
 # The longest path data may name, in characters: Linux's PATH_MAX (4,096 bytes).
@@ -26,6 +28,29 @@ MAX_CLASS_NAME = 1000
 # data.max_image_bytes's default: the bound of a reader without a run's config (predict, inspect)
 MAX_IMAGE_BYTES: int = default_of(DataConfig, "max_image_bytes")
 _SHOWN = 200  # characters of a path or a name a message shows
+# The largest text file data comes with: VTAB-1k's longest lists hold tens of thousands of
+# lines, a few MB; ImageNet-21k's 21,843 class names, half a MB
+MAX_TEXT_BYTES = 64 * 2**20
+
+
+def text_lines(path: Path, expected: str) -> list[str]:
+    """The lines of the text file ``path``: UTF-8, a byte-order mark skipped; a ``DataError``
+    naming the line of the first bytes that are not UTF-8, or the file's size when it is larger
+    than ``MAX_TEXT_BYTES``, each saying the file was ``expected`` to hold."""
+    try:
+        data = read_regular(path, MAX_TEXT_BYTES)
+    except TooLargeError:
+        raise DataError(
+            f"{path} holds more than {MAX_TEXT_BYTES:,} bytes: expected {expected}"
+        ) from None
+    try:
+        return data.decode("utf-8-sig").splitlines()
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        raise DataError(
+            f"{path}:{line}: the byte {data[e.start]:#04x} is not UTF-8: expected {expected} "
+            "as UTF-8 text"
+        ) from None
 
 
 def shown(text: str, limit: int = _SHOWN) -> str:

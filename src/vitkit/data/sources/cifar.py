@@ -19,6 +19,7 @@ import torch
 from ...config import DataConfig, ModelConfig
 from ...errors import ConfigError, DataError, MissingFileError
 from ..arrays import ArrayDataset
+from ..bounds import long_class_name, text_lines
 from ..listing import Listing, held
 from .paths import find_files, search_dirs
 
@@ -90,7 +91,11 @@ def cifar(
             f"cifar{num_classes}:DIR"
         )
     *batch_paths, names_path = paths
-    classes = [line.strip() for line in names_path.read_text().splitlines() if line.strip()]
+    lines = text_lines(names_path, f"{num_classes} class names, one a line")
+    classes = [line.strip() for line in lines if line.strip()]
+    problem = long_class_name(classes)
+    if problem is not None:
+        raise DataError(f"{names_path}: {problem}")
     if len(classes) != num_classes:
         raise DataError(
             f"{names_path}: expected {num_classes} class names, one a line, found {len(classes)}"

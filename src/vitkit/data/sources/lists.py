@@ -28,8 +28,7 @@ from typing import TYPE_CHECKING
 from ...config import DataConfig, ModelConfig
 from ...config.data import ImagePaths
 from ...errors import DataError, MissingFileError
-from ...files import TooLargeError, read_regular
-from ..bounds import MAX_PATH, resolves_inside, shown
+from ..bounds import MAX_PATH, resolves_inside, shown, text_lines
 from ..contract import SourceState
 from ..decoded import DecodedImages, Reading, ReadOptions
 from ..listing import Listing, reading_of
@@ -48,7 +47,6 @@ STAGES: dict[str, dict[str, str]] = {
     "vtab": {"train": "train800val200", "test": "test"},
 }
 MAX_LINE = MAX_PATH + 32  # a path and its label
-MAX_LIST_BYTES = 64 * 2**20  # VTAB-1k's longest lists hold tens of thousands of lines: a few MB
 
 
 def read_list(path: Path) -> tuple[list[str], list[int]]:
@@ -61,7 +59,7 @@ def read_list(path: Path) -> tuple[list[str], list[int]]:
         )
     files: list[str] = []
     labels: list[int] = []
-    for number, line in enumerate(_lines(path), 1):
+    for number, line in enumerate(text_lines(path, "a list of 'relative/path label' lines"), 1):
         if len(line) > MAX_LINE:
             raise DataError(
                 f"{path}:{number}: a line of {len(line):,} characters: expected 'relative/path "
@@ -84,27 +82,6 @@ def read_list(path: Path) -> tuple[list[str], list[int]]:
     if not files:
         raise DataError(f"{path} lists no image: expected 'relative/path label' lines")
     return files, labels
-
-
-def _lines(path: Path) -> list[str]:
-    """The lines of the list file ``path``: UTF-8 text, a byte-order mark skipped; a
-    ``DataError`` naming the line of the first bytes that are not UTF-8, or the file's size when
-    it is larger than ``MAX_LIST_BYTES``."""
-    try:
-        data = read_regular(path, MAX_LIST_BYTES)
-    except TooLargeError:
-        raise DataError(
-            f"{path} holds more than {MAX_LIST_BYTES:,} bytes: expected a list of "
-            "'relative/path label' lines"
-        ) from None
-    try:
-        return data.decode("utf-8-sig").splitlines()
-    except UnicodeDecodeError as e:
-        line = data[: e.start].count(b"\n") + 1
-        raise DataError(
-            f"{path}:{line}: the byte {data[e.start]:#04x} is not UTF-8: expected UTF-8 text "
-            "(save the list as UTF-8)"
-        ) from None
 
 
 def list_classes(task_dir: Path) -> list[str]:

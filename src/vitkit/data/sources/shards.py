@@ -35,7 +35,7 @@ import numpy as np
 from ...config import DataConfig, ModelConfig
 from ...errors import ConfigError, DataError, MissingFileError
 from ...files import TooLargeError, atomic_files, atomic_write
-from ..bounds import long_class_name, read_image_file, too_large
+from ..bounds import long_class_name, read_image_file, text_lines, too_large
 from ..contract import SourceState
 from ..decoded import MAX_BAD_FRACTION, DecodedImages, Reading, ReadOptions
 from ..listing import Listing, reading_of
@@ -237,7 +237,7 @@ def read_classes(root: Path) -> list[str] | None:
     if not txt.is_file() and not js.is_file() and clip.is_file():
         txt = clip
     if txt.is_file():
-        names = txt.read_text(encoding="utf-8").splitlines()
+        names = text_lines(txt, "one class name a line")
         while names and not names[-1].strip():
             names.pop()
         if not names:
@@ -245,8 +245,8 @@ def read_classes(root: Path) -> list[str] | None:
         return _short(names, txt)
     if js.is_file():
         try:
-            names = json.loads(js.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as e:
+            names = json.loads("\n".join(text_lines(js, "a JSON list of class names")))
+        except (json.JSONDecodeError, RecursionError) as e:
             raise DataError(f"{js} is not JSON ({e}): expected a list of class names") from None
         if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
             raise DataError(f"{js}: expected a non-empty list of class names, label 0 first")

@@ -104,6 +104,25 @@ def test_a_truncated_or_garbage_jpeg_raises_a_decode_error(tmp_path: Path, decod
             dc.decode((tmp_path / name).read_bytes())
 
 
+def test_a_float_tiff_is_an_image_that_does_not_decode_not_a_black_one(tmp_path: Path) -> None:
+    """A 32-bit float TIFF (PIL mode F, a microscope's [0, 1]) was clipped to 0..255 by PIL's
+    conversion, a black image that verification called grey: both refuse it now, as a file
+    that fails to decode (skipped, and counted against data.max_bad_fraction)."""
+    from vitkit.data.verify import verified_mode
+
+    path = tmp_path / "float.tif"
+    Image.fromarray(np.linspace(0, 1, 16, dtype=np.float32).reshape(4, 4)).save(path)
+    data = path.read_bytes()
+    for mode in ("RGB", "L"):
+        with pytest.raises(DECODE_ERRORS, match=r"32-bit float pixels \(PIL mode F\)"):
+            dc.decode(data, mode)
+    with pytest.raises(DECODE_ERRORS, match="float pixels"):
+        verified_mode(data)
+    sixteen = tmp_path / "sixteen.png"
+    Image.fromarray(np.full((4, 4), 65535, dtype=np.uint16)).save(sixteen)
+    assert dc.decode(sixteen.read_bytes(), "L").unique().tolist() == [255]  # 16 bits still read
+
+
 def test_an_image_of_more_pixels_than_the_bound_is_refused_before_decoding(
     tmp_path: Path, decoder: str
 ) -> None:

@@ -70,6 +70,17 @@ def _pair(size: int | tuple[int, int]) -> list[int]:
     return [int(h), int(w)]
 
 
+def refuse_float_pixels(mode: str) -> None:
+    """A ``ValueError`` (an image that does not decode) for PIL's mode F, 32-bit float pixels
+    (a TIFF of a microscope's or a satellite's): their range is the data's own, [0, 1] or any
+    other, and PIL's conversion clips them to 0..255, which made a [0, 1] image black."""
+    if mode == "F":
+        raise ValueError(
+            "32-bit float pixels (PIL mode F): expected 8- or 16-bit images; convert them, "
+            "choosing their range"
+        )
+
+
 def pil_to_array(image: Image.Image, mode: str = "RGB") -> np.ndarray:
     """A PIL image as a uint8 array (H, W) for ``mode='L'`` or (H, W, 3) for ``'RGB'``.
 
@@ -79,6 +90,7 @@ def pil_to_array(image: Image.Image, mode: str = "RGB") -> np.ndarray:
     worker can call it.
     """
     check_mode(mode)
+    refuse_float_pixels(image.mode)
     if image.mode in _SIXTEEN_BIT_MODES:
         wide = np.asarray(image, dtype=np.int64)  # (H, W), 0..65535
         image = Image.fromarray((wide.clip(0, 65535) // 257).astype(np.uint8))

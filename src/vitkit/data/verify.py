@@ -42,6 +42,7 @@ from ..files import atomic_write, exclusive, home
 from ..runtime.cores import usable_cores
 from .codec import DECODE_ERRORS, MAX_IMAGE_PIXELS, open_image, rgb_array
 from .contract import ImageSource, SourceState
+from .transforms import refuse_float_pixels
 
 log = logging.getLogger(__name__)
 
@@ -69,10 +70,12 @@ def _why(error: BaseException) -> str:
 
 def verified_mode(source: bytes | str | Path, *, max_pixels: int = MAX_IMAGE_PIXELS) -> str:
     """The PIL mode of an image (its encoded bytes or its file's path) of at most ``max_pixels``
-    pixels once ``verify()`` passes (raises PIL's errors when it does not)."""
+    pixels once ``verify()`` passes (raises PIL's errors when it does not, and a ``ValueError``
+    for float pixels, which decoding refuses: ``transforms.refuse_float_pixels``)."""
     with open_image(source, max_pixels) as image:
         mode = image.mode
         image.verify()
+    refuse_float_pixels(mode)
     return mode
 
 
@@ -80,7 +83,7 @@ def grey_kind(data: bytes, mode: str, *, max_pixels: int = MAX_IMAGE_PIXELS) -> 
     """How an image (its encoded bytes ``data``; PIL mode ``mode``) is greyscale, or None when it
     is in colour.
 
-    One-channel modes (1, L, LA, I, I;16..., F) are grey by their mode, without decoding; any other
+    One-channel modes (1, L, LA, I, I;16...) are grey by their mode, without decoding; any other
     (RGB, RGBA, CMYK, P, PA) is decoded to RGB and is grey when R = G = B at every pixel (for P, at
     the palette entries the pixels use). Raises PIL's errors for a file that fails to decode or
     has more than ``max_pixels`` pixels.

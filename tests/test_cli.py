@@ -85,6 +85,22 @@ def test_convert_timm_file_to_ours_and_hf(tmp_path, capsys) -> None:
     # what it wrote, said once: no transformers progress bar, whose setting is left as it was
     assert "Writing model shards" not in capsys.readouterr().err
     assert hf_logging.is_progress_bar_enabled() == before
+    # a checkpoint of the same format is replaced; another config.json (a run directory's, the
+    # other format's, anyone's) is refused in one line and left as it was
+    assert main(["convert", str(tmp_path / "hf"), str(tmp_path / "ours")]) == 0
+    assert main(["convert", str(tmp_path / "ours"), str(tmp_path / "hf"), "--format", "hf"]) == 0
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "config.json").write_text('{"model": {}, "train": {}}')
+    for dst, fmt in [("run", "vitkit"), ("run", "hf"), ("hf", "vitkit"), ("ours", "hf")]:
+        before_bytes = (tmp_path / dst / "config.json").read_bytes()
+        capsys.readouterr()
+        assert main(["convert", str(tmp_path / "ours"), str(tmp_path / dst), "--format", fmt]) == 2
+        err = capsys.readouterr().err
+        assert (
+            f"holds a config.json that is not a {fmt} checkpoint's" in err and err.count("\n") == 1
+        )
+        assert (tmp_path / dst / "config.json").read_bytes() == before_bytes
+    assert not (tmp_path / "run" / "model.safetensors").exists()
 
 
 def test_summary_of_preset(capsys) -> None:

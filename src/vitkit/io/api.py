@@ -26,9 +26,11 @@ import numpy as np
 from torch import Tensor, nn
 
 from ..config import ModelConfig, Posemb, image_size_of, size_hw
-from ..errors import ConfigError, MissingFileError
+from ..errors import ConfigError, MissingFileError, UserFileError
 from ..model import ResNetClassifier, VisionTransformer
 from .checkpoint import (
+    CONFIG_FILE,
+    FORMAT_NAME,
     WEIGHTS_FILE,
     CheckpointError,
     build_loaded,
@@ -261,6 +263,26 @@ def read_image(
     return read_file(path, preprocess)
 
 
+def _check_replaceable(directory: Path, format: str) -> None:
+    """A ``UserFileError`` when ``directory`` holds a ``config.json`` that is not a ``format``
+    checkpoint's (a run directory's, another program's): writing would replace it. A new or
+    empty directory, or a checkpoint of the same format, is written into."""
+    config = directory / CONFIG_FILE
+    if not config.is_file():
+        return
+    try:
+        found = read_json(config)
+    except (CheckpointError, OSError):
+        found = {}
+    same = found.get("format") == FORMAT_NAME if format == "vitkit" else "model_type" in found
+    if not same:
+        raise UserFileError(
+            f"{directory} holds a config.json that is not a {format} checkpoint's (a run "
+            f"directory's, or another program's), which writing would replace: expected a new "
+            f"directory or a {format} checkpoint"
+        )
+
+
 def save(
     model: VisionTransformer | ResNetClassifier,
     path: str | os.PathLike,
@@ -303,6 +325,8 @@ def save(
     recorded = checked_metadata(
         model.cfg, class_names=class_names, wnids=wnids, pretrained=pretrained
     )
+    if format in ("vitkit", "hf"):
+        _check_replaceable(Path(path), format)
     if format == "vitkit":
         if preprocess is not None:
             checked = check_preprocess(preprocess, model.cfg)

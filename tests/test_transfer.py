@@ -210,6 +210,13 @@ def test_no_sweep_and_the_papers_number_beside(
     )  # synthetic: 8 test images of each of the recipe's 10 classes
     row = f"| 4 | — | no sweep (--no-sweep) | 0.01 | {100 * final['accuracy']:.2f} (80) | — | "
     assert row + "98.13 (P Table 5 (A11)) |" in out
+    # --json where no file can be written: one line before any run (it was a traceback at the end)
+    (tmp_path / "a-file").write_text("")
+    for bad in (tmp_path, tmp_path / "a-file" / "s.json"):
+        again = [*args[:-2], "--run-dir", str(tmp_path / "never"), "--json", str(bad)]
+        assert main(again) == 2
+        assert "expected" in capsys.readouterr().err
+        assert not (tmp_path / "never").exists()
 
 
 def test_a_protocol_killed_mid_run_resumes_to_the_same_table(

@@ -105,10 +105,21 @@ def atomic_write_text(path: Path, text: str) -> Path:
     """``text`` (UTF-8) as the file ``path``, through ``atomic_write``: a symbolic link there is
     replaced, never written through (a link named ``index.html`` overwrote its target); a folder
     there is a ``UserFileError`` (``IsADirectoryError`` was a traceback)."""
-    if path.is_dir():
-        raise UserFileError(f"{path} is a folder: expected the name of a file to write")
+    check_file_to_write(path)
     atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
     return path
+
+
+def check_file_to_write(path: Path) -> None:
+    """A ``UserFileError`` when ``path`` cannot be a file ``atomic_write`` writes: a folder, or
+    below a file. A command that writes one at its end checks first, not after hours of runs."""
+    if path.is_dir():
+        raise UserFileError(f"{path} is a folder: expected the name of a file to write")
+    for parent in path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise UserFileError(f"{path}: {parent} is a file: expected a folder to write in")
+            return
 
 
 @contextmanager

@@ -282,8 +282,10 @@ def _fewshot(args: argparse.Namespace) -> None:
 
     from ..config import data_names
     from ..eval.fewshot import fewshot_model
-    from ..files import atomic_write_text
+    from ..files import atomic_write_text, check_file_to_write
 
+    if args.json is not None:
+        check_file_to_write(Path(args.json))
     try:
         shots = tuple(int(k) for k in args.shots.split(","))
     except ValueError:

@@ -41,12 +41,14 @@ def _transfer(args: argparse.Namespace) -> None:
 
     from ..compose import check_data_exists
     from ..config import RunConfig, parse_set
-    from ..files import atomic_write
+    from ..files import atomic_write, atomic_write_text, check_file_to_write
     from ..transfer.finetuning import TABLE, Options, datasets, settings_line, table, transfer
     from ..transfer.paper import check_paper_model, parse_steps
     from .common import log_to_stdout
 
     # everything a user can get wrong, before torch is imported
+    if args.json is not None:
+        check_file_to_write(Path(args.json))
     chosen = datasets(args.data)
     for dataset in chosen:
         check_data_exists(dataset.spec)
@@ -93,7 +95,7 @@ def _transfer(args: argparse.Namespace) -> None:
     print(text, end="")
     print(f"\nwrote {run_dir / TABLE} and {run_dir / 'transfer.json'} (the record; resumes)")
     if args.json is not None:
-        Path(args.json).write_text(json.dumps(summary, indent=2) + "\n")
+        atomic_write_text(Path(args.json), json.dumps(summary, indent=2) + "\n")
         print(f"wrote {args.json}")
 
 

@@ -26,6 +26,7 @@ from helpers import in_a_child, pytree_lines, randomize, tiny
 from vitkit.cli import main
 from vitkit.config import ConfigError, ModelConfig, ResNetConfig
 from vitkit.data import Preprocess
+from vitkit.errors import VitkitError
 from vitkit.io.export import export_onnx, onnx_metadata, verify_onnx
 from vitkit.model import build_model
 
@@ -131,6 +132,35 @@ def test_non_square_model_through_the_cli(tmp_path, capsys) -> None:
     assert "batches of 2 and 5" in capsys.readouterr().out
     check_onnx_equals_torch(model, out)  # its input is (batch, 3, 16, 40)
     assert metadata(out) == official(16, 40)  # a checkpoint without names or preprocessing
+
+
+def test_an_export_that_fails_its_check_or_its_opset_replaces_nothing(tmp_path, capsys) -> None:
+    """An opset torch's exporter does not write (it wrote 18 for 16, said so on stderr, and the
+    command said "wrote"), and an export its check refuses: the export already there is left as
+    it was, and no other file is."""
+    model = randomize(build_model(tiny()))
+    ckpt = vitkit.save(model, tmp_path / "ckpt")
+    out = tmp_path / "vit.onnx"
+    assert main(["export", str(ckpt), "--onnx", str(out)]) == 0
+    good = out.read_bytes()
+    capsys.readouterr()
+    assert main(["export", str(ckpt), "--onnx", str(out), "--opset", "16"]) == 2
+    err = capsys.readouterr().err
+    assert "opset=16: torch's exporter cannot write this model at it (it wrote opset 18" in err
+    assert out.read_bytes() == good
+    # the check runs on the staged file, before it replaces anything (the command's check:
+    # onnxruntime against torch on two batches; a NaN checkpoint is refused before, on loading)
+
+    def refuse(staged: Path) -> None:
+        assert staged.name == out.name and staged.parent != out.parent and staged.is_file()
+        raise VitkitError("refused")
+
+    with pytest.raises(VitkitError, match="refused"):
+        export_onnx(model, out, check=refuse)
+    assert out.read_bytes() == good and sorted(p.name for p in tmp_path.iterdir()) == [
+        "ckpt",
+        "vit.onnx",
+    ]
 
 
 def test_metadata_of_one_channel_and_what_it_refuses(tmp_path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, get_args
 
@@ -11,6 +12,10 @@ from ..errors import VitkitError
 from .common import Verb, add_num_heads_argument, image_size_arg, resolution
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from torch import Tensor
+
     from ..io.metadata import WeightsMeta
 
 
@@ -123,33 +128,53 @@ def _export(args: argparse.Namespace) -> None:
     # A second batch size, unlike the one traced, proves the batch dimension dynamic.
     sizes = (args.batch_size, args.batch_size + 3)
     batches = [torch.rand(n, cfg.in_chans, *cfg.image_hw, generator=g) * 2 - 1 for n in sizes]
+    said: list[str] = []  # what the check measured, for the line below
+
+    def check(staged: Path, bound: float, *verify: Callable[[Path, Tensor], float]) -> None:
+        """The staged export against the checkpoint on both batches, before it is renamed into
+        place: a failed one replaces nothing (``verify``: the check's numbers, the first bounded)."""
+        diffs = [max(v(staged, images) for images in batches) for v in verify]
+        said.append(
+            f"max |onnxruntime - torch| = {diffs[0]:.1e}"
+            if args.onnx is not None
+            else f"max |openvino f32 - torch| = {diffs[0]:.1e} (in bf16, OpenVINO's default "
+            f"on a CPU with native bf16: {diffs[1]:.1e})"
+        )
+        if not diffs[0] <= bound:  # NaN too: a NaN weight makes every output NaN
+            raise VitkitError(
+                f"{args.onnx or args.openvino}: {said[0]} on batches of {sizes[0]} and {sizes[1]}, past "
+                f"{bound:g}: the export does not compute what the checkpoint does; nothing written"
+            )
+
     if args.onnx is not None:
         from ..io.export import export_onnx, verify_onnx
 
-        out = export_onnx(model, args.onnx, opset=args.opset, **_carried(meta))
-        diff = max(verify_onnx(model, out, images) for images in batches)
+        out = export_onnx(
+            model,
+            args.onnx,
+            opset=args.opset,
+            # said, not bounded: opsets differ in what they fuse
+            check=lambda staged: check(staged, float("inf"), partial(verify_onnx, model)),
+            **_carried(meta),
+        )
         files = [out, out.with_name(f"{out.name}.data")]
-        checked = f"max |onnxruntime - torch| = {diff:.1e}"
-        bound = float("inf")  # said, not bounded: opsets differ in what they fuse
     else:
         from ..io.export import export_openvino, verify_openvino
 
-        out = export_openvino(model, args.openvino, **_carried(meta))
-        diff = max(verify_openvino(model, out, images, bf16=False) for images in batches)
-        bf16 = max(verify_openvino(model, out, images, bf16=True) for images in batches)
+        out = export_openvino(
+            model,
+            args.openvino,
+            check=lambda staged: check(
+                staged,
+                OPENVINO_BOUND,
+                partial(verify_openvino, model, bf16=False),
+                partial(verify_openvino, model, bf16=True),
+            ),
+            **_carried(meta),
+        )
         files = [out, out.with_suffix(".bin")]
-        checked = (
-            f"max |openvino f32 - torch| = {diff:.1e} (in bf16, OpenVINO's default on a CPU "
-            f"with native bf16: {bf16:.1e})"
-        )
-        bound = OPENVINO_BOUND
     megabytes = sum(f.stat().st_size for f in files if f.exists()) / 1e6
-    if not diff <= bound:  # NaN too: a NaN weight makes every output NaN
-        raise VitkitError(
-            f"{out}: {checked} on batches of {sizes[0]} and {sizes[1]}, past {bound:g}: the "
-            "export does not compute what the checkpoint does"
-        )
-    print(f"wrote {out} ({megabytes:.1f} MB): {checked} on batches of {sizes[0]} and {sizes[1]}")
+    print(f"wrote {out} ({megabytes:.1f} MB): {said[0]} on batches of {sizes[0]} and {sizes[1]}")
 
 
 def _pretrained(args: argparse.Namespace) -> None:

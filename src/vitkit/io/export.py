@@ -26,7 +26,7 @@ import importlib
 import json
 import os
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -100,6 +100,7 @@ def export_onnx(
     batch_size: int = 2,
     opset: int | None = None,
     external_data: bool = False,
+    check: Callable[[Path], None] | None = None,
     class_names: Sequence[str] | None = None,
     wnids: Sequence[str] | None = None,
     pretrained: str | None = None,
@@ -114,7 +115,11 @@ def export_onnx(
     in a temporary directory and renamed into place, weights first, so a reader never sees a
     half-written graph or a graph without its weights. ``class_names``, ``wnids``,
     ``pretrained`` and ``preprocess`` (default: the official preprocessing at the model's
-    resolution) go into the file's ``metadata_props`` (``onnx_metadata``). Returns ``path``.
+    resolution) go into the file's ``metadata_props`` (``onnx_metadata``). ``check`` is called
+    with the staged graph's path before it is renamed into place: what it raises leaves nothing
+    written and a previous export as it was. An ``opset`` the exporter does not write is a
+    ``ConfigError`` (torch's exporter writes its own opset where it cannot convert, and says so
+    only on stderr). Returns ``path``.
     """
     require_onnx()
     if batch_size < 1:
@@ -148,6 +153,13 @@ def export_onnx(
             verbose=False,  # otherwise the exporter prints its progress on stdout
         )
     assert program is not None  # None only from the legacy exporter (dynamo=False)
+    written = program.model.opset_imports.get("")
+    if opset is not None and written != opset:  # torch says so on stderr, then writes its own
+        raise ConfigError(
+            f"opset={opset}: torch's exporter cannot write this model at it (it wrote opset "
+            f"{written}; LayerNormalization needs 17 or later): expected an opset it converts "
+            "to, e.g. 17 to 25 with torch 2.14, or none for torch's own"
+        )
     program.model.metadata_props.update(metadata)
     data = path.with_name(f"{path.name}.data")  # the name torch gives external weights
     # Not files.atomic_write: torch writes the weights' file name into the graph, so the graph
@@ -160,6 +172,8 @@ def export_onnx(
             raise OSError(e.errno, e.strerror, str(e.filename or staged)) from None
         external = staged.with_name(data.name).exists()
         _fsync(staged, *([staged.with_name(data.name)] if external else []))
+        if check is not None:  # before the rename: a file that fails it replaces nothing
+            check(staged)
     if not external:
         data.unlink(missing_ok=True)  # the weights of a graph this export replaced
     return path
@@ -171,7 +185,11 @@ def verify_onnx(model: nn.Module, path: str | os.PathLike, images: Tensor) -> fl
     require_onnx()
     import onnxruntime as ort
 
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    try:
+        session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    except Exception as e:  # onnxruntime's own classes (InvalidGraph, Fail), none an OSError
+        problem = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise CheckpointError(f"onnxruntime cannot load {path}: {problem}") from None
     (name,) = [i.name for i in session.get_inputs()]
     (got,) = session.run(None, {name: images.detach().to("cpu", torch.float32).numpy()})
     with eval_mode(model), torch.inference_mode():
@@ -191,11 +209,13 @@ def export_openvino(
     wnids: Sequence[str] | None = None,
     pretrained: str | None = None,
     preprocess: Preprocess | None = None,
+    check: Callable[[Path], None] | None = None,
 ) -> Path:
     """Export ``model`` to OpenVINO's IR: ``path`` (``.xml``, the graph) and the same name with
     ``.bin`` (its fp32 weights), converted by OpenVINO's PyTorch frontend with a dynamic batch;
     what travels with the weights goes into the IR's ``rt_info`` (``model_info``; the ONNX
-    file's keys). Staged in a temporary directory and renamed into place, weights first."""
+    file's keys). Staged in a temporary directory and renamed into place, weights first, after
+    ``check`` of the staged graph's path, as ``export_onnx``'s."""
     from ..runtime.openvino import require_openvino
 
     ov = require_openvino()
@@ -225,6 +245,8 @@ def export_openvino(
                 f"failed ({str(e).strip()}); is the disk full?"
             ) from None
         _fsync(staged, staged.with_suffix(".bin"))
+        if check is not None:
+            check(staged)
     return path
 
 

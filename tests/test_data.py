@@ -592,6 +592,47 @@ def test_batches_resume_equals_uninterrupted_in_memory() -> None:
     assert first[0].shape == (16, 3, 20, 20) and _same([first], _collect(resized.epoch(0))[2:3])
 
 
+def _truncated_pngs(root: Path, bad: set[tuple[str, int]]) -> Path:
+    """root/{a,b}/{0..4}.png: 10 small PNGs, those named in ``bad`` cut after 30 bytes."""
+    for c in ("a", "b"):
+        for k in range(5):
+            save_image_to(root / c / f"{k}.png", Image.new("RGB", (6, 6), (40 * k, 0, 0)))
+            if (c, k) in bad:
+                data = (root / c / f"{k}.png").read_bytes()
+                (root / c / f"{k}.png").write_bytes(data[:30])
+    return root
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_decoding_failures_in_loader_workers_count_in_the_main_process(
+    tmp_path: Path, workers: int
+) -> None:
+    """Images that fail to decode (unverified) count against data.max_bad_fraction over every
+    worker and epoch, as without workers: with workers each counted its own and forgot them
+    with each epoch's loader, so 3 bad of 10 passed a bound of 2.5. An error a worker meets
+    keeps its message (torch's first line was "Caught DataError in DataLoader worker process
+    0.", all the command printed)."""
+    root = _truncated_pngs(tmp_path / "f", {("a", 0), ("a", 2), ("b", 0)})
+    options = BatchOptions(batch_size=2, train=False, image_size=4, num_workers=workers)
+    loose = ImageFolderDataset(root, None, verify="none", mode="RGB", max_bad_fraction=0.5)
+    with pytest.warns(UnreadableImageWarning) as said:
+        for _ in range(2):  # each image counted once, however often read
+            assert sum(len(y) for _, y in Batches(loose, options).epoch(0)) == 10
+    assert len([w for w in said if "failed to decode" in str(w.message)]) == 3
+    strict = ImageFolderDataset(root, None, verify="none", mode="RGB", max_bad_fraction=0.25)
+    bound = r"^3 of 10 images in .* failed to decode, more than"
+    with pytest.raises(DataError, match=bound), warnings.catch_warnings():
+        warnings.simplefilter("ignore", UnreadableImageWarning)
+        list(Batches(strict, options).epoch(0))
+    none = _truncated_pngs(tmp_path / "none", {(c, k) for c in "ab" for k in range(5)})
+    unreadable = ImageFolderDataset(none, None, verify="none", mode="RGB", max_bad_fraction=0.99)
+    # a worker's error ("no image ... can be decoded") comes after the failures it met
+    every = r"^10 of 10 images in .*none failed to decode"
+    with pytest.raises(DataError, match=every), warnings.catch_warnings():
+        warnings.simplefilter("ignore", UnreadableImageWarning)
+        list(Batches(unreadable, options).epoch(0))
+
+
 def test_batches_eval_in_order_with_partial_last_batch() -> None:
     ds = synthetic(num_classes=3, per_class=4, image_size=6, channels=1)
     loader = Batches(ds, BatchOptions(batch_size=5, train=False))

@@ -23,15 +23,16 @@ import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypedDict, TypeVar
+from typing import NamedTuple, TypedDict, TypeVar, cast
 
 import numpy as np
 import torch
 from torch import Tensor
+from torch.utils.data import get_worker_info
 
 from ..config import DataConfig
 from ..config.keys import default_of
-from ..errors import ConfigError, DataError
+from ..errors import ConfigError, DataError, VitkitError
 from .arrays import as_indices, renumbering
 from .bounds import MAX_IMAGE_BYTES
 from .codec import DECODE_ERRORS, MAX_IMAGE_PIXELS, decode, decode_crop, decode_resized
@@ -164,6 +165,60 @@ def count_decode_failure(
     )
 
 
+class Raised(NamedTuple):
+    """A vitkit error a loader worker met reading an item, handed to the main process as the
+    item (``collate_read``) for it to raise: torch raises a worker's error again as "Caught
+    DataError in DataLoader worker process 0.", its message in a traceback below that line."""
+
+    error: VitkitError
+    failures: list[tuple[str, str]]  # met before it: counted first, as without workers
+
+
+# what read_item hands over: an image (C, S_h, S_w), its label, the failures met reading it
+ReadItem = tuple[Tensor, int, list[tuple[str, str]]]
+
+
+def read_item(read: Callable[[], tuple[Tensor, int]], images: object) -> ReadItem | Raised:
+    """``read()``'s (image, label) and the images' decoding failures met reading it, in a loader
+    worker (``take_failures``: none in the main process, which counted them already); or the
+    vitkit error it raised, as a ``Raised``, there (here it is raised)."""
+    try:
+        image, label = read()
+    except VitkitError as e:
+        if get_worker_info() is None:
+            raise
+        return Raised(e, _taken(images))
+    return image, label, _taken(images)
+
+
+def _taken(images: object) -> list[tuple[str, str]]:
+    take = getattr(images, "take_failures", None)  # a DecodedImages's; none from others
+    return [] if take is None else take()
+
+
+def collate_read(items: list[ReadItem | Raised]) -> tuple[Tensor, Tensor, list] | Raised:
+    """``read_item``'s items as uint8 images (B, C, S_h, S_w), labels (B,) and every failure,
+    or the first ``Raised`` among them."""
+    for item in items:
+        if isinstance(item, Raised):
+            return item
+    done = cast(list[ReadItem], items)
+    images = torch.stack([image for image, _, _ in done])
+    labels = torch.tensor([label for _, label, _ in done], dtype=torch.int64)
+    return images, labels, [failure for _, _, failures in done for failure in failures]
+
+
+def counted(batch: tuple[Tensor, Tensor, list] | Raised, images: object) -> tuple[Tensor, Tensor]:
+    """A ``collate_read`` batch in the main process: its failures counted against the images'
+    ``max_bad_fraction`` (``count_failures``), a ``Raised`` raised; its images and labels."""
+    failures = batch.failures if isinstance(batch, Raised) else batch[2]
+    if failures:  # a worker's error comes after the failures it met, as without workers
+        cast(DecodedImages, images).count_failures(failures, stacklevel=3)
+    if isinstance(batch, Raised):
+        raise batch.error
+    return batch[0], batch[1]
+
+
 def _channels(mode: str) -> str:
     return "1 channel" if mode == "L" else "3 channels"
 
@@ -211,6 +266,7 @@ class DecodedImages:
         self.rows = rows  # this dataset's index -> record
         self.labels = labels[torch.from_numpy(rows)]  # (len(self),)
         self._failed: set[str] = set()  # images that passed the check but failed to decode
+        self._pending: list[tuple[str, str]] = []  # a loader worker's failures (take_failures)
 
     def _verify(
         self, labels: Tensor, options: ReadOptions
@@ -292,7 +348,7 @@ class DecodedImages:
         out = copy.copy(self)
         out.rows = self.rows[idx.numpy()]
         out.labels = self.labels[idx]
-        out._failed = set()
+        out._failed, out._pending = set(), []
         return out
 
     def in_class_order(self: _Images, order: Sequence[str]) -> _Images:
@@ -301,7 +357,7 @@ class DecodedImages:
         out = copy.copy(self)
         out.labels = renumbering(self.classes, order)[self.labels]  # (len(self),)
         out.classes = list(order)
-        out._failed = set()
+        out._failed, out._pending = set(), []
         return out
 
     def __getitem__(self, index: int) -> tuple[Tensor, int]:
@@ -363,13 +419,30 @@ class DecodedImages:
             try:
                 return read(self.encoded(at)), self.label_of(at)
             except DECODE_ERRORS as e:
-                count_decode_failure(
-                    self._failed,
-                    self.name_of(at),
-                    e,
-                    total=n,
-                    where=self.where,
-                    max_bad_fraction=self.max_bad_fraction,
-                    stacklevel=3,
-                )
+                failure = (self.name_of(at), f"{type(e).__name__}: {e}")
+                if get_worker_info() is not None:  # each worker would count apart, per loader
+                    self._pending.append(failure)
+                else:
+                    self.count_failures([failure], stacklevel=4)
         raise DataError(f"no image in {self.where} can be decoded")
+
+    def take_failures(self) -> list[tuple[str, str]]:
+        """The (name, why) of the images that failed to decode in this loader worker since the
+        last call: its item hands them to the main process, which counts them
+        (``count_failures``) against ``max_bad_fraction`` over every worker and epoch."""
+        failures, self._pending = self._pending, []
+        return failures
+
+    def count_failures(self, failures: Sequence[tuple[str, str]], *, stacklevel: int = 2) -> None:
+        """Count ``failures`` ((name, why) of images that failed to decode), each image once
+        (``count_decode_failure``): a warning each, or the ``DataError`` past the bound."""
+        for name, why in failures:
+            count_decode_failure(
+                self._failed,
+                name,
+                why,
+                total=len(self),
+                where=self.where,
+                max_bad_fraction=self.max_bad_fraction,
+                stacklevel=stacklevel + 1,
+            )

@@ -17,7 +17,7 @@ from torch.utils.data import Dataset
 
 from ..runtime.stops import data_loader
 from .arrays import ArrayDataset
-from .decoded import DecodedImages
+from .decoded import DecodedImages, Raised, ReadItem, collate_read, counted, read_item
 
 
 class _Resized(Dataset):
@@ -29,8 +29,8 @@ class _Resized(Dataset):
     def __len__(self) -> int:
         return len(self.images)
 
-    def __getitem__(self, index: int) -> tuple[Tensor, int]:
-        return self.images.resized(index, self.size)
+    def __getitem__(self, index: int) -> ReadItem | Raised:
+        return read_item(lambda: self.images.resized(index, self.size), self.images)
 
 
 def decode_into_memory(
@@ -40,11 +40,14 @@ def decode_into_memory(
     (H, W), in one ``ArrayDataset``; decoded by ``workers`` processes (0: this one). An image
     that fails to decode is replaced as reading it replaces it (``DecodedImages``), once."""
     count = len(images)
-    loader = data_loader(_Resized(images, size), batch_size=64, num_workers=workers)
+    loader = data_loader(
+        _Resized(images, size), batch_size=64, num_workers=workers, collate_fn=collate_read
+    )
     kept: Tensor | None = None
     labels = torch.empty(count, dtype=torch.int64)
     start = 0
-    for batch, batch_labels in loader:  # (B, C, S_h, S_w) uint8, (B,) int64
+    for read in loader:
+        batch, batch_labels = counted(read, images)  # (B, C, S_h, S_w) uint8, (B,) int64
         if kept is None:  # allocated once the channels are known
             kept = torch.empty((count, *batch.shape[1:]), dtype=torch.uint8)
         kept[start : start + len(batch)] = batch

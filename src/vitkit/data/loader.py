@@ -36,7 +36,7 @@ from ..runtime.stops import data_loader
 from . import autoaugment, transforms
 from .arrays import ArrayDataset
 from .contract import Images, ReadAs
-from .decoded import DecodedImages
+from .decoded import DecodedImages, Raised, ReadItem, collate_read, counted, read_item
 from .transforms import inception_crop, random_crop_flip, resize, to_float
 
 # Stream names, so the permutation and the augmentation of one epoch never share random numbers.
@@ -128,7 +128,12 @@ class _Transformed(Dataset):
     def __len__(self) -> int:
         return len(self.dataset)
 
-    def __getitem__(self, key: tuple[int, int, int]) -> tuple[Tensor, int]:
+    def __getitem__(self, key: tuple[int, int, int]) -> ReadItem | Raised:
+        """Item ``key`` with the decoding failures met reading it, or the error it raised in a
+        worker (``decoded.read_item``): the main process counts and raises (``counted``)."""
+        return read_item(lambda: self._item(key), self.dataset)
+
+    def _item(self, key: tuple[int, int, int]) -> tuple[Tensor, int]:
         epoch, index, copy = key
         if self.augment is not None:
             # copy 0 draws as every copy did before repeated augmentation: old runs resume exactly
@@ -158,11 +163,6 @@ class _Transformed(Dataset):
 def read_as(dataset: Images) -> ReadAs:
     """``dataset.read_as``; a dataset of ``len`` and indexing alone (torch's) is read by index."""
     return getattr(dataset, "read_as", "made")
-
-
-def _collate(items: list[tuple[Tensor, int]]) -> tuple[Tensor, Tensor]:
-    images = torch.stack([image for image, _ in items])  # (B, C, S_h, S_w) uint8
-    return images, torch.tensor([label for _, label in items], dtype=torch.int64)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -476,7 +476,7 @@ class Batches:
             _Transformed(self.dataset, options.seed, options.image_size, self.augment),
             batch_sampler=_Chained(epochs),
             num_workers=options.num_workers,
-            collate_fn=_collate,
+            collate_fn=collate_read,
             pin_memory=options.pin_memory,
             persistent_workers=options.num_workers > 0,
             # its own seed for worker seeding: never a draw from the global RNG (dropout's),
@@ -486,7 +486,8 @@ class Batches:
 
     def _out(self, loader: DataLoader, empty: int) -> Iterator[tuple[Tensor, Tensor]]:
         """``loader``'s batches as this ``Batches`` serves them, and ``empty`` empty ones."""
-        for images, labels in loader:
+        for batch in loader:
+            images, labels = counted(batch, self.dataset)
             yield (images if self.options.uint8 else to_float(images)), labels
         if empty:
             assert self.options.image_size is not None  # checked in __init__

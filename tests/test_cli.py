@@ -101,6 +101,16 @@ def test_convert_timm_file_to_ours_and_hf(tmp_path, capsys) -> None:
         )
         assert (tmp_path / dst / "config.json").read_bytes() == before_bytes
     assert not (tmp_path / "run" / "model.safetensors").exists()
+    # a size beyond a new model's bounds, before the position embeddings are resized to it (it
+    # ran out of memory, with advice about training)
+    for size, found in [("10000000", "4096 pixels a side"), ("2056", "65,536 tokens, found 257")]:
+        assert (
+            main(["convert", str(tmp_path / "ours"), str(tmp_path / "big"), "--image-size", size])
+            == 2
+        )
+        assert (
+            f"image_size={size} is not valid: expected at most {found}" in capsys.readouterr().err
+        )
 
 
 def test_summary_of_preset(capsys) -> None:

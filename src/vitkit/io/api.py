@@ -209,6 +209,9 @@ def load_with_meta(
                 f"image_size={image_size!r} is not a multiple of the model's patch stride "
                 f"{stride}: expected each side (height, width) divisible by it"
             )
+        too_large = dataclasses.replace(cfg, image_size=(h, w)).why_not_new()
+        if too_large is not None:  # before the position embeddings are resized to it
+            raise ConfigError(f"image_size={image_size!r} is not valid: {too_large[1]}")
         if (h, w) != cfg.image_hw:
             model.resize_pos_embed((h // stride, w // stride))
             if meta.preprocess is not None:

@@ -608,7 +608,10 @@ def test_another_runs_checkpoint_continues_with_what_that_run_decided(
     monkeypatch.setattr(machine, "compile_on", lambda run, device: (True, "auto on cuda"))
     checkpoint = first / "checkpoints" / "step_00000004"
     second = tmp_path / "second"
-    assert main([*argv, "--run-dir", str(second), "--resume", str(checkpoint)]) == 0
+    # its step as the help shows it, or unpadded (the directory's name pads it to 8 digits)
+    assert (
+        main([*argv, "--run-dir", str(second), "--resume", str(checkpoint.parent / "step_4")]) == 0
+    )
     said = f"recorded in {checkpoint / 'config.json'}: "
     assert re.search(f"{re.escape(said)}.*train\\.compile=False", capsys.readouterr().out)
     assert json.loads((second / "config.json").read_text())["train"]["compile"] is False

@@ -253,8 +253,9 @@ def _run_arguments(p: argparse.ArgumentParser, *, finetune: bool, example: str) 
         p,
         sets="a setting, read by its type, e.g. optim.lr=3e-4, data.flip=true (`vitkit config` "
         "lists them); model=PRESET and data=SPEC as --model and --data",
-        run_dir="where checkpoints and metrics go (default: runs/<recipe>-<model>-<data>[-<hash "
-        "of the --set items>], the same for the same command: running it again resumes)",
+        run_dir="where checkpoints and metrics go (default: runs/<recipe>[-<model>]-<data>[-<hash "
+        "of the data's path and the --set items>], the same for the same command: running it "
+        "again resumes)",
         checkpoint=finetune,
         progress="no progress bar: one line per log window",
     )
@@ -262,7 +263,8 @@ def _run_arguments(p: argparse.ArgumentParser, *, finetune: bool, example: str) 
         "--resume",
         default=None,
         metavar="CHECKPOINT",
-        help="continue from a checkpoint of another run directory (RUN/checkpoints/step_N) when "
+        help="continue from a checkpoint of another run directory (RUN/checkpoints/step_00000020, "
+        "or step_20) when "
         "this one holds none",
     )
     p.add_argument("--nproc", type=int, default=None, metavar="N", help=NPROC_HELP)

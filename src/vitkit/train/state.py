@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import re
 import shutil
 import zipfile
 from dataclasses import dataclass, fields
@@ -293,13 +294,17 @@ def load_checkpoint(path: Path, cfg: ModelConfig) -> tuple[dict[str, Tensor], Tr
 def training_checkpoint(path: str | Path, config: dict[str, Any]) -> Path:
     """``path`` if it is a checkpoint this run (``config``) can continue from: model, config and
     ``state.pt``, written by a run of the same config (``config_differences``); a
-    ``CheckpointError`` saying what it is otherwise."""
+    ``CheckpointError`` saying what it is otherwise. ``step_20`` is taken for the directory
+    ``step_00000020`` as written (its step in 8 digits, so that they sort by name)."""
     path = Path(path)
+    step = re.fullmatch(r"step_(\d{1,8})", path.name)
+    if step is not None and not path.exists():
+        path = path.with_name(f"step_{int(step[1]):08d}")
     if not (path / STATE_FILE).is_file():
         found = "not found" if not path.exists() else "has no state.pt"
         raise CheckpointError(
             f"{path} {found}: expected a checkpoint written by vitkit train "
-            f"(RUN_DIR/{CHECKPOINTS}/step_N, with {STATE_FILE}); best/ holds weights only, "
+            f"(RUN_DIR/{CHECKPOINTS}/step_00000020, with {STATE_FILE}); best/ holds weights only, "
             "use --init-from to start from them"
         )
     _, meta = read_our_config(path, own_run=True)  # its weights are read once, at the resume

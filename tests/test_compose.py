@@ -617,6 +617,23 @@ def test_another_runs_checkpoint_continues_with_what_that_run_decided(
     assert json.loads((second / "config.json").read_text())["train"]["compile"] is False
 
 
+def test_a_finished_checkpoint_resumed_alone_leaves_the_best_the_summary_names(
+    tmp_path: Path, capsys
+) -> None:
+    """The final checkpoint resumed into a new directory, where the validation split is the test
+    split: the summary said "best weights in .../best" and wrote none (only a run with a test
+    split apart wrote them)."""
+    from vitkit.cli import main
+
+    argv = ["train", "--recipe", "smoke", "--no-progress", "--set", "train.duration=8st"]
+    argv += ["--set", "train.save_every=2st", "--set", "train.eval_every=4st"]
+    assert main([*argv, "--run-dir", str(tmp_path / "a")]) == 0
+    last = tmp_path / "a" / "checkpoints" / "step_00000008"
+    assert main([*argv, "--run-dir", str(tmp_path / "b"), "--resume", str(last)]) == 0
+    assert f"best weights in {tmp_path / 'b' / 'best'}" in capsys.readouterr().out
+    assert (tmp_path / "b" / "best" / "model.safetensors").is_file()
+
+
 def test_the_committed_runs_resume_in_fp32_on_a_cpu_with_native_bf16(
     tmp_path: Path, monkeypatch, capsys
 ) -> None:

@@ -492,11 +492,11 @@ class _Trainer:
         if result is None:  # the run was already complete: evaluate its final weights
             result = self.evaluate(averaged, self.inputs.evaluation, data.val)
         finished = RunResult(split, result, self.evaluate.best, self.ended_early)
+        if not (self.run_dir / "best").is_dir():  # a finished checkpoint moved alone (--resume)
+            log.info("no best/ in %s: the final weights are kept as the best", self.run_dir)
+            self.evaluate.save_best(averaged)
         if self.inputs.final_test is not None:  # the test split, once, with the chosen weights
             assert data.test is not None  # final_test is its batches
-            if not (self.run_dir / "best").is_dir():  # a finished checkpoint moved alone (--resume)
-                log.info("no best/ in %s: the final weights are kept as the best", self.run_dir)
-                self.evaluate.save_best(averaged)
             tested = self.evaluate.best_model(self.parts.live.device)
             tests = self.evaluate(tested, self.inputs.final_test, data.test)
             finished = RunResult("test", tests, self.evaluate.best, self.ended_early)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -622,7 +623,8 @@ def test_a_finished_checkpoint_resumed_alone_leaves_the_best_the_summary_names(
 ) -> None:
     """The final checkpoint resumed into a new directory, where the validation split is the test
     split: the summary said "best weights in .../best" and wrote none (only a run with a test
-    split apart wrote them)."""
+    split apart wrote them). Another run's checkpoints copied into a directory are checked as
+    --resume's are."""
     from vitkit.cli import main
 
     argv = ["train", "--recipe", "smoke", "--no-progress", "--set", "train.duration=8st"]
@@ -632,6 +634,12 @@ def test_a_finished_checkpoint_resumed_alone_leaves_the_best_the_summary_names(
     assert main([*argv, "--run-dir", str(tmp_path / "b"), "--resume", str(last)]) == 0
     assert f"best weights in {tmp_path / 'b' / 'best'}" in capsys.readouterr().out
     assert (tmp_path / "b" / "best" / "model.safetensors").is_file()
+    # another run's checkpoints copied into a directory are refused as --resume refuses them:
+    # they were continued under this command's settings, whatever they were
+    shutil.copytree(tmp_path / "a" / "checkpoints", tmp_path / "c" / "checkpoints")
+    capsys.readouterr()
+    assert main([*argv, "--run-dir", str(tmp_path / "c"), "--set", "optim.lr=0.01"]) == 2
+    assert "holds a run with a different config (optim.lr differ" in capsys.readouterr().err
 
 
 def test_the_committed_runs_resume_in_fp32_on_a_cpu_with_native_bf16(

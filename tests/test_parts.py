@@ -87,7 +87,12 @@ def test_a_checkpoint_resumes_into_new_parts(tmp_path: Path) -> None:
     window = {"loss": 1.5, "accuracy": 0.25, "n": 1, "images": 4, "seconds": 0.5}
     state = TrainState.capture(parts.live, step=1, best=0.5, window=window, seconds=3.0)
     save_checkpoint(
-        tmp_path, parts.model.cfg, parts.model.state_dict(), state, meta=WeightsMeta(), keep_last=2
+        tmp_path,
+        parts.model.cfg,
+        parts.model.state_dict(),
+        state,
+        meta=WeightsMeta(run=run),  # the run that wrote it, which a resume must be
+        keep_last=2,
     )
     record = RunRecord.read(tmp_path, "/elsewhere/step_1")
     checkpoint = checkpoint_to_resume(record, run)  # its own comes first

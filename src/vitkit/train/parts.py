@@ -111,15 +111,15 @@ def build_parts(
 
 def checkpoint_to_resume(record: RunRecord, run: RunConfig) -> Path | None:
     """The checkpoint the run ``run`` resumes from (``record.checkpoint``): its directory's
-    newest, else ``--resume``'s, which must be a checkpoint this run can continue
-    (``training_checkpoint``); None: a new run."""
+    newest, else ``--resume``'s; either must be a checkpoint this run can continue
+    (``training_checkpoint``: one copied into the directory from another run is refused as
+    ``--resume``'s is); None: a new run."""
     if record.resume_from is not None and record.last is not None:
         log.info(
             f"--resume {record.resume_from} not used: {record.run_dir} holds checkpoints of its own"
         )
-    elif record.resume_from is not None:
-        return training_checkpoint(record.resume_from, run.to_dict())
-    return record.last
+    chosen = record.checkpoint
+    return None if chosen is None else training_checkpoint(chosen, run.to_dict())
 
 
 # timm's ModelEmaV3 warmup (use_warmup=True): its defaults warmup_gamma=1, warmup_power=2/3,

@@ -192,6 +192,15 @@ def _step_dir(run_dir: Path, step: int) -> Path:
     return run_dir / CHECKPOINTS / f"step_{step:08d}"
 
 
+def as_written(checkpoint: Path) -> Path:
+    """``checkpoint``, or for a missing ``.../step_20`` the directory ``step_00000020`` as it is
+    written (the step in 8 digits, so that they sort by name)."""
+    step = re.fullmatch(r"step_(\d{1,8})", checkpoint.name)
+    if step is None or checkpoint.exists():
+        return checkpoint
+    return checkpoint.with_name(f"step_{int(step[1]):08d}")
+
+
 def checkpoints(run_dir: Path) -> list[Path]:
     """Complete checkpoints of a run, oldest first (temporary directories are not listed)."""
     root = run_dir / CHECKPOINTS
@@ -226,7 +235,7 @@ class RunRecord:
         config = recorded_config(run_dir)
         last = checkpoints(run_dir)
         newest = last[-1] if last else None
-        given = None if resume_from is None else Path(resume_from)
+        given = None if resume_from is None else as_written(Path(resume_from))
         return cls(
             run_dir=run_dir,
             config=config,
@@ -294,12 +303,8 @@ def load_checkpoint(path: Path, cfg: ModelConfig) -> tuple[dict[str, Tensor], Tr
 def training_checkpoint(path: str | Path, config: dict[str, Any]) -> Path:
     """``path`` if it is a checkpoint this run (``config``) can continue from: model, config and
     ``state.pt``, written by a run of the same config (``config_differences``); a
-    ``CheckpointError`` saying what it is otherwise. ``step_20`` is taken for the directory
-    ``step_00000020`` as written (its step in 8 digits, so that they sort by name)."""
+    ``CheckpointError`` saying what it is otherwise."""
     path = Path(path)
-    step = re.fullmatch(r"step_(\d{1,8})", path.name)
-    if step is not None and not path.exists():
-        path = path.with_name(f"step_{int(step[1]):08d}")
     if not (path / STATE_FILE).is_file():
         found = "not found" if not path.exists() else "has no state.pt"
         raise CheckpointError(

@@ -172,6 +172,23 @@ def test_atomic_directory_replaces_whole_or_not_at_all(tmp_path, monkeypatch) ->
     assert sorted(os.listdir(tmp_path)) == ["file", "out"]
 
 
+def test_a_kill_between_the_two_renames_of_a_directory_loses_neither(tmp_path) -> None:
+    """Killed between moving the old directory aside and renaming the new one into place: no
+    ``out``, the old one and the new one whole beside it. The next start used to delete both
+    (best/, or a re-saved checkpoint, gone for good); it puts the new one in place, or the old
+    one where the new one is gone, then deletes the leftovers."""
+    from vitkit.files import remove_partial_directories
+
+    for kept, present in [("new", ("", "-old")), ("old", ("-old",))]:
+        parent = tmp_path / kept
+        for suffix in present:
+            (parent / f".tmp-out-deadbeef{suffix}").mkdir(parents=True)
+            (parent / f".tmp-out-deadbeef{suffix}" / "v").write_text("old" if suffix else "new")
+        (parent / ".tmp-best-0123abcd").mkdir()  # killed mid-write: deleted
+        remove_partial_directories(parent)
+        assert os.listdir(parent) == ["out"] and (parent / "out" / "v").read_text() == kept
+
+
 def test_our_keys_load_into_timm(tmp_path) -> None:
     model = randomized(tiny())
     peer = timm.models.vision_transformer.VisionTransformer(

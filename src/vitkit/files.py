@@ -17,6 +17,7 @@ import errno
 import hashlib
 import logging
 import os
+import re
 import shutil
 import stat
 import uuid
@@ -217,3 +218,18 @@ def atomic_directory(path: Path) -> Iterator[Path]:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     shutil.rmtree(old, ignore_errors=True)
+
+
+def remove_partial_directories(parent: Path) -> None:
+    """Finish or undo what a process killed inside ``atomic_directory`` left in ``parent``,
+    then delete its temporaries. Killed between the two renames, it left no ``NAME`` but its
+    old one aside (``.tmp-NAME-X-old``) and the new one whole (``.tmp-NAME-X``, complete before
+    the first rename): the new one becomes ``NAME`` (the old one, where the new one is gone)."""
+    for old in parent.glob(".tmp-*-old"):
+        found = re.fullmatch(r"\.tmp-(.+)-[0-9a-f]{8}-old", old.name)
+        if found is None or (parent / found[1]).exists():
+            continue
+        new = old.with_name(old.name.removesuffix("-old"))
+        os.replace(new if new.is_dir() else old, parent / found[1])
+    for tmp in parent.glob(".tmp-*"):
+        shutil.rmtree(tmp, ignore_errors=True)

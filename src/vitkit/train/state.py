@@ -36,7 +36,7 @@ from torch import Tensor, nn
 
 from ..compat import upgrade_state
 from ..config import ModelConfig
-from ..files import atomic_directory, atomic_write
+from ..files import atomic_directory, atomic_write, remove_partial_directories
 from ..io.checkpoint import (
     CONFIG_FILE,
     WEIGHTS_FILE,
@@ -331,12 +331,11 @@ def _exists(path: Path) -> Path:
 
 
 def remove_partial_writes(run_dir: Path) -> None:
-    """Delete temporary directories left by a process killed while saving
-    (``atomic_directory``'s)."""
+    """Finish or undo, then delete, what a process killed while saving left
+    (``atomic_directory``'s temporaries: ``files.remove_partial_directories``)."""
     for parent in (run_dir, run_dir / CHECKPOINTS):
         if parent.is_dir():
-            for tmp in parent.glob(".tmp-*"):
-                shutil.rmtree(tmp, ignore_errors=True)
+            remove_partial_directories(parent)
 
 
 def save_best(

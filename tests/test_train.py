@@ -361,6 +361,19 @@ def test_bad_run_inputs(tmp_path: Path, capsys) -> None:
         f"vitkit train: error: {lock} is a symbolic link, expected a run's lock file\n"
     )
     assert not (tmp_path / "elsewhere").exists()
+    # a name the run writes taken by the other kind: one line before anything runs (tracebacks,
+    # the second only at the first save)
+    for name, wanted in [("config.json", "a file"), ("checkpoints", "a folder")]:
+        taken = tmp_path / f"taken-{name}"
+        taken.mkdir()
+        if wanted == "a file":
+            (taken / name).mkdir()  # a folder named config.json
+        else:
+            (taken / name).write_text("")  # a file named checkpoints
+        code, err = train_cli("--recipe", "smoke", "--run-dir", str(taken))
+        assert code == 2 and err.strip().endswith(
+            f"{taken / name}: expected {wanted}, the run's own {name}; move it, or choose another --run-dir"
+        )
     code, err = train_cli(
         "--recipe", "smoke", "--set", "optim.lr=1e30", "--run-dir", str(tmp_path / "d")
     )

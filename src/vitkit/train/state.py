@@ -36,6 +36,7 @@ from torch import Tensor, nn
 
 from ..compat import upgrade_state
 from ..config import ModelConfig
+from ..errors import UserFileError
 from ..files import atomic_directory, atomic_write, remove_partial_directories
 from ..io.checkpoint import (
     CONFIG_FILE,
@@ -51,6 +52,7 @@ from ..io.checkpoint import (
 )
 from ..io.metadata import WeightsMeta
 from . import distributed
+from .metrics_log import METRICS_FILE
 
 STATE_FILE = "state.pt"
 SKIPPED_FILE = "skipped_images.txt"  # the image files a run skipped, and why
@@ -231,7 +233,9 @@ class RunRecord:
     @classmethod
     def read(cls, run_dir: Path, resume_from: str | Path | None = None) -> RunRecord:
         """The record of ``run_dir`` (which may not exist yet), for a run that would continue
-        ``resume_from`` where the directory holds no checkpoint of its own."""
+        ``resume_from`` where the directory holds no checkpoint of its own; a ``UserFileError``
+        where one of the run's names is taken by the other kind (``check_layout``)."""
+        check_layout(run_dir)
         config = recorded_config(run_dir)
         last = checkpoints(run_dir)
         newest = last[-1] if last else None
@@ -407,6 +411,29 @@ def refuse_changes(changed: dict[str, tuple[Any, Any]], what: str, remedy: str) 
     raise ConfigError(
         f"{what} holds a run with a different config ({', '.join(changed)} differ): {remedy}"
     )
+
+
+# What a run directory holds, by kind (the loop writes them; report.py and metrics_log.py read
+# metrics.jsonl): each a file, or a folder
+RUN_FILES = ("config.json", METRICS_FILE, SKIPPED_FILE)
+RUN_FOLDERS = (CHECKPOINTS, "best")
+
+
+def check_layout(run_dir: Path) -> None:
+    """A ``UserFileError`` before anything runs where a name a run writes in ``run_dir`` is
+    taken by the other kind: a folder named config.json, a file named checkpoints (the
+    first failed at the start with a traceback, the second at the first save)."""
+    for names, kind, wanted in [
+        (RUN_FILES, Path.is_file, "a file"),
+        (RUN_FOLDERS, Path.is_dir, "a folder"),
+    ]:
+        for name in names:
+            path = run_dir / name
+            if path.exists() and not kind(path):
+                raise UserFileError(
+                    f"{path}: expected {wanted}, the run's own {name}; move it, or choose "
+                    "another --run-dir"
+                )
 
 
 def recorded_config(run_dir: Path) -> dict[str, Any] | None:

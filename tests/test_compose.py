@@ -185,6 +185,10 @@ def test_default_run_dir_is_named_after_the_choices_and_stable() -> None:
     assert d != b
     other = run_dir(Request(data="/elsewhere/digits", model="ViT-Ti/8"))  # another folder
     assert other != a and other.name.startswith("scratch-vit-ti-8-digits-")
+    # what a resume may change names no run: a larger time budget continues the same one
+    for placed in ("train.time_budget=8s", "train.time_budget=1h", "data.num_workers=0"):
+        again = Request(data="/data/digits", model="ViT-Ti/8", sets=("train.seed=1", placed))
+        assert run_dir(again) == b
 
 
 def test_config_errors_are_reported_before_torch_is_imported(tmp_path: Path) -> None:

@@ -208,9 +208,9 @@ def test_train_reports_time_to_accuracy_only_for_a_recipe_with_targets(
     timed = dataclasses.replace(composed, recipe=RECIPES["fmnist-speed"])
     final = Evaluation(loss=0.1, accuracy=1.0, top5=1.0, count=32)
     result = RunResult("test", final, best=1.0)
-    ended = dataclasses.replace(result, ended_early="train.time_budget=1m spent after step 3")
+    ended = dataclasses.replace(result, ended_early="ended early at step 3 (train.early_stop)")
     said = _summary(timed, ended, tmp_path)
-    assert said[0] == "train.time_budget=1m spent after step 3 (a larger budget continues it)"
+    assert said[0] == "ended early at step 3 (train.early_stop)"  # said first, as the loop says it
     line = _summary(timed, result, tmp_path)[-1]
     assert line.startswith("time to accuracy") and "at 15 min" in line
     assert "each test image with its mirror" in line and "(one view: 90% " in line

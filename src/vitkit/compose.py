@@ -42,6 +42,7 @@ from .config import (
 from .config.dicts import check_new
 from .config.model import FINETUNE_KEYS, REGULARISATION
 from .config.overrides import split_set
+from .config.run import PLACEMENT
 from .errors import ConfigError, MissingFileError, VitkitError
 from .presets import get_config, resolve_name
 from .recipes import Recipe, find_recipe
@@ -445,8 +446,9 @@ def _slug(text: str) -> str:
 
 def default_run_dir(request: Request, composed: Composed) -> Path:
     """``runs/<recipe>[-<model>][-<data>][-<hash>]``: named after what the command chose, with a
-    short hash of its data's absolute path and its --set items as read, the same for the same
-    command (so that running it again resumes)."""
+    short hash of its data's absolute path and its --set items as read, but those a resume may
+    change (``PLACEMENT``): the same for the same command, and for one with a larger
+    ``train.time_budget`` (so that running it again resumes)."""
     parts = [composed.recipe.name]
     if request.init_from is not None:  # runs/x/best -> x, ViT-B_16.npz -> ViT-B_16
         weights = Path(request.init_from)
@@ -466,7 +468,12 @@ def default_run_dir(request: Request, composed: Composed) -> Path:
             Path(source.path).name if source.kind == "folder" and source.path else source.kind
         )
     name = "-".join(_slug(p) for p in parts if _slug(p))
-    others = parse_set(RunConfig, [s for s in sets if split_set(s)[0] != "model"])
+    # the settings a resume may change (where the run computes, its time budget) name no run
+    others = {
+        k: v
+        for k, v in parse_set(RunConfig, [s for s in sets if split_set(s)[0] != "model"]).items()
+        if k not in PLACEMENT
+    }
     if request.objective:
         others["objective"] = request.objective
     if data_spec is not None:  # two folders of one name are two runs

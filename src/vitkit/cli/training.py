@@ -183,7 +183,7 @@ def _summary(composed: Composed, result: RunResult, run_dir: Path) -> list[str]:
         f"{run_dir}/best"
     ]
     if result.ended_early is not None:  # said first: the figures are of a run ended early
-        lines.insert(0, f"{result.ended_early} (a larger budget continues it)")
+        lines.insert(0, result.ended_early)
     targets = composed.recipe.targets
     if targets is not None and run.train.objective == "classification":
 

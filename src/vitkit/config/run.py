@@ -17,6 +17,20 @@ from .keys import Section, key
 from .model import ModelConfig, require
 from .train import OptimConfig, TrainConfig
 
+# Where and how a run is spread over processes, devices and decoding workers, not what it
+# computes: a checkpoint resumes under any of them (its tensors are written from the CPU; a batch
+# depends on (seed, epoch, step) only).
+# where the run computes, and when it ends: a resume may change them, and a run's default
+# directory is named without them (compose.default_run_dir), so that the same command with a
+# larger train.time_budget continues the run
+PLACEMENT = (
+    "train.parallel",
+    "train.activation_checkpointing",
+    "train.device",
+    "data.num_workers",
+    "train.time_budget",
+)
+
 
 @dataclass(frozen=True, kw_only=True)
 class RunConfig(Section):

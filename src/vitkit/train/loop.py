@@ -526,7 +526,10 @@ def _check_finite(diverged: Tensor) -> None:
 
 
 def _budget_spent(budget: str | None, step: int, total: int) -> str:
-    return f"train.time_budget={budget} spent after step {step:,} of {total:,}"
+    return (
+        f"train.time_budget={budget} spent after step {step:,} of {total:,} (a larger budget "
+        "continues it)"
+    )
 
 
 def _minutes(seconds: float) -> str:

@@ -36,6 +36,7 @@ from torch import Tensor, nn
 
 from ..compat import upgrade_state
 from ..config import ModelConfig
+from ..config.run import PLACEMENT
 from ..errors import UserFileError
 from ..files import atomic_directory, atomic_write, remove_partial_directories
 from ..io.checkpoint import (
@@ -350,19 +351,6 @@ def save_best(
     with atomic_directory(best) as tmp:
         write_ours(cfg, weights, tmp, meta)
     return best
-
-
-# Where and how a run is spread over processes, devices and decoding workers, not what it
-# computes: a checkpoint resumes under any of them (its tensors are written from the CPU; a batch
-# depends on (seed, epoch, step) only).
-# where the run computes, and when it ends: a resume may change them
-PLACEMENT = (
-    "train.parallel",
-    "train.activation_checkpointing",
-    "train.device",
-    "data.num_workers",
-    "train.time_budget",
-)
 
 
 def config_differences(

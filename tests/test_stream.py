@@ -195,6 +195,24 @@ def test_a_bad_row_of_a_stream_counts_once_however_often_it_is_read(tmp_path: Pa
     assert len([w for w in caught if "failed to decode" in str(w.message)]) == 1
 
 
+def test_an_evaluation_batch_of_one_that_does_not_decode_is_left_out(tmp_path: Path) -> None:
+    """Five rows, the last a broken PNG, evaluated in batches of 4: the last batch holds only
+    it, with no other image to take its place; it is left out (counted as failed), where the
+    run ended with "no image of a batch decodes" although max_bad_fraction allowed it."""
+    import pyarrow as pa
+
+    images = [_encoded(k, 16, 16, "PNG") for k in range(4)] + [b"\x89PNG\r\n\x1a\nbroken"]
+    path = tmp_path / "test.parquet"
+    pq.write_table(pa.table({"image": images, "label": [0, 1, 0, 1, 0]}), path, row_group_size=5)
+    stream = st.ParquetStream([str(path)], name="test stream", classes=["a", "b"],
+                              image_column="image", label_column="label", label_names=None,
+                              cells=CellReader(None), mode="RGB", max_bad_fraction=0.25)  # fmt: skip
+    evaluation = st.StreamBatches(stream, BatchOptions(batch_size=4, train=False, image_size=8))
+    with pytest.warns(UserWarning, match="failed to decode"):
+        sizes = [len(y) for _, y in evaluation.epoch(0)]
+    assert sizes == [4, 0]
+
+
 def test_a_stream_serves_the_rows_in_file_order_for_evaluation(hf_data: dict[str, Path]) -> None:
     run = replace(get_recipe("smoke"), _stream_cfg(hf_data["parquet"]))
     data = build_data(run.data, run.model, seed=0, in_chans=3)

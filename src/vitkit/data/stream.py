@@ -250,9 +250,12 @@ class StreamBatches(Batches):
         """The part ``images`` (b, C, S_h, S_w) with each image that failed replaced by the next
         image of the whole batch (wrapping round) that decodes, and its label: whichever
         process's part that is, so the batch is the same for any number of processes. An image of
-        another part is decoded here, as its process decodes it (failures are rare)."""
+        another part is decoded here, as its process decodes it (failures are rare). Where no
+        image of the batch decodes (a batch of one), an evaluation leaves the image out, counted
+        as failed already; training refuses the batch."""
         images, labels = images.clone(), labels.clone()
         first, n = batch.part.start, len(batch.rows)
+        kept = torch.ones(len(labels), dtype=torch.bool)
         for slot in (~decoded).nonzero().flatten().tolist():
             for k in range(1, n):
                 j = (first + slot + k) % n  # in the whole batch
@@ -269,9 +272,12 @@ class StreamBatches(Batches):
                 labels[slot] = row.label
                 break
             else:
+                if not self.options.train:  # an evaluation's (a last batch of one): left out
+                    kept[slot] = False
+                    continue
                 name = batch.rows[first + slot][1].name
                 raise DataError(f"no image of a batch of {self.source.name} decodes; first: {name}")
-        return images, labels
+        return images[kept], labels[kept]
 
     def _count(self, failures: list[tuple[str, str]]) -> None:
         for where, why in failures:  # a row read again (another epoch, evaluation) counts once

@@ -5,6 +5,7 @@ object the commands and the Python API run a checkpoint through."""
 from __future__ import annotations
 
 import io
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -68,6 +69,19 @@ def test_each_decision_is_said_once_with_its_reason(tmp_path, monkeypatch) -> No
     assert bf16(images).dtype == torch.bfloat16 and bf16.autocast == torch.bfloat16
     with pytest.raises(ValueError, match="cannot train"):
         eager.train()
+
+
+@pytest.mark.parametrize("cpu", ["none", "avx512_bf16", "amx_bf16"])
+def test_fast_is_torch_compiled_on_every_cpu_kind(tmp_path, monkeypatch, cpu) -> None:
+    """--fast (compile=True) is torch compiled whatever the CPU: its backend auto is torch's
+    (inductor or onednn). The compiled path's own auto chose OpenVINO where the CPU has native
+    bf16, and the engine line said "torch, compiled by openvino"."""
+    ckpt = vitkit.save(vitkit.create_model("ViT-S/16", num_classes=2), tmp_path / "s16")
+    monkeypatch.setenv(CPU_ENV, cpu)
+    for engine in ("auto", "torch"):
+        fast = Inference.open(str(ckpt), InferenceConfig(compile=True, engine=engine), device="cpu")
+        line = _said(fast, 32)[1]
+        assert re.match(r"engine torch, compiled by (inductor|onednn) \(", line), line
 
 
 @pytest.mark.parametrize(("cpu", "chosen"), [("none", "fp32"), ("avx512_bf16", "bf16")])

@@ -15,7 +15,7 @@ import sys
 import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Literal, TextIO
 
 import torch
 from torch import Tensor, nn
@@ -151,13 +151,15 @@ class Inference(nn.Module):
             )
             self.engine = f"openvino {openvino}, {chosen}"
         elif settings.compile:
-            from .compiled import optimize_for_inference
+            from .compiled import choose_backend, optimize_for_inference
 
-            compiled = optimize_for_inference(
-                self.model,
-                precision="bf16" if chosen == "bf16" else "fp32",
-                backend=settings.backend,
-            )
+            precision: Literal["fp32", "bf16"] = "bf16" if chosen == "bf16" else "fp32"
+            # torch was chosen above: auto's backend is torch's (optimize_for_inference's own
+            # auto may pick OpenVINO, which --engine torch and --fast exclude)
+            backend = settings.backend
+            if backend == "auto":
+                backend = choose_backend(self.model, precision=precision)
+            compiled = optimize_for_inference(self.model, precision=precision, backend=backend)
             self.run = compiled
             self.engine = f"torch, compiled by {compiled.backend}"
             why += "" if settings.backend != "auto" else "; backend auto: measured"

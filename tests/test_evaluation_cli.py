@@ -75,6 +75,41 @@ def test_fewshot_cli_errors(best: str, capsys) -> None:
     assert "--shots 'one'" in capsys.readouterr().err
     assert main(["fewshot", best, "--data", "synthetic", "--shots", "100"]) == 2  # 32 per class
     assert "fewer than shots=100" in capsys.readouterr().err
+    for l2 in ("inf", "nan", "0"):  # inf was a traceback from the Cholesky factorisation
+        assert main(["fewshot", best, "--data", "synthetic", "--l2", l2]) == 2
+        assert f"--l2 {float(l2)}: expected a finite number > 0" in capsys.readouterr().err
+
+
+def test_eval_and_predict_refuse_a_checkpoint_without_a_head(best: str, tmp_path, capsys) -> None:
+    """A headless checkpoint (num_classes=0, features only): eval divided by zero classes."""
+    import vitkit
+
+    headless = vitkit.load(best)
+    headless.reset_head(0)
+    path = vitkit.save(headless, tmp_path / "headless")
+    image = tmp_path / "a.png"
+    from PIL import Image
+
+    Image.new("RGB", (16, 16)).save(image)
+    for argv in (["eval", str(path), "--data", "synthetic"], ["predict", str(path), str(image)]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert "has no classifier head (num_classes=0) to " in err and err.count("\n") == 1
+
+
+def test_predict_shows_a_hostile_file_name_on_one_line(best: str, tmp_path, capsys) -> None:
+    """A newline in a file's name made a second row that read as a result; an escape sequence
+    reached the terminal. Each is shown escaped, one row an image."""
+    from PIL import Image
+
+    folder = tmp_path / "hostile"
+    folder.mkdir()
+    for name in ("a\nfake.png: 0 1.000.png", "\x1b[31mred.png"):
+        Image.new("RGB", (16, 16)).save(folder / name, format="PNG")
+    assert main(["predict", best, str(folder)]) == 0
+    rows = capsys.readouterr().out.splitlines()
+    assert len(rows) == 2 and not any("\x1b" in row for row in rows)
+    assert any(row.startswith(f"{folder}/a\\nfake.png: 0 1.000.png: ") for row in rows)
 
 
 def test_inspect_cli_on_test_images_and_files(best: str, tmp_path: Path, capsys) -> None:

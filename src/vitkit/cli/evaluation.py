@@ -139,6 +139,16 @@ def _in_the_heads_classes(args: argparse.Namespace, split: Any, checkpoint: Infe
     return split
 
 
+def _has_a_head(args: argparse.Namespace, checkpoint: Inference, to: str) -> None:
+    """A ``VitkitError`` for a headless checkpoint (num_classes=0: features only), before any
+    data is read: its features are few-shot's (``vitkit fewshot``)."""
+    if checkpoint.model.cfg.num_classes < 1:
+        raise VitkitError(
+            f"{args.checkpoint} has no classifier head (num_classes=0) to {to}: expected a "
+            "classifier; its features are few-shot's (vitkit fewshot)"
+        )
+
+
 def _eval(args: argparse.Namespace) -> None:
     from ..data import BatchOptions
     from ..data.run_data import batches_of
@@ -147,6 +157,7 @@ def _eval(args: argparse.Namespace) -> None:
     spec = _data_spec(args.data)
     checkpoint = _open(args)
     model, names, device = checkpoint.model, checkpoint.names, checkpoint.device
+    _has_a_head(args, checkpoint, "evaluate")
     split = _split(args, spec, checkpoint)
     real = _real_entries(args, model, split)  # before the model runs: a name that fails, fails now
     options = BatchOptions.evaluation(
@@ -241,6 +252,8 @@ def _predict(args: argparse.Namespace) -> None:
     import json
     import sys
 
+    from ..data.bounds import printable
+
     if args.top < 1 or args.batch_size < 1:
         raise VitkitError(
             f"--top {args.top} --batch-size {args.batch_size}: expected positive numbers"
@@ -250,12 +263,13 @@ def _predict(args: argparse.Namespace) -> None:
     names = checkpoint.names
     wnids = checkpoint.meta.wnids  # each class's WordNet id, where they are ImageNet's
     wnid_of = dict(zip(names, wnids, strict=True)) if wnids else {}
-    if checkpoint.model.cfg.num_classes < 1:
-        raise VitkitError(f"{args.checkpoint} has no classifier head (num_classes=0) to predict")
+    _has_a_head(args, checkpoint, "predict")
     # said on stderr: --json's stdout is the JSON alone; int8 calibrated on the checkpoint's data
     checkpoint.prepare(min(args.batch_size, len(paths)), images=len(paths), say=sys.stderr)
     predictions = checkpoint.ranked(paths, top=args.top, batch_size=args.batch_size)
-    width = max(len(str(p)) for p in paths) + 1  # the path column, with its colon
+    # a file's name as a terminal may show it: a newline in it made a second, fake result row
+    shown = {p: printable(str(p)) for p in paths}
+    width = max(len(name) for name in shown.values()) + 1  # the path column, with its colon
     entries: list[dict[str, Any]] = []
     failed = 0
     for path, result in predictions:
@@ -270,7 +284,7 @@ def _predict(args: argparse.Namespace) -> None:
             entries.append({"path": str(path), "top": top})
         else:  # a row as soon as its batch is done
             pairs = "  ".join(f"{label} {p:.3f}" for label, p in result)
-            print(f"{f'{path}:':<{width}} {pairs}", flush=True)
+            print(f"{f'{shown[path]}:':<{width}} {pairs}", flush=True)
     if args.json:
         print(json.dumps(entries, indent=2))
     if failed:
@@ -279,6 +293,7 @@ def _predict(args: argparse.Namespace) -> None:
 
 def _fewshot(args: argparse.Namespace) -> None:
     import json
+    import math
 
     from ..config import data_names
     from ..eval.fewshot import fewshot_model
@@ -286,6 +301,8 @@ def _fewshot(args: argparse.Namespace) -> None:
 
     if args.json is not None:
         check_file_to_write(Path(args.json))
+    if not (math.isfinite(args.l2) and args.l2 > 0):  # before torch and the data
+        raise VitkitError(f"--l2 {args.l2}: expected a finite number > 0 (big_vision's: 1024)")
     try:
         shots = tuple(int(k) for k in args.shots.split(","))
     except ValueError:

@@ -166,8 +166,8 @@ def solve_ridge(x: Tensor, y: Tensor, l2: float, *, dual: bool | None = None) ->
     Primal ``(xᵀx + λI)⁻¹xᵀy`` or dual ``xᵀ(xxᵀ + λI)⁻¹y``, equal for any λ > 0; ``dual=None``
     takes the smaller system (dual when N < D), as big_vision does.
     """
-    if not l2 > 0:
-        raise ConfigError(f"l2={l2!r} is not valid: expected a number > 0")
+    if not (math.isfinite(l2) and l2 > 0):  # inf and nan too: no factorisation of them
+        raise ConfigError(f"l2={l2!r} is not valid: expected a finite number > 0")
     x, y = x.double(), y.double()  # (N, D), (N, C)
     N, D = x.shape
     if dual is None:

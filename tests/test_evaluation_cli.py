@@ -140,6 +140,12 @@ def test_inspect_cli_on_test_images_and_files(best: str, tmp_path: Path, capsys)
 
 def test_inspect_cli_errors(best: str, tmp_path: Path, capsys) -> None:
     assert main(["inspect", best, "--images", str(tmp_path / "no.png"), "--out", "x"]) == 2
+    assert "no.png: no such file or folder" in capsys.readouterr().err
+    (tmp_path / "empty").mkdir()  # a folder is read as predict reads one ("Is a directory: 3")
+    assert main(["inspect", best, "--images", str(tmp_path / "empty"), "--out", "x"]) == 2
+    assert f"{tmp_path / 'empty'}" in capsys.readouterr().err
+    (tmp_path / "junk.png").write_bytes(b"not a png")
+    assert main(["inspect", best, "--images", str(tmp_path / "junk.png"), "--out", "x"]) == 2
     assert "cannot read image" in capsys.readouterr().err
     assert main(["inspect", str(tmp_path / "nothing"), "--out", str(tmp_path / "o")]) == 2
     assert "nothing" in capsys.readouterr().err

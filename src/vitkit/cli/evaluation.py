@@ -425,9 +425,10 @@ def _inspect(args: argparse.Namespace) -> None:
     model, names, device = checkpoint.model, checkpoint.names, checkpoint.device
     if not isinstance(model, VisionTransformer):
         raise VitkitError(f"{args.checkpoint} is a ResNet: inspection needs a Vision Transformer")
-    if args.images:
-        images = torch.cat([read_image(p, checkpoint.preprocess) for p in args.images])
-        titles = [Path(p).name for p in args.images]
+    if args.images:  # files, folders and globs, as predict reads them
+        files = image_inputs(args.images)
+        images = torch.cat([read_image(p, checkpoint.preprocess) for p in files])
+        titles = [p.name for p in files]
         described = "image files"
     else:  # --num-images of the split, drawn from each class in turn
         split = _split(args, spec, checkpoint)
@@ -598,7 +599,7 @@ def add_verbs(verb: Verb) -> None:
     p.add_argument("checkpoint", help="checkpoint directory or file (any format vitkit reads)")
     p.add_argument("--out", required=True, help="output directory (index.html goes there)")
     p.add_argument(
-        "--images", nargs="+", default=None, help="image files (default: images of --data)"
+        "--images", nargs="+", default=None, help="image files, folders or quoted globs, as predict takes them (default: images of --data)"
     )
     _data_arguments(p)
     p.add_argument(

@@ -599,7 +599,10 @@ def add_verbs(verb: Verb) -> None:
     p.add_argument("checkpoint", help="checkpoint directory or file (any format vitkit reads)")
     p.add_argument("--out", required=True, help="output directory (index.html goes there)")
     p.add_argument(
-        "--images", nargs="+", default=None, help="image files, folders or quoted globs, as predict takes them (default: images of --data)"
+        "--images",
+        nargs="+",
+        default=None,
+        help="image files, folders or quoted globs, as predict takes them (default: images of --data)",
     )
     _data_arguments(p)
     p.add_argument(

@@ -76,7 +76,7 @@ def test_fast_is_torch_compiled_on_every_cpu_kind(tmp_path, monkeypatch, cpu) ->
     """--fast (compile=True) is torch compiled whatever the CPU: its backend auto is torch's
     (inductor or onednn). The compiled path's own auto chose OpenVINO where the CPU has native
     bf16, and the engine line said "torch, compiled by openvino"."""
-    ckpt = vitkit.save(vitkit.create_model("ViT-S/16", num_classes=2), tmp_path / "s16")
+    ckpt = vitkit.save(vitkit.create_model(tiny(num_layers=1, num_classes=2)), tmp_path / "t")
     monkeypatch.setenv(CPU_ENV, cpu)
     for engine in ("auto", "torch"):
         fast = Inference.open(str(ckpt), InferenceConfig(compile=True, engine=engine), device="cpu")

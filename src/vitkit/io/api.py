@@ -30,7 +30,6 @@ from ..errors import ConfigError, MissingFileError, UserFileError
 from ..model import ResNetClassifier, VisionTransformer
 from .checkpoint import (
     CONFIG_FILE,
-    FORMAT_NAME,
     WEIGHTS_FILE,
     CheckpointError,
     build_loaded,
@@ -273,11 +272,13 @@ def _check_replaceable(directory: Path, format: str) -> None:
     config = directory / CONFIG_FILE
     if not config.is_file():
         return
-    try:
-        found = read_json(config)
-    except (CheckpointError, OSError):
-        found = {}
-    same = found.get("format") == FORMAT_NAME if format == "vitkit" else "model_type" in found
+    if format == "vitkit":
+        same = is_ours(directory)
+    else:  # an HF config names its model_type
+        try:
+            same = "model_type" in read_json(config)
+        except (CheckpointError, OSError):
+            same = False
     if not same:
         raise UserFileError(
             f"{directory} holds a config.json that is not a {format} checkpoint's (a run "

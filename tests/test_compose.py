@@ -646,6 +646,26 @@ def test_a_finished_checkpoint_resumed_alone_leaves_the_best_the_summary_names(
     assert "holds a run with a different config (optim.lr differ" in capsys.readouterr().err
 
 
+def test_a_checkpoint_left_aside_by_a_kill_between_renames_is_resumed(tmp_path: Path, capsys):
+    """A process killed between ``atomic_directory``'s two renames of its newest checkpoint (a
+    re-save) left it aside, whole, under a temporary name. The next start puts it back, and
+    resumes from it, not from the checkpoint before (the run's record was read before)."""
+    import shutil
+
+    from vitkit.cli import main
+
+    argv = ["train", "--recipe", "smoke", "--no-progress", "--set", "train.save_every=2st"]
+    run = tmp_path / "run"
+    assert main([*argv, "--set", "train.duration=4st", "--run-dir", str(run)]) == 0
+    newest = run / "checkpoints" / "step_00000004"
+    shutil.copytree(newest, newest.with_name(".tmp-step_00000004-deadbeef"))
+    newest.rename(newest.with_name(".tmp-step_00000004-deadbeef-old"))
+    capsys.readouterr()
+    assert main([*argv, "--set", "train.duration=4st", "--run-dir", str(run)]) == 0
+    assert "already finished (step 4)" in capsys.readouterr().out
+    assert sorted(p.name for p in (run / "checkpoints").iterdir())[-1] == newest.name
+
+
 def test_the_committed_runs_resume_in_fp32_on_a_cpu_with_native_bf16(
     tmp_path: Path, monkeypatch, capsys
 ) -> None:

@@ -221,6 +221,11 @@ def train_prepared(prepared: PreparedRun, *, progress: bool = True) -> RunResult
     if main:
         remove_partial_writes(run_dir)
         write_skipped(run_dir, data.skipped)
+    # the newest checkpoint as it is now, in every process once the main one is done: one a
+    # process killed mid-save left aside is back in place, and may be the newest (the record
+    # was read before the lock, to compose the run)
+    distributed.barrier()
+    record = record.as_now()
 
     # ---- model, objective, optimizer; resume or initialise
     resume = checkpoint_to_resume(record, run)

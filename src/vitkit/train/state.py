@@ -27,7 +27,7 @@ import pickle
 import re
 import shutil
 import zipfile
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, TypedDict
 
@@ -230,6 +230,16 @@ class RunRecord:
         """The checkpoint the run resumes from: the directory's newest, else ``resume_from``
         (None: a new run)."""
         return self.last if self.last is not None else self.resume_from
+
+    def as_now(self) -> RunRecord:
+        """The record with the directory's newest checkpoint as it is now, the rest as read: a
+        checkpoint a process killed mid-save left aside may be back (``remove_partial_writes``)."""
+        found = checkpoints(self.run_dir)
+        newest = found[-1] if found else None
+        if newest == self.last:
+            return self
+        names = _class_names(newest if newest is not None else self.resume_from)
+        return replace(self, last=newest, class_names=names)
 
     @classmethod
     def read(cls, run_dir: Path, resume_from: str | Path | None = None) -> RunRecord:

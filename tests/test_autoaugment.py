@@ -350,3 +350,67 @@ def test_a_run_with_auto_augment_resumes_exactly(tmp_path: Path) -> None:
     (resumed / "metrics.jsonl").unlink()
     fit(run, run_dir=resumed, progress=False)
     assert records(resumed) == [r for r in records(tmp_path / "full") if r["step"] > 2]
+
+
+def _torchvisions(image: torch.Tensor, steps: list[Step]) -> torch.Tensor:
+    """``steps`` applied to one image with torchvision's functional ops, as ``apply`` did
+    before it took a batch at a time: the reference ``apply_each`` must equal."""
+    from torchvision.transforms.v2 import InterpolationMode
+    from torchvision.transforms.v2 import functional as F
+
+    bilinear, grey = InterpolationMode.BILINEAR, [128.0]
+    enhance = {"Color": F.adjust_saturation, "Contrast": F.adjust_contrast}
+    enhance |= {"Brightness": F.adjust_brightness, "Sharpness": F.adjust_sharpness}
+    H, W = image.shape[-2:]
+    for step in steps:
+        op, a = step.op.removesuffix("Increasing").removesuffix("Original"), step.arg
+        if a is None:
+            image = image if op == "Identity" else getattr(F, op.lower())(image)
+        elif op == "Rotate":
+            image = F.rotate(image, a, interpolation=bilinear, fill=grey)
+        elif op == "Posterize":
+            image = F.posterize(image, min(max(int(a), 0), 8))
+        elif op == "Solarize":
+            image = image if a >= 256 else F.solarize(image, a)
+        elif op == "SolarizeAdd":
+            brighter = (image.int() + int(a)).clamp(max=255).to(torch.uint8)
+            image = torch.where(image < 128, brighter, image)
+        elif op in enhance:
+            image = enhance[op](image, a)
+        elif op in ("ShearX", "ShearY"):
+            shear = math.degrees(math.atan(a))
+            shear_xy = [shear, 0.0] if op == "ShearX" else [0.0, shear]
+            image = F.affine(image, 0.0, [0.0, 0.0], 1.0, shear_xy, bilinear, grey, [0.0, 0.0])
+        else:
+            pixels = a * (W if "X" in op else H) if op.endswith("Rel") else int(a)
+            moved = [pixels, 0.0] if "X" in op else [0.0, pixels]
+            image = F.affine(image, 0.0, moved, 1.0, [0.0, 0.0], bilinear, grey)
+    return image
+
+
+@pytest.mark.parametrize(
+    "text", ["rand-m9-mstd0.5-inc1-p1", "rand-m9-mstd0.5", "original", "trivial"]
+)
+@pytest.mark.parametrize("shape", [(3, 32, 32), (1, 28, 28), (3, 20, 36)])
+def test_a_batch_at_a_time_is_torchvisions_ops_on_each_image_alone(text, shape) -> None:
+    """``apply_each`` groups a batch's images by op, each with its own argument (the affine
+    ops one grid sample, the blends their float32 rounding): every image equals torchvision's
+    ops on it alone, pixel for pixel, and what ``apply`` gives it alone."""
+    from vitkit.data.autoaugment import apply_each, auto_augment_each
+
+    policy, gen = parse_auto_augment(text), g(7)
+    images = torch.randint(0, 256, (96, *shape), generator=gen, dtype=torch.uint8)
+    plans = [plan(policy, gen) for _ in images]
+    batch = apply_each(images, plans)
+    for x, steps, y in zip(images, plans, batch, strict=True):
+        assert torch.equal(y, _torchvisions(x, steps)), steps
+        assert torch.equal(y, apply(x, steps))
+    singles = [[step] for steps in plans for step in steps]  # each op alone, on new images
+    more = torch.randint(0, 256, (len(singles), *shape), generator=gen, dtype=torch.uint8)
+    for x, steps, y in zip(more, singles, apply_each(more, singles), strict=True):
+        assert torch.equal(y, _torchvisions(x, steps)), steps
+    # the loader's call: the plans drawn image after image from one generator
+    each = auto_augment_each(images[:8], policy, generator=g(3))
+    one, gen = [], g(3)
+    one = [auto_augment(x, policy, generator=gen) for x in images[:8]]
+    assert torch.equal(each, torch.stack(one))

@@ -102,10 +102,7 @@ class Augment:
         if self.rand_augment:  # RandAugment(2, 10), as big_vision's plain-ViT recipe
             images = torch.stack([transforms.rand_augment(im, generator=g) for im in images])
         if self.auto_augment is not None:
-            policy = self.auto_augment
-            images = torch.stack(
-                [autoaugment.auto_augment(im, policy, generator=g) for im in images]
-            )
+            images = autoaugment.auto_augment_each(images, self.auto_augment, generator=g)
         return images
 
 

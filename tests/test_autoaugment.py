@@ -414,3 +414,17 @@ def test_a_batch_at_a_time_is_torchvisions_ops_on_each_image_alone(text, shape) 
     one, gen = [], g(3)
     one = [auto_augment(x, policy, generator=gen) for x in images[:8]]
     assert torch.equal(each, torch.stack(one))
+
+
+def test_large_images_are_taken_a_few_at_a_time_with_the_same_result(monkeypatch) -> None:
+    """An op takes at most ``_CHUNK_VALUES`` pixel values at once (a 224-px image alone): the
+    batch comes out the same however it is cut."""
+    from vitkit.data import autoaugment
+
+    policy = parse_auto_augment("rand-m9-mstd0.5-inc1-p1")
+    images = torch.randint(0, 256, (40, 3, 32, 32), generator=g(9), dtype=torch.uint8)
+    whole = autoaugment.auto_augment_each(images, policy, generator=g(2))
+    monkeypatch.setattr(autoaugment, "_CHUNK_VALUES", 3 * images[0].numel())  # 3 at a time
+    assert torch.equal(autoaugment.auto_augment_each(images, policy, generator=g(2)), whole)
+    monkeypatch.setattr(autoaugment, "_CHUNK_VALUES", 1)  # one at a time
+    assert torch.equal(autoaugment.auto_augment_each(images, policy, generator=g(2)), whole)

@@ -238,6 +238,11 @@ def test_each_op_does_what_its_name_says_on_the_pixels() -> None:
     assert torch.equal(added[low], (x[low].int() + 110).clamp(max=255).to(torch.uint8))
     assert torch.equal(added[~low], x[~low])
     assert torch.equal(apply(x, [Step("Posterize", 5, 2)]), x & 0b11000000)
+    assert not apply(x, [Step("Posterize", 10, 0)]).any()  # 0 bits kept (timm's m10, inc)
+    assert torch.equal(apply(x, [Step("Posterize", 0, 8)]), x)
+    saturated = apply(x, [Step("SolarizeAdd", 10, 200)])  # saturates at 255, does not wrap
+    assert torch.equal(saturated[low], (x[low].int() + 200).clamp(max=255).to(torch.uint8))
+    assert (saturated[low & (x >= 56)] == 255).all() and (low & (x >= 56)).any()
     shifted = apply(x, [Step("TranslateX", 0.1, 3.0)])  # whole pixels: an exact shift
     assert torch.equal(shifted[:, :, 3:], x[:, :, :-3]) and (shifted[:, :, :3] == 128).all()
     grey = image(3, channels=1)  # greyscale images take every op
@@ -428,3 +433,14 @@ def test_large_images_are_taken_a_few_at_a_time_with_the_same_result(monkeypatch
     assert torch.equal(autoaugment.auto_augment_each(images, policy, generator=g(2)), whole)
     monkeypatch.setattr(autoaugment, "_CHUNK_VALUES", 1)  # one at a time
     assert torch.equal(autoaugment.auto_augment_each(images, policy, generator=g(2)), whole)
+
+
+def test_empty_batches_and_images_keep_their_shape() -> None:
+    from vitkit.data.autoaugment import apply_each
+
+    steps = [Step("Rotate", 9, 27.0), Step("Contrast", 9, 1.81)]
+    empty = torch.empty(2, 3, 0, 5, dtype=torch.uint8)
+    assert apply_each(empty, [steps, steps[:1]]).shape == (2, 3, 0, 5)
+    assert apply_each(torch.empty(0, 3, 4, 4, dtype=torch.uint8), []).shape == (0, 3, 4, 4)
+    with pytest.raises(ValueError, match="1 plans for 2 images"):
+        apply_each(torch.zeros(2, 3, 4, 4, dtype=torch.uint8), [steps])

@@ -5,7 +5,10 @@ one), so an image depends only on (seed, epoch, index) and a resumed run repeats
 policy (``config.augment.AutoAugment``, from ``data.auto_augment``) draws a plan of ``Step``s
 (``plan``), then ``apply`` applies it; ``apply_each`` applies a batch's plans an op at a time
 over the images that take it (a batch of 128 at 32 px in 7 ms against 30 one image at a time,
-one thread), pixel for pixel what torchvision's functional ops give each image alone.
+one thread), pixel for pixel what torchvision's functional ops give each image alone on the
+same CPU (one exception: torchvision's contrast blend rounds the last few values of some image
+sizes, e.g. 3x11x13, without the fused multiply-add it uses for the rest, so there a value can
+differ by one level; no size of 28, 32 or 224 px does).
 ``rand`` [Cubuk et al. 2020] and ``original`` (the ImageNet
 policy of Cubuk et al. 2019) are timm's (timm/data/auto_augment.py): its op lists (``inc``),
 level-to-argument rules, p 0.5 per RandAugment op, ops drawn with replacement, magnitudes
@@ -207,6 +210,10 @@ def apply_each(images: Tensor, plans: Sequence[list[Step]]) -> Tensor:
     comes out the same whatever else is in its batch (``apply`` is this on a batch of one)."""
     if len(plans) != len(images):
         raise ValueError(f"{len(plans)} plans for {len(images)} images")
+    if images.device.type != "cpu":  # the loader's: its per-image arguments are made on the CPU
+        raise ValueError(f"auto_augment takes images on the CPU; found them on {images.device}")
+    if images.numel() == 0:  # no pixels to move
+        return images.clone()
     out, owned = images, False  # ``out`` is written in place only once it is a copy
     chunk = max(1, _CHUNK_VALUES // max(1, images[0].numel())) if len(images) else 1
     for k in range(max((len(steps) for steps in plans), default=0)):

@@ -178,6 +178,18 @@ def test_a_link_back_into_the_folder_is_skipped_with_a_warning(tmp_path: Path) -
         ]
 
 
+def test_a_link_that_loops_is_an_unreadable_image_not_a_traceback(tmp_path: Path) -> None:
+    """``ln -s loop.png loop.png`` in a class folder: listing asked whether it is a folder and
+    raised ELOOP (a traceback in train, predict and data pack); it is listed as a dangling
+    link is, and reading it names it."""
+    root = _tree(tmp_path / "photos", {"a": 3, "b": 2})
+    (root / "a/loop.png").symlink_to("loop.png")
+    (root / "b/ring").symlink_to("ring")  # not an image's name: left out
+    assert folder_layout(root).counts[None] == 6  # the link with an image's name counted
+    with pytest.raises(DataError, match=r"loop\.png .*Too many levels of symbolic links"):
+        ImageFolderDataset(root, None)  # verified: one bad image of 6, over max_bad_fraction
+
+
 @pytest.mark.parametrize("link", ["symlink", "hard link", "linked folder"])
 def test_an_image_in_two_splits_is_refused(tmp_path: Path, link: str) -> None:
     """Two paths to one file in different splits (a link, a hard link, a linked folder) would

@@ -88,7 +88,7 @@ def _walk_images(folder: Path) -> Iterator[tuple[str, str, FileId | None]]:
         for entry in entries:
             if not _visible(entry.name):
                 continue
-            if entry.is_dir():  # through a link too
+            if _is_folder(entry):  # through a link too
                 try:
                     st = entry.stat()
                 except OSError:
@@ -104,6 +104,16 @@ def _walk_images(folder: Path) -> Iterator[tuple[str, str, FileId | None]]:
                 stack.append((entry.path, st.st_dev))
             elif _is_image(entry.name):
                 yield dirpath, entry.name, _file_id(entry, dev)
+
+
+def _is_folder(entry: os.DirEntry[str]) -> bool:
+    """Whether ``entry`` is a folder, through a link; a link that loops (``ln -s x.png x.png``:
+    ELOOP) or cannot be followed is not, and is listed as a dangling link is when it bears an
+    image's name: an unreadable image, named when verified or read."""
+    try:
+        return entry.is_dir()
+    except OSError:
+        return False
 
 
 def _file_id(entry: os.DirEntry[str], dev: int) -> FileId | None:

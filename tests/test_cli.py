@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import shutil
 import subprocess
 import sys
 
@@ -101,6 +103,20 @@ def test_convert_timm_file_to_ours_and_hf(tmp_path, capsys) -> None:
         )
         assert (tmp_path / dst / "config.json").read_bytes() == before_bytes
     assert not (tmp_path / "run" / "model.safetensors").exists()
+    # a training run's checkpoint (its config.json records the run, which a resume and `eval`
+    # read) was overwritten without it, exit 0; a saved checkpoint converted onto itself is
+    shutil.copytree(tmp_path / "ours", tmp_path / "trained")
+    recorded = json.loads((tmp_path / "trained" / "config.json").read_text())
+    (tmp_path / "trained" / "config.json").write_text(json.dumps({**recorded, "run": {}}))
+    before_bytes = (tmp_path / "trained" / "config.json").read_bytes()
+    capsys.readouterr()
+    assert main(["convert", str(tmp_path / "ours"), str(tmp_path / "trained")]) == 2
+    err = capsys.readouterr().err
+    assert "is a training run's checkpoint: its config.json records the run" in err
+    assert err.count("\n") == 1
+    assert (tmp_path / "trained" / "config.json").read_bytes() == before_bytes
+    assert main(["convert", str(tmp_path / "ours"), str(tmp_path / "ours")]) == 0
+    assert vitkit.load(tmp_path / "ours").cfg.image_size == 48
     # a size beyond a new model's bounds, before the position embeddings are resized to it (it
     # ran out of memory, with advice about training)
     for size, found in [("10000000", "4096 pixels a side"), ("2056", "65,536 tokens, found 257")]:

@@ -285,6 +285,21 @@ def _check_replaceable(directory: Path, format: str) -> None:
             f"directory's, or another program's), which writing would replace: expected a new "
             f"directory or a {format} checkpoint"
         )
+    if format == "vitkit" and _records_a_run(config):
+        raise UserFileError(
+            f"{directory} is a training run's checkpoint: its config.json records the run, which "
+            "resuming and `vitkit eval` read and writing would drop: expected a new directory or "
+            "a checkpoint that vitkit.save or `vitkit convert` wrote"
+        )
+
+
+def _records_a_run(config: Path) -> bool:
+    """Whether our checkpoint's ``config`` records the run that trained it (``vitkit train``'s
+    checkpoints and best/ do; ``save`` and ``convert`` write none)."""
+    try:
+        return read_json(config).get("run") is not None
+    except (CheckpointError, OSError):
+        return False
 
 
 def save(

@@ -259,6 +259,16 @@ def test_sections_are_frozen_and_checked_on_creation() -> None:
             "model.image_size=1028 is not valid: expected at most 65,536 tokens, found 257 x 257 "
             "patches of 4 pixels",
         ),
+        (  # a --set typo filled the machine's memory (and a checkpoint's, a traceback)
+            {"model.hidden_size": 10**9},
+            "model.hidden_size=1000000000 is not valid: expected a model of at most "
+            "100,000,000,000 parameters, found about 5.00e+18 (depth 1, width 1000000000",
+        ),
+        (
+            {"model.num_classes": 10**11},
+            "model.num_classes=100000000000 is not valid: expected a model of at most "
+            "100,000,000,000 parameters, found about 3.20e+12",
+        ),
     ],
 )
 def test_a_new_run_keeps_the_toolbox_counts_bounded_and_a_recorded_run_its_own(

@@ -516,6 +516,21 @@ def test_a_checkpoints_image_size_is_bounded_where_no_weight_ties_it(
     assert read_our_config(tmp_path, own_run=True)[0].image_size == image_size
 
 
+def test_a_checkpoints_model_size_is_bounded_before_anything_is_built(tmp_path) -> None:
+    """hidden_size=10^9 in config.json overflowed torch's size arithmetic building even the
+    shape-only model: a traceback in predict and summary. It is one line naming the file."""
+    vitkit.save(VisionTransformer(tiny(num_layers=1)), tmp_path)
+    meta = json.loads((tmp_path / "config.json").read_text())
+    meta["model"]["hidden_size"] = 10**9
+    (tmp_path / "config.json").write_text(json.dumps(meta))
+    with pytest.raises(CheckpointError) as err:
+        vitkit.load(tmp_path)
+    assert str(err.value).startswith(
+        f"{tmp_path / 'config.json'}: model.hidden_size=1000000000 is not valid: expected a "
+        "model of at most 100,000,000,000 parameters"
+    )
+
+
 def test_missing_file_and_unknown_type(tmp_path) -> None:
     with pytest.raises(FileNotFoundError, match="checkpoint not found"):
         vitkit.load(tmp_path / "nope.npz")

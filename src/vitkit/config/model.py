@@ -101,6 +101,10 @@ class ResNetConfig(Section):
 # made predict allocate 21.8 GB, 6,000 hung on one 20-pixel image (issue 43). A run recorded
 # beyond them resumes as it began (config/dicts.py ``check_new``).
 MAX_IMAGE_SIDE, MAX_TOKENS = 4096, 256 * 256
+# And at most 10^11 parameters (4.5x ViT-22B): hidden_size=10^9 in a checkpoint's config.json
+# overflowed torch's size arithmetic building even the shape-only model (a traceback), and as a
+# --set of a new run filled the machine's memory.
+MAX_PARAMETERS = 10**11
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -209,7 +213,8 @@ class ModelConfig(Section):
 
     def why_not_new(self) -> tuple[str, str] | None:
         """``image_size`` beyond ``MAX_IMAGE_SIDE`` a side, or a ViT's beyond ``MAX_TOKENS``
-        patches: the memory and time a model of it takes grow with the pixels and the tokens."""
+        patches: the memory and time a model of it takes grow with the pixels and the tokens;
+        or a ViT of more than ``MAX_PARAMETERS`` weights (the key that sizes most of them)."""
         if max(self.image_hw) > MAX_IMAGE_SIDE:
             return "image_size", f"expected at most {MAX_IMAGE_SIDE} pixels a side"
         gh, gw = self.grid
@@ -218,6 +223,20 @@ class ModelConfig(Section):
                 f"expected at most {MAX_TOKENS:,} tokens, found {gh} x {gw} patches of "
                 f"{self.total_stride} pixels"
             )
+        if self.arch == "vit":
+            D, tokens = self.hidden_size, gh * gw + 1
+            parts = {  # the weight matrices of each part, by the key that sizes it most
+                "hidden_size": self.num_layers * D * (4 * D + 2 * self.mlp_dim) + tokens * D,
+                "num_classes": (self.representation_size or D) * (self.num_classes + D),
+                "patch_size": self.in_chans * self.patch_size**2 * D,
+            }
+            total = sum(parts.values())
+            if total > MAX_PARAMETERS:
+                return max(parts, key=lambda k: parts[k]), (
+                    f"expected a model of at most {MAX_PARAMETERS:,} parameters, found about "
+                    f"{total:.2e} (depth {self.num_layers}, width {D}, MLP {self.mlp_dim}, "
+                    f"{self.num_classes:,} classes, patches of {self.patch_size})"
+                )
         return None
 
     @property

@@ -392,6 +392,21 @@ def test_fit_trains_what_the_command_trains(tmp_path: Path) -> None:
     assert fitted == deterministic_metrics(tmp_path / "command") and fitted
 
 
+def test_a_folder_of_one_class_is_refused_before_training(tmp_path: Path, capsys) -> None:
+    """One class folder trained to loss 0 and accuracy 1.0, exit 0, without a word."""
+    from vitkit.cli import main
+
+    data = _greyscale_folder(tmp_path / "one", classes=1)
+    argv = ["train", "--recipe", "smoke", "--data", str(data), "--run-dir", str(tmp_path / "r")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"vitkit train: error: {data} holds 1 class ('c0'): a classifier trains on at least 2, "
+        "a folder of images per class\n"
+    )
+    assert not (tmp_path / "r").exists()
+
+
 def test_fit_keeps_every_value_of_a_run_config_as_given(tmp_path: Path) -> None:
     """A ``RunConfig`` given whole is set in every value: the data decides none of them (its
     channels are read as the config says; classes that are not the config's are refused), and

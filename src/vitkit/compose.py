@@ -43,7 +43,7 @@ from .config.dicts import check_new
 from .config.model import FINETUNE_KEYS, REGULARISATION
 from .config.overrides import split_set
 from .config.run import PLACEMENT
-from .errors import ConfigError, MissingFileError, VitkitError
+from .errors import ConfigError, DataError, MissingFileError, VitkitError
 from .presets import get_config, resolve_name
 from .recipes import Recipe, find_recipe
 from .train.prepare import PreparedRun
@@ -427,6 +427,12 @@ def prepare(
         data = build(run.data, run.model, seed=run.train.seed, in_chans=in_chans)
         if order is not None and another_order(order, data.classes):
             data = data.in_class_order(order, RESUMED)
+    if run.train.objective == "classification" and len(data.classes) < 2:
+        raise DataError(
+            f"{run.data.dataset} holds {len(data.classes)} class "
+            f"({', '.join(map(repr, data.classes))}): a classifier trains on at least 2, a "
+            "folder of images per class"
+        )
     composed = adapt(
         composed,
         num_classes=len(data.classes),

@@ -14,8 +14,8 @@ from vitkit.train.metrics_log import METRICS_FILE, MetricsLog
 
 def test_records_get_both_clocks_and_are_found_again(tmp_path: Path) -> None:
     metrics = MetricsLog(tmp_path, main=True, earlier_s=100.0)
-    metrics.write({"step": 3, "loss": 0.5})
-    metrics.write({"step": 3, "split": "val", "accuracy": 0.25})
+    metrics.write({"step": 3, "loss": 0.5, "accuracy": 0.75})
+    metrics.write({"step": 3, "split": "val", "loss": 0.9, "accuracy": 0.25})
     first, second = map(json.loads, (tmp_path / METRICS_FILE).read_text().splitlines())
     assert first["step"] == 3 and first["loss"] == 0.5 and second["split"] == "val"
     assert 0 <= first["time_s"] <= process_seconds() + 0.01
@@ -28,6 +28,6 @@ def test_records_get_both_clocks_and_are_found_again(tmp_path: Path) -> None:
 
 def test_only_the_main_process_writes(tmp_path: Path) -> None:
     metrics = MetricsLog(tmp_path, main=False, earlier_s=5.0)
-    metrics.write({"step": 1, "loss": 1.0})
+    metrics.write({"step": 1, "loss": 1.0, "accuracy": 0.5})
     assert not (tmp_path / METRICS_FILE).exists() and not metrics.logged(1, "train")
     assert metrics.run_seconds() >= 5.0

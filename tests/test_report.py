@@ -5,6 +5,7 @@ whatever the number of classes."""
 from __future__ import annotations
 
 import csv
+import json
 from pathlib import Path
 
 import matplotlib
@@ -104,3 +105,19 @@ def test_a_run_with_a_thousand_classes_finishes_with_its_report(tmp_path: Path) 
     with Image.open(tmp_path / "confusion.png") as png:
         assert max(png.size) <= 2000
     assert (tmp_path / "confusion.csv").is_file()
+
+
+def test_a_log_line_that_is_no_record_is_left_out_of_the_curves(tmp_path: Path) -> None:
+    """A valid JSON line without an accuracy, edited into metrics.jsonl, made the resumed run
+    train to its end, then fail drawing its curves (KeyError: 'accuracy', exit 1)."""
+    from vitkit.train.report import best_evaluation, write_report
+
+    records = [{"step": 1, "loss": 1.2, "accuracy": 0.3}, {"step": 2, "loss": 1.0, "accuracy": 0.4}]
+    records.append({"step": 2, "split": "val", "loss": 1.1, "accuracy": 0.35})
+    lines = [json.dumps(r) for r in records] + ['{"step": 5, "loss": NaN}', "[1]", "not json"]
+    (tmp_path / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    y = torch.tensor([0, 1, 1, 0])
+    result = evaluate(nn.Identity(), [(torch.eye(2)[y] * 3.0, y)], 2)
+    written = write_report(tmp_path, result, "test", ["a", "b"])
+    assert [p.name for p in written] == ["curves.png", "confusion.csv", "confusion.png"]
+    assert best_evaluation(tmp_path) == records[2]

@@ -124,11 +124,24 @@ def test_the_log_keeps_what_the_checkpoint_resumed_holds(tmp_path: Path) -> None
     its next checkpoint, would otherwise log it twice."""
     from vitkit.train.state import truncate_metrics
 
-    records = [{"step": 1}, {"step": 2}, {"step": 2, "split": "val"}, {"step": 3}]
+    records = [
+        {"step": k, "loss": 1.0 / k, "accuracy": 0.5, **split}
+        for k, split in ((1, {}), (2, {}), (2, {"split": "val"}), (3, {}))
+    ]
     path = tmp_path / "metrics.jsonl"
+    # lines no vitkit record is: a hand-edited record without its accuracy (the resumed run
+    # trained, then failed drawing its curves), JSON that is not a record
+    edited = [
+        '{"step": 1, "loss": NaN}',
+        "[1, 2]",
+        '"x"',
+        '{"step": "2", "loss": 1, "accuracy": 0}',
+    ]
 
     def kept(**kw: bool) -> list[dict]:
-        path.write_text("".join(json.dumps(r) + "\n" for r in records) + '{"step": 4, "lo')
+        lines = [json.dumps(r) for r in records[:2]] + edited
+        lines += [json.dumps(r) for r in records[2:]] + ['{"step": 4, "lo']
+        path.write_text("".join(f"{line}\n" for line in lines))
         truncate_metrics(path, 2, **kw)
         return [json.loads(line) for line in path.read_text().splitlines()]
 

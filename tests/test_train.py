@@ -542,10 +542,10 @@ def test_time_to_accuracy_reads_the_log(tmp_path: Path) -> None:
 
     records = [
         {"step": 10, "loss": 1.0, "accuracy": 0.5, "time_s": 30.0},  # a training record
-        {"step": 10, "split": "test", "accuracy": 0.89, "time_s": 400.0},
-        {"step": 20, "split": "test", "accuracy": 0.905, "time_s": 700.0},
-        {"step": 30, "split": "test", "accuracy": 0.904, "time_s": 880.0},
-        {"step": 40, "split": "test", "accuracy": 0.915, "time_s": 950.0},  # after 15 min
+        {"step": 10, "split": "test", "loss": 0.4, "accuracy": 0.89, "time_s": 400.0},
+        {"step": 20, "split": "test", "loss": 0.3, "accuracy": 0.905, "time_s": 700.0},
+        {"step": 30, "split": "test", "loss": 0.3, "accuracy": 0.904, "time_s": 880.0},
+        {"step": 40, "split": "test", "loss": 0.2, "accuracy": 0.915, "time_s": 950.0},  # > 15 min
     ]
     for r, one_view in zip(records[1:], (0.88, 0.899, 0.901, 0.91), strict=True):
         r["accuracy_one_view"] = one_view  # with data.test_flip

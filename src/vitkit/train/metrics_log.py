@@ -18,6 +18,28 @@ from ..runtime.clock import process_seconds
 METRICS_FILE = "metrics.jsonl"
 
 
+def read_records(path: Path) -> list[tuple[str, dict[str, Any]]]:
+    """The records of the log ``path`` (none when it is missing), each with its line as
+    written: a JSON object with an integer ``step`` and a number ``loss`` and ``accuracy``, as
+    every record vitkit writes has. Any other line (torn by a kill mid-write, or edited by
+    hand) is left out, by every reader alike."""
+    if not path.is_file():
+        return []
+    records = []
+    for line in path.read_text().splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if (
+            isinstance(record, dict)
+            and type(record.get("step")) is int
+            and all(isinstance(record.get(k), (int, float)) for k in ("loss", "accuracy"))
+        ):
+            records.append((line, record))
+    return records
+
+
 class MetricsLog:
     """Appends records to ``run_dir/metrics.jsonl`` (when ``main``) with their clocks."""
 
@@ -45,9 +67,8 @@ class MetricsLog:
 
     def logged(self, step: int, split: str) -> bool:
         """Whether the log has a record of ``split`` at ``step``."""
-        lines = self.path.read_text().splitlines() if self.path.is_file() else []
         return any(
-            r.get("step") == step and r.get("split") == split for r in map(json.loads, lines)
+            r["step"] == step and r.get("split") == split for _, r in read_records(self.path)
         )
 
 

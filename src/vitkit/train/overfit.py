@@ -5,10 +5,11 @@ Read from the figures metrics.jsonl holds, so a resumed run sees what the uninte
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from itertools import pairwise
 from pathlib import Path
+
+from .metrics_log import read_records
 
 RISES = 3  # evaluations in a row: one rise is noise, the newcomer's run rose for 5 (issue 46)
 
@@ -40,13 +41,8 @@ class Overfitting:
         ``step``'s unless ``evaluated`` (its checkpoint was saved without it), whether or not
         rank 0 has truncated the log yet."""
         seen = cls()
-        lines = path.read_text().splitlines() if path.is_file() else []
-        for line in lines:
-            try:
-                record = json.loads(line)
-                at, loss, of = record["step"], record["loss"], record.get("split")
-            except (json.JSONDecodeError, KeyError, TypeError):
-                continue  # a line torn by a kill mid-write
+        for _, record in read_records(path):
+            at, loss, of = record["step"], record["loss"], record.get("split")
             if at > step:
                 continue
             if of is None:

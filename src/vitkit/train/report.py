@@ -6,9 +6,10 @@ evaluation; and the run's time to accuracy and best evaluation, read from the sa
 from __future__ import annotations
 
 import csv
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from .metrics_log import METRICS_FILE, read_records
 
 if TYPE_CHECKING:
     from ..eval.metrics import Evaluation
@@ -21,12 +22,7 @@ CONFUSED_SHOWN = 25
 
 
 def _records(run_dir: Path) -> list[dict[str, Any]]:
-    path = run_dir / "metrics.jsonl"
-    return (
-        [json.loads(line) for line in path.read_text().splitlines() if line]
-        if path.is_file()
-        else []
-    )
+    return [record for _, record in read_records(run_dir / METRICS_FILE)]
 
 
 def time_to_accuracy(

@@ -53,7 +53,7 @@ from ..io.checkpoint import (
 )
 from ..io.metadata import WeightsMeta
 from . import distributed
-from .metrics_log import METRICS_FILE
+from .metrics_log import METRICS_FILE, read_records
 
 STATE_FILE = "state.pt"
 SKIPPED_FILE = "skipped_images.txt"  # the image files a run skipped, and why
@@ -481,14 +481,10 @@ def truncate_metrics(path: Path, step: int, *, evaluated: bool = True) -> None:
     checkpoint, has logged them once already."""
     if not path.is_file():
         return
-    kept = []
-    for line in path.read_text().splitlines():
-        try:
-            record = json.loads(line)
-            if record["step"] < step or (
-                record["step"] == step and (evaluated or "split" not in record)
-            ):
-                kept.append(line)
-        except (json.JSONDecodeError, KeyError, TypeError):
-            continue  # a line torn by a kill mid-write
+    kept = [
+        line
+        for line, record in read_records(path)  # a line torn by a kill mid-write goes
+        if record["step"] < step
+        or (record["step"] == step and (evaluated or "split" not in record))
+    ]
     atomic_write(path, lambda p: p.write_text("".join(f"{line}\n" for line in kept)))

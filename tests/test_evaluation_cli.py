@@ -150,7 +150,10 @@ def test_inspect_cli_errors(best: str, tmp_path: Path, capsys) -> None:
     assert main(["inspect", str(tmp_path / "nothing"), "--out", str(tmp_path / "o")]) == 2
     assert "nothing" in capsys.readouterr().err
     assert main(["inspect", best, "--data", "synthetic", "--out", "o", "--num-images", "0"]) == 2
-    assert "--num-images 0" in capsys.readouterr().err
+    assert "error: --num-images 0: expected a positive number\n" in capsys.readouterr().err
+    # the option at fault alone: --top 5, never given, was named beside --batch-size 0
+    assert main(["predict", best, str(tmp_path / "junk.png"), "--batch-size", "0"]) == 2
+    assert capsys.readouterr().err.endswith("error: --batch-size 0: expected a positive number\n")
 
 
 def test_bf16_predictions_agree_with_fp32s(best: str) -> None:

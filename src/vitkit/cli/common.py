@@ -85,6 +85,15 @@ def resolution(cfg: Any) -> str:
     return str(h) if h == w else f"{h}x{w}"
 
 
+def require_positive(args: argparse.Namespace, *names: str) -> None:
+    """A ``VitkitError`` naming the first of the options ``names`` (``args``' attributes) whose
+    value is below 1, and only that one."""
+    for name in names:
+        value = getattr(args, name)
+        if value < 1:
+            raise VitkitError(f"--{name.replace('_', '-')} {value}: expected a positive number")
+
+
 def image_size_arg(text: str) -> int | tuple[int, int]:
     """``--image-size``: 'S' for S x S images, or 'HxW'."""
     try:

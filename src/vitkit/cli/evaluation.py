@@ -17,6 +17,7 @@ from .common import (
     add_device_argument,
     add_workers_argument,
     image_inputs,
+    require_positive,
     resolve_device,
     resolve_workers,
 )
@@ -254,10 +255,7 @@ def _predict(args: argparse.Namespace) -> None:
 
     from ..data.bounds import printable
 
-    if args.top < 1 or args.batch_size < 1:
-        raise VitkitError(
-            f"--top {args.top} --batch-size {args.batch_size}: expected positive numbers"
-        )
+    require_positive(args, "top", "batch_size")
     paths = image_inputs(args.inputs)  # before loading the model: a mistyped input fails at once
     checkpoint = _open(args)
     names = checkpoint.names
@@ -307,8 +305,9 @@ def _fewshot(args: argparse.Namespace) -> None:
         shots = tuple(int(k) for k in args.shots.split(","))
     except ValueError:
         raise VitkitError(f"--shots {args.shots!r}: expected numbers like 1,5,10,25") from None
-    if not shots or min(shots) < 1 or args.seeds < 1:
-        raise VitkitError(f"--shots {args.shots} --seeds {args.seeds}: expected positive numbers")
+    if not shots or min(shots) < 1:
+        raise VitkitError(f"--shots {args.shots}: expected positive numbers")
+    require_positive(args, "seeds")
     given = args.data or [None]  # none: the checkpoint's data
     specs = [_data_spec(spec) for spec in given]  # every one before torch
     if len(set(specs)) < len(specs):
@@ -416,10 +415,7 @@ def _inspect(args: argparse.Namespace) -> None:
     from ..inspect import inspect_model, sample_images
     from ..model import VisionTransformer
 
-    if args.num_images < 1 or args.max_maps < 1:
-        raise VitkitError(
-            f"--num-images {args.num_images} --max-maps {args.max_maps}: expected positive numbers"
-        )
+    require_positive(args, "num_images", "max_maps")
     spec = _data_spec(args.data)
     checkpoint = _open(args)
     model, names, device = checkpoint.model, checkpoint.names, checkpoint.device

@@ -351,3 +351,32 @@ def test_torchao_import_drops_torchs_log_of_torchaos_enums_and_nothing_else() ->
         f"another record of {theirs}",
         deprecated % theirs,
     ]
+
+
+def test_a_model_too_large_for_the_memory_is_refused_before_the_run_begins(
+    tmp_path, monkeypatch, capsys
+) -> None:
+    """A --set of hidden_size=30,000 (4.5e9 weights: 67 GiB to train) filled a 24 GB machine
+    until the kernel killed it; the memory each weight needs in training is checked against
+    the machine's (or its container's limit) before the run directory is made."""
+    import torch
+
+    from vitkit.cli import main
+    from vitkit.config import ConfigError
+    from vitkit.presets import get_config
+    from vitkit.runtime import machine
+
+    assert machine.memory_bytes() is None or machine.memory_bytes() > 2**28
+    base = get_config("ViT-Ti/16")  # 5.5e6 weights: 88 MB to train on a CPU, 22 MB on a GPU
+    monkeypatch.setattr(machine, "memory_bytes", lambda: 50 * 2**20)
+    with pytest.raises(ConfigError, match=r"model\.hidden_size=192 is not valid here: .* more "):
+        machine.check_fits_memory(base, torch.device("cpu"))
+    machine.check_fits_memory(base, torch.device("cuda"))  # the weights alone on the CPU
+    monkeypatch.setattr(machine, "memory_bytes", lambda: None)  # unknown: not checked
+    machine.check_fits_memory(base, torch.device("cpu"))
+    monkeypatch.setattr(machine, "memory_bytes", lambda: 2**20)
+    run_dir = tmp_path / "r"
+    argv = ["train", "--recipe", "smoke", "--set", "model.hidden_size=2048", "--set"]
+    assert main([*argv, "model.num_heads=1", "--run-dir", str(run_dir)]) == 2
+    assert "model.hidden_size=2048 is not valid here: a model of about" in capsys.readouterr().err
+    assert not run_dir.exists()

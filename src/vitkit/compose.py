@@ -441,6 +441,9 @@ def prepare(
         world=world,
     )
     composed = decided_on(composed, device)
+    from .runtime.machine import check_fits_memory
+
+    check_fits_memory(composed.run.model, device)
     return ComposedRun(
         run=composed.run, data=data, device=device, record=record, lock=lock, composed=composed
     )

@@ -224,20 +224,28 @@ class ModelConfig(Section):
                 f"{self.total_stride} pixels"
             )
         if self.arch == "vit":
-            D, tokens = self.hidden_size, gh * gw + 1
-            parts = {  # the weight matrices of each part, by the key that sizes it most
-                "hidden_size": self.num_layers * D * (4 * D + 2 * self.mlp_dim) + tokens * D,
-                "num_classes": (self.representation_size or D) * (self.num_classes + D),
-                "patch_size": self.in_chans * self.patch_size**2 * D,
-            }
+            parts = self.weights_by_key
             total = sum(parts.values())
             if total > MAX_PARAMETERS:
                 return max(parts, key=lambda k: parts[k]), (
                     f"expected a model of at most {MAX_PARAMETERS:,} parameters, found about "
-                    f"{total:.2e} (depth {self.num_layers}, width {D}, MLP {self.mlp_dim}, "
+                    f"{total:.2e} (depth {self.num_layers}, width {self.hidden_size}, MLP {self.mlp_dim}, "
                     f"{self.num_classes:,} classes, patches of {self.patch_size})"
                 )
         return None
+
+    @property
+    def weights_by_key(self) -> dict[str, int]:
+        """A ViT's weight matrices (the biases and norms left out: a lower bound of its
+        parameters) by the key that sizes each part most: the blocks and the position embedding
+        (hidden_size), the head (num_classes), the patch embedding (patch_size). Known without
+        building it; a hybrid's ResNet is not counted."""
+        D, (gh, gw) = self.hidden_size, self.grid
+        return {
+            "hidden_size": self.num_layers * D * (4 * D + 2 * self.mlp_dim) + (gh * gw + 1) * D,
+            "num_classes": (self.representation_size or D) * (self.num_classes + D),
+            "patch_size": self.in_chans * self.patch_size**2 * D,
+        }
 
     @property
     def total_stride(self) -> int:

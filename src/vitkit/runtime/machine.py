@@ -18,6 +18,7 @@ run keeps its precision and its compiled or eager step (and takes this machine's
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, get_args
 
 import torch
@@ -28,7 +29,7 @@ from .arithmetic import precision_on
 from .cores import usable_cores
 
 if TYPE_CHECKING:
-    from ..config import RunConfig
+    from ..config import ModelConfig, RunConfig
 
 
 def launched() -> bool:
@@ -87,6 +88,45 @@ def loader_workers() -> int:
     """Decoding workers per process when ``data.num_workers`` is none: this process's share of
     the cores (``cores_per_process``), less one for the process itself."""
     return cores_per_process() - 1
+
+
+def memory_bytes() -> int | None:
+    """This machine's memory, or its container's limit where that is lower (cgroup v2's
+    ``memory.max``); None where neither can be read."""
+    try:
+        found = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError):
+        return None
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+    except OSError:
+        return found
+    return min(found, int(limit)) if limit.isdigit() else found
+
+
+# Bytes a trained parameter holds in the CPU's memory during training: float32 weights, their
+# gradients and AdamW's two moments (more with an EMA copy or activations, which are not counted).
+TRAINED_BYTES = 16
+
+
+def check_fits_memory(cfg: ModelConfig, device: torch.device) -> None:
+    """A ``ConfigError`` naming the key when the ViT ``cfg`` cannot be trained in this machine's
+    memory even before its activations (``TRAINED_BYTES`` a weight on a CPU; on a GPU the
+    float32 weights the CPU builds first): a --set of hidden_size=30,000 (4.5e9 weights) filled
+    the memory until the kernel killed the process."""
+    host = memory_bytes()
+    if cfg.arch != "vit" or host is None:
+        return
+    parts = cfg.weights_by_key
+    # on a GPU the CPU holds the float32 weights alone, while they are built
+    need = sum(parts.values()) * (TRAINED_BYTES if device.type == "cpu" else 4)
+    if need > host:
+        key = max(parts, key=lambda k: parts[k])
+        raise ConfigError(
+            f"model.{key}={getattr(cfg, key)} is not valid here: a model of about "
+            f"{sum(parts.values()):.2e} weights needs {need / 2**30:,.0f} GiB to train, more than "
+            f"this machine's {host / 2**30:,.0f} GiB of memory"
+        )
 
 
 def processes() -> int:

@@ -257,6 +257,18 @@ def test_vtab_errors_are_one_line(checkpoint: Path, release: Path, tmp_path: Pat
         assert len(err.strip().splitlines()) == 1 and expected in err, err
 
 
+def test_a_vtab_refused_at_its_first_run_records_no_settings(
+    checkpoint: Path, release: Path, tmp_path: Path, capsys
+) -> None:
+    """--resolution 17 (not a multiple of the patch) was refused at the first run, after the
+    settings were recorded: the corrected call was then refused as another evaluation."""
+    out = tmp_path / "out"
+    argv = _vtab(checkpoint, release, out, "--tasks", "cifar", "--resolution")
+    assert main([*argv, "17"]) == 2
+    assert "model.image_size=17 is not valid" in capsys.readouterr().err
+    assert not (out / "vtab-settings.json").exists()  # so the corrected call is its own
+
+
 def test_a_second_vtab_on_the_same_folder_is_one_line(
     checkpoint: Path, release: Path, tmp_path: Path, capsys
 ) -> None:

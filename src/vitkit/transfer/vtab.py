@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 from ..compose import Request, compose
 from ..config import ModelConfig
-from ..errors import ConfigError
+from ..errors import ConfigError, VitkitError
 from ..runtime.stops import stop_requests
 from .paper import check_resolution
 from .records import (
@@ -210,6 +210,7 @@ RUN_SHAPE: dict[str, Shape] = {
 }
 
 
+SETTINGS_FILE = "vtab-settings.json"  # in --out: the settings its runs were made with
 SETTINGS_SHAPE: Shape = {
     "checkpoint": str,
     "candidates": [[float]],
@@ -287,16 +288,28 @@ def _run(
     return done.data
 
 
-def _check_settings(out: Path, protocol: VtabSetup) -> None:
-    """``out`` holds the runs of this protocol or none: runs of other settings are not mixed."""
+def _check_settings(out: Path, protocol: VtabSetup) -> Path | None:
+    """``out`` holds the runs of this protocol or none: runs of other settings are not mixed.
+    Returns the settings file when this call recorded it (None: it held them already)."""
     record = Record(
-        out / "vtab-settings.json", SETTINGS_SHAPE, "delete it to record this command's settings"
+        out / SETTINGS_FILE, SETTINGS_SHAPE, "delete it to record this command's settings"
     )
     held = f"{out} holds the runs of another VTAB-1k evaluation"
     check_same(record.data, protocol.settings(), held, "--out")
-    if not record.data:
-        record.data = protocol.settings()
-        record.save()
+    if record.data:
+        return None
+    record.data = protocol.settings()
+    record.save()
+    return out / SETTINGS_FILE
+
+
+def _forget_settings(out: Path, recorded: Path | None) -> None:
+    """The settings this call ``recorded`` removed when ``out`` holds nothing else: a call
+    refused at its first run (a resolution the model cannot take) records nothing, so the
+    corrected call is not refused as another evaluation."""
+    held = [p.name for p in out.iterdir() if not p.name.startswith(".")]  # its lock aside
+    if recorded is not None and held == [SETTINGS_FILE]:
+        recorded.unlink()
 
 
 @stop_requests()  # one for all its runs: a signal between two stops it before the next
@@ -312,7 +325,23 @@ def run_vtab(
     ``out/vtab.json`` holds: every run's figures, the settings chosen, every task's test
     accuracy and data, the group means and the mean. ``said`` gets a line per run."""
     out = Path(out)
-    _check_settings(out, protocol)
+    recorded = _check_settings(out, protocol)
+    try:
+        return _runs(protocol, tasks, out, progress=progress, said=said)
+    except VitkitError:
+        _forget_settings(out, recorded)
+        raise
+
+
+def _runs(
+    protocol: VtabSetup,
+    tasks: Sequence[TaskData],
+    out: Path,
+    *,
+    progress: bool,
+    said: Callable[[str], None],
+) -> dict[str, Any]:
+    """``run_vtab``'s runs, once ``out`` holds its settings."""
     candidates = protocol.candidates if protocol.sweep else (PAPER_SETTING,)
     val: dict[str, dict[Candidate, float | None]] = {}  # None: the run diverged
     sweep_runs = []

@@ -190,6 +190,49 @@ def test_cli_errors_are_one_line(tmp_path, capsys, monkeypatch) -> None:
     assert not out.exists()
 
 
+def test_an_export_never_replaces_a_checkpoints_files_nor_traces_a_huge_batch(
+    tmp_path, capsys
+) -> None:
+    """``export --onnx best/model.safetensors`` replaced the weights it read (exit 0); a
+    --batch-size of 10^8 filled the memory. Both are one line, before the checkpoint is read;
+    ``fewshot --json best/config.json`` and ``transfer --json`` onto another transfer's record
+    are refused alike (files.check_output_file)."""
+    from vitkit.files import RECORDS
+    from vitkit.io.checkpoint import CONFIG_FILE
+    from vitkit.transfer.finetuning import RECORD
+    from vitkit.transfer.vtab import SETTINGS_FILE
+
+    assert RECORDS == (CONFIG_FILE, RECORD, SETTINGS_FILE)  # the names, where each is written
+    ckpt = vitkit.save(build_model(tiny(num_layers=1)), tmp_path / "ckpt")
+    weights = (ckpt / "model.safetensors").read_bytes()
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "transfer.json").write_text("{}")
+    for argv, said in [
+        (["export", str(ckpt), "--onnx", str(ckpt / "model.safetensors")], "model.safetensors"),
+        (["fewshot", str(ckpt), "--json", str(ckpt / "config.json")], "config.json"),
+        (
+            [
+                "transfer",
+                str(ckpt),
+                "--data",
+                "synthetic",
+                "--json",
+                str(tmp_path / "other" / "transfer.json"),
+            ],
+            "transfer",
+        ),
+    ]:
+        assert main(argv) == 2
+        (line,) = capsys.readouterr().err.splitlines()
+        assert f"{said}" in line and "is a file of a checkpoint or a run directory" in line
+    assert (ckpt / "model.safetensors").read_bytes() == weights
+    assert (
+        main(["export", str(ckpt), "--onnx", str(tmp_path / "a.onnx"), "--batch-size", "10000"])
+        == 2
+    )
+    assert "--batch-size 10000: expected 1 to 1,024" in capsys.readouterr().err
+
+
 # Read in a child process: OpenVINO stays out of the test process (helpers.in_a_child).
 RT_INFO = """
 import json, sys

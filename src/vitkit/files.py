@@ -111,6 +111,12 @@ def atomic_write_text(path: Path, text: str) -> Path:
     return path
 
 
+# The records that make a folder a checkpoint or a run directory: a checkpoint's and a training
+# run's config.json (io/checkpoint.py CONFIG_FILE), a transfer's (transfer/finetuning.py RECORD)
+# and a VTAB-1k evaluation's settings (transfer/vtab.py SETTINGS_FILE).
+RECORDS = ("config.json", "transfer.json", "vtab-settings.json")
+
+
 def check_file_to_write(path: Path) -> None:
     """A ``UserFileError`` when ``path`` cannot be a file ``atomic_write`` writes: a folder, or
     below a file. A command that writes one at its end checks first, not after hours of runs."""
@@ -121,6 +127,21 @@ def check_file_to_write(path: Path) -> None:
             if not parent.is_dir():
                 raise UserFileError(f"{path}: {parent} is a file: expected a folder to write in")
             return
+
+
+def check_output_file(path: Path) -> None:
+    """``check_file_to_write`` for a file a user names for a command to write (``--json``,
+    ``export``'s), and a ``UserFileError`` when it is an existing file of a checkpoint or a run
+    directory (its folder holds one of ``RECORDS``), which writing would replace: ``export
+    --onnx best/model.safetensors`` and ``fewshot --json best/config.json`` destroyed the
+    checkpoint they read, ``transfer --json`` another transfer's record."""
+    check_file_to_write(path)
+    held = [name for name in RECORDS if (path.parent / name).is_file()]
+    if path.is_file() and held:
+        raise UserFileError(
+            f"{path} is a file of a checkpoint or a run directory (beside {', '.join(held)}), "
+            "which writing would replace: expected a new file, or one outside it"
+        )
 
 
 @contextmanager

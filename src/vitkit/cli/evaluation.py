@@ -295,10 +295,10 @@ def _fewshot(args: argparse.Namespace) -> None:
 
     from ..config import data_names
     from ..eval.fewshot import fewshot_model
-    from ..files import atomic_write_text, check_file_to_write
+    from ..files import atomic_write_text, check_output_file
 
     if args.json is not None:
-        check_file_to_write(Path(args.json))
+        check_output_file(Path(args.json))
     if not (math.isfinite(args.l2) and args.l2 > 0):  # before torch and the data
         raise VitkitError(f"--l2 {args.l2}: expected a finite number > 0 (big_vision's: 1024)")
     try:

@@ -107,13 +107,22 @@ def _convert(args: argparse.Namespace) -> None:
 OPENVINO_BOUND = 1e-4
 
 
+# The largest batch export traces with: 10^8 filled the machine's memory in seconds.
+MAX_EXPORT_BATCH = 1024
+
+
 def _export(args: argparse.Namespace) -> None:
     import torch
 
+    from ..files import check_output_file
     from ..io.api import load_with_meta
 
-    if args.batch_size < 1:
-        raise VitkitError(f"--batch-size must be at least 1, got {args.batch_size}")
+    if not 1 <= args.batch_size <= MAX_EXPORT_BATCH:
+        raise VitkitError(
+            f"--batch-size {args.batch_size}: expected 1 to {MAX_EXPORT_BATCH:,} (the batch the "
+            "export is traced and checked with; the exported model takes any)"
+        )
+    check_output_file(Path(args.onnx if args.onnx is not None else args.openvino))
     if args.onnx is not None:
         from ..io.export import require_onnx
 

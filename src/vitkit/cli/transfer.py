@@ -41,14 +41,14 @@ def _transfer(args: argparse.Namespace) -> None:
 
     from ..compose import check_data_exists
     from ..config import RunConfig, parse_set
-    from ..files import atomic_write, atomic_write_text, check_file_to_write
+    from ..files import atomic_write, atomic_write_text, check_output_file
     from ..transfer.finetuning import TABLE, Options, datasets, settings_line, table, transfer
     from ..transfer.paper import check_paper_model, parse_steps
     from .common import log_to_stdout
 
     # everything a user can get wrong, before torch is imported
     if args.json is not None:
-        check_file_to_write(Path(args.json))
+        check_output_file(Path(args.json))
     chosen = datasets(args.data)
     for dataset in chosen:
         check_data_exists(dataset.spec)

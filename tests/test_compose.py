@@ -443,6 +443,8 @@ def test_fit_takes_a_run_config_or_the_flags_that_compose_one(tmp_path: Path) ->
         vitkit.fit(recipe="smoke", sets="train.duration=3st", run_dir=tmp_path)
     with pytest.raises(ConfigError, match="say what to train on"):
         vitkit.fit(run_dir=tmp_path)
+    with pytest.raises(ConfigError, match=r"^fit\(run=\{'a': 1\}\): expected a RunConfig"):
+        vitkit.fit({"a": 1}, run_dir=tmp_path)  # type: ignore[arg-type]  # AttributeError before
     assert not any(tmp_path.iterdir())
 
 

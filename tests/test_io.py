@@ -428,6 +428,13 @@ def test_config_that_claims_more_than_its_weights_is_refused_before_building(
         vitkit.load(tmp_path)
 
 
+def test_class_names_as_one_string_are_refused_not_read_a_character_each(tmp_path) -> None:
+    model = VisionTransformer(tiny(num_layers=1, num_classes=4))
+    with pytest.raises(ConfigError, match=r"^class_names='abcd': expected a list of names"):
+        vitkit.save(model, tmp_path, class_names="abcd")
+    assert not any(tmp_path.iterdir())
+
+
 @pytest.mark.parametrize(
     ("names", "match"),
     [

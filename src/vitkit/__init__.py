@@ -190,6 +190,7 @@ def fit(
     process.
     """
     import dataclasses
+    import reprlib
     from pathlib import Path
 
     from .compose import Request, check_run_data_exists, compose, given, prepare
@@ -198,6 +199,11 @@ def fit(
     from .train.loop import train_prepared
     from .train.rundir import RunLock
 
+    if run is not None and not isinstance(run, RunConfig):  # a dict failed deep inside
+        raise ConfigError(
+            f"fit(run={reprlib.repr(run)}): expected a RunConfig (vitkit.config), or no run and "
+            "the recipe, model, data and sets that compose one"
+        )
     if isinstance(sets, str):  # one "key=value" would be read as one key per character
         raise ConfigError(f"sets={sets!r}: expected a list of 'key=value' items")
     flags = {"recipe": recipe, "model": model, "data": data, "objective": objective}

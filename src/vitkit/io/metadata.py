@@ -50,6 +50,10 @@ def _one_per_class(
     values: Sequence[str] | None, cfg: ModelConfig, key: str, noun: str
 ) -> list[str] | None:
     """``values`` as a list of strings, or None when there are none; one per class, distinct."""
+    if isinstance(values, (str, bytes)):  # 'abcd' was read as four names, one a character
+        raise ConfigError(
+            f"{key}={reprlib.repr(values)}: expected a list of {noun}s, one per class"
+        )
     if not values:
         return None
     items = [str(value) for value in values]

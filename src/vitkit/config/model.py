@@ -229,8 +229,8 @@ class ModelConfig(Section):
             if total > MAX_PARAMETERS:
                 return max(parts, key=lambda k: parts[k]), (
                     f"expected a model of at most {MAX_PARAMETERS:,} parameters, found about "
-                    f"{total:.2e} (depth {self.num_layers}, width {self.hidden_size}, MLP {self.mlp_dim}, "
-                    f"{self.num_classes:,} classes, patches of {self.patch_size})"
+                    f"{total:.2e} (depth {self.num_layers}, width {self.hidden_size}, MLP "
+                    f"{self.mlp_dim}, {self.num_classes:,} classes, patches of {self.patch_size})"
                 )
         return None
 

@@ -237,12 +237,16 @@ class ModelConfig(Section):
     @property
     def weights_by_key(self) -> dict[str, int]:
         """A ViT's weight matrices (the biases and norms left out: a lower bound of its
-        parameters) by the key that sizes each part most: the blocks and the position embedding
-        (hidden_size), the head (num_classes), the patch embedding (patch_size). Known without
-        building it; a hybrid's ResNet is not counted."""
-        D, (gh, gw) = self.hidden_size, self.grid
+        parameters) by the key that sizes each part most: attention and the position embedding
+        (hidden_size), the MLPs (mlp_dim; both num_layers where the depth exceeds the widths),
+        the head (num_classes), the patch embedding (patch_size). Known without building it; a
+        hybrid's ResNet is not counted."""
+        D, L, M, (gh, gw) = self.hidden_size, self.num_layers, self.mlp_dim, self.grid
+        blocks = {"hidden_size": L * 4 * D * D + (gh * gw + 1) * D, "mlp_dim": L * 2 * D * M}
+        if L > max(D, M):  # the depth, not a width, is what is out of bounds
+            blocks = {"num_layers": sum(blocks.values())}
         return {
-            "hidden_size": self.num_layers * D * (4 * D + 2 * self.mlp_dim) + (gh * gw + 1) * D,
+            **blocks,
             "num_classes": (self.representation_size or D) * (self.num_classes + D),
             "patch_size": self.in_chans * self.patch_size**2 * D,
         }

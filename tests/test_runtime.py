@@ -369,7 +369,7 @@ def test_a_model_too_large_for_the_memory_is_refused_before_the_run_begins(
     assert machine.memory_bytes() is None or machine.memory_bytes() > 2**28
     base = get_config("ViT-Ti/16")  # 5.5e6 weights: 88 MB to train on a CPU, 22 MB on a GPU
     monkeypatch.setattr(machine, "memory_bytes", lambda: 50 * 2**20)
-    with pytest.raises(ConfigError, match=r"model\.hidden_size=192 is not valid here: .* more "):
+    with pytest.raises(ConfigError, match=r"model\.mlp_dim=768 is not valid here: .* more "):
         machine.check_fits_memory(base, torch.device("cpu"))
     machine.check_fits_memory(base, torch.device("cuda"))  # the weights alone on the CPU
     monkeypatch.setattr(machine, "memory_bytes", lambda: None)  # unknown: not checked

@@ -241,14 +241,17 @@ class ModelConfig(Section):
         (hidden_size), the MLPs (mlp_dim; both num_layers where the depth exceeds the widths),
         the head (num_classes), the patch embedding (patch_size). Known without building it; a
         hybrid's ResNet is not counted."""
-        D, L, M, (gh, gw) = self.hidden_size, self.num_layers, self.mlp_dim, self.grid
-        blocks = {"hidden_size": L * 4 * D * D + (gh * gw + 1) * D, "mlp_dim": L * 2 * D * M}
-        if L > max(D, M):  # the depth, not a width, is what is out of bounds
+        width, depth, mlp, (gh, gw) = self.hidden_size, self.num_layers, self.mlp_dim, self.grid
+        blocks = {
+            "hidden_size": depth * 4 * width * width + (gh * gw + 1) * width,
+            "mlp_dim": depth * 2 * width * mlp,
+        }
+        if depth > max(width, mlp):  # the depth, not a width, is what is out of bounds
             blocks = {"num_layers": sum(blocks.values())}
         return {
             **blocks,
-            "num_classes": (self.representation_size or D) * (self.num_classes + D),
-            "patch_size": self.in_chans * self.patch_size**2 * D,
+            "num_classes": (self.representation_size or width) * (self.num_classes + width),
+            "patch_size": self.in_chans * self.patch_size**2 * width,
         }
 
     @property

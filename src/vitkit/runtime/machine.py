@@ -124,8 +124,8 @@ def check_fits_memory(cfg: ModelConfig, device: torch.device) -> None:
         key = max(parts, key=lambda k: parts[k])
         raise ConfigError(
             f"model.{key}={getattr(cfg, key)} is not valid here: a model of about "
-            f"{sum(parts.values()):.2e} weights needs {need / 2**30:,.0f} GiB to train, more than "
-            f"this machine's {host / 2**30:,.0f} GiB of memory"
+            f"{sum(parts.values()):.2e} weights needs {need / 2**30:.3g} GiB to train, more than "
+            f"this machine's {host / 2**30:.3g} GiB of memory"
         )
 
 

@@ -93,6 +93,10 @@ def onnx_metadata(
     return metadata
 
 
+# The first opset with LayerNormalization, which every vitkit model holds.
+MIN_OPSET = 17
+
+
 def export_onnx(
     model: VisionTransformer | ResNetClassifier,
     path: str | os.PathLike,
@@ -124,6 +128,15 @@ def export_onnx(
     require_onnx()
     if batch_size < 1:
         raise ConfigError(f"batch_size must be at least 1, got {batch_size}")
+    if opset is not None:
+        from onnx.defs import onnx_opset_version
+
+        newest = onnx_opset_version()  # before the exporter, which prints a traceback first
+        if not MIN_OPSET <= opset <= newest:
+            raise ConfigError(
+                f"opset={opset}: expected {MIN_OPSET} (LayerNormalization's first) to {newest} "
+                "(this onnx's newest), or none for torch's own"
+            )
     path = Path(path)
     if path.is_dir():
         raise UserFileError(

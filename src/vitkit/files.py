@@ -20,6 +20,7 @@ import os
 import re
 import shutil
 import stat
+import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -142,6 +143,11 @@ def check_output_file(path: Path) -> None:
             f"{path} is a file of a checkpoint or a run directory (beside {', '.join(held)}), "
             "which writing would replace: expected a new file, or one outside it"
         )
+    if path.parent.is_dir():  # a folder nothing can be written in (/proc, read-only): now
+        try:
+            tempfile.TemporaryFile(dir=path.parent).close()
+        except OSError as e:
+            raise UserFileError(f"cannot write {path}: {e.strerror or e}") from None
 
 
 @contextmanager

@@ -234,6 +234,9 @@ def test_an_export_never_replaces_a_checkpoints_files_nor_traces_a_huge_batch(
         (line,) = capsys.readouterr().err.splitlines()
         assert f"{said}" in line and "is a file of a checkpoint or a run directory" in line
     assert (ckpt / "model.safetensors").read_bytes() == weights
+    (ckpt / "model.onnx").write_bytes(b"an earlier export")  # of its kind: replaced
+    assert main(["export", str(ckpt), "--onnx", str(ckpt / "model.onnx")]) == 0
+    assert (ckpt / "model.onnx").read_bytes() != b"an earlier export"
     if Path("/proc").is_dir():  # a folder nothing is written in: said first, not at the end
         assert main(["fewshot", str(ckpt), "--json", "/proc/vitkit.json"]) == 2
         assert "error: cannot write /proc/vitkit.json: " in capsys.readouterr().err

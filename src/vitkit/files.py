@@ -130,15 +130,18 @@ def check_file_to_write(path: Path) -> None:
             return
 
 
-def check_output_file(path: Path) -> None:
+def check_output_file(path: Path, suffix: str) -> None:
     """``check_file_to_write`` for a file a user names for a command to write (``--json``,
-    ``export``'s), and a ``UserFileError`` when it is an existing file of a checkpoint or a run
-    directory (its folder holds one of ``RECORDS``), which writing would replace: ``export
-    --onnx best/model.safetensors`` and ``fewshot --json best/config.json`` destroyed the
-    checkpoint they read, ``transfer --json`` another transfer's record."""
+    ``export``'s; ``suffix``: what such a file is named, e.g. ``.onnx``), and a
+    ``UserFileError`` when it is an existing file of a checkpoint or a run directory (its folder
+    holds one of ``RECORDS``) other than an earlier one of its kind, which writing would replace:
+    ``export --onnx best/model.safetensors`` and ``fewshot --json best/config.json`` destroyed
+    the checkpoint they read, ``transfer --json`` another transfer's record. ``best/model.onnx``
+    exported again is replaced."""
     check_file_to_write(path)
     held = [name for name in RECORDS if (path.parent / name).is_file()]
-    if path.is_file() and held:
+    ours = path.suffix.lower() == suffix and path.name not in RECORDS
+    if path.is_file() and held and not ours:
         raise UserFileError(
             f"{path} is a file of a checkpoint or a run directory (beside {', '.join(held)}), "
             "which writing would replace: expected a new file, or one outside it"

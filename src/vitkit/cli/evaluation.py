@@ -298,7 +298,7 @@ def _fewshot(args: argparse.Namespace) -> None:
     from ..files import atomic_write_text, check_output_file
 
     if args.json is not None:
-        check_output_file(Path(args.json))
+        check_output_file(Path(args.json), ".json")
     if not (math.isfinite(args.l2) and args.l2 > 0):  # before torch and the data
         raise VitkitError(f"--l2 {args.l2}: expected a finite number > 0 (big_vision's: 1024)")
     try:

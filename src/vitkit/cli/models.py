@@ -122,12 +122,13 @@ def _export(args: argparse.Namespace) -> None:
             f"--batch-size {args.batch_size}: expected 1 to {MAX_EXPORT_BATCH:,} (the batch the "
             "export is traced and checked with; the exported model takes any)"
         )
-    check_output_file(Path(args.onnx if args.onnx is not None else args.openvino))
     if args.onnx is not None:
+        check_output_file(Path(args.onnx), ".onnx")
         from ..io.export import require_onnx
 
         require_onnx()  # before loading and exporting, which take a while
     else:
+        check_output_file(Path(args.openvino), ".xml")
         from ..runtime.openvino import require_openvino
 
         require_openvino()

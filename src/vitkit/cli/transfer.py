@@ -48,7 +48,7 @@ def _transfer(args: argparse.Namespace) -> None:
 
     # everything a user can get wrong, before torch is imported
     if args.json is not None:
-        check_output_file(Path(args.json))
+        check_output_file(Path(args.json), ".json")
     chosen = datasets(args.data)
     for dataset in chosen:
         check_data_exists(dataset.spec)

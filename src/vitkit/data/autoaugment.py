@@ -4,20 +4,19 @@ Every draw comes from the caller's ``torch.Generator`` (the loader's per-sample 
 one), so an image depends only on (seed, epoch, index) and a resumed run repeats exactly. A
 policy (``config.augment.AutoAugment``, from ``data.auto_augment``) draws a plan of ``Step``s
 (``plan``), then ``apply`` applies it; ``apply_each`` applies a batch's plans an op at a time
-over the images that take it (a batch of 128 at 32 px in 7 ms against 30 one image at a time,
-one thread), pixel for pixel what torchvision's functional ops give each image alone on the
-same CPU (one exception: torchvision's contrast blend rounds the last few values of some image
-sizes, e.g. 3x11x13, without the fused multiply-add it uses for the rest, so there a value can
-differ by one level; no size of 28, 32 or 224 px does).
-``rand`` [Cubuk et al. 2020] and ``original`` (the ImageNet
-policy of Cubuk et al. 2019) are timm's (timm/data/auto_augment.py): its op lists (``inc``),
-level-to-argument rules, p 0.5 per RandAugment op, ops drawn with replacement, magnitudes
-N(m, mstd) clipped to [0, mmax], a random sign per signed op. ``trivial`` is torchvision's
-TrivialAugmentWide [Müller & Hutter 2021]: one op of 14, one of 31 magnitude bins. Differences:
-torchvision's tensor arithmetic (``v2.functional``) instead of PIL's (the enhance ops round differently;
-shear about the top-left corner, as both); bilinear always (timm draws bilinear or bicubic,
-torchvision's TrivialAugment is nearest); grey fill 128 (timm's for mean 0.5; torchvision's is
-black); posterize bits clipped to [0, 8] (timm's go negative for mmax > 10).
+over the images that take it (benchmarks/RESULTS.md, "The toolbox's augmentation a batch at a
+time"), pixel for pixel what torchvision's functional ops give each image alone on the same CPU
+(one exception: torchvision's contrast blend rounds the last few values of some image sizes,
+e.g. 3x11x13, without the fused multiply-add it uses for the rest, so there a value can differ
+by one level; no size of 28, 32 or 224 px does). ``rand`` [Cubuk et al. 2020] and ``original``
+(the ImageNet policy of Cubuk et al. 2019) are timm's (timm/data/auto_augment.py): its op lists
+(``inc``), level-to-argument rules, p 0.5 per RandAugment op, ops drawn with replacement,
+magnitudes N(m, mstd) clipped to [0, mmax], a random sign per signed op. ``trivial`` is
+torchvision's TrivialAugmentWide [Müller & Hutter 2021]: one op of 14, one of 31 magnitude bins.
+Differences: torchvision's tensor arithmetic (``v2.functional``) instead of PIL's (the enhance
+ops round differently; shear about the top-left corner, as both); bilinear always (timm draws
+bilinear or bicubic, torchvision's TrivialAugment is nearest); grey fill 128 (timm's for mean
+0.5; torchvision's is black); posterize bits clipped to [0, 8] (timm's go negative for mmax > 10).
 """
 
 from __future__ import annotations
@@ -219,8 +218,9 @@ def apply_each(images: Tensor, plans: Sequence[list[Step]]) -> Tensor:
     for k in range(max((len(steps) for steps in plans), default=0)):
         groups: dict[str, list[tuple[int, Step]]] = {}
         for i, steps in enumerate(plans):
-            if k < len(steps) and _name(steps[k].op) != "Identity":
-                kind = "affine" if _name(steps[k].op) in _GEOMETRIC else _name(steps[k].op)
+            name = _name(steps[k].op) if k < len(steps) else "Identity"
+            if name != "Identity":
+                kind = "affine" if name in _GEOMETRIC else name
                 groups.setdefault(kind, []).append((i, steps[k]))
         for kind, members in groups.items():
             if len(members) == len(out) <= chunk:  # every image: no gather, no scatter

@@ -29,8 +29,9 @@ from torch import Tensor
 from ..config import from_dict, image_size_of, to_dict
 from ..errors import ConfigError, DataError
 
-# torchvision is imported only by ``rand_augment`` (and autoaugment's Equalize and AutoContrast): importing it imports
-# torch._dynamo (through torchvision.ops), seconds of every command's start (benchmarks/RESULTS.md).
+# torchvision is imported only by ``rand_augment`` (and autoaugment's Equalize and AutoContrast):
+# importing it imports torch._dynamo (through torchvision.ops), seconds of every command's start
+# (benchmarks/RESULTS.md).
 _INTERPOLATION = ("bilinear", "bicubic")
 # Each normalisation as (mean, std) on pixels scaled to [0, 1], the same on every channel:
 # (x / 255 - 0.5) / 0.5 is (x - 127.5) / 127.5. Other tools (HF, ONNX consumers) read it this way.

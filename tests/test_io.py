@@ -223,6 +223,23 @@ def test_timm_state_dict_files(tmp_path, suffix: str) -> None:
         assert (model(x) - peer(x)).abs().max() <= 1e-5
 
 
+def test_heads_or_posemb_the_checkpoint_records_otherwise_are_refused(tmp_path) -> None:
+    """``num_heads`` and ``posemb`` are for checkpoints that lack them: one that records another
+    value is refused in one line, not silently kept (before: ignored, exit 0)."""
+    model = randomized(tiny())  # 4 heads, learned position embeddings
+    vitkit.save(model, tmp_path / "m")
+    assert vitkit.load(tmp_path / "m", num_heads=4, posemb="learn").cfg == model.cfg
+    with pytest.raises(ConfigError, match="num_heads=2 but the checkpoint records 4 heads"):
+        vitkit.load(tmp_path / "m", num_heads=2)
+    with pytest.raises(ConfigError, match="posemb='sincos2d' but the checkpoint"):
+        vitkit.load(tmp_path / "m", posemb="sincos2d")
+    with pytest.raises(ConfigError, match="posemb='bogus': expected one of learn, sincos2d"):
+        vitkit.load(tmp_path / "m", posemb="bogus")  # type: ignore[arg-type]
+    for heads in (0, 2.0, True):
+        with pytest.raises(ConfigError, match="expected a positive whole number"):
+            vitkit.load(tmp_path / "m", num_heads=heads)  # type: ignore[arg-type]
+
+
 def test_load_at_another_image_size(tmp_path) -> None:
     model = randomized(tiny())
     vitkit.save(model, tmp_path)

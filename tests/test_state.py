@@ -147,3 +147,29 @@ def test_the_log_keeps_what_the_checkpoint_resumed_holds(tmp_path: Path) -> None
 
     assert kept() == records[:3]  # and the line torn by a kill
     assert kept(evaluated=False) == records[:2]
+
+
+def test_a_damaged_newest_checkpoint_names_the_one_before_and_how_to_continue_from_it(
+    tmp_path: Path,
+) -> None:
+    """A run whose newest checkpoint cannot be read (a truncated state.pt) is refused in one line
+    that names the checkpoint before it and what to delete to continue from there; nothing is
+    deleted for the user, and once it is, the run continues from that one to its end."""
+    from vitkit import fit
+    from vitkit.errors import CheckpointError
+
+    fit(recipe="smoke", run_dir=tmp_path, progress=False)  # 8 steps, checkpoints at 4 and 8
+    before, newest = sorted((tmp_path / "checkpoints").iterdir())
+    state = newest / "state.pt"
+    state.write_bytes(state.read_bytes()[:1000])
+    with pytest.raises(CheckpointError) as e:
+        fit(recipe="smoke", run_dir=tmp_path, progress=False)
+    assert str(e.value).endswith(f"to continue from {before.name} instead, delete {newest}")
+    assert f"{state} changed since it was written" in str(e.value) and "\n" not in str(e.value)
+    assert newest.is_dir()
+    shutil.rmtree(newest)
+    assert fit(recipe="smoke", run_dir=tmp_path, progress=False).ended_early is None
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == [
+        before.name,
+        newest.name,
+    ]

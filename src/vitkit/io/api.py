@@ -20,7 +20,7 @@ import os
 import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import numpy as np
 from torch import Tensor, nn
@@ -129,7 +129,33 @@ def read(
 ) -> tuple[ModelConfig, dict[str, Tensor], WeightsMeta]:
     """The config, state dict (vitkit layout) and what travels with the weights a checkpoint
     holds (``io.metadata.WeightsMeta``: what a file records, checked against the model where it
-    is read; none for a module or a state dict)."""
+    is read; none for a module or a state dict). ``num_heads`` and ``posemb`` are for the
+    checkpoints that do not record them; one that records another value is refused, not
+    silently kept."""
+    if posemb is not None and posemb not in get_args(Posemb):
+        raise ConfigError(f"posemb={posemb!r}: expected one of {', '.join(get_args(Posemb))}")
+    if num_heads is not None and (
+        isinstance(num_heads, bool) or not isinstance(num_heads, int) or num_heads < 1
+    ):
+        raise ConfigError(f"num_heads={num_heads!r}: expected a positive whole number")
+    cfg, state, meta = _read(source, num_heads=num_heads, posemb=posemb)
+    if num_heads is not None and cfg.num_heads != num_heads:
+        raise ConfigError(
+            f"num_heads={num_heads} but the checkpoint records {cfg.num_heads} heads: the option "
+            "is for checkpoints that do not record them; leave it out"
+        )
+    if posemb is not None and cfg.posemb != posemb:
+        raise ConfigError(
+            f"posemb={posemb!r} but the checkpoint's position embedding is {cfg.posemb!r}: the "
+            "option is for big_vision checkpoints that store none; leave it out"
+        )
+    return cfg, state, meta
+
+
+def _read(
+    source: Source, *, num_heads: int | None, posemb: str | None
+) -> tuple[ModelConfig, dict[str, Tensor], WeightsMeta]:
+    """``read`` for each kind of source, the options unchecked."""
     from .metadata import WeightsMeta
 
     if isinstance(source, VisionTransformer):

@@ -42,6 +42,7 @@ from ..data.loader import derive_seed
 from ..errors import VitkitError
 from ..eval.metrics import Evaluation
 from ..files import atomic_write
+from ..io.checkpoint import CheckpointError
 from ..io.metadata import WeightsMeta
 from ..runtime.clock import process_seconds
 from ..runtime.stops import StoppedError, stop_requests
@@ -233,7 +234,15 @@ def train_prepared(prepared: PreparedRun, *, progress: bool = True) -> RunResult
     parts = build_parts(run, device, autocast=autocast, pretrained=pretrained)
     step, best, window, earlier_s, eval_due = 0, -1.0, _Window(), -prepared.started_s, False
     if resume is not None:
-        state = parts.resume(resume)
+        try:
+            state = parts.resume(resume)
+        except CheckpointError as e:
+            before = record.before_newest() if resume == record.last else None
+            if before is None:
+                raise
+            raise CheckpointError(  # nothing is deleted for the user: it may be a copy to redo
+                f"{e}; to continue from {before.name} instead, delete {resume}"
+            ) from None
         step, best, window = state.step, state.best, _Window.resumed(state.window)
         eval_due = state.eval_due
         if not (run_dir / "best").is_dir():  # a checkpoint moved alone (--resume, a copy)

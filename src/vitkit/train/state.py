@@ -231,6 +231,12 @@ class RunRecord:
         (None: a new run)."""
         return self.last if self.last is not None else self.resume_from
 
+    def before_newest(self) -> Path | None:
+        """The directory's checkpoint before its newest (None: it holds fewer than two): what a
+        run continues from once a damaged newest one is deleted."""
+        found = checkpoints(self.run_dir)
+        return found[-2] if len(found) > 1 and found[-1] == self.last else None
+
     def as_now(self) -> RunRecord:
         """The record with the directory's newest checkpoint as it is now, the rest as read: a
         checkpoint a process killed mid-save left aside may be back (``remove_partial_writes``)."""

@@ -203,21 +203,26 @@ def test_an_export_never_replaces_a_checkpoints_files_nor_traces_a_huge_batch(
 ) -> None:
     """``export --onnx best/model.safetensors`` replaced the weights it read (exit 0); a
     --batch-size of 10^8 filled the memory. Both are one line, before the checkpoint is read;
-    ``fewshot --json best/config.json`` and ``transfer --json`` onto another transfer's record
-    are refused alike (files.check_output_file)."""
-    from vitkit.files import RECORDS
+    ``fewshot --json best/config.json``, ``--json`` onto a Hugging Face checkpoint's image
+    processor and ``transfer --json`` onto another transfer's record are refused alike
+    (files.check_output_file)."""
+    from vitkit.files import RECORDS, WRITTEN_BESIDE
+    from vitkit.io.formats.hf_processor import PROCESSOR_FILE
     from vitkit.io.checkpoint import CONFIG_FILE
     from vitkit.transfer.finetuning import RECORD
     from vitkit.transfer.vtab import SETTINGS_FILE
 
     assert RECORDS == (CONFIG_FILE, RECORD, SETTINGS_FILE)  # the names, where each is written
+    assert PROCESSOR_FILE in WRITTEN_BESIDE
     ckpt = vitkit.save(build_model(tiny(num_layers=1)), tmp_path / "ckpt")
+    hf = vitkit.save(build_model(tiny(num_layers=1)), tmp_path / "hf", format="hf")
     weights = (ckpt / "model.safetensors").read_bytes()
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "transfer.json").write_text("{}")
     for argv, said in [
         (["export", str(ckpt), "--onnx", str(ckpt / "model.safetensors")], "model.safetensors"),
         (["fewshot", str(ckpt), "--json", str(ckpt / "config.json")], "config.json"),
+        (["fewshot", str(ckpt), "--json", str(hf / PROCESSOR_FILE)], PROCESSOR_FILE),
         (
             [
                 "transfer",

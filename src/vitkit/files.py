@@ -116,6 +116,10 @@ def atomic_write_text(path: Path, text: str) -> Path:
 # run's config.json (io/checkpoint.py CONFIG_FILE), a transfer's (transfer/finetuning.py RECORD)
 # and a VTAB-1k evaluation's settings (transfer/vtab.py SETTINGS_FILE).
 RECORDS = ("config.json", "transfer.json", "vtab-settings.json")
+# Written beside those records by the writer of the folder, and of a name a command's own output
+# (``--json``) could take: a Hugging Face checkpoint's image processor (io/formats/hf_processor.py
+# PROCESSOR_FILE) and a VTAB-1k evaluation's result (cli/vtab.py).
+WRITTEN_BESIDE = ("preprocessor_config.json", "vtab.json")
 
 
 def check_file_to_write(path: Path) -> None:
@@ -140,7 +144,7 @@ def check_output_file(path: Path, suffix: str) -> None:
     exported again is replaced."""
     check_file_to_write(path)
     held = [name for name in RECORDS if (path.parent / name).is_file()]
-    ours = path.suffix.lower() == suffix and path.name not in RECORDS
+    ours = path.suffix.lower() == suffix and path.name not in RECORDS + WRITTEN_BESIDE
     if path.is_file() and held and not ours:
         raise UserFileError(
             f"{path} is a file of a checkpoint or a run directory (beside {', '.join(held)}), "

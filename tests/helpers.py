@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import resource
 import shutil
 import signal
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 import torch
 from PIL import Image
 from torch import nn
@@ -348,13 +350,23 @@ def random_checkpoint(path: Path, **overrides: Any) -> Path:
     return save(randomize(VisionTransformer(tiny(**overrides))), path)
 
 
-def in_a_child(code: str, *args: str) -> Any:
+def in_a_child(code: str, *args: str, as_a_user: bool = False) -> Any:
     """What ``code`` prints as JSON on its last line, run by a fresh interpreter (``sys.argv[1:]``
     are ``args``) whose error fails the test with its stderr. For OpenVINO: loaded into the test
     process, it made a later torchao/Inductor compilation there end in SIGSEGV (after pyarrow was
-    loaded too; tests/test_inference.py), so no test loads it here."""
+    loaded too; tests/test_inference.py), so no test loads it here. ``as_a_user``: without root's
+    right to read and search any file (dropped by util-linux's ``setpriv`` where the tests run as
+    root; the test is skipped where it is missing), so that ``chmod 000`` refuses as it would a
+    user."""
+    prefix: list[str] = []
+    if as_a_user and os.geteuid() == 0:
+        setpriv = shutil.which("setpriv")
+        if setpriv is None:
+            pytest.skip("as root, this needs util-linux's setpriv to drop the right to read")
+        caps = "-dac_override,-dac_read_search"
+        prefix = [setpriv, f"--bounding-set={caps}", f"--inh-caps={caps}"]
     done = subprocess.run(
-        [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=600
+        [*prefix, sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=600
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])

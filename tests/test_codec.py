@@ -104,7 +104,9 @@ def test_a_truncated_or_garbage_jpeg_raises_a_decode_error(tmp_path: Path, decod
             dc.decode((tmp_path / name).read_bytes())
 
 
-def test_a_float_tiff_is_an_image_that_does_not_decode_not_a_black_one(tmp_path: Path) -> None:
+def test_a_float_or_32_bit_tiff_is_an_image_that_does_not_decode_not_a_clipped_one(
+    tmp_path: Path,
+) -> None:
     """A 32-bit float TIFF (PIL mode F, a microscope's [0, 1]) was clipped to 0..255 by PIL's
     conversion, a black image that verification called grey: both refuse it now, as a file
     that fails to decode (skipped, and counted against data.max_bad_fraction)."""
@@ -121,6 +123,14 @@ def test_a_float_tiff_is_an_image_that_does_not_decode_not_a_black_one(tmp_path:
     sixteen = tmp_path / "sixteen.png"
     Image.fromarray(np.full((4, 4), 65535, dtype=np.uint16)).save(sixteen)
     assert dc.decode(sixteen.read_bytes(), "L").unique().tolist() == [255]  # 16 bits still read
+    # 32-bit integers (mode I) beyond 16 bits were clipped at 65,535: 93% of this one white
+    wide = tmp_path / "int32.tif"
+    Image.fromarray((np.arange(256).reshape(16, 16) * 4000).astype(np.int32), "I").save(wide)
+    with pytest.raises(DECODE_ERRORS, match=r"32-bit integer pixels from 0 to 1020000 \(PIL"):
+        dc.decode(wide.read_bytes(), "L")
+    within = tmp_path / "int32-16.tif"  # mode I of 16-bit values: read as 16 bits
+    Image.fromarray(np.full((4, 4), 65535, dtype=np.int32), "I").save(within)
+    assert dc.decode(within.read_bytes(), "L").unique().tolist() == [255]
 
 
 def test_an_image_of_more_pixels_than_the_bound_is_refused_before_decoding(

@@ -207,8 +207,8 @@ def test_an_export_never_replaces_a_checkpoints_files_nor_traces_a_huge_batch(
     processor and ``transfer --json`` onto another transfer's record are refused alike
     (files.check_output_file)."""
     from vitkit.files import RECORDS, WRITTEN_BESIDE
-    from vitkit.io.formats.hf_processor import PROCESSOR_FILE
     from vitkit.io.checkpoint import CONFIG_FILE
+    from vitkit.io.formats.hf_processor import PROCESSOR_FILE
     from vitkit.transfer.finetuning import RECORD
     from vitkit.transfer.vtab import SETTINGS_FILE
 

@@ -17,7 +17,14 @@ import pytest
 import torch
 from PIL import Image
 
-from helpers import claimed_png, colour_image, grey_image, padded_image, save_image_to
+from helpers import (
+    claimed_png,
+    colour_image,
+    grey_image,
+    in_a_child,
+    padded_image,
+    save_image_to,
+)
 from vitkit.data import (
     FolderLayout,
     ImageFolderDataset,
@@ -188,6 +195,66 @@ def test_a_link_that_loops_is_an_unreadable_image_not_a_traceback(tmp_path: Path
     assert folder_layout(root).counts[None] == 6  # the link with an image's name counted
     with pytest.raises(DataError, match=r"loop\.png .*Too many levels of symbolic links"):
         ImageFolderDataset(root, None)  # verified: one bad image of 6, over max_bad_fraction
+
+
+@pytest.mark.parametrize(
+    ("name", "said"),
+    [
+        (b"new\nline", "the character '\\n', which cannot be printed"),
+        (b"b\xff", "the byte 0xff, which is not UTF-8"),
+        ("x\u202egnp".encode(), "the character '\\u202e', which cannot be printed"),
+    ],
+)
+def test_a_class_folder_whose_name_is_not_printable_text_is_refused(
+    tmp_path: Path, name: bytes, said: str
+) -> None:
+    """A newline in a class folder's name became two classes in a packed folder's classes.txt
+    (the labels after it under the wrong names); a byte that is not UTF-8 failed the run's
+    confusion table after training, and data pack, with a traceback. Refused when listed, naming
+    the folder as a terminal can show it."""
+    root = _tree(tmp_path / "photos", {"a": 2, "z": 2})
+    os.rename(root / "z", os.fsencode(root) + b"/" + name)
+    with pytest.raises(DataError) as e:
+        folder_layout(root)
+    assert f": its name holds {said}: expected a class name of printable UTF-8 text" in str(e.value)
+    assert "\n" not in str(e.value) and str(e.value).isprintable()
+
+
+UNREADABLE = """
+import json, sys, warnings
+from vitkit.data import folder_layout
+from vitkit.errors import DataError
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    try:
+        found = folder_layout(sys.argv[1]).counts[None]
+    except DataError as e:
+        found = str(e)
+print(json.dumps([found, [str(w.message) for w in caught]]))
+"""
+
+
+def test_a_folder_that_cannot_be_read_is_named_not_left_out(tmp_path: Path) -> None:
+    """Run as a user: a class folder that cannot be read was "holds no images"; a folder inside
+    one was left out without a word (its images not counted)."""
+    root = _tree(tmp_path / "photos", {"a": 2, "b": 2})
+    _tree(root / "b", {"more": 3})
+    (root / "b/more").chmod(0)
+    try:
+        assert in_a_child(UNREADABLE, str(root), as_a_user=True) == [
+            4,
+            [f"skipping {root}/b/more: the folder cannot be read (Permission denied)"],
+        ]
+        (root / "b/more").chmod(0o755)
+        (root / "a").chmod(0)
+        assert in_a_child(UNREADABLE, str(root), as_a_user=True) == [
+            f"the folder {root}/a cannot be read (Permission denied): expected a folder of "
+            "images you can read",
+            [],
+        ]
+    finally:
+        for folder in (root / "a", root / "b/more"):
+            folder.chmod(0o755)  # for pytest to delete
 
 
 @pytest.mark.parametrize("link", ["symlink", "hard link", "linked folder"])

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import multiprocessing
+import os
 import sys
 from collections import Counter
 from pathlib import Path
@@ -681,3 +682,17 @@ def test_a_time_budget_ends_the_run_saved_evaluated_and_tested(tmp_path: Path, c
     later = re.findall(r"after step ([\d,]+)", str(more.ended_early))
     last = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[-1])
     assert int(later[0].replace(",", "")) > step and last["run_s"] >= 11
+
+
+def test_skipped_images_are_one_line_each_whatever_their_names(tmp_path: Path) -> None:
+    """A skipped file whose name holds a byte that is not UTF-8 was a UnicodeEncodeError before
+    the run began, and one with a newline two lines of skipped_images.txt: each is one line, as a
+    terminal shows it, in UTF-8."""
+    from vitkit.train.loop import write_skipped
+
+    odd = os.fsdecode(b"bad\xff.jpg")  # as os.listdir gives it: a surrogate escape
+    write_skipped(
+        tmp_path, [(f"/p/{odd}", "UnidentifiedImageError: x"), ("/p/two\nlines.png", "y")]
+    )
+    lines = (tmp_path / "skipped_images.txt").read_bytes().decode("utf-8").splitlines()
+    assert lines == ["/p/bad\\udcff.jpg\tUnidentifiedImageError: x", "/p/two\\nlines.png\ty"]

@@ -173,7 +173,7 @@ def test_a_checkpoints_preprocessing_and_class_names_are_checked_and_shown_safel
 ) -> None:
     """A checkpoint's ``preprocess.image_size`` of 10^6 (a 3 TB resize) is one line when it is
     read; its class names reach the terminal with escape sequences, newlines and U+202E escaped
-    (a name of megabytes is refused when read: tests/test_io.py)."""
+    and --json as recorded (a name of megabytes is refused when read: tests/test_io.py)."""
     names = ["\x1b[31mred", "two\nlines", "\u202eright-to-left", "plain é"]
     model = randomize(vitkit.create_model(tiny(num_classes=4, classifier="gap")), std=0.5)
     checkpoint = vitkit.save(model, tmp_path / "ckpt", class_names=names)
@@ -184,6 +184,9 @@ def test_a_checkpoints_preprocessing_and_class_names_are_checked_and_shown_safel
         assert "\x1b" not in row and "\u202e" not in row
         for shown in ("\\x1b[31mred", "two\\nlines", "\\u202eright-to-left", "plain é"):
             assert shown in row
+    # --json gives the names as recorded (it gave them escaped for a terminal: "two\\nlines")
+    _, entries = predict_json(str(checkpoint), str(images / "more"), capsys=capsys)
+    assert {top["label"] for entry in entries for top in entry["top"]} == set(names)
     config = json.loads((checkpoint / "config.json").read_text())
     config["preprocess"] = {"image_size": 10**6}
     (checkpoint / "config.json").write_text(json.dumps(config))

@@ -101,6 +101,43 @@ def test_an_interrupted_pack_leaves_no_shard_behind(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["photos", "shards"]  # nothing hidden
 
 
+def test_a_pack_stopped_by_sigterm_cleans_up_and_one_killed_is_named_by_the_next(
+    tmp_path: Path,
+) -> None:
+    """SIGTERM's default action ended ``data pack`` where it stood: its hidden staging folder
+    stayed, and later packs said nothing of it. SIGTERM now ends it as Ctrl-C does (status 143,
+    nothing left); what a SIGKILL leaves is named by the next pack into the same folder."""
+    import signal
+    import time
+
+    folder, out = tmp_path / "photos", tmp_path / "shards"
+    for k in range(150):
+        save_image(folder / "a" / f"{k}.png", k)
+    pack = [sys.executable, "-m", "vitkit", "data", "pack", str(folder), str(out), "--shard-size"]
+
+    def stopped_midway(signum: int) -> subprocess.Popen:
+        proc = subprocess.Popen([*pack, "1"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 60
+        while not list(tmp_path.glob(".tmp-shards-*")):
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.002)
+        proc.send_signal(signum)
+        proc.wait(timeout=60)
+        return proc
+
+    proc = stopped_midway(signal.SIGTERM)
+    assert proc.returncode == 128 + signal.SIGTERM, proc.stderr.read() if proc.stderr else ""
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["photos"]  # nothing hidden left
+    assert stopped_midway(signal.SIGKILL).returncode == -signal.SIGKILL
+    (left,) = tmp_path.glob(".tmp-shards-*")
+    done = subprocess.run([*pack, "100"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert (
+        f"vitkit: warning: {left} is what an earlier data pack stopped midway left: delete it "
+        "once no other pack into the same folder runs\n"
+    ) in done.stderr
+
+
 def test_a_tree_packed_as_one_split_and_keys_classes_without_a_classes_file(
     photos: Path, tmp_path: Path, capsys
 ) -> None:

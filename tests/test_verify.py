@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from helpers import colour_image, grey_image, save_image_to, write_tar
+from helpers import colour_image, grey_image, in_a_child, save_image_to, write_tar
 from vitkit.data import ImageFolderDataset, UnreadableImageWarning, verify_image_folder
 from vitkit.data import verify as vf
 from vitkit.errors import ConfigError
@@ -117,6 +117,39 @@ def test_names_that_are_not_utf8_are_listed_verified_and_cached(
     second = ImageFolderDataset(root, None, mode=None)
     assert opens == [] and second.verified_cached and _outcome(second) == _outcome(first)
     assert second[0][0].shape == (3, 6, 5)  # the odd name still opens
+
+
+# constructs the folder's dataset, with the cache, as a user without root's right to read any file
+AS_A_USER = """
+import json, sys, warnings
+from vitkit.data import ImageFolderDataset
+warnings.simplefilter("ignore")
+ds = ImageFolderDataset(sys.argv[1], None, mode=None, max_bad_fraction=0.5)
+print(json.dumps([len(ds), ds.verified_cached, [why for _, why in ds.skipped]]))
+"""
+
+
+def test_a_file_that_could_not_be_read_is_read_again_once_its_permission_is_back(
+    tmp_path: Path, home: Path
+) -> None:
+    """A file refused by its permission (``chmod 000``) was cached as unreadable under a key of
+    sizes and times, which ``chmod`` changes neither: fixed, it went on being skipped, and eval
+    refused the folder naming a PermissionError root could not have. Such an entry is used only
+    while the file still cannot be read. Run as a user (root loses its right to read any file)."""
+    root = tmp_path / "data"
+    for k in range(4):
+        save_image_to(root / f"{'ab'[k % 2]}/{k}.png", colour_image(k))
+
+    def as_a_user() -> list:
+        return in_a_child(AS_A_USER, str(root), as_a_user=True)
+
+    (root / "a/0.png").chmod(0)
+    assert as_a_user() == [3, False, ["PermissionError: [Errno 13] Permission denied: "
+                                      f"'{root / 'a/0.png'}'"]]  # fmt: skip
+    assert as_a_user()[:2] == [3, True]  # still unreadable: the entry holds
+    (root / "a/0.png").chmod(0o644)
+    assert as_a_user() == [4, False, []]  # read again, not skipped
+    assert as_a_user() == [4, True, []]
 
 
 @pytest.mark.parametrize("change", ["touch", "rewrite", "add", "remove", "rename"])

@@ -20,7 +20,9 @@ from __future__ import annotations
 import argparse
 import errno
 import os
+import signal
 import sys
+import threading
 import warnings
 from collections.abc import Callable, Sequence
 from typing import TextIO
@@ -91,8 +93,24 @@ def _main(argv: list[str]) -> int:
         return _run(args, debug)
 
 
+# The verbs whose runs take SIGTERM and SIGINT as stop requests (``runtime.stops``).
+TRAINING_VERBS = frozenset({"train", "finetune", "transfer", "vtab"})
+
+
+def _on_sigterm(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def _run(args: argparse.Namespace, debug: bool) -> int:
-    """Run the verb: its user errors as one line and exit status 2."""
+    """Run the verb: its user errors as one line and exit status 2. A SIGTERM ends it as Ctrl-C
+    does, through its ``finally`` blocks (status 143): the default action ended the process where
+    it stood, and ``data pack``, ``export`` and ``convert`` left their hidden staging folders
+    (``files.atomic_files``) behind. The verbs that train take it as a stop request instead
+    (``runtime.stops``), and keep the default action until then (torchrun's tests read a
+    process's handler as "in its steps")."""
+    main_thread = threading.current_thread() is threading.main_thread()  # signals: there only
+    ours = main_thread and args.verb not in TRAINING_VERBS
+    previous = signal.signal(signal.SIGTERM, _on_sigterm) if ours else None
     try:
         args.run(args)
     except BrokenPipeError:  # `vitkit config | head`: the reader has all it wanted
@@ -109,6 +127,9 @@ def _run(args: argparse.Namespace, debug: bool) -> int:
             raise
         print(f"vitkit {args.verb}: interrupted", file=sys.stderr)
         return 130
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     return 0
 
 

@@ -258,9 +258,8 @@ def _predict(args: argparse.Namespace) -> None:
     require_positive(args, "top", "batch_size")
     paths = image_inputs(args.inputs)  # before loading the model: a mistyped input fails at once
     checkpoint = _open(args)
-    names = checkpoint.names
     wnids = checkpoint.meta.wnids  # each class's WordNet id, where they are ImageNet's
-    wnid_of = dict(zip(names, wnids, strict=True)) if wnids else {}
+    wnid_of = dict(zip(checkpoint.class_names, wnids, strict=True)) if wnids else {}
     _has_a_head(args, checkpoint, "predict")
     # said on stderr: --json's stdout is the JSON alone; int8 calibrated on the checkpoint's data
     checkpoint.prepare(min(args.batch_size, len(paths)), images=len(paths), say=sys.stderr)
@@ -281,7 +280,7 @@ def _predict(args: argparse.Namespace) -> None:
             ]
             entries.append({"path": str(path), "top": top})
         else:  # a row as soon as its batch is done
-            pairs = "  ".join(f"{label} {p:.3f}" for label, p in result)
+            pairs = "  ".join(f"{printable(label)} {p:.3f}" for label, p in result)
             print(f"{f'{shown[path]}:':<{width}} {pairs}", flush=True)
     if args.json:
         print(json.dumps(entries, indent=2))

@@ -12,7 +12,9 @@ The cache: ``home()/verified/<name>-<hash of identity>-<level>.json``, written a
 JSON, keyed by the source's ``SourceState`` (a folder's: the sha256 of every file's relative path,
 size and mtime in ns, ``listing_key``, a rewrite keeping both not seen; and the bytes an image may
 hold), the record count, the level, the pixels an image may have (``max_pixels``), Pillow's
-version and the format's. A pass runs under a ``flock`` on ``<entry>.lock``:
+version and the format's; an entry naming a file that could not be read (a permission, a
+dangling link: what the key does not see) is used only while it still cannot be read
+(``_readable_again``). A pass runs under a ``flock`` on ``<entry>.lock``:
 processes that ask at once (torchrun ranks) wait, then read the first one's entry. Where
 ``home()`` cannot be written, the pass runs uncached, with a warning.
 """
@@ -50,8 +52,9 @@ Level = Verify  # data.verify's levels, declared once in the config
 LEVELS: tuple[Level, ...] = get_args(Verify)
 PARALLEL_MIN_FILES = 2000  # below this a pool costs more than it saves
 _CHUNKS_PER_WORKER = 8  # small enough chunks that a slow one does not hold the pool up
-_FORMAT = 4  # of the cache entries: a change of what they hold or mean increments it (2: only
-# codec.FORMATS are opened; 3: any source, findings by record; 4: under the byte and pixel bounds)
+_FORMAT = 5  # of the cache entries: a change of what they hold or mean increments it (2: only
+# codec.FORMATS are opened; 3: any source, findings by record; 4: under the byte and pixel bounds;
+# 5: a file that could not be read is the stage "read", tried again at each cache hit)
 
 
 class Seen(NamedTuple):
@@ -62,6 +65,7 @@ class Seen(NamedTuple):
     looked: bool = False  # whether its pixels were decoded to tell grey from colour
     grey: str = ""  # how it is grey ('L', 'RGB with R = G = B'), '' for colour
     decode_failed: str = ""  # why decoding failed, when it was looked at
+    unread: bool = False  # ``failed`` because its bytes could not be read (not what they hold)
 
 
 def _why(error: BaseException) -> str:
@@ -115,8 +119,9 @@ def check_records(
     colour = False
     for data in source.read_all(records):
         try:
-            if isinstance(data, OSError):
-                raise data
+            if isinstance(data, OSError):  # permissions, a dangling link: may change, unlike bytes
+                seen.append(Seen(failed=_why(data), unread=True))
+                continue
             mode = verified_mode(data, max_pixels=max_pixels)
         except DECODE_ERRORS as e:
             seen.append(Seen(failed=_why(e)))
@@ -162,7 +167,7 @@ class Findings:
     def without_decision(self) -> Findings:
         """The findings of the same pass had it not decided the channels: what decoding alone
         found is dropped."""
-        skipped = [s for s in self.skipped if s[1] == "verify"]
+        skipped = [s for s in self.skipped if s[1] in ("read", "verify")]
         return Findings(self.level, False, skipped, cache=self.cache, hit=self.hit)
 
 
@@ -177,7 +182,7 @@ def summarise(seen: Sequence[Seen], *, level: Level, decide: bool) -> Findings:
     grey: Counter[str] = Counter()
     for i, s in enumerate(seen):
         if s.failed:
-            found.skipped.append((i, "verify", s.failed))
+            found.skipped.append((i, "read" if s.unread else "verify", s.failed))
             continue
         if not decide or found.colour is not None:
             continue
@@ -306,7 +311,7 @@ def _from_json(entry: Any, key: dict[str, Any], level: Level) -> Findings:
         return value
 
     skipped = [(record(r), str(stage), str(why)) for r, stage, why in entry["skipped"]]
-    if any(stage not in ("verify", "decode") for _, stage, _ in skipped):
+    if any(stage not in ("read", "verify", "decode") for _, stage, _ in skipped):
         raise ValueError("unknown stage")
     colour = entry["colour"]
     grey = entry["grey"]
@@ -360,7 +365,7 @@ def verify_source(
 
     def cached() -> Findings | None:
         found = _read(entry, key, level)
-        if found is None or (decide and not found.decided):
+        if found is None or (decide and not found.decided) or _readable_again(source, found):
             return None
         found.cache, found.hit = entry, True
         return found if decide else found.without_decision()
@@ -388,6 +393,14 @@ def verify_source(
         if _write(entry, _to_json(found, key)):
             found.cache = entry
         return found
+
+
+def _readable_again(source: ImageSource, found: Findings) -> bool:
+    """Whether a file the pass could not read can be read now: the key (sizes and times) does not
+    see a permission restored (``chmod``) or a link's target put back, and the entry would keep
+    naming the file as unreadable, and skipping it, after the fix."""
+    unread = [record for record, stage, _ in found.skipped if stage == "read"]
+    return any(not isinstance(data, OSError) for data in source.read_all(unread))
 
 
 def _write(entry: Path, record: dict[str, Any]) -> bool:

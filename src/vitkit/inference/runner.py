@@ -62,7 +62,8 @@ class Inference(nn.Module):
         self.settings = settings
         self.device = device
         recorded = meta.class_names or [str(i) for i in range(model.cfg.num_classes)]
-        self.names = [printable(name) for name in recorded]  # a name per output, as printed
+        self.class_names = recorded  # a name per output, as recorded: what --json gives
+        self.names = [printable(name) for name in recorded]  # as a terminal or a figure shows it
         # the recorded preprocessing, else the official one at the model's resolution
         self.preprocess = meta.preprocess or Preprocess(
             image_size=model.cfg.image_size, in_chans=model.cfg.in_chans
@@ -228,7 +229,7 @@ class Inference(nn.Module):
                 for path, ps, ids in zip(
                     images, best.values.tolist(), best.indices.tolist(), strict=True
                 ):
-                    results[path] = [(self.names[i], p) for p, i in zip(ps, ids, strict=True)]
+                    results[path] = [(self.class_names[i], p) for p, i in zip(ps, ids, strict=True)]
             for path in chunk:
                 yield path, results[path]
 

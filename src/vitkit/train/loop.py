@@ -37,6 +37,7 @@ from torch import Tensor
 from ..config import RunConfig
 from ..config.train import parse_seconds
 from ..data import Preprocess
+from ..data.bounds import printable
 from ..data.device import on_device
 from ..data.loader import derive_seed
 from ..errors import VitkitError
@@ -522,10 +523,12 @@ class _Trainer:
 
 
 def write_skipped(run_dir: Path, skipped: list[tuple[str, str]]) -> None:
-    """``skipped_images.txt``: every image file the run skipped, and why, one per line."""
+    """``skipped_images.txt``: every image file the run skipped, and why, one per line, each
+    as ``printable`` writes it (a newline or a byte that is not UTF-8 in a file's name was a
+    second line, or a ``UnicodeEncodeError`` before the run began)."""
     if skipped:
-        text = "".join(f"{path}\t{why}\n" for path, why in skipped)
-        atomic_write(run_dir / SKIPPED_FILE, lambda p: p.write_text(text))
+        text = "".join(f"{printable(path)}\t{printable(why)}\n" for path, why in skipped)
+        atomic_write(run_dir / SKIPPED_FILE, lambda p: p.write_text(text, encoding="utf-8"))
 
 
 def _check_finite(diverged: Tensor) -> None:

@@ -6,9 +6,11 @@ evaluation; and the run's time to accuracy and best evaluation, read from the sa
 from __future__ import annotations
 
 import csv
+import io
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..files import atomic_write, atomic_write_text
 from .metrics_log import METRICS_FILE, read_records
 
 if TYPE_CHECKING:
@@ -84,7 +86,7 @@ def write_report(run_dir: Path, result: Evaluation, split: str, classes: list[st
         ax.legend()
     fig.tight_layout()
     curves = run_dir / "curves.png"
-    fig.savefig(curves, dpi=DPI)
+    atomic_write(curves, lambda tmp: fig.savefig(tmp, dpi=DPI, format="png"))
     plt.close(fig)
 
     cells = result.confusion
@@ -95,7 +97,7 @@ def write_report(run_dir: Path, result: Evaluation, split: str, classes: list[st
     title = f"{split} accuracy {result.accuracy:.4f}"
     fig = confusion_figure(cells, classes, title=title)
     matrix = run_dir / "confusion.png"
-    fig.savefig(matrix, dpi=DPI)
+    atomic_write(matrix, lambda tmp: fig.savefig(tmp, dpi=DPI, format="png"))
     plt.close(fig)
     return [curves, table, matrix]
 
@@ -104,11 +106,13 @@ def write_confusion_table(
     path: Path, cells: list[tuple[int, int, int]], classes: list[str]
 ) -> None:
     """``confusion.csv``: every non-zero cell of the confusion matrix, one row each (true,
-    predicted, count, true_name, predicted_name), in the order of ``cells``."""
-    with open(path, "w", newline="") as f:
-        out = csv.writer(f)
-        out.writerow(["true", "predicted", "count", "true_name", "predicted_name"])
-        out.writerows((t, p, n, classes[t], classes[p]) for t, p, n in cells)
+    predicted, count, true_name, predicted_name), in the order of ``cells``; written whole or
+    not at all, in UTF-8."""
+    text = io.StringIO(newline="")
+    out = csv.writer(text)
+    out.writerow(["true", "predicted", "count", "true_name", "predicted_name"])
+    out.writerows((t, p, n, classes[t], classes[p]) for t, p, n in cells)
+    atomic_write_text(path, text.getvalue())
 
 
 def most_confused(

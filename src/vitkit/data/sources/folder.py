@@ -29,7 +29,7 @@ import torch
 
 from ...config import DataConfig, ModelConfig
 from ...errors import DataError, MissingFileError
-from ..bounds import MAX_IMAGE_BYTES, read_image_file
+from ..bounds import MAX_IMAGE_BYTES, printable, read_image_file
 from ..contract import SourceState
 from ..decoded import DecodedImages, Reading, ReadOptions
 from ..listing import LISTED, Listing, reading_of
@@ -57,8 +57,31 @@ def _subfolders(folder: Path) -> list[str]:
 
 
 def _class_folders(folder: Path) -> list[str]:
-    """The class folders of a split's folder, in label order (``cells.class_order``)."""
-    return class_order(_subfolders(folder))
+    """The class folders of a split's folder, in label order (``cells.class_order``); a
+    ``DataError`` for a name that is not printable text (``check_class_name``)."""
+    names = _subfolders(folder)
+    for name in names:
+        check_class_name(name, folder / name)
+    return class_order(names)
+
+
+def check_class_name(name: str, where: Path | str) -> None:
+    """A ``DataError`` when the class name ``name`` (of the folder ``where``) holds a character
+    that is not printable text: a newline (``classes.txt`` of a packed folder read it as two
+    classes, and the labels after it under the wrong names), a control character, or a byte that
+    is not UTF-8 (the run's confusion table and ``data pack`` failed on it, with a traceback)."""
+    bad = next((c for c in name if not c.isprintable()), None)
+    if bad is None:
+        return
+    what = (
+        f"the byte {ord(bad) - 0xDC00:#04x}, which is not UTF-8"
+        if 0xDC80 <= ord(bad) <= 0xDCFF  # a byte os.fsdecode could not decode
+        else f"the character {bad!r}, which cannot be printed"
+    )
+    raise DataError(
+        f"class folder {printable(str(where))}: its name holds {what}: expected a class name "
+        "of printable UTF-8 text (rename the folder)"
+    )
 
 
 FileId = tuple[int, int]  # (st_dev, st_ino): one file or folder, whatever path reaches it
@@ -70,12 +93,15 @@ def _walk_images(folder: Path) -> Iterator[tuple[str, str, FileId | None]]:
     Links are followed (a linked class folder is a normal layout), but a folder reached again
     (by ``FileId``) is skipped with a warning naming it: ``os.walk(followlinks=True)`` followed
     ``ln -s . digit_0/self`` 40 levels deep (516 images listed for 36, copies of training images
-    in the holdout) and two such loops hung on 2^40 paths. As ``os.walk``, an unreadable folder
-    is left out."""
+    in the holdout) and two such loops hung on 2^40 paths. ``folder`` unreadable is a
+    ``DataError`` naming it (it was "holds no images"); a folder below it that cannot be read is
+    skipped with a warning naming it, not left out silently as ``os.walk`` does."""
     try:
         top = os.stat(folder)
-    except OSError:
+    except FileNotFoundError:
         return
+    except OSError as e:
+        raise _unreadable_folder(folder, e) from None
     listed = {(top.st_dev, top.st_ino): str(folder)}
     stack = [(str(folder), top.st_dev)]
     while stack:
@@ -83,7 +109,13 @@ def _walk_images(folder: Path) -> Iterator[tuple[str, str, FileId | None]]:
         try:
             with os.scandir(dirpath) as it:
                 entries = sorted(it, key=lambda e: e.name)
-        except OSError:
+        except OSError as e:
+            if dirpath == str(folder):
+                raise _unreadable_folder(folder, e) from None
+            why = e.strerror or type(e).__name__
+            warnings.warn(
+                f"skipping {printable(dirpath)}: the folder cannot be read ({why})", stacklevel=2
+            )
             continue
         for entry in entries:
             if not _visible(entry.name):
@@ -104,6 +136,13 @@ def _walk_images(folder: Path) -> Iterator[tuple[str, str, FileId | None]]:
                 stack.append((entry.path, st.st_dev))
             elif _is_image(entry.name):
                 yield dirpath, entry.name, _file_id(entry, dev)
+
+
+def _unreadable_folder(folder: Path, error: OSError) -> DataError:
+    return DataError(
+        f"the folder {printable(str(folder))} cannot be read "
+        f"({error.strerror or type(error).__name__}): expected a folder of images you can read"
+    )
 
 
 def _is_folder(entry: os.DirEntry[str]) -> bool:

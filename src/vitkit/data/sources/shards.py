@@ -18,12 +18,14 @@ tar headers (``index_shard``), so a batch stays a function of (seed, epoch, step
 from __future__ import annotations
 
 import functools
+import glob
 import hashlib
 import io
 import json
 import os
 import re
 import tarfile
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -475,6 +477,17 @@ def pack_folder(
         raise DataError(
             f"{classes_file} lists other classes than {layout.root}'s: expected a folder of "
             "shards of the same classes, or a new one"
+        )
+    # a pack killed outright (SIGKILL, a crash: SIGTERM and Ctrl-C clean up) left its staging
+    # folder, hidden; named, not deleted: it may be another pack's, running now
+    left = (
+        out.glob(".tmp-*") if out.is_dir() else out.parent.glob(f".tmp-{glob.escape(out.name)}-*")
+    )
+    for staged in sorted(left):
+        warnings.warn(
+            f"{staged} is what an earlier data pack stopped midway left: delete it once no other "
+            "pack into the same folder runs",
+            stacklevel=2,
         )
     # an interrupted pack left its first shards in out, and wds: read them without a word (15
     # of 24 images, no test split): they join out once all are written

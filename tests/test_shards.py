@@ -335,6 +335,38 @@ def test_a_killed_run_on_shards_resumes_as_if_never_stopped(shards: Path, tmp_pa
 # ------------------------------------------------------------------------------------ errors
 
 
+def test_a_sample_with_two_images_or_labels_or_no_image_is_refused(tmp_path: Path) -> None:
+    """A key twice (two labels, or two images) was merged into one sample, which of them used
+    unsaid; a label without an image of ours (KEY.pgm, an image stored as a link) was left out
+    unsaid. Each is one line naming the sample."""
+    from vitkit.data.sources.shards import index_shard
+
+    png = b"listing reads headers only"
+
+    def shard(name: str, members: list[tuple[str, bytes | None]]) -> Path:
+        path = tmp_path / f"{name}.tar"
+        with tarfile.open(path, "w") as tar:
+            for member, data in members:
+                info = tarfile.TarInfo(member)
+                if data is None:  # a link
+                    info.type, info.linkname = tarfile.SYMTYPE, "elsewhere.png"
+                    tar.addfile(info)
+                    continue
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+        return path
+
+    for name, members, said in [
+        ("labels", [("a.png", png), ("a.cls", b"0"), ("a.cls", b"1")], "'a' has two labels"),
+        ("images", [("a.png", png), ("a.jpg", png), ("a.cls", b"0")], "'a' has two images (a.png"),
+        ("pgm", [("a.png", png), ("a.cls", b"0"), ("b.pgm", png), ("b.cls", b"1")], "'b' has a"),
+        ("link", [("b.png", None), ("b.cls", b"1"), ("a.png", png), ("a.cls", b"0")], "'b' has a"),
+    ]:
+        with pytest.raises(DataError, match=re.escape(f"{name}.tar: sample {said}")):
+            index_shard(shard(name, members))
+    assert index_shard(shard("whole", [("a.png", png), ("a.cls", b"0")])).keys == ("a",)
+
+
 def test_every_user_error_is_one_line(
     shards: Path, hf_data: dict[str, Path], tmp_path: Path, capsys
 ) -> None:

@@ -178,9 +178,20 @@ def _index_shard(path: str, size: int, mtime_ns: int) -> ShardIndex:
                 if not member.isfile():
                     continue
                 key, ext = _split_name(member.name)
-                if ext in _IMAGE_EXTS and key not in images:
+                if ext in _IMAGE_EXTS:
+                    if key in images:  # which one the sample is would be a guess
+                        raise DataError(
+                            f"shard {path}: sample {key!r} has two images ({key}."
+                            f"{images[key][0]} and {member.name}): expected one image a sample, "
+                            "each key once"
+                        )
                     images[key] = (ext, member.offset_data, member.size)
                 elif ext == "cls":
+                    if key in labels:
+                        raise DataError(
+                            f"shard {path}: sample {key!r} has two labels ({key}.cls twice): "
+                            "expected each key once"
+                        )
                     labels[key] = _read_label(f, member, path, key)
             # tarfile reads a shard cut at a member's end (an interrupted copy) as a shorter
             # one: the end-of-archive marker (zero blocks; POSIX writes two) says it is whole
@@ -211,6 +222,13 @@ def _index_shard(path: str, size: int, mtime_ns: int) -> ShardIndex:
             f"shard {path}: sample {unlabelled[0]!r} has no {unlabelled[0]}.cls (its label, an "
             f"integer as text)"
             + (f"; {len(unlabelled) - 1} more lack one" if len(unlabelled) > 1 else "")
+        )
+    imageless = [k for k in labels if k not in images]
+    if imageless:  # an image of another kind (KEY.pgm), or one stored as a link: left out unsaid
+        raise DataError(
+            f"shard {path}: sample {imageless[0]!r} has a label ({imageless[0]}.cls) but no image "
+            f"(expected a regular member {imageless[0]}.EXT, EXT one of {', '.join(_IMAGE_EXTS)})"
+            + (f"; {len(imageless) - 1} more lack one" if len(imageless) > 1 else "")
         )
     keys = tuple(images)
     return ShardIndex(

@@ -58,14 +58,14 @@ def _subfolders(folder: Path) -> list[str]:
 
 def _class_folders(folder: Path) -> list[str]:
     """The class folders of a split's folder, in label order (``cells.class_order``); a
-    ``DataError`` for a name that is not printable text (``check_class_name``)."""
+    ``DataError`` for a name that is not printable text (``_check_class_name``)."""
     names = _subfolders(folder)
     for name in names:
-        check_class_name(name, folder / name)
+        _check_class_name(name, folder / name)
     return class_order(names)
 
 
-def check_class_name(name: str, where: Path | str) -> None:
+def _check_class_name(name: str, where: Path | str) -> None:
     """A ``DataError`` when the class name ``name`` (of the folder ``where``) holds a character
     that is not printable text: a newline (``classes.txt`` of a packed folder read it as two
     classes, and the labels after it under the wrong names), a control character, or a byte that

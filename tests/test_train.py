@@ -382,7 +382,7 @@ def test_bad_run_inputs(tmp_path: Path, capsys) -> None:
     code, err = train_cli(
         "--recipe", "smoke", "--set", "train.seed=3", "--run-dir", str(tmp_path / "s")
     )
-    assert code == 2 and "different config (train.seed differ)" in err
+    assert code == 2 and "different config (train.seed 0 recorded, 3 now)" in err
 
 
 def test_a_full_disk_while_saving_is_one_line(tmp_path: Path) -> None:

@@ -400,8 +400,9 @@ def config_differences(
 
 def refuse_changes(changed: dict[str, tuple[Any, Any]], what: str, remedy: str) -> None:
     """One line refusing to continue ``what`` (a run directory, a checkpoint) under another
-    config: the keys that differ, and the precision's values by name, a change a user makes by
-    moving to another machine rather than by asking for it."""
+    config: the keys that differ with their recorded and new values (only the keys were named),
+    and the precision's by name, a change a user makes by moving to another machine rather than
+    by asking for it."""
     from ..config import ConfigError
 
     if not changed:
@@ -412,9 +413,18 @@ def refuse_changes(changed: dict[str, tuple[Any, Any]], what: str, remedy: str) 
             f"{what} computes in {precision[0]}, this run would in {precision[1]}, which would not "
             f"continue it exactly: add --set train.precision={precision[0]}, or {remedy}"
         )
+    listed = [f"{key} {_shown(a)} recorded, {_shown(b)} now" for key, (a, b) in changed.items()]
+    more = f"; {len(listed) - 4} more keys" if len(listed) > 4 else ""
     raise ConfigError(
-        f"{what} holds a run with a different config ({', '.join(changed)} differ): {remedy}"
+        f"{what} holds a run with a different config ({'; '.join(listed[:4])}{more}): {remedy}"
     )
+
+
+def _shown(value: Any) -> str:
+    """A config value as a message shows it: its repr, cut to a line's share."""
+    from ..config.keys import shown
+
+    return shown(repr(value), 40)
 
 
 # What a run directory holds, by kind (the loop writes them; report.py and metrics_log.py read

@@ -148,6 +148,12 @@ def test_set_text_is_read_by_the_fields_type() -> None:
         ("optim.name=adamw", "optim.name=adamw is not valid: expected 'adam', 'sgd' or 'muon'"),
         ("optim.lr=fast", "optim.lr=fast is not valid: expected a number > 0"),
         ("train.duration=10 epochs", "train.duration=10 epochs is not valid: expected a duration"),
+        # a fraction of a step ran rounded up, unsaid; 1e30 steps went through a float
+        ("train.duration=2.5st", "train.duration=2.5st is not valid: expected a duration: '5000st"),
+        ("optim.warmup=0.5st", "optim.warmup=0.5st is not valid: expected a duration"),
+        ("train.duration=1e30st", "train.duration=1e30st is not valid: expected a duration"),
+        ("train.duration=2e9ep", "train.duration=2e9ep is not valid: expected a duration"),
+        ("train.duration=nanex", "train.duration=nanex is not valid: expected a duration"),
         (
             "train.time_budget=20",
             "train.time_budget=20 is not valid: expected a time: '90s', '20m'",
@@ -174,6 +180,10 @@ def test_set_text_is_read_by_the_fields_type() -> None:
         (
             "train.seed=-1",
             "train.seed=-1 is not valid: expected an integer in [0, 9223372036854775807]",
+        ),
+        (  # that many processes would have been started
+            "data.num_workers=100000",
+            "data.num_workers=100000 is not valid: expected an integer in [0, 1024], or none",
         ),
     ],
 )
@@ -313,3 +323,15 @@ def test_a_data_spec_set_enters_as_the_run_records_it(tmp_path, monkeypatch) -> 
     assert got["train.fewshot_data"] == (str(tmp_path / "flowers"), "cifar10")
     recorded = DataConfig(dataset="pets")  # a config read whole keeps the string it holds
     assert recorded.dataset == "pets"
+
+
+def test_crop_padding_beyond_the_image_is_refused() -> None:
+    """10^5 px of padding on 16 px images filled the memory, and the message said to use a
+    smaller batch or model."""
+    run = get_recipe("smoke")  # 16 px
+    with pytest.raises(
+        ConfigError,
+        match=r"data.crop_padding=17 is not valid: expected at most the model's image size \(16",
+    ):
+        replace(run, {"data.crop_padding": 17})
+    assert replace(run, {"data.crop_padding": 16}).data.crop_padding == 16

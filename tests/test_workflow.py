@@ -304,7 +304,10 @@ def test_resume_refuses_a_checkpoint_of_another_run_and_finishes_a_finished_one(
     # optim.lr differs from the run that wrote it: refused in one line, nothing written
     assert main([*args, "--run-dir", str(tmp_path / "a"), "--resume", str(last)]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "holds a run with a different config (optim.lr 0.003 recorded, 0.001 now)" in err
+    assert (
+        err.count("\n") == 1
+        and "holds a run with a different config (optim.lr 0.003 recorded, 0.001 now)" in err
+    )
     # the finished checkpoint, moved alone: its final weights stand in for best/, test/ once
     moved = tmp_path / "b"
     done = [*args, "--set", "optim.lr=3e-3", "--run-dir", str(moved), "--resume", str(last)]

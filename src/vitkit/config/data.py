@@ -166,6 +166,9 @@ AutoAugmentSpec = Annotated[
 # A new run's bounds on the toolbox's counts (config/keys.py ``check_new``: a run recorded
 # before them keeps its value): generous beside timm's and DeiT's values.
 MAX_AUG_REPEATS, MAX_ERASE_COUNT = 64, 16
+# Decoding processes per training process: a machine's cores and more; 100,000 (a typo) was
+# taken, and would have started that many processes. Where the run computes, not what: any run.
+MAX_WORKERS = 1024
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -203,6 +206,7 @@ class DataConfig(Section):
         "cores divided among its processes, less one); where the run computes, not what: a "
         "resume may change it",
         ge=0,
+        le=MAX_WORKERS,
     )
     verify: Verify = key(
         "full",

@@ -72,6 +72,13 @@ class RunConfig(Section):
                 self.data.random_erase,
                 "0 with train.objective='mpp' (noise would replace the patch colours it predicts)",
             )
+        require(  # more pads crops that are mostly zeros; 10^5 filled the memory, "use a
+            # smaller batch" the message (the model's size: the images are resized to it first)
+            self.data.crop_padding <= max(self.model.image_hw),
+            "data.crop_padding",
+            self.data.crop_padding,
+            f"at most the model's image size ({max(self.model.image_hw)} px)",
+        )
         require(
             not (self.optim.name == "muon" and self.model.arch != "vit"),
             "optim.name",

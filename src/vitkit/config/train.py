@@ -37,6 +37,12 @@ Device = Literal["auto", "cpu", "cuda"]
 Precision = Literal["auto", "fp32", "bf16", "fp16"]
 
 
+# The most a duration may count, by unit: far beyond any run (the paper's longest, JFT-300M for
+# 14 epochs, is 4.2e9 examples), short of what a float counts exactly (2^53): '1e30st' printed a
+# schedule of 99,999,999,999,999,991,611,392 steps.
+MOST = {"st": 1e12, "ep": 1e9, "ex": 1e15}
+
+
 def _parse_duration(text: str) -> tuple[float, str] | None:
     for unit in ("st", "ep", "ex"):
         if text.endswith(unit):
@@ -44,11 +50,16 @@ def _parse_duration(text: str) -> tuple[float, str] | None:
                 number = float(text[: -len(unit)])
             except ValueError:
                 return None
-            return (number, unit) if math.isfinite(number) and number >= 0 else None
+            if unit == "st" and not number.is_integer():  # '2.5st' ran 3 steps, unsaid
+                return None
+            return (number, unit) if 0 <= number <= MOST[unit] else None  # NaN fails both
     return None
 
 
-DURATIONS = "a duration: '5000st' (steps), '10ep' (epochs) or '1e6ex' (examples)"
+DURATIONS = (
+    "a duration: '5000st' (whole steps, up to 1e12), '10ep' (epochs, up to 1e9) or '1e6ex' "
+    "(examples, up to 1e15)"
+)
 
 
 def _spelled(kind: str, parse: Callable[[str], object], expected: str) -> Kind:

@@ -445,6 +445,15 @@ def test_fit_takes_a_run_config_or_the_flags_that_compose_one(tmp_path: Path) ->
         vitkit.fit(run_dir=tmp_path)
     with pytest.raises(ConfigError, match=r"^fit\(run=\{'a': 1\}\): expected a RunConfig"):
         vitkit.fit({"a": 1}, run_dir=tmp_path)  # type: ignore[arg-type]  # AttributeError before
+    for wrong, said in [  # each a TypeError or an AttributeError from inside before
+        ({"sets": None}, "sets=None: expected a list of 'key=value' items"),
+        ({"sets": {"train.seed": 1}}, "(a dict: [f'{k}={v}' for k, v in sets.items()])"),
+        ({"sets": ["train.seed=1", 5]}, "sets: 5 is not a 'key=value' item (a str)"),
+        ({"recipe": 5}, "recipe=5: expected a str, or None"),
+        ({"run_dir": None}, "run_dir=None: expected a folder's path"),
+    ]:
+        with pytest.raises(ConfigError, match=re.escape(said)):
+            vitkit.fit(**{"recipe": "smoke", "run_dir": tmp_path, **wrong})  # type: ignore[arg-type]
     assert not any(tmp_path.iterdir())
 
 

@@ -40,6 +40,9 @@ def test_opened_once_with_its_model_class_names_and_preprocessing(tmp_path) -> N
     assert opened.preprocess == Preprocess(image_size=32) and opened.meta.preprocess is None
     bare = vitkit.save(vitkit.create_model(tiny(num_layers=1, num_classes=2)), tmp_path / "bare")
     assert Inference.open(str(bare), device="cpu").names == ["0", "1"]
+    for batch in ("32", None, -5, 2.5, True):  # '32' failed deep inside, -5 and 2.5 were taken
+        with pytest.raises(ConfigError, match=f"batch={batch!r}: expected a positive whole"):
+            opened.prepare(batch)  # type: ignore[arg-type]
 
 
 def _said(inference: Inference, batch: int) -> list[str]:

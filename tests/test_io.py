@@ -240,6 +240,16 @@ def test_heads_or_posemb_the_checkpoint_records_otherwise_are_refused(tmp_path) 
             vitkit.load(tmp_path / "m", num_heads=heads)  # type: ignore[arg-type]
 
 
+def test_save_and_read_image_name_a_wrong_argument(tmp_path) -> None:
+    """``save(model, None)`` and ``read_image(path, None)`` were a TypeError from pathlib and an
+    AttributeError from inside."""
+    model = randomized(tiny())
+    with pytest.raises(ConfigError, match=r"save\(model, NoneType\): expected a path to write"):
+        vitkit.save(model, None)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"read_image\(path, str\): expected the model"):
+        vitkit.read_image(tmp_path / "x.png", "ViT-Ti/16")  # type: ignore[arg-type]
+
+
 def test_load_at_another_image_size(tmp_path) -> None:
     model = randomized(tiny())
     vitkit.save(model, tmp_path)

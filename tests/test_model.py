@@ -349,6 +349,29 @@ def test_create_model_overrides_are_strict() -> None:
         vitkit.create_model("ViT-mu/16", classifier="cls")
 
 
+def test_sizes_given_in_python_meet_the_bounds_a_checkpoint_and_a_run_meet() -> None:
+    """create_model, reset_head and resize_pos_embed took 10^9 classes, 10^6 px or a grid of
+    10^6 to torch, whose allocation failed (768 GB .. 128 TB) deep inside, or overflowed; a
+    checkpoint's config.json and a run's --set were refused in one line. The same bounds now,
+    before anything is allocated; and a name that is not one is named."""
+    for build, said in [
+        (lambda: vitkit.create_model("ViT-Ti/16", num_classes=10**9), "model.num_classes="),
+        (lambda: vitkit.create_model("ViT-Ti/16", num_classes=10**30), "model.num_classes="),
+        (lambda: vitkit.create_model("ViT-Ti/16", image_size=16 * 10**5), "model.image_size="),
+        (lambda: vitkit.create_model(None), "name=None: expected a preset's name"),  # type: ignore[arg-type]
+    ]:
+        with pytest.raises(ConfigError, match=said):
+            build()
+    model = vitkit.create_model(tiny())
+    for surgery, said in [
+        (lambda: model.reset_head(10**12), "model.num_classes=1000000000000 is not valid"),
+        (lambda: model.resize_pos_embed(10**6), "model.image_size=8000000 is not valid"),
+    ]:
+        with pytest.raises(ConfigError, match=said):
+            surgery()
+        assert model.cfg == tiny()  # unchanged
+
+
 def test_create_model_overrides_are_typed_as_the_configs_fields() -> None:
     """Each keyword override has its ModelConfig field's type, or None for the preset's value,
     so a type checker refuses ``classifier="cls"`` as the config would."""

@@ -21,7 +21,8 @@ leaves glibc's defaults).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .config import (
@@ -107,6 +108,7 @@ def create_model(
     as the official code); dropout rates may be set; the architecture is the weights'.
     """
     from .config import replace
+    from .config.dicts import check_new
     from .model import build_model
     from .presets import get_config
 
@@ -114,6 +116,11 @@ def create_model(
         raise ConfigError(
             f"image_size={image_size!r} and img_size={img_size!r}: expected one of them "
             "(img_size is timm's spelling of image_size)"
+        )
+    if not isinstance(name, (str, ModelConfig)):
+        raise ConfigError(
+            f"name={name!r}: expected a preset's name (e.g. 'ViT-B/16', see vitkit.list_models) "
+            "or a ModelConfig"
         )
     cfg = name if isinstance(name, ModelConfig) else get_config(name)
     given = {
@@ -138,6 +145,7 @@ def create_model(
         return _pretrained(name, pretrained, overrides)
     if overrides:
         cfg = replace(cfg, overrides)
+    check_new(cfg, None)  # a new run's bounds: 10^9 classes asked 768 GB of torch
     return build_model(cfg)
 
 
@@ -204,9 +212,27 @@ def fit(
             f"fit(run={reprlib.repr(run)}): expected a RunConfig (vitkit.config), or no run and "
             "the recipe, model, data and sets that compose one"
         )
-    if isinstance(sets, str):  # one "key=value" would be read as one key per character
-        raise ConfigError(f"sets={sets!r}: expected a list of 'key=value' items")
+    # one "key=value" would be read as one key per character, a dict as its keys; None, 5 and
+    # a Path failed deep inside
+    if isinstance(sets, (str, Mapping)) or not isinstance(sets, Iterable):
+        raise ConfigError(
+            f"sets={reprlib.repr(sets)}: expected a list of 'key=value' items"
+            + (
+                " (a dict: [f'{k}={v}' for k, v in sets.items()])"
+                if isinstance(sets, Mapping)
+                else ""
+            )
+        )
+    sets = list(sets)
+    wrong = next((item for item in sets if not isinstance(item, str)), None)
+    if wrong is not None:
+        raise ConfigError(f"sets: {reprlib.repr(wrong)} is not a 'key=value' item (a str)")
     flags = {"recipe": recipe, "model": model, "data": data, "objective": objective}
+    for name, value in flags.items():
+        if value is not None and not isinstance(value, str):
+            raise ConfigError(f"{name}={reprlib.repr(value)}: expected a str, or None")
+    if not isinstance(run_dir, (str, os.PathLike)):
+        raise ConfigError(f"run_dir={reprlib.repr(run_dir)}: expected a folder's path")
     named = [k for k, v in flags.items() if v is not None] + (["sets"] if sets else [])
     if run is not None and named:
         raise ConfigError(

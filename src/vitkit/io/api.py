@@ -281,6 +281,11 @@ def read_image(
 
     if isinstance(model, Preprocess):
         return read_file(path, model)
+    if not isinstance(model, (VisionTransformer, ResNetClassifier)):  # an AttributeError inside
+        raise ConfigError(
+            f"read_image(path, {type(model).__name__}): expected the model the image is for "
+            "(from vitkit.load or vitkit.create_model) or a Preprocess"
+        )
     cfg = model.cfg
     preprocess = loaded_meta(model).preprocess or default_preprocess(cfg)
     if preprocess is None:
@@ -362,6 +367,8 @@ def save(
 
     if not isinstance(model, (VisionTransformer, ResNetClassifier)):
         raise TypeError(f"save expects a vitkit model, got {type(model).__name__}")
+    if not isinstance(path, (str, os.PathLike)):  # pathlib's TypeError from inside
+        raise ConfigError(f"save(model, {type(path).__name__}): expected a path to write to")
     loaded = loaded_meta(model)
     if class_names is None and wnids is None:  # a pair: given names have no recorded wnids
         class_names, wnids = loaded.class_names, loaded.wnids

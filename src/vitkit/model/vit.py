@@ -24,6 +24,7 @@ import torch
 from torch import Tensor, nn
 
 from ..config import ModelConfig
+from ..config.dicts import check_new
 from ..errors import ConfigError
 from .embed import PatchEmbed
 from .heads import MAPHead, PreLogits, new_head
@@ -118,9 +119,11 @@ class VisionTransformer(nn.Module):
         """Fine-tuning surgery [P App. B.1.1]: drop the whole head (pre-logits included) and attach
         a zero-initialised linear head for ``num_classes`` (0 = no head). A MAP pooling head is
         kept: it makes the representation (as timm's ``reset_classifier`` keeps ``attn_pool``)."""
-        self.cfg = dataclasses.replace(
+        cfg = dataclasses.replace(
             self.cfg, num_classes=num_classes, representation_size=representation_size
         )
+        check_new(cfg, None)  # before the head is allocated: 10^12 classes asked 128 TB of torch
+        self.cfg = cfg
         device = self.patch_embed.proj.weight.device  # the final norm may be pruned
         self._build_head(num_classes, representation_size)
         self.head.to(device)
@@ -143,7 +146,9 @@ class VisionTransformer(nn.Module):
         gh, gw = sides
         old = self.cfg.grid
         stride = self.patch_embed.stride
-        self.cfg = dataclasses.replace(self.cfg, image_size=(gh * stride, gw * stride))
+        cfg = dataclasses.replace(self.cfg, image_size=(gh * stride, gw * stride))
+        check_new(cfg, None)  # before the resize: a grid of 10^6 asked 128 TB of torch
+        self.cfg = cfg
         if isinstance(self.pos_embed, nn.Parameter):
             with torch.no_grad():
                 resized = self._resized_pos_embed((gh, gw), old)

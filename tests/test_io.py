@@ -19,6 +19,7 @@ from safetensors.torch import save_file
 import vitkit
 from helpers import file_size_limit, randomize, tiny
 from vitkit.config import ConfigError, ModelConfig
+from vitkit.errors import VitkitError
 from vitkit.io.api import read
 from vitkit.io.checkpoint import CheckpointError
 from vitkit.model import VisionTransformer
@@ -242,12 +243,15 @@ def test_heads_or_posemb_the_checkpoint_records_otherwise_are_refused(tmp_path) 
 
 def test_save_and_read_image_name_a_wrong_argument(tmp_path) -> None:
     """``save(model, None)`` and ``read_image(path, None)`` were a TypeError from pathlib and an
-    AttributeError from inside."""
+    AttributeError from inside; ``read_image`` of a folder named a file descriptor."""
     model = randomized(tiny())
     with pytest.raises(ConfigError, match=r"save\(model, NoneType\): expected a path to write"):
         vitkit.save(model, None)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match=r"read_image\(path, str\): expected the model"):
         vitkit.read_image(tmp_path / "x.png", "ViT-Ti/16")  # type: ignore[arg-type]
+    (tmp_path / "folder.png").mkdir()  # was "[Errno 21] Is a directory: 3", a descriptor
+    with pytest.raises(VitkitError, match=r"folder\.png is not a regular file$"):
+        vitkit.read_image(tmp_path / "folder.png", model)
 
 
 def test_load_at_another_image_size(tmp_path) -> None:

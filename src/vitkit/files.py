@@ -43,9 +43,10 @@ def read_regular(path: str | os.PathLike, max_bytes: int | None = None) -> bytes
     regular file (a directory, a FIFO, a device) or holds more than ``max_bytes`` (``TooLargeError``)."""
     # O_NONBLOCK: opening a FIFO does not wait for a writer (it is refused below)
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    if not stat.S_ISREG(os.fstat(fd).st_mode):  # before open(): a folder's IsADirectoryError
+        os.close(fd)  # named the descriptor ("Is a directory: 3"), not the path
+        raise OSError(f"{os.fsdecode(path)} is not a regular file")
     with open(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(f"{os.fsdecode(path)} is not a regular file")
         data = f.read() if max_bytes is None else f.read(max_bytes + 1)
     if max_bytes is not None and len(data) > max_bytes:
         raise TooLargeError(f"{os.fsdecode(path)} holds more than {max_bytes:,} bytes")

@@ -126,8 +126,12 @@ def banner(
     lines.append(
         f"schedule {cadence.total_steps:,} steps of {batch} images{accumulation}: {epochs:.1f} "
         f"epochs of {cadence.steps_per_epoch} steps; {run.optim.name} lr {run.optim.lr:g}, "
-        f"warmup {cadence.warmup_steps} steps, {run.optim.schedule} decay; evaluation every "
-        f"{cadence.eval_every} steps"
+        f"warmup {cadence.warmup_steps} steps, {run.optim.schedule} decay; "
+        + (
+            f"evaluation every {cadence.eval_every} steps"
+            if cadence.eval_every
+            else "evaluation at the end"  # train.eval_every=0st ("every 0 steps")
+        )
     )
     lines.append(f"tools    {', '.join(tools_on(run)) or 'none'}")
     if step == 0:

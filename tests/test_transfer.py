@@ -20,6 +20,7 @@ import pytest
 import torch
 from PIL import Image
 
+import vitkit
 from helpers import (
     png_bytes,
     real_stand_in_numbers,
@@ -313,6 +314,38 @@ def test_settings_a_resumed_protocol_cannot_change(
     assert main([*args, "--set", "optim.lr=0.1"]) == 2
     err = capsys.readouterr().err
     assert "optim.lr is decided by --lrs, or --lr with --no-sweep" in err
+
+
+def test_another_checkpoint_written_at_the_same_path_is_not_given_its_results(
+    checkpoint: str, pets: Path, uninterrupted: Path, tmp_path: Path, capsys
+) -> None:
+    """The record named its checkpoint by path alone: a model trained again into the same
+    best/ was given the first one's table, exit 0. It records the weights' digest now; a record
+    written before that (no "weights") is taken as it is."""
+    import shutil
+
+    from vitkit.io.api import weights_digest
+
+    ck, run_dir = tmp_path / "best", tmp_path / "transfer"
+    shutil.copytree(checkpoint, ck)
+    shutil.copytree(uninterrupted, run_dir)
+    record = _record(run_dir)
+    assert record["weights"] == weights_digest(checkpoint) == weights_digest(ck)
+    record["checkpoint"] = str(ck)  # as if it had been run on this path
+    (run_dir / "transfer.json").write_text(json.dumps(record))
+    assert main(_transfer(str(ck), pets, run_dir)) == 0  # the same weights: its table
+    capsys.readouterr()
+    model = vitkit.load(ck)
+    with torch.no_grad():
+        model.head.bias += 1
+    shutil.rmtree(ck)  # another model written at the same path (trained again, copied)
+    vitkit.save(model, ck)
+    assert main(_transfer(str(ck), pets, run_dir)) == 2
+    err = capsys.readouterr().err
+    assert f"{run_dir} holds the transfer of another checkpoint (weights differ: weights " in err
+    del record["weights"]  # an earlier vitkit's record: nothing to compare
+    (run_dir / "transfer.json").write_text(json.dumps(record))
+    assert main(_transfer(str(ck), pets, run_dir)) == 0
 
 
 def test_a_run_finished_but_not_recorded_is_evaluated_again_not_trained(

@@ -241,6 +241,15 @@ def test_vtab_runs_the_protocol_on_three_stand_ins_and_resumes(
     assert main(_vtab(checkpoint, release, resumed, "--per-task")) == 2
     err = capsys.readouterr().err
     assert "holds the runs of another VTAB-1k evaluation (per_task differ" in err
+    # another checkpoint written at the same path: its weights, recorded, differ
+    from vitkit.io.api import weights_digest
+
+    settings = json.loads((resumed / "vtab-settings.json").read_text())
+    assert settings["weights"] == weights_digest(checkpoint) != ""
+    settings["weights"] = "sha256:0123456789abcdef"
+    (resumed / "vtab-settings.json").write_text(json.dumps(settings))
+    assert main(_vtab(checkpoint, release, resumed)) == 2
+    assert "(weights differ: weights 'sha256:0123456789abcdef', now" in capsys.readouterr().err
 
 
 def test_vtab_errors_are_one_line(checkpoint: Path, release: Path, tmp_path: Path, capsys) -> None:

@@ -188,6 +188,26 @@ def _read(
     )
 
 
+def weights_digest(checkpoint: str | os.PathLike) -> str:
+    """What identifies the weights a checkpoint path holds, for a record of results computed
+    from them (a transfer's, a VTAB-1k evaluation's) to tell another checkpoint written at the
+    same path: the sha256 of its weights file (our directory's or a Hugging Face one's
+    ``model.safetensors``, else ``pytorch_model.bin``; a file itself), first 16 hex digits; a
+    registry name (``PRESET@TAG``) is its own identity. Empty where there is no such file
+    (reading the checkpoint says what is wrong)."""
+    from ..files import sha256_of
+    from .pretrained import is_pretrained_name
+
+    if is_pretrained_name(str(checkpoint)):
+        return str(checkpoint)
+    path = Path(checkpoint)
+    if path.is_dir():
+        path = next(
+            (path / n for n in (WEIGHTS_FILE, "pytorch_model.bin") if (path / n).is_file()), path
+        )
+    return f"sha256:{sha256_of(path)[:16]}" if path.is_file() else ""
+
+
 def load(
     source: Source,
     *,

@@ -25,6 +25,7 @@ from ..compose import Request, compose
 from ..config import DataConfig, data_names, normalise_data
 from ..config.overrides import split_set
 from ..errors import ConfigError, DataError, UserFileError
+from ..io.api import weights_digest
 from ..runtime.stops import stop_requests
 from .paper import (
     DEFAULT,
@@ -83,6 +84,7 @@ _SETTINGS: Shape = {
 }
 RECORD_SHAPE: Shape = {
     "checkpoint?": str,
+    "weights?": str,
     "recipe?": str,
     "datasets?": Entries(
         {
@@ -292,7 +294,11 @@ def transfer(
     """Run (or resume) the protocol for ``chosen`` in ``run_dir``: the summary of this command's
     datasets (``transfer.json``'s entries, which ``table`` prints). ``say``: a line per run."""
     record = Record(run_dir / RECORD, RECORD_SHAPE)
-    given = {"checkpoint": options.checkpoint, "recipe": RECIPE}
+    given = {
+        "checkpoint": options.checkpoint,
+        "weights": weights_digest(options.checkpoint),
+        "recipe": RECIPE,
+    }
     recorded = {k: record.data[k] for k in given if k in record.data}
     check_same(recorded, given, f"{run_dir} holds the transfer of another checkpoint", "--run-dir")
     record.data |= given

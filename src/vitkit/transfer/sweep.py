@@ -40,11 +40,20 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+# Keys a record may lack, written before they were recorded: not a difference then. "weights"
+# (io.api.weights_digest): a record of results named its checkpoint by path alone, and another
+# checkpoint written there was given the first one's results.
+ADDED_KEYS = frozenset({"weights"})
+
+
 def check_same(recorded: Mapping[str, Any], given: Mapping[str, Any], held: str, flag: str) -> None:
     """A ``ConfigError`` when the settings a record holds (``recorded``; empty: a new record)
     are not ``given``: ``held`` says what holds them, then the keys that differ with both values
-    and the way out (another ``flag``, or the same settings)."""
-    differ = sorted(k for k in given.keys() | recorded.keys() if recorded.get(k) != given.get(k))
+    and the way out (another ``flag``, or the same settings). A key of ``ADDED_KEYS`` that
+    ``recorded`` lacks is no difference."""
+    keys = given.keys() | recorded.keys()
+    keys -= {k for k in ADDED_KEYS if k not in recorded}
+    differ = sorted(k for k in keys if recorded.get(k) != given.get(k))
     if recorded and differ:
         both = "; ".join(f"{k} {recorded.get(k)!r}, now {given.get(k)!r}" for k in differ)
         raise ConfigError(

@@ -28,6 +28,7 @@ from typing import Any, Literal
 from ..compose import Request, compose
 from ..config import ModelConfig
 from ..errors import ConfigError, VitkitError
+from ..io.api import weights_digest
 from ..runtime.stops import stop_requests
 from .paper import check_resolution
 from .records import (
@@ -180,10 +181,17 @@ class VtabSetup:
     def __post_init__(self) -> None:
         check_flags(self.candidates, self.resolution, self.sets)
 
+    @functools.cached_property
+    def weights(self) -> str:
+        """The checkpoint's weights as a record names them (``io.api.weights_digest``), read
+        once."""
+        return weights_digest(self.checkpoint)
+
     def settings(self) -> dict[str, Any]:
         """What ``out/vtab-settings.json`` records: a later command on ``out`` must agree."""
         return {
             "checkpoint": self.checkpoint,
+            "weights": self.weights,
             "candidates": [[c.lr, c.steps] for c in self.candidates],
             "resolution": self.resolution,
             "sets": list(self.sets),
@@ -213,6 +221,7 @@ RUN_SHAPE: dict[str, Shape] = {
 SETTINGS_FILE = "vtab-settings.json"  # in --out: the settings its runs were made with
 SETTINGS_SHAPE: Shape = {
     "checkpoint": str,
+    "weights?": str,
     "candidates": [[float]],
     "resolution": (int, NULL),
     "sets": [str],

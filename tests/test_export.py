@@ -9,7 +9,9 @@ token ViT with a head (through the CLI), GAP with pre-logits and no head, and th
 from __future__ import annotations
 
 import json
+import os
 import re
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -242,6 +244,12 @@ def test_an_export_never_replaces_a_checkpoints_files_nor_traces_a_huge_batch(
     (ckpt / "model.onnx").write_bytes(b"an earlier export")  # of its kind: replaced
     assert main(["export", str(ckpt), "--onnx", str(ckpt / "model.onnx")]) == 0
     assert (ckpt / "model.onnx").read_bytes() != b"an earlier export"
+    os.mkfifo(tmp_path / "fifo")  # a reader waiting on it hung; /dev/null was replaced, as root
+    for special in [tmp_path / "fifo", Path("/dev/null")]:
+        assert main(["fewshot", str(ckpt), "--json", str(special)]) == 2
+        assert f"error: {special} is not a regular file" in capsys.readouterr().err
+    assert stat.S_ISFIFO(os.stat(tmp_path / "fifo").st_mode)
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
     if Path("/proc").is_dir():  # a folder nothing is written in: said first, not at the end
         assert main(["fewshot", str(ckpt), "--json", "/proc/vitkit.json"]) == 2
         assert "error: cannot write /proc/vitkit.json: " in capsys.readouterr().err

@@ -128,6 +128,15 @@ def check_file_to_write(path: Path) -> None:
     below a file. A command that writes one at its end checks first, not after hours of runs."""
     if path.is_dir():
         raise UserFileError(f"{path} is a folder: expected the name of a file to write")
+    try:
+        mode = os.stat(path).st_mode  # through a link: /dev/stdout is one
+    except OSError:
+        mode = None  # none there, or a dangling link: the file written replaces it
+    if mode is not None and not stat.S_ISREG(mode):  # a device, a FIFO, a socket
+        raise UserFileError(
+            f"{path} is not a regular file (a device, a pipe or a socket), which the file "
+            "written would replace: expected the name of a file to write"
+        )  # as root, --json /dev/full replaced the device with a file; a FIFO's reader hung
     for parent in path.parents:
         if parent.exists():
             if not parent.is_dir():

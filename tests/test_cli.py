@@ -6,6 +6,7 @@ import json
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -297,3 +298,29 @@ def test_class_names_a_checkpoint_records_are_checked_by_every_verb(
         err = capsys.readouterr().err
         assert err.startswith(f"vitkit {args[0]}: error: {ckpt / 'config.json'}: {found}")
         assert err.endswith("\n") and err.count("\n") == 1
+
+
+def test_a_folder_that_cannot_be_written_is_one_line_before_the_work(tmp_path, capsys) -> None:
+    """``inspect --out`` below a file, or in /proc or /sys, and ``convert`` into one, were a
+    traceback (NotADirectoryError, PermissionError) after the model's work; the official format's
+    temporary file was the name given."""
+    from helpers import random_checkpoint
+
+    ckpt = str(random_checkpoint(tmp_path / "ck"))
+    (tmp_path / "afile").write_text("x")
+    below = tmp_path / "afile" / "sub"
+    cases = [
+        (["inspect", ckpt, "--out", str(below)], f"{below}: {tmp_path / 'afile'} is a file"),
+        (["convert", ckpt, str(below)], f"{below}: {tmp_path / 'afile'} is a file"),
+        (["convert", ckpt, str(below) + ".npz", "--format", "official"], "afile is a file"),
+    ]
+    if Path("/proc").is_dir():
+        cases += [
+            (["inspect", ckpt, "--out", "/proc/vitkit"], "cannot write in /proc/vitkit: "),
+            (["convert", ckpt, "/proc/vitkit"], "cannot write in /proc/vitkit: "),
+            (["convert", ckpt, "/proc/v.npz", "--format", "official"], "cannot write /proc/v.npz"),
+        ]
+    for argv, said in cases:
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert said in err and len(err.splitlines()) == 1, err

@@ -167,6 +167,23 @@ def check_output_file(path: Path, suffix: str) -> None:
             raise UserFileError(f"cannot write {path}: {e.strerror or e}") from None
 
 
+def check_folder_to_write(path: Path) -> None:
+    """A ``UserFileError`` before a command's work when ``path`` cannot be the folder it writes
+    in: a file, below a file, or in a folder nothing can be written in (/sys, /proc, read-only):
+    ``inspect --out`` and ``convert`` gave a traceback after the model's work."""
+    if path.exists() and not path.is_dir():
+        raise UserFileError(f"{path} is a file: expected a folder to write in")
+    for parent in (path, *path.parents):
+        if parent.exists():
+            if not parent.is_dir():
+                raise UserFileError(f"{path}: {parent} is a file: expected a folder to write in")
+            try:
+                tempfile.TemporaryFile(dir=parent).close()
+            except OSError as e:
+                raise UserFileError(f"cannot write in {path}: {e.strerror or e}") from None
+            return
+
+
 @contextmanager
 def exclusive(path: Path, waiting: str) -> Iterator[None]:
     """An exclusive ``flock`` on the file ``path`` (created if missing) for the block, so that

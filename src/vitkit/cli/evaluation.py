@@ -411,10 +411,12 @@ def _inspect(args: argparse.Namespace) -> None:
     from ..data import BatchOptions, subset
     from ..data.image_file import read_image
     from ..data.run_data import batches_of
+    from ..files import check_folder_to_write
     from ..inspect import inspect_model, sample_images
     from ..model import VisionTransformer
 
     require_positive(args, "num_images", "max_maps")
+    check_folder_to_write(Path(args.out))  # before the model's work, not after it
     spec = _data_spec(args.data)
     checkpoint = _open(args)
     model, names, device = checkpoint.model, checkpoint.names, checkpoint.device

@@ -86,8 +86,14 @@ def _carried(meta: WeightsMeta) -> dict[str, Any]:
 
 
 def _convert(args: argparse.Namespace) -> None:
+    from ..files import check_folder_to_write, check_output_file
     from ..io.api import load_with_meta, save
 
+    # before the checkpoint is read: a file (official's .npz) or a folder (ours, HF's)
+    if args.format == "official":
+        check_output_file(Path(args.dst), ".npz")
+    else:
+        check_folder_to_write(Path(args.dst))
     size = None if args.image_size is None else image_size_arg(args.image_size)
     model, meta = load_with_meta(
         args.src, image_size=size, num_heads=args.num_heads, posemb=args.posemb

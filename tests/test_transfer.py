@@ -564,6 +564,11 @@ def test_flags_a_protocol_cannot_run_are_one_line(
         err = capsys.readouterr().err
         assert len(err.strip().splitlines()) == 1 and expected in err, err
     assert not (tmp_path / "runs").exists()
+    # data with no test (or val) split: said before the sweep, not after its runs
+    assert main(_transfer(checkpoint, pets / "train", tmp_path / "flat")) == 2
+    captured = capsys.readouterr()
+    assert "has no test (or val) split to report: give data with one" in captured.err
+    assert "lr 0.001 (1/2" not in captured.out and not (tmp_path / "flat" / "train").exists()
 
 
 # transfer.json of another shape: its text, or an edit of a finished protocol's pets entry

@@ -306,6 +306,7 @@ def transfer(
     runs = _Runs(options, run_dir)
     model = options.paper_model or runs.meta.pretrained
     rows = {}
+    reported = {d.name: _final_validation(d.spec) for d in chosen}  # before any sweep's hours
     for dataset in chosen:
         row = _row(record, dataset, options, model)
         settings = row["settings"]
@@ -328,7 +329,7 @@ def transfer(
                 dataset.spec,
                 settings,
                 row["lr"],
-                _final_validation(dataset.spec),
+                reported[dataset.name],
                 where,
                 real=dataset.settings.real,
             )

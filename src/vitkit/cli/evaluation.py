@@ -57,7 +57,17 @@ def _inference_arguments(p: argparse.ArgumentParser, *, int8: bool, fast: bool) 
     choices = (
         INFERENCE_PRECISIONS if int8 else tuple(c for c in INFERENCE_PRECISIONS if c != "int8")
     )
-    _setting(p, "--precision", "precision", choices=choices)
+    if int8:
+        _setting(p, "--precision", "precision", choices=choices)
+    else:  # the key's doc offers int8, which these verbs (their intermediates) do not take
+        default = default_of(InferenceConfig, "precision")
+        p.add_argument(
+            "--precision",
+            default=default,
+            choices=choices,
+            help="the arithmetic: auto (bf16 on CUDA, and on a CPU with native bf16 when a batch "
+            "is large enough to gain; else fp32), fp32 or bf16 (default: %(default)s)",
+        )
     if fast:  # the verbs that run the whole model, not its intermediates
         _setting(p, "--engine", "engine", choices=ENGINES)
         p.add_argument("--fast", action="store_true", help=_help("compile"))

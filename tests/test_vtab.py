@@ -194,6 +194,7 @@ def test_vtab_runs_the_protocol_on_three_stand_ins_and_resumes(
         assert final["data"] == {
             "spec": f"vtab:{release / folder}",
             "layout": "VTAB-1k lists",
+            "lists": TaskData(find_task(name), f"vtab:{release / folder}").lists_digest,
             "encodings": {STAND_INS[folder][0]: 9},
         }
         run_dir = out / "final" / name / chosen[name].slug  # another choice: another run
@@ -250,6 +251,26 @@ def test_vtab_runs_the_protocol_on_three_stand_ins_and_resumes(
     (resumed / "vtab-settings.json").write_text(json.dumps(settings))
     assert main(_vtab(checkpoint, release, resumed)) == 2
     assert "(weights differ: weights 'sha256:0123456789abcdef', now" in capsys.readouterr().err
+
+
+def test_a_run_of_lists_edited_since_is_not_given_its_old_result(
+    checkpoint: Path, release: Path, tmp_path: Path, capsys
+) -> None:
+    """A list file edited in place (a label changed) kept the old run's test accuracy under the
+    same --out, exit 0: each run records its lists' digest, and another is refused."""
+    import shutil
+
+    copy = Path(shutil.copytree(release / "eurosat", tmp_path / "eurosat"))
+    args = _vtab(checkpoint, release, tmp_path / "out", "--task", f"eurosat={copy}")
+    args += ["--tasks", "eurosat"]
+    assert main(args) == 0
+    capsys.readouterr()
+    test = copy / "test.txt"
+    path, label = test.read_text().splitlines()[0].rsplit(" ", 1)
+    test.write_text(test.read_text().replace(f"{path} {label}", f"{path} {1 - int(label)}", 1))
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "on other lists than" in err and "the lists changed since; give another --out" in err
 
 
 def test_vtab_errors_are_one_line(checkpoint: Path, release: Path, tmp_path: Path, capsys) -> None:

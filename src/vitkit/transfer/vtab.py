@@ -208,12 +208,15 @@ _MEASURED: dict[str, Shape] = {
     **_RUN,
     "accuracy": float,
     "count": int,
-    "data": {"spec": str, "layout": str, "encodings": Entries(int)},
+    "data": {"spec": str, "layout": str, "lists?": str, "encodings": Entries(int)},
 }
 
 
 RUN_SHAPE: dict[str, Shape] = {
-    "sweep": ({**_RUN, "accuracy": NULL, "diverged": str, "data": {"spec": str}}, _MEASURED),
+    "sweep": (
+        {**_RUN, "accuracy": NULL, "diverged": str, "data": {"spec": str, "lists?": str}},
+        _MEASURED,
+    ),
     "final": _MEASURED,  # never diverged: the protocol stops instead
 }
 
@@ -250,6 +253,12 @@ def _run(
                 f"{run_dir} holds a run of {held[0]} ({held[1].label}) on {spec}, not of "
                 f"{data.task.name} ({setting.label}) on {data.spec}: give another --out"
             )
+        lists = done.data["data"].get("lists")  # none in a record written before it
+        if lists is not None and lists != data.lists_digest:
+            raise ConfigError(
+                f"{run_dir} holds a run of {held[0]} on other lists than {data.spec}'s now "
+                f"({lists}, now {data.lists_digest}): the lists changed since; give another --out"
+            )
         return done.data
     sets = [
         f"optim.lr={setting.lr!r}",
@@ -277,7 +286,10 @@ def _run(
             "steps": setting.steps,
             "accuracy": None,
             "diverged": result["diverged"],
-            "data": {"spec": data.spec},
+            "data": {
+                "spec": data.spec,
+                **({"lists": data.lists_digest} if data.lists else {}),
+            },
         }
         done.save()
         return done.data

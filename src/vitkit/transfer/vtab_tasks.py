@@ -7,6 +7,7 @@ train800val200/test to report).
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ from ..compose import check_data_exists
 from ..config import DataConfig, ModelConfig, data_source, normalise_data
 from ..data.decoded import DecodedImages
 from ..data.run_data import RunData, build_data
-from ..data.sources.lists import STAGES, present
+from ..data.sources.lists import LISTS, STAGES, present
 from ..data.sources.registry import listing
 from ..data.splits import subset
 from ..errors import ConfigError, DataError
@@ -135,6 +136,21 @@ class TaskData:
     def lists(self) -> bool:
         """Whether the spec is a prepared VTAB-1k folder (its own lists split it)."""
         return data_source(self.spec).kind in STAGES
+
+    @property
+    def lists_digest(self) -> str | None:
+        """What the VTAB-1k list files of the folder hold, as a sha256 (16 hex digits; None: not
+        a lists layout): a run's record keeps it, so that a list edited in place is not scored
+        by the run of the old one (the same --out gave the old test accuracy)."""
+        if not self.lists:
+            return None
+        folder = Path(str(data_source(self.spec).path))
+        digest = hashlib.sha256()
+        for name in LISTS:
+            path = folder / f"{name}.txt"
+            digest.update(f"{name}\0".encode() + (path.read_bytes() if path.is_file() else b"-"))
+            digest.update(b"\0")
+        return f"sha256:{digest.hexdigest()[:16]}"
 
     def spec_of(self, stage: Literal["sweep", "final"]) -> str:
         """The spec a run of ``stage`` records: a VTAB-1k folder's lists of that stage
@@ -299,6 +315,8 @@ def data_format(data: TaskData, images: Any, sample: int = 20) -> dict[str, Any]
         "spec": data.spec,
         "layout": "VTAB-1k lists" if data.lists else kind,
     }
+    if data.lists:
+        out["lists"] = data.lists_digest
     if isinstance(images, DecodedImages):
         encodings: dict[str, int] = {}
         for index in range(min(sample, len(images))):

@@ -7,6 +7,7 @@ test_hf_data.py. No test touches the Hub: every dataset here is made by the test
 from __future__ import annotations
 
 import io
+import os
 import re
 import shutil
 import subprocess
@@ -116,12 +117,14 @@ def test_a_pack_stopped_by_sigterm_cleans_up_and_one_killed_is_named_by_the_next
     pack = [sys.executable, "-m", "vitkit", "data", "pack", str(folder), str(out), "--shard-size"]
 
     def stopped_midway(signum: int) -> subprocess.Popen:
-        proc = subprocess.Popen([*pack, "1"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        proc = subprocess.Popen(  # its own process group, signalled whole: as timeout and Slurm do
+            [*pack, "1"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
+        )
         deadline = time.monotonic() + 60
         while not list(tmp_path.glob(".tmp-shards-*")):
             assert proc.poll() is None and time.monotonic() < deadline
             time.sleep(0.002)
-        proc.send_signal(signum)
+        os.killpg(proc.pid, signum)
         proc.wait(timeout=60)
         return proc
 

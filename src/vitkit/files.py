@@ -22,7 +22,7 @@ import shutil
 import stat
 import tempfile
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -137,11 +137,29 @@ def check_file_to_write(path: Path) -> None:
             f"{path} is not a regular file (a device, a pipe or a socket), which the file "
             "written would replace: expected the name of a file to write"
         )  # as root, --json /dev/full replaced the device with a file; a FIFO's reader hung
-    for parent in path.parents:
+    _nearest_folder(path, path.parents)
+
+
+def _nearest_folder(path: Path, candidates: Iterable[Path]) -> Path | None:
+    """The first of ``candidates`` (``path`` and the folders above it, nearest first) that
+    exists, where ``path`` would be written; a ``UserFileError`` when it is a file."""
+    for parent in candidates:
         if parent.exists():
             if not parent.is_dir():
                 raise UserFileError(f"{path}: {parent} is a file: expected a folder to write in")
-            return
+            return parent
+    return None
+
+
+def _check_writable(folder: Path | None, what: str) -> None:
+    """A ``UserFileError`` naming ``what`` when nothing can be written in ``folder`` (/proc,
+    /sys, read-only): found by writing a temporary file, as the permissions do not tell root's."""
+    if folder is None:
+        return
+    try:
+        tempfile.TemporaryFile(dir=folder).close()
+    except OSError as e:
+        raise UserFileError(f"cannot write {what}: {e.strerror or e}") from None
 
 
 def check_output_file(path: Path, suffix: str) -> None:
@@ -161,10 +179,7 @@ def check_output_file(path: Path, suffix: str) -> None:
             "which writing would replace: expected a new file, or one outside it"
         )
     if path.parent.is_dir():  # a folder nothing can be written in (/proc, read-only): now
-        try:
-            tempfile.TemporaryFile(dir=path.parent).close()
-        except OSError as e:
-            raise UserFileError(f"cannot write {path}: {e.strerror or e}") from None
+        _check_writable(path.parent, str(path))
 
 
 def check_folder_to_write(path: Path) -> None:
@@ -173,15 +188,7 @@ def check_folder_to_write(path: Path) -> None:
     ``inspect --out`` and ``convert`` gave a traceback after the model's work."""
     if path.exists() and not path.is_dir():
         raise UserFileError(f"{path} is a file: expected a folder to write in")
-    for parent in (path, *path.parents):
-        if parent.exists():
-            if not parent.is_dir():
-                raise UserFileError(f"{path}: {parent} is a file: expected a folder to write in")
-            try:
-                tempfile.TemporaryFile(dir=parent).close()
-            except OSError as e:
-                raise UserFileError(f"cannot write in {path}: {e.strerror or e}") from None
-            return
+    _check_writable(_nearest_folder(path, (path, *path.parents)), f"in {path}")
 
 
 @contextmanager

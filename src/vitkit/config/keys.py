@@ -271,6 +271,13 @@ def check(hint: Any, value: Any, *, name: str, spec: Key | None) -> Any:
     raise ConfigError(f"{name}={shown(repr(value))} is not valid: {wanted(hint, spec, value)}")
 
 
+def require_count(name: str, value: Any) -> None:
+    """A ``ConfigError`` naming the Python argument ``name`` unless ``value`` is a positive
+    ``int`` (a bool, a float, a string or 0 failed deep inside, or was taken)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{name}={value!r}: expected a positive whole number")
+
+
 def shown(text: str, most: int = 200) -> str:
     """``text`` as a message shows it: whole up to ``most`` characters (a path), else its start
     and its length (a value of thousands of digits is one short line)."""

@@ -21,6 +21,7 @@ import torch
 from torch import Tensor, nn
 
 from ..config.inference import InferenceConfig
+from ..config.keys import require_count
 from ..data import Preprocess, UnreadableImageWarning
 from ..data.bounds import printable
 from ..data.image_file import read_image
@@ -110,11 +111,9 @@ class Inference(nn.Module):
         images (None: the data the checkpoint records). ``intermediates``: the caller reads the
         model's own features or attention (``model``), so the engine is torch, eager. A second
         call keeps the first decisions."""
-        for name, value in (("batch", batch), ("images", images)):
-            if (value is not None or name == "batch") and (
-                isinstance(value, bool) or not isinstance(value, int) or value < 1
-            ):  # '32' failed a comparison deep inside; -5 and 2.5 were taken
-                raise ConfigError(f"{name}={value!r}: expected a positive whole number")
+        require_count("batch", batch)  # '32' failed a comparison deep inside; -5, 2.5 were taken
+        if images is not None:
+            require_count("images", images)
         if self.precision is not None:
             return self
         say = say or sys.stdout

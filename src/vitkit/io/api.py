@@ -26,6 +26,7 @@ import numpy as np
 from torch import Tensor, nn
 
 from ..config import ModelConfig, Posemb, image_size_of, size_hw
+from ..config.keys import require_count
 from ..errors import ConfigError, MissingFileError, UserFileError
 from ..model import ResNetClassifier, VisionTransformer
 from .checkpoint import (
@@ -134,10 +135,8 @@ def read(
     silently kept."""
     if posemb is not None and posemb not in get_args(Posemb):
         raise ConfigError(f"posemb={posemb!r}: expected one of {', '.join(get_args(Posemb))}")
-    if num_heads is not None and (
-        isinstance(num_heads, bool) or not isinstance(num_heads, int) or num_heads < 1
-    ):
-        raise ConfigError(f"num_heads={num_heads!r}: expected a positive whole number")
+    if num_heads is not None:
+        require_count("num_heads", num_heads)
     cfg, state, meta = _read(source, num_heads=num_heads, posemb=posemb)
     if num_heads is not None and cfg.num_heads != num_heads:
         raise ConfigError(
